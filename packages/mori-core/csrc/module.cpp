@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+#include "mori/python/extension.hpp"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "mori.core native bindings (libmori_core)";
+  mori::python::InitExtension(m, "mori.core._C");
+  mori::python::register_errors(m);
+  mori::python::register_logging(m);
+  mori::python::register_bootstrap(m);
+  mori::python::register_topology(m);
+}
