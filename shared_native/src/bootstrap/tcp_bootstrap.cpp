@@ -197,6 +197,23 @@ struct TcpBootstrap::Impl {
   std::vector<Fd> peers;  // rank 0: one per rank (peers[0] unused); others: peers[0] = root
   bool connected = false;
   uint64_t seq = 0;
+  // After a failed collective the byte streams are at unknown positions, so every
+  // later call fails fast with the original cause instead of misreading frames.
+  std::string broken;
+
+  template <typename Fn>
+  void Guarded(Fn&& fn) {
+    if (!broken.empty()) {
+      MORI_THROW(InvalidStateError, "bootstrap: rank ", opts.rank,
+                 " is unusable after an earlier failure: ", broken);
+    }
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      broken = e.what();
+      throw;
+    }
+  }
 
   std::string PeerName(int r) const {
     return StrCat("rank ", r, " (", opts.host, ":", port, ")");
@@ -376,8 +393,6 @@ struct TcpBootstrap::Impl {
   }
 
   void Broadcast(void* buf, size_t nbytes, int root) {
-    MORI_CHECK_ARG(root >= 0 && root < opts.world_size, "bootstrap: broadcast root ", root,
-                   " out of range [0, ", opts.world_size, ")");
     EnsureConnected();
     if (opts.world_size == 1) return;
     Frame f = MakeFrame(Op::kBroadcast, nbytes, root);
@@ -442,17 +457,19 @@ int TcpBootstrap::WorldSize() const { return impl_->opts.world_size; }
 int TcpBootstrap::Port() const { return impl_->port; }
 
 void TcpBootstrap::AllGather(const void* send, size_t nbytes, void* recv) {
-  impl_->AllGather(Op::kAllGather, send, nbytes, recv);
+  impl_->Guarded([&] { impl_->AllGather(Op::kAllGather, send, nbytes, recv); });
 }
 
 void TcpBootstrap::Broadcast(void* buf, size_t nbytes, int root) {
-  impl_->Broadcast(buf, nbytes, root);
+  MORI_CHECK_ARG(root >= 0 && root < impl_->opts.world_size, "bootstrap: broadcast root ", root,
+                 " out of range [0, ", impl_->opts.world_size, ")");
+  impl_->Guarded([&] { impl_->Broadcast(buf, nbytes, root); });
 }
 
 void TcpBootstrap::Barrier() {
   uint8_t token = 1;
   std::vector<uint8_t> all(static_cast<size_t>(impl_->opts.world_size));
-  impl_->AllGather(Op::kBarrier, &token, 1, all.data());
+  impl_->Guarded([&] { impl_->AllGather(Op::kBarrier, &token, 1, all.data()); });
 }
 
 }  // namespace mori::bootstrap

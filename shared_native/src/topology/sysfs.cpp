@@ -162,9 +162,8 @@ bool IsPciBusIdComponent(const std::string& c) {
   for (size_t i = 0; i < first; ++i) {
     if (!IsHex(c[i])) return false;
   }
-  return IsHex(c[first + 1]) && IsHex(c[first + 2]) && c[first + 3] == ':' &&
-         IsHex(c[first + 4]) && IsHex(c[first + 5]) && c[first + 6] == '.' &&
-         c[first + 7] >= '0' && c[first + 7] <= '7';
+  return IsHex(c[first + 1]) && IsHex(c[first + 2]) && c[first + 3] == ':' && IsHex(c[first + 4]) &&
+         IsHex(c[first + 5]) && c[first + 6] == '.' && c[first + 7] >= '0' && c[first + 7] <= '7';
 }
 
 std::string PciFunctionPath(const std::string& device_path) {
@@ -275,8 +274,7 @@ std::vector<RdmaDevice> DiscoverRdmaDevices(const std::string& sysfs_root) {
     std::sort(dev.ports.begin(), dev.ports.end(),
               [](const RdmaPort& a, const RdmaPort& b) { return a.port < b.port; });
     MORI_LOG_DEBUG(kCore, "topology: RDMA device ", name, " at ",
-                   dev.pci_bus_id.empty() ? "(no PCI)" : dev.pci_bus_id, ", NUMA ",
-                   dev.numa_node);
+                   dev.pci_bus_id.empty() ? "(no PCI)" : dev.pci_bus_id, ", NUMA ", dev.numa_node);
     devices.push_back(std::move(dev));
   }
   return devices;

@@ -58,7 +58,7 @@ struct CpuInfo {
 };
 
 struct Gpu {
-  int index = 0;           // CUDA runtime ordinal
+  int index = 0;  // CUDA runtime ordinal
   std::string name;
   std::string pci_bus_id;  // "0000:18:00.0"
   std::string pci_path;    // canonical sysfs path, "" when sysfs lacks the device

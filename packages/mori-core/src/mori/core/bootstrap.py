@@ -15,12 +15,19 @@ Two implementations share one protocol — ``rank``, ``world_size``,
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any
 
 from . import _C
 
 TcpBootstrap = _C.TcpBootstrap
+
+
+def _tensor_bytes(t) -> bytes:
+    """The bytes of a contiguous tensor, copied to host (no numpy needed)."""
+    t = t.contiguous().cpu()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
 
 
 class TorchBootstrap:
@@ -60,7 +67,7 @@ class TorchBootstrap:
             return b""
         out = self._torch.empty(n * self.world_size, dtype=self._torch.uint8, device=self.device)
         self._dist.all_gather_into_tensor(out, self._tensor(data), group=self.group)
-        return out.cpu().numpy().tobytes()
+        return _tensor_bytes(out)
 
     def broadcast_fixed(self, data: bytes, root: int = 0) -> bytes:
         """Broadcast a blob whose size every rank knows from group rank ``root``."""
@@ -71,7 +78,7 @@ class TorchBootstrap:
         t = self._tensor(data)
         src = root if self.group is None else self._dist.get_global_rank(self.group, root)
         self._dist.broadcast(t, src=src, group=self.group)
-        return t.cpu().numpy().tobytes()
+        return _tensor_bytes(t)
 
     def barrier(self) -> None:
         """Return once every rank of the group has entered the barrier."""

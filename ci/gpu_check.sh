@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+#
+# One call on a GPU machine (H200, via the device tool): build the four packages in
+# place with CUDA for sm_90, print the topology, run every test (GPU tests included)
+# and write logs/JSON under $OUT. The machine has no network: a newer
+# scikit-build-core can be carried as a wheel in .whl/ (see BENCHMARKS/README).
+#
+#   ci/gpu_check.sh            # everything
+#   MORI_GPU_CHECK_TESTS="packages/mori-core/tests" ci/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-check}"
+mkdir -p "$OUT"
+
+# NVLink multicast stays off on shared hosts: it can take every GPU out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export MORI_CUDA=on MORI_CUDA_ARCHS="${MORI_CUDA_ARCHS:-90}" PYTHONUNBUFFERED=1
+export CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"
+PY="${PYTHON:-python3}"
+
+status=0
+step() { echo; echo "=== $*"; }
+
+step "machine"
+{ nvidia-smi; nvidia-smi topo -m; "$PY" -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  step "carried wheels"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/mori-site .whl/*.whl
+  export PYTHONPATH="/tmp/mori-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
+for pkg in mori-core mori-io mori-ep mori-ccl; do
+  if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
+      "./packages/$pkg" >"$OUT/build-$pkg.log" 2>&1; then
+    echo "BUILD FAILED: $pkg (tail of build-$pkg.log follows)"; tail -40 "$OUT/build-$pkg.log"
+    exit 1
+  fi
+  echo "built $pkg"
+done
+
+step "topology"
+"$PY" -m mori.core.topology 2>&1 | tee "$OUT/topology.txt" || status=1
+"$PY" -m mori.core.topology --json >"$OUT/topology.json" || status=1
+"$PY" -c 'import json,mori.core as m; print(json.dumps(m.build_info()))' | tee "$OUT/build_info.json"
+
+step "tests"
+tests="${MORI_GPU_CHECK_TESTS:-packages/mori-core/tests packages/mori-io/tests packages/mori-ep/tests packages/mori-ccl/tests tests_integration}"
+# shellcheck disable=SC2086
+"$PY" -m pytest -ra --import-mode=importlib -p no:cacheprovider --timeout=600 $tests \
+  --junitxml="$OUT/pytest.xml" 2>&1 | tee "$OUT/pytest.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+step "summary"
+tail -3 "$OUT/pytest.log"
+exit $status

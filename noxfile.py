@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Every build, test, lint and demo entry point of the mori monorepo.
+
+    nox -s tests    build the four packages from this tree into one venv, run the
+                    C++ unit tests, every package's tests and tests_integration/
+    nox -s build    one wheel and one sdist per package into dist/, then check them
+    nox -s lint     pre-commit: ruff, ruff-format, clang-format, license headers
+    nox -s demo     the main job: topology, a bootstrap round, each package's extension
+
+Environment: MORI_CUDA=auto|on|off and MORI_CUDA_ARCHS (default 90) reach CMake;
+MORI_TORCH overrides the torch requirement installed for tests (default
+torch==2.13.0, a CPU build where a local wheel exists).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests"]
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES = ("mori-core", "mori-io", "mori-ep", "mori-ccl")
+BUILD_REQUIREMENTS = ("scikit-build-core>=1.1", "pybind11>=2.13", "cmake>=3.24", "ninja")
+TEST_REQUIREMENTS = ("pytest>=8", "pytest-timeout>=2", "numpy>=1.24")
+TORCH = os.environ.get("MORI_TORCH", "torch==2.13.0")
+
+
+def _build_env() -> dict[str, str]:
+    return {"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
+
+
+def _install_packages(session: nox.Session, *packages: str) -> None:
+    """Build and install packages from this tree, in dependency order (mori-core
+    first), without build isolation, so that each one builds against the
+    mori-core installed in this venv. Build trees are kept per session
+    (packages/<pkg>/build/<session>) so that re-runs are incremental."""
+    session.install(*BUILD_REQUIREMENTS)
+    for pkg in packages:
+        session.install(
+            "--no-build-isolation",
+            "-C",
+            f"build-dir=build/nox-{session.name}",
+            str(ROOT / "packages" / pkg),
+            env=_build_env(),
+        )
+
+
+def _ensure_gtest(session: nox.Session) -> bool:
+    """GoogleTest from the system package manager; installed here when possible."""
+    found = glob.glob("/usr/include/gtest/gtest.h") or glob.glob(
+        "/usr/lib/*/cmake/GTest/GTestConfig.cmake"
+    )
+    if found:
+        return True
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        session.log("GoogleTest missing: installing libgtest-dev with apt-get")
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run(
+            "apt-get",
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "libgtest-dev",
+            external=True,
+            env={"DEBIAN_FRONTEND": "noninteractive"},
+        )
+        return True
+    session.warn(
+        "\n" + "*" * 72 + "\n*** GoogleTest is not installed and cannot be installed here "
+        "(need root + apt-get):\n*** the C++ unit tests are SKIPPED. "
+        "Install libgtest-dev (or your distribution's gtest) to run them.\n" + "*" * 72
+    )
+    return False
+
+
+def _cpp_tests(session: nox.Session) -> None:
+    if not _ensure_gtest(session):
+        return
+    build = ROOT / "build" / "cpp-tests"
+    version = (ROOT / "packages/mori-core/src/mori/core/_version.py").read_text()
+    version = version.split('__version__ = "')[1].split('"')[0]
+    session.run(
+        "cmake",
+        "-S",
+        str(ROOT / "shared_native"),
+        "-B",
+        str(build),
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+        "-DMORI_BUILD_TESTS=ON",
+        f"-DMORI_CORE_VERSION={version}",
+        "-DMORI_CORE_INSTALL=OFF",
+        env=_build_env(),
+    )
+    session.run("cmake", "--build", str(build), env=_build_env())
+    if not (build / "tests" / "mori_core_tests").exists():
+        session.error("GoogleTest was installed but the C++ tests were not built")
+    session.run(
+        "ctest",
+        "--test-dir",
+        str(build),
+        "--output-on-failure",
+        "--timeout",
+        "120",
+        "-j",
+        str(os.cpu_count() or 2),
+    )
+    session.run(str(build / "tests" / "bench_telemetry"), "20000000", external=True)
+
+
+@nox.session(reuse_venv=True)
+def tests(session: nox.Session) -> None:
+    """Build all four packages into one venv; run C++ tests, package tests, integration."""
+    session.install(TORCH, *TEST_REQUIREMENTS)
+    _install_packages(session, *PACKAGES)
+    _cpp_tests(session)
+    paths = [str(ROOT / "packages" / p / "tests") for p in PACKAGES]
+    paths.append(str(ROOT / "tests_integration"))
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-ra",
+        "--import-mode=importlib",
+        "-p",
+        "no:cacheprovider",
+        "--timeout=600",
+        *(session.posargs or paths),
+        env={"PYTHONFAULTHANDLER": "1"},
+    )
+
+
+@nox.session(reuse_venv=True)
+def build(session: nox.Session) -> None:
+    """One wheel and one sdist per package in dist/, each with its own version.
+
+    Each wheel is built from its sdist in an isolated environment; mori-io/ep/ccl
+    get mori-core from dist/ (PIP_FIND_LINKS), as they would from an index."""
+    session.install("build>=1.2", "pyelftools>=0.31")
+    dist = ROOT / "dist"
+    dist.mkdir(exist_ok=True)
+    for old in dist.glob("mori_*"):
+        old.unlink()
+    env = {**_build_env(), "PIP_FIND_LINKS": str(dist)}
+    for pkg in PACKAGES:
+        session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT / "packages" / pkg), env=env)
+    session.run("python", str(ROOT / "ci" / "check_dist.py"), str(dist))
+    session.notify("dist_check")
+
+
+@nox.session(reuse_venv=False)
+def dist_check(session: nox.Session) -> None:
+    """From dist/: mori-core + mori-io alone install and import without torch, and
+    mori-io rebuilt from its sdist links the installed libmori_core."""
+    dist = ROOT / "dist"
+    session.install("--find-links", str(dist), "mori-core", "mori-io", "pyelftools>=0.31")
+    check = str(ROOT / "ci" / "check_install.py")
+    session.run("python", check, "io-only")
+    sdists = sorted(dist.glob("mori_io-*.tar.gz"))
+    if not sdists:
+        session.error("no mori-io sdist in dist/: run `nox -s build` first")
+    session.install(*BUILD_REQUIREMENTS)
+    session.install(
+        "--no-build-isolation", "--no-deps", "--force-reinstall", str(sdists[-1]), env=_build_env()
+    )
+    session.run("python", check, "linked")
+
+
+@nox.session(reuse_venv=True)
+def lint(session: nox.Session) -> None:
+    """pre-commit: ruff, ruff-format, clang-format, license headers."""
+    session.install("pre-commit>=3.5")
+    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure", *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def demo(session: nox.Session) -> None:
+    """The main job: topology, a bootstrap round among 2 processes, each extension."""
+    session.install(TORCH)
+    _install_packages(session, *PACKAGES)
+    session.run("python", str(ROOT / "examples" / "demo.py"), *session.posargs)

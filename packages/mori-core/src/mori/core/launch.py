@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Start N local worker processes with torchrun's environment, bounded in time.
+
+Used by the tests and the demo; handy for users who want a multi-process run on
+one machine without torchrun. Each worker gets RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port for torch's
+store) and MORI_BOOTSTRAP_PORT (another free port for mori's TCP bootstrap).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class WorkerResult:
+    rank: int
+    returncode: int
+    output: str
+
+
+class WorkersFailed(RuntimeError):
+    """A worker exited non-zero or the group outlived its timeout."""
+
+    def __init__(self, message: str, results: list[WorkerResult]):
+        super().__init__(message)
+        self.results = results
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _format(results: list[WorkerResult]) -> str:
+    return "\n".join(
+        f"----- rank {r.rank} (exit {r.returncode}) -----\n{r.output.rstrip()}" for r in results
+    )
+
+
+def launch_local(
+    argv: list[str],
+    world_size: int,
+    timeout_s: float = 120.0,
+    env: dict[str, str] | None = None,
+    grace_s: float = 10.0,
+) -> list[WorkerResult]:
+    """Run ``argv`` (``[sys.executable, ...]`` if it starts with a .py path) as
+    ``world_size`` processes and return their results in rank order.
+
+    Raises WorkersFailed, with every worker's output, when a worker exits
+    non-zero (the others get ``grace_s`` seconds to finish, then are killed) or
+    when the group is still running after ``timeout_s`` seconds (all are killed).
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size {world_size} must be >= 1")
+    if argv and argv[0].endswith(".py"):
+        argv = [sys.executable, *argv]
+    master_port, mori_port = free_port(), free_port()
+    procs = []
+    for rank in range(world_size):
+        wenv = dict(os.environ)
+        wenv.update(env or {})
+        wenv.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world_size),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(master_port),
+            MORI_BOOTSTRAP_PORT=str(mori_port),
+            PYTHONUNBUFFERED="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                argv, env=wenv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    deadline = time.monotonic() + timeout_s
+    failed_at: float | None = None
+    reason = ""
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = now
+        if failed_at is not None and now - failed_at > grace_s:
+            reason = f"a worker failed; killed the rest after {grace_s:.0f}s"
+            break
+        if now > deadline:
+            reason = f"timed out after {timeout_s:.0f}s"
+            break
+        time.sleep(0.02)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    results = []
+    for rank, p in enumerate(procs):
+        out, _ = p.communicate()
+        results.append(WorkerResult(rank, p.returncode, out or ""))
+    if reason or any(r.returncode != 0 for r in results):
+        msg = reason or "worker(s) exited non-zero"
+        raise WorkersFailed(f"{msg}: {' '.join(argv)}\n{_format(results)}", results)
+    return results

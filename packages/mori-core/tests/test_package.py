@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Layout of the installed mori-core: namespace package, native library, CMake config."""
+
+from pathlib import Path
+
+import mori
+import mori.core as mc
+
+
+def test_mori_is_a_namespace_package():
+    assert getattr(mori, "__file__", None) is None
+    for path in mori.__path__:
+        assert not (Path(path) / "__init__.py").exists()
+
+
+def test_native_library_headers_and_cmake_config_are_installed():
+    assert Path(mc.library_path()).is_file()
+    assert (Path(mc.cmake_dir()) / "mori_coreConfig.cmake").is_file()
+    assert (Path(mc.cmake_dir()) / "mori_coreConfigVersion.cmake").is_file()
+    assert (Path(mc.include_dir()) / "mori" / "core" / "version.hpp").is_file()
+    assert (Path(mc.include_dir()) / "mori" / "python" / "extension.hpp").is_file()
+
+
+def test_build_info_matches_package_version():
+    info = mc.build_info()
+    assert info["version"] == mc.__version__
+    assert mc._C.__mori_core_version_compiled__ == mc.__version__
+    if not info["with_cuda"]:
+        assert info["cuda_device_count"] == 0
+    if info["cuda_device_count"] == 0:
+        assert info["cuda_unavailable_reason"]
+
+
+def test_exactly_one_libmori_core_is_mapped():
+    maps = {
+        line.split()[-1]
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if line.rstrip().endswith("libmori_core.so")
+    }
+    assert maps == {str(Path(mc.library_path()).resolve())}

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include "backend_probe.hpp"
+
+#include <dlfcn.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "mori/core/cuda.hpp"
+#include "mori/core/error.hpp"
+#include "mori/core/logging.hpp"
+
+namespace mori::io {
+namespace {
+
+BackendAvailability ProbeCma() {
+  char src[64] = "mori";
+  char dst[64] = {};
+  iovec local{dst, sizeof(dst)};
+  iovec remote{src, sizeof(src)};
+  ssize_t n = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  if (n != static_cast<ssize_t>(sizeof(src))) {
+    int err = errno;
+    return {false, StrCat("process_vm_readv is not permitted here: ", std::strerror(err),
+                          " (errno ", err, ")")};
+  }
+  std::ifstream scope_file("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (scope_file >> scope && scope >= 2) {
+    return {false, StrCat("kernel.yama.ptrace_scope=", scope,
+                          " forbids cross-process memory access (CMA)")};
+  }
+  return {true, scope_file ? StrCat("CMA usable (ptrace_scope=", scope, ")") : "CMA usable"};
+}
+
+BackendAvailability ProbeIbverbs() {
+  void* lib = ::dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = ::dlerror();
+    return {false, StrCat("libibverbs.so.1 cannot be loaded: ", why ? why : "unknown error")};
+  }
+  using GetList = void** (*)(int*);
+  using FreeList = void (*)(void**);
+  auto get_list = reinterpret_cast<GetList>(::dlsym(lib, "ibv_get_device_list"));
+  auto free_list = reinterpret_cast<FreeList>(::dlsym(lib, "ibv_free_device_list"));
+  if (get_list == nullptr || free_list == nullptr) {
+    ::dlclose(lib);
+    return {false, "libibverbs.so.1 lacks ibv_get_device_list/ibv_free_device_list"};
+  }
+  int count = 0;
+  void** list = get_list(&count);
+  if (list != nullptr) free_list(list);
+  ::dlclose(lib);
+  if (count <= 0) return {false, "libibverbs loaded but lists no RDMA devices"};
+  return {true, StrCat(count, " RDMA device(s)")};
+}
+
+}  // namespace
+
+const char* BackendTypeName(BackendType type) noexcept {
+  switch (type) {
+    case BackendType::kTcp: return "TCP";
+    case BackendType::kShm: return "SHM";
+    case BackendType::kP2P: return "P2P";
+    case BackendType::kRdma: return "RDMA";
+  }
+  return "?";
+}
+
+BackendAvailability ProbeBackend(BackendType type) {
+  BackendAvailability result{false, ""};
+  switch (type) {
+    case BackendType::kTcp:
+      result = {true, "sockets"};
+      break;
+    case BackendType::kShm:
+      result = ProbeCma();
+      break;
+    case BackendType::kP2P: {
+      int n = cuda::DeviceCount();
+      result = n > 0 ? BackendAvailability{true, StrCat(n, " CUDA device(s)")}
+                     : BackendAvailability{false, cuda::UnavailableReason()};
+      break;
+    }
+    case BackendType::kRdma:
+      result = ProbeIbverbs();
+      break;
+    default:
+      MORI_THROW(InvalidArgumentError, "unknown backend type ", static_cast<int>(type));
+  }
+  MORI_LOG_DEBUG(kIo, "backend ", BackendTypeName(type), ": ",
+                 result.available ? "available" : "unavailable", " (", result.reason, ")");
+  return result;
+}
+
+}  // namespace mori::io

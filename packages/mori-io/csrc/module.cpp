@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include <pybind11/pybind11.h>
+
+#include "backend_probe.hpp"
+#include "mori/python/extension.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "mori.io native bindings";
+  mori::python::InitExtension(m, "mori.io._C");
+
+  py::enum_<mori::io::BackendType>(m, "BackendType", "Transfer backends (MORI's names).")
+      .value("TCP", mori::io::BackendType::kTcp)
+      .value("SHM", mori::io::BackendType::kShm)
+      .value("P2P", mori::io::BackendType::kP2P)
+      .value("RDMA", mori::io::BackendType::kRdma);
+
+  m.def(
+      "probe_backend",
+      [](mori::io::BackendType type) {
+        mori::io::BackendAvailability a = mori::io::ProbeBackend(type);
+        return py::make_tuple(a.available, a.reason);
+      },
+      py::arg("backend"),
+      R"doc(Return (available, reason): whether ``backend`` can run on this machine.)doc");
+}

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""mori.io's extension: backend names and availability probing on this machine."""
+
+from pathlib import Path
+
+import pytest
+
+import mori.core as mc
+import mori.io
+from mori.io import BackendType
+
+
+def test_names_follow_mori_and_xgmi_is_p2p():
+    assert set(BackendType.__members__) == {"TCP", "SHM", "P2P", "RDMA"}
+    assert mori.io.backend_from_name("xgmi") == BackendType.P2P
+    assert mori.io.backend_from_name("rdma") == BackendType.RDMA
+    with pytest.raises(mc.InvalidArgumentError, match="unknown backend 'NVME'"):
+        mori.io.backend_from_name("NVME")
+
+
+def test_availability_is_reported_with_a_reason():
+    avail = mori.io.backend_availability()
+    assert set(avail) == {"TCP", "SHM", "P2P", "RDMA"}
+    assert avail["TCP"][0] is True
+    for ok, reason in avail.values():
+        assert isinstance(ok, bool) and reason
+    if mc.build_info()["cuda_device_count"] == 0:
+        assert avail["P2P"] == (False, mc.build_info()["cuda_unavailable_reason"])
+    if not Path("/sys/class/infiniband").exists():
+        assert avail["RDMA"][0] is False
+
+
+def test_extension_was_built_against_this_mori_core():
+    assert mori.io._C.__mori_core_version_compiled__ == mc.__version__
