@@ -152,7 +152,9 @@ def build(session: nox.Session) -> None:
         old.unlink()
     env = {**_build_env(), "PIP_FIND_LINKS": str(dist)}
     for pkg in PACKAGES:
-        session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT / "packages" / pkg), env=env)
+        session.run(
+            "python", "-m", "build", "--outdir", str(dist), str(ROOT / "packages" / pkg), env=env
+        )
     session.run("python", str(ROOT / "ci" / "check_dist.py"), str(dist))
     session.notify("dist_check")
 

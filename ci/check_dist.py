@@ -51,7 +51,10 @@ def main(dist: Path) -> int:
             continue
         wheel, sdist = wheels[0], sdists[0]
         for f in (wheel, sdist):
-            if not f.name.startswith(f"{norm}-{version}-") and not f.name == f"{norm}-{version}.tar.gz":
+            if (
+                not f.name.startswith(f"{norm}-{version}-")
+                and not f.name == f"{norm}-{version}.tar.gz"
+            ):
                 errors.append(f"{f.name}: not named with {pkg}'s version {version}")
         with zipfile.ZipFile(wheel) as z:
             names = z.namelist()
@@ -61,8 +64,10 @@ def main(dist: Path) -> int:
             if pkg == "mori-core":
                 if libs != ["mori/core/lib/libmori_core.so"]:
                     errors.append(f"{wheel.name}: libmori_core.so copies {libs}")
-                for needed in ("mori/core/lib/cmake/mori_core/mori_coreConfig.cmake",
-                               "mori/core/include/mori/core/error.hpp"):
+                for needed in (
+                    "mori/core/lib/cmake/mori_core/mori_coreConfig.cmake",
+                    "mori/core/include/mori/core/error.hpp",
+                ):
                     if needed not in names:
                         errors.append(f"{wheel.name}: missing {needed}")
             else:
@@ -70,7 +75,9 @@ def main(dist: Path) -> int:
                     errors.append(f"{wheel.name}: carries its own libmori_core: {libs}")
                 exts = [n for n in names if re.match(rf"mori/{sub}/_C\..*\.so$", n)]
                 if len(exts) != 1:
-                    errors.append(f"{wheel.name}: expected one mori/{sub}/_C extension, found {exts}")
+                    errors.append(
+                        f"{wheel.name}: expected one mori/{sub}/_C extension, found {exts}"
+                    )
                 else:
                     needed, runpath = dynamic_tags(z.read(exts[0]))
                     if "libmori_core.so" not in needed:

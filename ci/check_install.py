@@ -2,10 +2,10 @@
 # Copyright (c) 2026 The mori authors
 """Checks on an installed environment (run by `nox -s dist_check`).
 
-    io-only  mori-core + mori-io installed alone: mori.io imports and works,
-             mori.ep is absent, torch was not installed.
-    linked   mori.io's extension needs libmori_core.so and, once imported, the
-             process maps exactly one libmori_core.so: mori-core's.
+io-only  mori-core + mori-io installed alone: mori.io imports and works,
+         mori.ep is absent, torch was not installed.
+linked   mori.io's extension needs libmori_core.so and, once imported, the
+         process maps exactly one libmori_core.so: mori-core's.
 """
 
 from __future__ import annotations

@@ -47,8 +47,10 @@ def main() -> None:
         ("mori-ccl", mori.ccl.__version__, mori.ccl._C.__file__),
     ]
     print(tabulate(rows, headers=["package", "version", "native module"]))
-    print(f"CUDA build: {info['with_cuda']} (archs {info['cuda_archs'] or '-'}), "
-          f"devices: {info['cuda_device_count']}")
+    print(
+        f"CUDA build: {info['with_cuda']} (archs {info['cuda_archs'] or '-'}), "
+        f"devices: {info['cuda_device_count']}"
+    )
 
     print("\n== topology")
     print(format_table(get_topology()))
@@ -58,7 +60,9 @@ def main() -> None:
         print(r.output.rstrip())
 
     print("\n== mori.io: transfer backends on this machine")
-    rows = [(k, "yes" if ok else "no", why) for k, (ok, why) in mori.io.backend_availability().items()]
+    rows = [
+        (k, "yes" if ok else "no", why) for k, (ok, why) in mori.io.backend_availability().items()
+    ]
     print(tabulate(rows, headers=["backend", "available", "why"]))
 
     print("\n== mori.ep: routing layout of 8 tokens, top-2 of 8 experts on 4 ranks")

@@ -53,8 +53,9 @@ int main(int argc, char** argv) {
   std::printf("| no timer             | %7.3f | %16s |\n", base, "-");
   std::printf("| timer, telemetry off | %7.3f | %16.3f |\n", off, off - base);
   std::printf("| timer, telemetry on  | %7.3f | %16.3f |\n", on, on - base);
-  std::printf("{\"bench\": \"telemetry_timer\", \"iterations\": %ld, \"baseline_ns\": %.4f, "
-              "\"off_ns\": %.4f, \"on_ns\": %.4f}\n",
-              n, base, off, on);
+  std::printf(
+      "{\"bench\": \"telemetry_timer\", \"iterations\": %ld, \"baseline_ns\": %.4f, "
+      "\"off_ns\": %.4f, \"on_ns\": %.4f}\n",
+      n, base, off, on);
   return 0;
 }

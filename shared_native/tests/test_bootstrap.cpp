@@ -102,15 +102,18 @@ TEST(TcpBootstrap, VariableSizeBlobsThroughTheInterface) {
 
 TEST(TcpBootstrap, MismatchedCollectivesAreReported) {
   try {
-    RunRanks(2, [](int rank, TcpBootstrap& b) {
-      uint32_t x = 1;
-      if (rank == 0) {
-        std::vector<uint32_t> all(2);
-        b.AllGather(&x, sizeof(x), all.data());
-      } else {
-        b.Broadcast(&x, sizeof(x), 1);
-      }
-    }, 3s);
+    RunRanks(
+        2,
+        [](int rank, TcpBootstrap& b) {
+          uint32_t x = 1;
+          if (rank == 0) {
+            std::vector<uint32_t> all(2);
+            b.AllGather(&x, sizeof(x), all.data());
+          } else {
+            b.Broadcast(&x, sizeof(x), 1);
+          }
+        },
+        3s);
     FAIL() << "no error";
   } catch (const InvalidStateError& e) {
     EXPECT_NE(std::string(e.what()).find("collective mismatch"), std::string::npos) << e.what();
@@ -168,7 +171,9 @@ TEST(TcpBootstrap, ConnectTimesOutWhenNoRootListens) {
   TcpBootstrapOptions o;
   o.world_size = 2;
   int port;
-  { port = TcpBootstrap(o).Port(); }
+  {
+    port = TcpBootstrap(o).Port();
+  }
   o.rank = 1;
   o.port = port;
   o.timeout = 300ms;

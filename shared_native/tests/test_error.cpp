@@ -21,11 +21,10 @@ TEST(Error, SubclassCarriesCodeAndMessage) {
 }
 
 TEST(Error, ThrowErrorPicksTheSubclassForEachCode) {
-  const ErrorCode codes[] = {ErrorCode::kInternal,     ErrorCode::kInvalidArgument,
-                             ErrorCode::kOutOfMemory,  ErrorCode::kTimeout,
-                             ErrorCode::kTransport,    ErrorCode::kNotSupported,
-                             ErrorCode::kCuda,         ErrorCode::kInvalidState,
-                             ErrorCode::kNotFound};
+  const ErrorCode codes[] = {
+      ErrorCode::kInternal, ErrorCode::kInvalidArgument, ErrorCode::kOutOfMemory,
+      ErrorCode::kTimeout,  ErrorCode::kTransport,       ErrorCode::kNotSupported,
+      ErrorCode::kCuda,     ErrorCode::kInvalidState,    ErrorCode::kNotFound};
   for (ErrorCode code : codes) {
     try {
       ThrowError(code, "msg");

@@ -105,12 +105,18 @@ void Reduce16(void* dst, const void* const* srcs, int n, size_t count) {
 
 size_t DataTypeSize(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat64: return 8;
-    case DataType::kBFloat16: return 2;
-    case DataType::kFloat16: return 2;
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kFloat64:
+      return 8;
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kFloat16:
+      return 2;
+    case DataType::kInt32:
+      return 4;
+    case DataType::kInt64:
+      return 8;
   }
   MORI_THROW(InvalidArgumentError, "unknown dtype code ", static_cast<int>(dtype));
 }
@@ -130,10 +136,14 @@ void ReduceSumCpu(DataType dtype, void* dst, const void* const* srcs, int num_sr
   MORI_CHECK_ARG(num_srcs >= 1, "num_srcs ", num_srcs, " must be >= 1");
   MORI_CHECK_ARG(dst != nullptr || count == 0, "null destination for ", count, " elements");
   switch (dtype) {
-    case DataType::kFloat32: return ReduceNative<float, float>(dst, srcs, num_srcs, count);
-    case DataType::kFloat64: return ReduceNative<double, double>(dst, srcs, num_srcs, count);
-    case DataType::kInt32: return ReduceNative<int32_t, int64_t>(dst, srcs, num_srcs, count);
-    case DataType::kInt64: return ReduceNative<int64_t, int64_t>(dst, srcs, num_srcs, count);
+    case DataType::kFloat32:
+      return ReduceNative<float, float>(dst, srcs, num_srcs, count);
+    case DataType::kFloat64:
+      return ReduceNative<double, double>(dst, srcs, num_srcs, count);
+    case DataType::kInt32:
+      return ReduceNative<int32_t, int64_t>(dst, srcs, num_srcs, count);
+    case DataType::kInt64:
+      return ReduceNative<int64_t, int64_t>(dst, srcs, num_srcs, count);
     case DataType::kBFloat16:
       return Reduce16<Bf16ToFloat, FloatToBf16>(dst, srcs, num_srcs, count);
     case DataType::kFloat16:

@@ -25,11 +25,12 @@ using bootstrap::TcpBootstrapOptions;
 class PyObjectBootstrap final : public Bootstrap {
  public:
   explicit PyObjectBootstrap(py::handle obj) : obj_(py::reinterpret_borrow<py::object>(obj)) {
-    for (const char* name : {"rank", "world_size", "all_gather_fixed", "broadcast_fixed", "barrier"}) {
+    for (const char* name :
+         {"rank", "world_size", "all_gather_fixed", "broadcast_fixed", "barrier"}) {
       if (!py::hasattr(obj_, name)) {
         MORI_THROW(InvalidArgumentError, "bootstrap object of type ",
-                   std::string(py::str(py::type::of(obj_).attr("__name__"))),
-                   " has no attribute '", name, "'");
+                   std::string(py::str(py::type::of(obj_).attr("__name__"))), " has no attribute '",
+                   name, "'");
       }
     }
     rank_ = obj_.attr("rank").cast<int>();
@@ -46,8 +47,8 @@ class PyObjectBootstrap final : public Bootstrap {
 
   void AllGather(const void* send, size_t nbytes, void* recv) override {
     py::gil_scoped_acquire gil;
-    py::bytes out = obj_.attr("all_gather_fixed")(
-        py::bytes(static_cast<const char*>(send), nbytes));
+    py::bytes out =
+        obj_.attr("all_gather_fixed")(py::bytes(static_cast<const char*>(send), nbytes));
     CopyOut(out, recv, nbytes * static_cast<size_t>(world_size_), "all_gather_fixed");
   }
 
@@ -122,17 +123,17 @@ Native bootstrap over TCP: all-gather, broadcast and barrier of byte blobs throu
 rank 0. Rank 0 listens on (host, port); port 0 picks a free port (see ``port``).
 Every wait is bounded by ``timeout_s``; a dead peer raises TransportError, a slow
 one MoriTimeoutError.)doc")
-      .def(py::init([](int rank, int world_size, const std::string& host, int port,
-                       double timeout_s) {
-             TcpBootstrapOptions o;
-             o.rank = rank;
-             o.world_size = world_size;
-             o.host = host;
-             o.port = port;
-             MORI_CHECK_ARG(timeout_s > 0, "timeout_s ", timeout_s, " must be positive");
-             o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-             return std::make_shared<TcpBootstrap>(o);
-           }),
+      .def(py::init(
+               [](int rank, int world_size, const std::string& host, int port, double timeout_s) {
+                 TcpBootstrapOptions o;
+                 o.rank = rank;
+                 o.world_size = world_size;
+                 o.host = host;
+                 o.port = port;
+                 MORI_CHECK_ARG(timeout_s > 0, "timeout_s ", timeout_s, " must be positive");
+                 o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+                 return std::make_shared<TcpBootstrap>(o);
+               }),
            py::arg("rank"), py::arg("world_size"), py::arg("host") = "127.0.0.1",
            py::arg("port") = 0, py::arg("timeout_s") = 120.0,
            py::call_guard<py::gil_scoped_release>())
@@ -146,8 +147,10 @@ MORI_BOOTSTRAP_PORT, or MASTER_PORT + 1).)doc")
       .def_property_readonly("port", &TcpBootstrap::Port,
                              "Port rank 0 listens on (the bound port when 0 was asked for).")
       .def(
-          "all_gather", [](TcpBootstrap& b, const py::bytes& data) { return GatherToList(b, data); },
-          py::arg("data"), "Gather one bytes object from every rank; returns a list indexed by rank.")
+          "all_gather",
+          [](TcpBootstrap& b, const py::bytes& data) { return GatherToList(b, data); },
+          py::arg("data"),
+          "Gather one bytes object from every rank; returns a list indexed by rank.")
       .def(
           "broadcast",
           [](TcpBootstrap& b, const std::optional<py::bytes>& data, int root) {
@@ -177,8 +180,7 @@ MORI_BOOTSTRAP_PORT, or MASTER_PORT + 1).)doc")
             }
             return py::bytes(buf);
           },
-          py::arg("data"), py::arg("root") = 0,
-          "Broadcast of a blob whose size every rank knows.")
+          py::arg("data"), py::arg("root") = 0, "Broadcast of a blob whose size every rank knows.")
       .def("barrier", &TcpBootstrap::Barrier, py::call_guard<py::gil_scoped_release>(),
            "Return once every rank has entered the barrier.");
 

@@ -25,8 +25,7 @@ void register_errors(py::module_& m) {
       .value("NotFound", ErrorCode::kNotFound);
 
   m.def(
-      "throw_error",
-      [](ErrorCode code, const std::string& message) { ThrowError(code, message); },
+      "throw_error", [](ErrorCode code, const std::string& message) { ThrowError(code, message); },
       py::arg("code"), py::arg("message"),
       R"doc(Raise, from inside libmori_core, the C++ error for ``code`` with ``message``.
 

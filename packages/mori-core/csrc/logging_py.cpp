@@ -22,7 +22,9 @@ void register_logging(py::module_& m) {
 "trace", "debug", "info", "warn", "error" or "off".)doc");
   m.def(
       "get_log_level",
-      [](const std::string& module) { return log::LevelName(log::GetLevel(log::ParseModule(module))); },
+      [](const std::string& module) {
+        return log::LevelName(log::GetLevel(log::ParseModule(module)));
+      },
       py::arg("module"), R"doc(Current threshold of one module logger, as a lower-case name.)doc");
   m.def(
       "log",

@@ -12,9 +12,8 @@ void ValidateLayoutArgs(const LayoutArgs& a) {
   MORI_CHECK_ARG(a.num_tokens >= 0, "num_tokens ", a.num_tokens, " must be >= 0");
   MORI_CHECK_ARG(a.top_k >= 1, "top_k ", a.top_k, " must be >= 1");
   MORI_CHECK_ARG(a.world_size >= 1, "world_size ", a.world_size, " must be >= 1");
-  MORI_CHECK_ARG(a.num_experts >= a.world_size && a.num_experts % a.world_size == 0,
-                 "num_experts ", a.num_experts, " must be a positive multiple of world_size ",
-                 a.world_size);
+  MORI_CHECK_ARG(a.num_experts >= a.world_size && a.num_experts % a.world_size == 0, "num_experts ",
+                 a.num_experts, " must be a positive multiple of world_size ", a.world_size);
 }
 
 void DispatchLayoutCpu(const LayoutArgs& a) {

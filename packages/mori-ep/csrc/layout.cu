@@ -8,13 +8,13 @@
 namespace mori::ep {
 namespace {
 
-#define MORI_EP_CUDA_CHECK(expr)                                                        \
-  do {                                                                                  \
-    cudaError_t mori_ep_err_ = (expr);                                                  \
-    if (mori_ep_err_ != cudaSuccess) {                                                  \
-      MORI_THROW(CudaError, #expr, " failed: ", cudaGetErrorName(mori_ep_err_), " (",   \
-                 cudaGetErrorString(mori_ep_err_), ")");                                \
-    }                                                                                   \
+#define MORI_EP_CUDA_CHECK(expr)                                                      \
+  do {                                                                                \
+    cudaError_t mori_ep_err_ = (expr);                                                \
+    if (mori_ep_err_ != cudaSuccess) {                                                \
+      MORI_THROW(CudaError, #expr, " failed: ", cudaGetErrorName(mori_ep_err_), " (", \
+                 cudaGetErrorString(mori_ep_err_), ")");                              \
+    }                                                                                 \
   } while (0)
 
 // One thread per token. A rank counts once per token: slot j counts only when no
@@ -67,7 +67,8 @@ void DispatchLayoutCuda(const LayoutArgs& a, int32_t* error_record, uintptr_t st
   MORI_EP_CUDA_CHECK(cudaMemsetAsync(error_record, 0, sizeof(int32_t) * 4, stream));
   if (a.num_tokens == 0) return;
   constexpr int kThreads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((a.num_tokens + kThreads - 1) / kThreads, 1024));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((a.num_tokens + kThreads - 1) / kThreads, 1024));
   DispatchLayoutKernel<<<blocks, kThreads, 0, stream>>>(a, error_record);
   MORI_EP_CUDA_CHECK(cudaGetLastError());
 }

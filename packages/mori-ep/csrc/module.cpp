@@ -12,8 +12,12 @@ namespace {
 mori::ep::LayoutArgs MakeArgs(uintptr_t indices, int64_t num_tokens, int top_k, int num_experts,
                               int world_size, uintptr_t tokens_per_rank,
                               uintptr_t tokens_per_expert, uintptr_t token_in_rank) {
-  return mori::ep::LayoutArgs{reinterpret_cast<const int32_t*>(indices), num_tokens, top_k,
-                              num_experts, world_size, reinterpret_cast<int32_t*>(tokens_per_rank),
+  return mori::ep::LayoutArgs{reinterpret_cast<const int32_t*>(indices),
+                              num_tokens,
+                              top_k,
+                              num_experts,
+                              world_size,
+                              reinterpret_cast<int32_t*>(tokens_per_rank),
                               reinterpret_cast<int32_t*>(tokens_per_expert),
                               reinterpret_cast<bool*>(token_in_rank)};
 }

@@ -37,15 +37,25 @@ def random_indices(gen, tokens, top_k, num_experts):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(("tokens", "top_k", "num_experts", "world"), [
-    (0, 8, 256, 8), (1, 1, 2, 2), (257, 8, 256, 8), (1000, 6, 64, 4), (64, 4, 16, 1),
-])
+@pytest.mark.parametrize(
+    ("tokens", "top_k", "num_experts", "world"),
+    [
+        (0, 8, 256, 8),
+        (1, 1, 2, 2),
+        (257, 8, 256, 8),
+        (1000, 6, 64, 4),
+        (64, 4, 16, 1),
+    ],
+)
 def test_matches_reference(device, tokens, top_k, num_experts, world):
     seed = torch.seed()
     print(f"seed={seed}")
     gen = torch.Generator().manual_seed(seed)
-    idx = random_indices(gen, tokens, top_k, num_experts) if tokens else torch.empty(
-        (0, top_k), dtype=torch.int32)
+    idx = (
+        random_indices(gen, tokens, top_k, num_experts)
+        if tokens
+        else torch.empty((0, top_k), dtype=torch.int32)
+    )
     tpr, tpe, in_rank = get_dispatch_layout(idx.to(device), num_experts, world)
     rtpr, rtpe, rin = reference(idx, num_experts, world)
     assert torch.equal(tpr.cpu(), rtpr.to(torch.int32))
@@ -56,8 +66,9 @@ def test_matches_reference(device, tokens, top_k, num_experts, world):
 @pytest.mark.parametrize("device", DEVICES)
 def test_out_of_range_expert_names_value_token_and_slot(device):
     idx = torch.tensor([[0, 1], [2, -1], [3, 300]], dtype=torch.int32, device=device)
-    with pytest.raises(mc.InvalidArgumentError,
-                       match=r"expert id 300 out of range \[-1, 256\) at token 2 slot 1"):
+    with pytest.raises(
+        mc.InvalidArgumentError, match=r"expert id 300 out of range \[-1, 256\) at token 2 slot 1"
+    ):
         get_dispatch_layout(idx, 256, 8)
     idx[2, 1] = -2
     with pytest.raises(mc.InvalidArgumentError, match="expert id -2"):

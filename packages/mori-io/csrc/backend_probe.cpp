@@ -63,10 +63,14 @@ BackendAvailability ProbeIbverbs() {
 
 const char* BackendTypeName(BackendType type) noexcept {
   switch (type) {
-    case BackendType::kTcp: return "TCP";
-    case BackendType::kShm: return "SHM";
-    case BackendType::kP2P: return "P2P";
-    case BackendType::kRdma: return "RDMA";
+    case BackendType::kTcp:
+      return "TCP";
+    case BackendType::kShm:
+      return "SHM";
+    case BackendType::kP2P:
+      return "P2P";
+    case BackendType::kRdma:
+      return "RDMA";
   }
   return "?";
 }

@@ -33,9 +33,12 @@ enum class Op : uint32_t { kAllGather = 1, kBroadcast = 2, kBarrier = 3 };
 
 const char* OpName(uint32_t op) {
   switch (static_cast<Op>(op)) {
-    case Op::kAllGather: return "AllGather";
-    case Op::kBroadcast: return "Broadcast";
-    case Op::kBarrier: return "Barrier";
+    case Op::kAllGather:
+      return "AllGather";
+    case Op::kBroadcast:
+      return "Broadcast";
+    case Op::kBarrier:
+      return "Barrier";
   }
   return "unknown";
 }
@@ -109,7 +112,8 @@ void WaitFd(int fd, short events, Clock::time_point deadline, const std::string&
     int rc = ::poll(&p, 1, ms);
     if (rc > 0) return;
     if (rc == 0) MORI_THROW(TimeoutError, "bootstrap: timed out ", what);
-    if (errno != EINTR) MORI_THROW(TransportError, "bootstrap: poll failed ", what, ": ", Errno(errno));
+    if (errno != EINTR)
+      MORI_THROW(TransportError, "bootstrap: poll failed ", what, ": ", Errno(errno));
   }
 }
 
@@ -183,7 +187,8 @@ int EnvInt(const char* name, bool required, int fallback) {
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
   if (end == v || *end != '\0' || x < 0 || x > (1L << 30)) {
-    MORI_THROW(InvalidArgumentError, "bootstrap: ", name, "='", v, "' is not a non-negative integer");
+    MORI_THROW(InvalidArgumentError, "bootstrap: ", name, "='", v,
+               "' is not a non-negative integer");
   }
   return static_cast<int>(x);
 }
@@ -215,9 +220,7 @@ struct TcpBootstrap::Impl {
     }
   }
 
-  std::string PeerName(int r) const {
-    return StrCat("rank ", r, " (", opts.host, ":", port, ")");
-  }
+  std::string PeerName(int r) const { return StrCat("rank ", r, " (", opts.host, ":", port, ")"); }
   Clock::time_point Deadline() const { return Clock::now() + opts.timeout; }
 
   void Listen() {
@@ -257,8 +260,8 @@ struct TcpBootstrap::Impl {
     int missing = opts.world_size - 1;
     while (missing > 0) {
       WaitFd(listen_fd.get(), POLLIN, deadline,
-             StrCat("waiting for ", missing, " of ", opts.world_size - 1,
-                    " ranks to connect to ", opts.host, ":", port));
+             StrCat("waiting for ", missing, " of ", opts.world_size - 1, " ranks to connect to ",
+                    opts.host, ":", port));
       Fd fd(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
       if (fd.get() < 0) {
         if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
@@ -272,8 +275,9 @@ struct TcpBootstrap::Impl {
         continue;
       }
       if (hello.world_size != opts.world_size) {
-        MORI_THROW(InvalidArgumentError, "bootstrap: rank ", hello.rank, " was started with world_size ",
-                   hello.world_size, " but rank 0 has world_size ", opts.world_size);
+        MORI_THROW(InvalidArgumentError, "bootstrap: rank ", hello.rank,
+                   " was started with world_size ", hello.world_size, " but rank 0 has world_size ",
+                   opts.world_size);
       }
       if (hello.rank <= 0 || hello.rank >= opts.world_size) {
         MORI_THROW(InvalidArgumentError, "bootstrap: a peer announced rank ", hello.rank,
@@ -337,8 +341,8 @@ struct TcpBootstrap::Impl {
         got.root != want.root) {
       MORI_THROW(InvalidStateError, "bootstrap: collective mismatch: rank ", opts.rank, " is in ",
                  OpName(want.op), " #", want.seq, " (", want.nbytes, " bytes, root ", want.root,
-                 ") but rank ", from, " is in ", OpName(got.op), " #", got.seq, " (",
-                 got.nbytes, " bytes, root ", got.root, ")");
+                 ") but rank ", from, " is in ", OpName(got.op), " #", got.seq, " (", got.nbytes,
+                 " bytes, root ", got.root, ")");
     }
   }
 

@@ -64,8 +64,8 @@ void* DriverEntryPoint(const char* symbol, int cuda_version) {
 #if MORI_CORE_WITH_CUDA
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &fn, static_cast<unsigned>(cuda_version),
-                                                     cudaEnableDefault, &status);
+  cudaError_t err = cudaGetDriverEntryPointByVersion(
+      symbol, &fn, static_cast<unsigned>(cuda_version), cudaEnableDefault, &status);
   if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || fn == nullptr) {
     const char* why = status == cudaDriverEntryPointSymbolNotFound ? "symbol not found"
                       : status == cudaDriverEntryPointVersionNotSufficent

@@ -6,15 +6,24 @@ namespace mori {
 
 const char* ErrorCodeName(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::kInternal: return "Internal";
-    case ErrorCode::kInvalidArgument: return "InvalidArgument";
-    case ErrorCode::kOutOfMemory: return "OutOfMemory";
-    case ErrorCode::kTimeout: return "Timeout";
-    case ErrorCode::kTransport: return "Transport";
-    case ErrorCode::kNotSupported: return "NotSupported";
-    case ErrorCode::kCuda: return "Cuda";
-    case ErrorCode::kInvalidState: return "InvalidState";
-    case ErrorCode::kNotFound: return "NotFound";
+    case ErrorCode::kInternal:
+      return "Internal";
+    case ErrorCode::kInvalidArgument:
+      return "InvalidArgument";
+    case ErrorCode::kOutOfMemory:
+      return "OutOfMemory";
+    case ErrorCode::kTimeout:
+      return "Timeout";
+    case ErrorCode::kTransport:
+      return "Transport";
+    case ErrorCode::kNotSupported:
+      return "NotSupported";
+    case ErrorCode::kCuda:
+      return "Cuda";
+    case ErrorCode::kInvalidState:
+      return "InvalidState";
+    case ErrorCode::kNotFound:
+      return "NotFound";
   }
   return "Unknown";
 }
@@ -37,18 +46,27 @@ NotFoundError::~NotFoundError() = default;
 
 void ThrowError(ErrorCode code, const std::string& message) {
   switch (code) {
-    case ErrorCode::kInternal: throw InternalError(message);
-    case ErrorCode::kInvalidArgument: throw InvalidArgumentError(message);
-    case ErrorCode::kOutOfMemory: throw OutOfMemoryError(message);
-    case ErrorCode::kTimeout: throw TimeoutError(message);
-    case ErrorCode::kTransport: throw TransportError(message);
-    case ErrorCode::kNotSupported: throw NotSupportedError(message);
-    case ErrorCode::kCuda: throw CudaError(message);
-    case ErrorCode::kInvalidState: throw InvalidStateError(message);
-    case ErrorCode::kNotFound: throw NotFoundError(message);
+    case ErrorCode::kInternal:
+      throw InternalError(message);
+    case ErrorCode::kInvalidArgument:
+      throw InvalidArgumentError(message);
+    case ErrorCode::kOutOfMemory:
+      throw OutOfMemoryError(message);
+    case ErrorCode::kTimeout:
+      throw TimeoutError(message);
+    case ErrorCode::kTransport:
+      throw TransportError(message);
+    case ErrorCode::kNotSupported:
+      throw NotSupportedError(message);
+    case ErrorCode::kCuda:
+      throw CudaError(message);
+    case ErrorCode::kInvalidState:
+      throw InvalidStateError(message);
+    case ErrorCode::kNotFound:
+      throw NotFoundError(message);
   }
-  throw InvalidArgumentError(StrCat("unknown error code ", static_cast<int>(code),
-                                    " (message: ", message, ")"));
+  throw InvalidArgumentError(
+      StrCat("unknown error code ", static_cast<int>(code), " (message: ", message, ")"));
 }
 
 }  // namespace mori

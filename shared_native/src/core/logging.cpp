@@ -57,20 +57,17 @@ struct EnvLevels {
 }  // namespace
 
 std::atomic<int> g_thresholds[kModuleCount] = {
-    kDefaultThreshold, kDefaultThreshold, kDefaultThreshold, kDefaultThreshold,
-    kDefaultThreshold};
+    kDefaultThreshold, kDefaultThreshold, kDefaultThreshold, kDefaultThreshold, kDefaultThreshold};
 
 // Runs when libmori_core is loaded, after g_thresholds' constant initialization.
 static EnvLevels env_levels;
 
 void SetLevel(Module module, Level level) noexcept {
-  g_thresholds[static_cast<int>(module)].store(static_cast<int>(level),
-                                               std::memory_order_relaxed);
+  g_thresholds[static_cast<int>(module)].store(static_cast<int>(level), std::memory_order_relaxed);
 }
 
 Level GetLevel(Module module) noexcept {
-  return static_cast<Level>(
-      g_thresholds[static_cast<int>(module)].load(std::memory_order_relaxed));
+  return static_cast<Level>(g_thresholds[static_cast<int>(module)].load(std::memory_order_relaxed));
 }
 
 const char* ModuleName(Module module) noexcept {
@@ -109,8 +106,9 @@ void Write(Module module, Level level, const char* file, int line,
     using Clock = std::chrono::system_clock;
     auto now = Clock::now();
     std::time_t secs = Clock::to_time_t(now);
-    auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                      now.time_since_epoch()).count() % 1000000;
+    auto micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+        1000000;
     std::tm tm{};
     localtime_r(&secs, &tm);
     char stamp[32];
@@ -122,9 +120,8 @@ void Write(Module module, Level level, const char* file, int line,
     char micro_buf[8];
     std::snprintf(micro_buf, sizeof(micro_buf), "%06ld", static_cast<long>(micros));
     std::string out = StrCat("[mori ", stamp, ".", micro_buf, " ", ::getpid(), ":",
-                             static_cast<long>(::syscall(SYS_gettid)), " ",
-                             ModuleName(module), " ", Upper(LevelName(level)), " ", base, ":",
-                             line, "] ", message, "\n");
+                             static_cast<long>(::syscall(SYS_gettid)), " ", ModuleName(module), " ",
+                             Upper(LevelName(level)), " ", base, ":", line, "] ", message, "\n");
     (void)!::write(STDERR_FILENO, out.data(), out.size());
   } catch (...) {
     // Logging never throws into the caller.

@@ -42,8 +42,8 @@ MORI_API std::vector<std::vector<uint8_t>> AllGatherBytes(Bootstrap& bootstrap,
                                                           const std::vector<uint8_t>& mine);
 
 // Broadcast of a blob whose size only root knows. Non-root ranks pass anything.
-MORI_API std::vector<uint8_t> BroadcastBytes(Bootstrap& bootstrap,
-                                             const std::vector<uint8_t>& blob, int root);
+MORI_API std::vector<uint8_t> BroadcastBytes(Bootstrap& bootstrap, const std::vector<uint8_t>& blob,
+                                             int root);
 
 struct TcpBootstrapOptions {
   int rank = 0;

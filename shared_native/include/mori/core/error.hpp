@@ -39,11 +39,11 @@ class MORI_API Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define MORI_DECLARE_ERROR(Name, Code)                                      \
-  class MORI_API Name : public Error {                                      \
-   public:                                                                  \
-    explicit Name(const std::string& message) : Error(Code, message) {}     \
-    ~Name() override;                                                       \
+#define MORI_DECLARE_ERROR(Name, Code)                                  \
+  class MORI_API Name : public Error {                                  \
+   public:                                                              \
+    explicit Name(const std::string& message) : Error(Code, message) {} \
+    ~Name() override;                                                   \
   }
 
 MORI_DECLARE_ERROR(InternalError, ErrorCode::kInternal);
@@ -68,19 +68,18 @@ MORI_DECLARE_ERROR(NotFoundError, ErrorCode::kNotFound);
 #define MORI_THROW(ErrorType, ...) throw ::mori::ErrorType(::mori::StrCat(__VA_ARGS__))
 
 // Throws InvalidArgumentError with the message when `cond` is false.
-#define MORI_CHECK_ARG(cond, ...)                                                   \
-  do {                                                                              \
-    if (MORI_UNLIKELY(!(cond))) {                                                   \
-      throw ::mori::InvalidArgumentError(::mori::StrCat(__VA_ARGS__));               \
-    }                                                                               \
+#define MORI_CHECK_ARG(cond, ...)                                      \
+  do {                                                                 \
+    if (MORI_UNLIKELY(!(cond))) {                                      \
+      throw ::mori::InvalidArgumentError(::mori::StrCat(__VA_ARGS__)); \
+    }                                                                  \
   } while (0)
 
 // Throws InternalError naming the failed invariant, its place and a message.
-#define MORI_CHECK(cond, ...)                                                             \
-  do {                                                                                    \
-    if (MORI_UNLIKELY(!(cond))) {                                                         \
-      throw ::mori::InternalError(                                                        \
-          ::mori::StrCat("check failed: " #cond " at ", __FILE__, ":", __LINE__, ": ",    \
-                         __VA_ARGS__));                                                   \
-    }                                                                                     \
+#define MORI_CHECK(cond, ...)                                                                  \
+  do {                                                                                         \
+    if (MORI_UNLIKELY(!(cond))) {                                                              \
+      throw ::mori::InternalError(::mori::StrCat("check failed: " #cond " at ", __FILE__, ":", \
+                                                 __LINE__, ": ", __VA_ARGS__));                \
+    }                                                                                          \
   } while (0)

@@ -48,13 +48,13 @@ MORI_API void Write(Module module, Level level, const char* file, int line,
 // MORI_LOG(kIo, kInfo, "connected to ", peer, " in ", ms, " ms");
 // A statement in all contexts (do/while(0)), declares no names in the caller's
 // scope, and evaluates its arguments only when the level is enabled.
-#define MORI_LOG(module, level, ...)                                                    \
-  do {                                                                                  \
-    if (MORI_UNLIKELY(::mori::log::Enabled(::mori::log::Module::module,                 \
-                                           ::mori::log::Level::level))) {               \
-      ::mori::log::Write(::mori::log::Module::module, ::mori::log::Level::level,        \
-                         __FILE__, __LINE__, ::mori::StrCat(__VA_ARGS__));              \
-    }                                                                                   \
+#define MORI_LOG(module, level, ...)                                                         \
+  do {                                                                                       \
+    if (MORI_UNLIKELY(                                                                       \
+            ::mori::log::Enabled(::mori::log::Module::module, ::mori::log::Level::level))) { \
+      ::mori::log::Write(::mori::log::Module::module, ::mori::log::Level::level, __FILE__,   \
+                         __LINE__, ::mori::StrCat(__VA_ARGS__));                             \
+    }                                                                                        \
   } while (0)
 
 #define MORI_LOG_TRACE(module, ...) MORI_LOG(module, kTrace, __VA_ARGS__)

@@ -81,9 +81,9 @@ class ScopedTimer {
 // Times the rest of the enclosing scope under `name` (a string literal) for
 // `module` (kCore, kShmem, kIo, kEp, kCcl). The two names it declares carry the
 // line number, so several timers can share a scope.
-#define MORI_SCOPED_TIMER(module, name)                                              \
-  static ::mori::telemetry::TimerSite MORI_CONCAT(mori_timer_site_, __LINE__){       \
-      ::mori::log::Module::module, name};                                            \
-  ::mori::telemetry::ScopedTimer MORI_CONCAT(mori_timer_, __LINE__) {                \
-    MORI_CONCAT(mori_timer_site_, __LINE__)                                          \
+#define MORI_SCOPED_TIMER(module, name)                                        \
+  static ::mori::telemetry::TimerSite MORI_CONCAT(mori_timer_site_, __LINE__){ \
+      ::mori::log::Module::module, name};                                      \
+  ::mori::telemetry::ScopedTimer MORI_CONCAT(mori_timer_, __LINE__) {          \
+    MORI_CONCAT(mori_timer_site_, __LINE__)                                    \
   }

@@ -47,7 +47,9 @@ def reduce_sum(out: torch.Tensor, inputs: list[torch.Tensor]) -> torch.Tensor:
     name = _dtype_name(out)
     for i, t in enumerate(inputs):
         if t.device.type != "cpu" or out.device.type != "cpu":
-            raise InvalidArgumentError(f"reduce_sum runs on CPU tensors; input {i} is on {t.device}")
+            raise InvalidArgumentError(
+                f"reduce_sum runs on CPU tensors; input {i} is on {t.device}"
+            )
         if t.dtype != out.dtype or t.shape != out.shape:
             raise InvalidArgumentError(
                 f"input {i} is {t.dtype} {tuple(t.shape)}, out is {out.dtype} {tuple(out.shape)}"
