@@ -123,6 +123,8 @@ Native bootstrap over TCP: all-gather, broadcast and barrier of byte blobs throu
 rank 0. Rank 0 listens on (host, port); port 0 picks a free port (see ``port``).
 Every wait is bounded by ``timeout_s``; a dead peer raises TransportError, a slow
 one MoriTimeoutError.)doc")
+      // The GIL is released inside the factories, not with call_guard: pybind11
+      // registers the new instance after the factory returns and needs the GIL then.
       .def(py::init(
                [](int rank, int world_size, const std::string& host, int port, double timeout_s) {
                  TcpBootstrapOptions o;
@@ -132,14 +134,18 @@ one MoriTimeoutError.)doc")
                  o.port = port;
                  MORI_CHECK_ARG(timeout_s > 0, "timeout_s ", timeout_s, " must be positive");
                  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+                 py::gil_scoped_release release;
                  return std::make_shared<TcpBootstrap>(o);
                }),
            py::arg("rank"), py::arg("world_size"), py::arg("host") = "127.0.0.1",
-           py::arg("port") = 0, py::arg("timeout_s") = 120.0,
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("port") = 0, py::arg("timeout_s") = 120.0)
       .def_static(
-          "from_env", [] { return std::make_shared<TcpBootstrap>(TcpBootstrap::OptionsFromEnv()); },
-          py::call_guard<py::gil_scoped_release>(),
+          "from_env",
+          [] {
+            TcpBootstrapOptions o = TcpBootstrap::OptionsFromEnv();
+            py::gil_scoped_release release;
+            return std::make_shared<TcpBootstrap>(o);
+          },
           R"doc(Build from torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (the port used is
 MORI_BOOTSTRAP_PORT, or MASTER_PORT + 1).)doc")
       .def_property_readonly("rank", &TcpBootstrap::Rank)
