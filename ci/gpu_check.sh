@@ -18,6 +18,12 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export MORI_CUDA=on MORI_CUDA_ARCHS="${MORI_CUDA_ARCHS:-90}" PYTHONUNBUFFERED=1
 export CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"
+# The H200 image sets CC/CXX to a GCC under /opt/gcc that links libstdc++ statically;
+# a static copy beside torch's shared libstdc++ crashes (two runtimes, one process).
+# Build with the system compiler, which links libstdc++.so like torch does.
+if [ -x /usr/bin/g++ ]; then
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+fi
 PY="${PYTHON:-python3}"
 
 status=0

@@ -2,7 +2,11 @@
 # Copyright (c) 2026 The mori authors
 """Layout of the installed mori-core: namespace package, native library, CMake config."""
 
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 import mori
 import mori.core as mc
@@ -39,3 +43,13 @@ def test_exactly_one_libmori_core_is_mapped():
         if line.rstrip().endswith("libmori_core.so")
     }
     assert maps == {str(Path(mc.library_path()).resolve())}
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="ldd not available")
+def test_libstdcxx_is_linked_dynamically():
+    # A statically linked libstdc++ inside libmori_core or an extension gives the
+    # process two C++ runtimes once torch loads the shared one: exceptions and
+    # locales then cross between them and crash (seen with the H200 image's /opt/gcc).
+    for path in (mc.library_path(), mc._C.__file__):
+        out = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30).stdout
+        assert "libstdc++.so" in out, f"{path} does not link libstdc++.so:\n{out}"
