@@ -11,6 +11,7 @@
 #   MORI_GPU_CHECK_TESTS="packages/mori-core/tests" ci/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# At most 8 files come back from the device tool: keep the outputs few.
 OUT="${OUT:-$PWD/build/gpu-check}"
 mkdir -p "$OUT"
 
@@ -41,10 +42,11 @@ fi
 step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
 for pkg in mori-core mori-io mori-ep mori-ccl; do
   if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
-      "./packages/$pkg" >"$OUT/build-$pkg.log" 2>&1; then
-    echo "BUILD FAILED: $pkg (tail of build-$pkg.log follows)"; tail -40 "$OUT/build-$pkg.log"
+      "./packages/$pkg" >"$OUT/build-$pkg.log.tmp" 2>&1; then
+    echo "BUILD FAILED: $pkg"; tail -40 "$OUT/build-$pkg.log.tmp"; cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"
     exit 1
   fi
+  cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"; rm -f "$OUT/build-$pkg.log.tmp"
   echo "built $pkg"
 done
 
