@@ -11,5 +11,7 @@ void register_errors(pybind11::module_& m);
 void register_logging(pybind11::module_& m);
 void register_bootstrap(pybind11::module_& m);
 void register_topology(pybind11::module_& m);
+void register_shmem(pybind11::module_& m);
+void register_shmem_diag(pybind11::module_& m);
 
 }  // namespace mori::python

@@ -38,6 +38,10 @@ class PyObjectBootstrap final : public Bootstrap {
   }
 
   ~PyObjectBootstrap() override {
+    if (!Py_IsInitialized()) {
+      obj_.release();  // the interpreter is gone: nothing left to decref
+      return;
+    }
     py::gil_scoped_acquire gil;
     obj_ = py::object();
   }

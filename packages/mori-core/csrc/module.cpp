@@ -12,4 +12,6 @@ PYBIND11_MODULE(_C, m) {
   mori::python::register_logging(m);
   mori::python::register_bootstrap(m);
   mori::python::register_topology(m);
+  mori::python::register_shmem(m);
+  mori::python::register_shmem_diag(m);
 }

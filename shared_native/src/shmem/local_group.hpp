@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+#include "heap_backend.hpp"
+
+namespace mori::shmem::internal {
+
+// Collective: finds which pes share this node (same hostname and boot id, or the
+// same MORI_SHMEM_NODE_ID when set, which tests use to emulate several nodes on
+// one machine) and agrees on a group id unique to this Init.
+LocalGroup DiscoverLocalGroup(bootstrap::Bootstrap& bootstrap);
+
+}  // namespace mori::shmem::internal
