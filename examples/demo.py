@@ -26,6 +26,26 @@ def bootstrap_worker() -> None:
             print("   ", blob.decode())
     print(f"    rank {b.rank} got root's token {token.hex()}")
 
+    # The same bootstrap brings up a symmetric heap in host memory: each pe puts
+    # its rank into its right neighbour's copy and raises a flag there.
+    import torch
+
+    from mori.core import shmem
+
+    shmem.init(device="cpu", heap_size="8M", bootstrap=b)
+    me, n = shmem.my_pe(), shmem.n_pes()
+    data = shmem.empty((4,), torch.int64)
+    flag = shmem.empty((1,), torch.int64)
+    flag.zero_()
+    shmem.barrier_all()
+    shmem.put(data, torch.full((4,), 100 + me), (me + 1) % n)
+    shmem.signal(flag, 1, (me + 1) % n)
+    shmem.wait_until(flag, "eq", 1, timeout_s=30)
+    print(f"    pe {me}: symmetric buffer received {data.tolist()} from pe {(me - 1) % n}")
+    shmem.barrier_all()
+    del data, flag
+    shmem.finalize()
+
 
 def main() -> None:
     import torch
@@ -55,7 +75,7 @@ def main() -> None:
     print("\n== topology")
     print(format_table(get_topology()))
 
-    print("\n== bootstrap round among 2 local processes (native TCP, torchrun env)")
+    print("\n== bootstrap round + symmetric heap among 2 local processes (native TCP, torchrun env)")
     for r in launch_local([__file__, WORKER_FLAG], 2, timeout_s=60):
         print(r.output.rstrip())
 

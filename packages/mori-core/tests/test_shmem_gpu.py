@@ -53,24 +53,24 @@ def _run(mode: str, placement: str, world: int, *extra: str, timeout_s: float = 
     return results
 
 
-def test_two_processes_one_gpu():
-    _gpus()
-    _run("suite", "shared", 2, "10000")
-
-
 def test_one_process_per_gpu():
     if _gpus() < 2:
         pytest.skip("needs 2 GPUs")
-    _run("suite", "per_gpu", 2, "20000")
+    _run("suite", "per_gpu", 2, "20000", timeout_s=180)
 
 
 def test_handle_type_fallback_and_override():
     n = _gpus()
-    results = _run("handle", "per_gpu" if n >= 2 else "shared", 2, timeout_s=240)
+    results = _run("handle", "per_gpu" if n >= 2 else "shared", 2, timeout_s=120)
     out = results[0].output
     assert "MORI_SHMEM_HANDLE=auto: handle_type=" in out
     assert "MORI_SHMEM_HANDLE=posix_fd: handle_type=posix_fd" in out
     assert "forced fabric refused" in out or "forced fabric accepted" in out
+
+
+def test_two_processes_one_gpu():
+    _gpus()
+    _run("suite", "shared", 2, "10000", timeout_s=200)
 
 
 def test_diag_kernels_refuse_without_heap():
