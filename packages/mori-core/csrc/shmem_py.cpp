@@ -35,7 +35,14 @@ void DeleteExported(dlpack::ManagedTensor* self) {
   auto* e = static_cast<Exported*>(self->manager_ctx);
   if (e->owned != nullptr && shm::Initialized() && shm::Generation() == e->generation) {
     try {
-      shm::Free(e->owned);
+      // Free takes the heap lock, which a malloc in another thread may hold while
+      // it waits for the GIL inside a Python bootstrap: never wait with the GIL.
+      if (Py_IsInitialized() && PyGILState_Check()) {
+        py::gil_scoped_release release;
+        shm::Free(e->owned);
+      } else {
+        shm::Free(e->owned);
+      }
     } catch (const std::exception& ex) {
       MORI_LOG_ERROR(kShmem, "freeing a tensor's symmetric buffer failed: ", ex.what());
     }
@@ -55,7 +62,11 @@ py::capsule ToDlpack(uintptr_t ptr, const std::vector<int64_t>& shape, int code,
                      bool owner) {
   auto e = std::make_unique<Exported>();
   e->shape = shape;
-  const shm::HeapInfo info = shm::GetHeapInfo();
+  shm::HeapInfo info;
+  {
+    py::gil_scoped_release release;
+    info = shm::GetHeapInfo();
+  }
   e->managed.dl_tensor.data = reinterpret_cast<void*>(ptr);
   e->managed.dl_tensor.device =
       info.kind == shm::MemoryKind::kCuda ? dlpack::Device{dlpack::kCUDA, info.device}
@@ -124,7 +135,11 @@ void register_shmem(py::module_& m) {
   m.def("shmem_my_pe", &shm::MyPe);
   m.def("shmem_n_pes", &shm::NPes);
   m.def("shmem_info", [] {
-    shm::HeapInfo h = shm::GetHeapInfo();
+    shm::HeapInfo h;
+    {
+      py::gil_scoped_release release;
+      h = shm::GetHeapInfo();
+    }
     py::dict d;
     d["kind"] = h.kind == shm::MemoryKind::kCuda ? "cuda" : "host";
     d["device"] = h.device;
@@ -145,7 +160,8 @@ void register_shmem(py::module_& m) {
       },
       py::arg("nbytes"), py::arg("align"), py::call_guard<py::gil_scoped_release>());
   m.def(
-      "shmem_free", [](uintptr_t ptr) { shm::Free(P(ptr)); }, py::arg("ptr"));
+      "shmem_free", [](uintptr_t ptr) { shm::Free(P(ptr)); }, py::arg("ptr"),
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "shmem_ptr",
       [](uintptr_t sym, int pe) { return reinterpret_cast<uintptr_t>(shm::Ptr(P(sym), pe)); },

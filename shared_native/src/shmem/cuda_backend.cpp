@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -160,6 +161,8 @@ class CudaBackend final : public HeapBackend {
   size_t size() const override { return options_.heap_size; }
   HandleType handle_type() const override { return type_; }
   std::string handle_notes() const override { return notes_; }
+  // Pinned host memory mapped into the device (same address under UVA): readable
+  // by shmem.cpp's host code and by any kernel.
   char* const* peer_bases_for_kernels() const override { return peer_bases_dev_; }
 
   void Copy(void* dst, const void* src, size_t nbytes) override {

@@ -399,8 +399,11 @@ void BarrierAll() {
   }
   // The host protocol: same as the device one, on a separate counter array.
   const uint64_t k = ++s.host_epoch;
+  // Peer addresses come from the backend: ctx.peer_bases may be device memory.
+  const size_t slot = reinterpret_cast<char*>(&s.host_arrive[s.my_pe]) - s.backend->base(s.my_pe);
   for (int pe = 0; pe < s.n_pes; ++pe) {
-    s.backend->SignalWord(PeerPtr(s.ctx, &s.host_arrive[s.my_pe], pe), 1, SignalOp::kAdd);
+    s.backend->SignalWord(reinterpret_cast<uint64_t*>(s.backend->base(pe) + slot), 1,
+                          SignalOp::kAdd);
   }
   const auto deadline = std::chrono::steady_clock::now() + s.options.timeout;
   for (int pe = 0; pe < s.n_pes; ++pe) {

@@ -108,25 +108,23 @@ __device__ __forceinline__ T* PeerOrTrap(const DeviceContext& ctx, T* sym, int p
   return p;
 }
 
-// Copies `bytes` in words of type W, thread `tid` of `nthreads` taking words
-// tid, tid + nthreads, ... (coalesced across the threads). Four words in flight
-// per thread before the stores, so few SMs still keep NVLink busy.
-template <typename W>
+// Copies `nwords` words of type W, thread `tid` of `nthreads` taking words
+// tid, tid + nthreads, ... (coalesced across the threads). kInFlight loads are
+// issued before their stores, so that a few SMs keep enough bytes in flight to
+// fill NVLink (8 x 16 B per thread measured better than 4 on H200; BENCHMARKS.md).
+template <typename W, int kInFlight = 8>
 __device__ __forceinline__ void CopyWords(char* dst, const char* src, size_t nwords, unsigned tid,
                                           unsigned nthreads) {
   W* d = reinterpret_cast<W*>(dst);
   const W* s = reinterpret_cast<const W*>(src);
   size_t i = tid;
   const size_t step = nthreads;
-  for (; i + 3 * step < nwords; i += 4 * step) {
-    W a = s[i];
-    W b = s[i + step];
-    W c = s[i + 2 * step];
-    W e = s[i + 3 * step];
-    d[i] = a;
-    d[i + step] = b;
-    d[i + 2 * step] = c;
-    d[i + 3 * step] = e;
+  for (; i + (kInFlight - 1) * step < nwords; i += kInFlight * step) {
+    W v[kInFlight];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) v[k] = s[i + k * step];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) d[i + k * step] = v[k];
   }
   for (; i < nwords; i += step) d[i] = s[i];
 }

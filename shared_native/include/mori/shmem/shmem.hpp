@@ -91,6 +91,7 @@ MORI_API void Signal(uint64_t* sig_sym, uint64_t value, int pe, SignalOp op);
 // throws TimeoutError naming the signal, comparison and last value.
 MORI_API uint64_t WaitUntil(uint64_t* sig_sym, Cmp cmp, uint64_t value,
                             std::chrono::milliseconds timeout);
+// One thread per pe at a time (each pe keeps one epoch counter).
 MORI_API void BarrierAll();
 // CUDA heaps: enqueue a device barrier on `stream` (a cudaStream_t as integer);
 // capturable in CUDA graphs. Throws NotSupportedError for host heaps.

@@ -78,3 +78,39 @@ def shmem_wait_until(sig_sym: int, cmp: str, value: int, timeout_s: float) -> in
 def shmem_barrier_all() -> None: ...
 def shmem_barrier_on_stream(stream: int) -> None: ...
 def shmem_dlpack(ptr: int, shape: list[int], code: int, bits: int, owner: bool) -> Any: ...
+
+# Diagnostic / benchmark kernels on the CUDA heap (NotSupportedError without CUDA).
+def _shmem_put_kernel(
+    dst_sym: int,
+    src: int,
+    nbytes: int,
+    pe: int,
+    scope: str = "block",
+    blocks: int = 1,
+    threads: int = 512,
+    stream: int = 0,
+) -> None: ...
+def _shmem_get_kernel(
+    dst: int,
+    src_sym: int,
+    nbytes: int,
+    pe: int,
+    scope: str = "block",
+    blocks: int = 1,
+    threads: int = 512,
+    stream: int = 0,
+) -> None: ...
+def _shmem_signal_stress(
+    buf_sym: int,
+    flags_sym: int,
+    mismatches: int,
+    slot_bytes: int,
+    slots: int,
+    rounds: int,
+    peer: int,
+    sender: bool,
+    threads: int = 256,
+    timeout_s: float = 0.0,
+    stream: int = 0,
+) -> None: ...
+def _shmem_barrier_loop(iters: int, stream: int = 0, timeout_s: float = 0.0) -> None: ...
