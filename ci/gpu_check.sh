@@ -8,7 +8,7 @@
 # scikit-build-core can be carried as a wheel in .whl/ (see BENCHMARKS/README).
 #
 #   ci/gpu_check.sh            # everything
-#   MORI_GPU_CHECK_TESTS="packages/mori-core/tests" ci/gpu_check.sh
+#   MORI_GPU_CHECK_PACKAGES=mori-core MORI_GPU_CHECK_TESTS="packages/mori-core/tests" ci/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # At most 8 files come back from the device tool: keep the outputs few.
@@ -40,7 +40,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 
 step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
-for pkg in mori-core mori-io mori-ep mori-ccl; do
+for pkg in ${MORI_GPU_CHECK_PACKAGES:-mori-core mori-io mori-ep mori-ccl}; do
   if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
       "./packages/$pkg" >"$OUT/build-$pkg.log.tmp" 2>&1; then
     echo "BUILD FAILED: $pkg"; tail -40 "$OUT/build-$pkg.log.tmp"; cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"
