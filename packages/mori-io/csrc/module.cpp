@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "backend_probe.hpp"
+#include "engine_py.hpp"
 #include "mori/python/extension.hpp"
 
 namespace py = pybind11;
@@ -25,4 +26,6 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"),
       R"doc(Return (available, reason): whether ``backend`` can run on this machine.)doc");
+
+  mori::io::register_engine(m);
 }

@@ -3,6 +3,7 @@
 """Type stubs for mori.io._C."""
 
 import enum
+from collections.abc import Sequence
 
 __mori_core_version_compiled__: str
 
@@ -11,5 +12,110 @@ class BackendType(enum.IntEnum):
     SHM = 1
     P2P = 2
     RDMA = 3
+
+class StatusCode(enum.IntEnum):
+    SUCCESS = 0
+    INIT = 1
+    ERROR = 2
+    NOT_FOUND = 3
+    IN_PROGRESS = 4
+    ERR_INVALID_ARGS = 5
+    ERR_OUT_OF_BOUNDS = 6
+    ERR_PEER_LOST = 7
+    ERR_TIMEOUT = 8
+    ERR_BAD_STATE = 9
+
+class MemoryLocationType(enum.IntEnum):
+    Unknown = 0
+    CPU = 1
+    GPU = 2
+
+class TransferStatus:
+    def __init__(self) -> None: ...
+    def Code(self) -> StatusCode: ...
+    def Message(self) -> str: ...
+    def InProgress(self) -> bool: ...
+    def Succeeded(self) -> bool: ...
+    def Failed(self) -> bool: ...
+    def Wait(self) -> None: ...
+    def WaitFor(self, timeout_ms: int) -> bool: ...
+
+class Session:
+    def transfer(
+        self, write: bool, local_offset: int, remote_offset: int, size: int, uid: int
+    ) -> TransferStatus: ...
+    def batch_transfer(
+        self,
+        write: bool,
+        local_offsets: Sequence[int],
+        remote_offsets: Sequence[int],
+        sizes: Sequence[int],
+        uid: int,
+    ) -> TransferStatus: ...
+    def alive(self) -> bool: ...
+
+class Engine:
+    key: str
+    host: str
+    port: int
+    has_tcp_backend: bool
+    hot_path_options: dict[str, bool]
+    def __init__(self, key: str, host: str, port: int) -> None: ...
+    def create_tcp_backend(
+        self,
+        num_worker_threads: int,
+        qp_per_transfer: int,
+        enable_chunking: bool,
+        chunk_size: int,
+        peer_timeout_ms: int,
+        sock_buf_bytes: int,
+    ) -> None: ...
+    def register_memory(
+        self, addr: int, size: int, device_id: int, loc: MemoryLocationType
+    ) -> int: ...
+    def deregister_memory(self, id: int) -> None: ...
+    def register_remote_engine(self, key: str, host: str, port: int) -> None: ...
+    def deregister_remote_engine(self, key: str) -> None: ...
+    def has_remote_engine(self, key: str) -> bool: ...
+    def allocate_transfer_uid(self) -> int: ...
+    def transfer(
+        self,
+        write: bool,
+        local_mem: int,
+        local_offset: int,
+        remote_key: str,
+        remote_mem: int,
+        remote_size: int,
+        remote_offset: int,
+        size: int,
+        uid: int,
+    ) -> TransferStatus: ...
+    def batch_transfer(
+        self,
+        write: bool,
+        local_mem: int,
+        local_offsets: Sequence[int],
+        remote_key: str,
+        remote_mem: int,
+        remote_size: int,
+        remote_offsets: Sequence[int],
+        sizes: Sequence[int],
+        uid: int,
+    ) -> TransferStatus: ...
+    def pop_inbound_transfer_status(self, remote_key: str, uid: int) -> TransferStatus | None: ...
+    def create_session(
+        self, local_mem: int, remote_key: str, remote_mem: int, remote_size: int
+    ) -> Session: ...
+    def ledger_stats(self) -> dict[str, int | bool]: ...
+
+class SubmissionLedger:
+    capacity: int
+    admission_limit: int
+    live: int
+    window: int
+    def __init__(self, capacity: int, use_map: bool = False) -> None: ...
+    def admit(self) -> int | None: ...
+    def release(self, record_id: int) -> bool: ...
+    def is_live(self, record_id: int) -> bool: ...
 
 def probe_backend(backend: BackendType) -> tuple[bool, str]: ...

@@ -12,8 +12,18 @@ import mori.core  # noqa: F401  (loads libmori_core before the extension)
 
 from . import _C
 from ._version import __version__
-
-BackendType = _C.BackendType
+from .descriptors import EngineDesc, MemoryDesc
+from .engine import (
+    BackendType,
+    IOEngine,
+    IOEngineConfig,
+    IOEngineSession,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+    TransferStatus,
+    wait_all,
+)
 
 
 def backend_availability() -> dict[str, tuple[bool, str]]:
@@ -34,4 +44,19 @@ def backend_from_name(name: str) -> BackendType:
         ) from None
 
 
-__all__ = ["BackendType", "__version__", "backend_availability", "backend_from_name"]
+__all__ = [
+    "BackendType",
+    "EngineDesc",
+    "IOEngine",
+    "IOEngineConfig",
+    "IOEngineSession",
+    "MemoryDesc",
+    "MemoryLocationType",
+    "StatusCode",
+    "TcpBackendConfig",
+    "TransferStatus",
+    "__version__",
+    "backend_availability",
+    "backend_from_name",
+    "wait_all",
+]

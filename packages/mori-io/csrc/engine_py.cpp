@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+// Python bindings of the transfer engine: the only file of the engine that knows pybind11.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "engine_py.hpp"
+#include "io_engine.hpp"
+#include "mori/core/error.hpp"
+
+namespace py = pybind11;
+
+namespace mori::io {
+namespace {
+
+using StatePtr = std::shared_ptr<TransferState>;
+
+std::vector<TransferSpan> Spans(const std::vector<uint64_t>& lo, const std::vector<uint64_t>& ro,
+                                const std::vector<uint64_t>& sizes) {
+  MORI_CHECK_ARG(lo.size() == ro.size() && lo.size() == sizes.size(), "batch: local_offsets (",
+                 lo.size(), "), remote_offsets (", ro.size(), ") and sizes (", sizes.size(),
+                 ") must have the same length");
+  std::vector<TransferSpan> spans(lo.size());
+  for (size_t i = 0; i < lo.size(); ++i) spans[i] = {lo[i], ro[i], sizes[i]};
+  return spans;
+}
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  py::enum_<StatusCode>(m, "StatusCode", "Transfer status codes (MORI's first four values).")
+      .value("SUCCESS", StatusCode::SUCCESS)
+      .value("INIT", StatusCode::INIT)
+      .value("ERROR", StatusCode::ERROR)
+      .value("NOT_FOUND", StatusCode::NOT_FOUND)
+      .value("IN_PROGRESS", StatusCode::IN_PROGRESS)
+      .value("ERR_INVALID_ARGS", StatusCode::ERR_INVALID_ARGS)
+      .value("ERR_OUT_OF_BOUNDS", StatusCode::ERR_OUT_OF_BOUNDS)
+      .value("ERR_PEER_LOST", StatusCode::ERR_PEER_LOST)
+      .value("ERR_TIMEOUT", StatusCode::ERR_TIMEOUT)
+      .value("ERR_BAD_STATE", StatusCode::ERR_BAD_STATE);
+
+  py::enum_<MemoryLocationType>(m, "MemoryLocationType", "Where registered memory lives.")
+      .value("Unknown", MemoryLocationType::Unknown)
+      .value("CPU", MemoryLocationType::CPU)
+      .value("GPU", MemoryLocationType::GPU);
+
+  py::class_<TransferState, StatePtr>(m, "TransferStatus", R"doc(
+The status of one transfer (or batch). Finished exactly once; Wait/WaitFor release the GIL.)doc")
+      .def(py::init<>())
+      .def("Code", &TransferState::Code)
+      .def("Message", &TransferState::Message)
+      .def("InProgress", &TransferState::InProgress)
+      .def("Succeeded", &TransferState::Succeeded)
+      .def("Failed", &TransferState::Failed)
+      .def(
+          "Wait", [](TransferState& s) { s.WaitFor(-1); }, py::call_guard<py::gil_scoped_release>(),
+          R"doc(Block until finished. Bounded: a lost peer fails the transfer within its timeout.)doc")
+      .def("WaitFor", &TransferState::WaitFor, py::arg("timeout_ms"),
+           py::call_guard<py::gil_scoped_release>(),
+           R"doc(Block up to timeout_ms milliseconds; True when finished.)doc")
+      .def("__repr__", [](const TransferState& s) {
+        std::string r = StrCat("TransferStatus(", StatusCodeName(s.Code()));
+        if (s.Failed()) r += StrCat(", '", s.Message(), "'");
+        return r + ")";
+      });
+
+  py::class_<Session, std::shared_ptr<Session>>(m, "Session")
+      .def(
+          "transfer",
+          [](Session& s, bool write, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            TransferSpan span{lo, ro, size};
+            py::gil_scoped_release nogil;
+            return s.Transfer(write ? Op::kWrite : Op::kRead, &span, 1, uid);
+          },
+          py::arg("write"), py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
+          py::arg("uid"))
+      .def(
+          "batch_transfer",
+          [](Session& s, bool write, const std::vector<uint64_t>& lo,
+             const std::vector<uint64_t>& ro, const std::vector<uint64_t>& sizes, uint64_t uid) {
+            std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
+            py::gil_scoped_release nogil;
+            return s.Transfer(write ? Op::kWrite : Op::kRead, spans.data(), spans.size(), uid);
+          },
+          py::arg("write"), py::arg("local_offsets"), py::arg("remote_offsets"), py::arg("sizes"),
+          py::arg("uid"))
+      .def("alive", &Session::Alive);
+
+  py::class_<IoEngine>(m, "Engine", "The native engine behind mori.io.IOEngine.")
+      .def(py::init<std::string, std::string, uint16_t>(), py::arg("key"), py::arg("host"),
+           py::arg("port"))
+      .def_property_readonly("key", &IoEngine::key)
+      .def_property_readonly("host", &IoEngine::host)
+      .def_property_readonly("port", &IoEngine::port)
+      .def_property_readonly("has_tcp_backend", &IoEngine::HasTcpBackend)
+      .def(
+          "create_tcp_backend",
+          [](IoEngine& e, int workers, int qps, bool chunking, uint64_t chunk, int timeout_ms,
+             int sock_buf) {
+            TcpBackendConfig c;
+            c.num_worker_threads = workers;
+            c.qp_per_transfer = qps;
+            c.enable_chunking = chunking;
+            c.chunk_size = chunk;
+            c.peer_timeout_ms = timeout_ms;
+            c.sock_buf_bytes = sock_buf;
+            e.CreateTcpBackend(c);
+          },
+          py::arg("num_worker_threads"), py::arg("qp_per_transfer"), py::arg("enable_chunking"),
+          py::arg("chunk_size"), py::arg("peer_timeout_ms"), py::arg("sock_buf_bytes"))
+      .def(
+          "register_memory",
+          [](IoEngine& e, uintptr_t addr, uint64_t size, int device, MemoryLocationType loc) {
+            return e.RegisterMemory(addr, size, device, loc).id;
+          },
+          py::arg("addr"), py::arg("size"), py::arg("device_id"), py::arg("loc"))
+      .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
+      .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("key"),
+           py::arg("host"), py::arg("port"))
+      .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
+      .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
+      .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)
+      .def(
+          "transfer",
+          [](IoEngine& e, bool write, uint64_t local_mem, uint64_t lo, const std::string& key,
+             uint64_t remote_mem, uint64_t remote_size, uint64_t ro, uint64_t size, uint64_t uid) {
+            TransferSpan span{lo, ro, size};
+            py::gil_scoped_release nogil;
+            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
+                              remote_size, &span, 1, uid);
+          },
+          py::arg("write"), py::arg("local_mem"), py::arg("local_offset"), py::arg("remote_key"),
+          py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offset"), py::arg("size"),
+          py::arg("uid"))
+      .def(
+          "batch_transfer",
+          [](IoEngine& e, bool write, uint64_t local_mem, const std::vector<uint64_t>& lo,
+             const std::string& key, uint64_t remote_mem, uint64_t remote_size,
+             const std::vector<uint64_t>& ro, const std::vector<uint64_t>& sizes, uint64_t uid) {
+            std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
+            py::gil_scoped_release nogil;
+            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
+                              remote_size, spans.data(), spans.size(), uid);
+          },
+          py::arg("write"), py::arg("local_mem"), py::arg("local_offsets"), py::arg("remote_key"),
+          py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offsets"),
+          py::arg("sizes"), py::arg("uid"))
+      .def("pop_inbound_transfer_status", &IoEngine::PopInboundTransferStatus,
+           py::arg("remote_key"), py::arg("uid"))
+      .def("create_session", &IoEngine::CreateSession, py::arg("local_mem"), py::arg("remote_key"),
+           py::arg("remote_mem"), py::arg("remote_size"), py::keep_alive<0, 1>())
+      .def("ledger_stats",
+           [](IoEngine& e) {
+             SubmissionLedger& l = e.ledger();
+             return py::dict(py::arg("capacity") = l.capacity(), py::arg("live") = l.live(),
+                             py::arg("window") = l.window(), py::arg("uses_map") = l.uses_map());
+           })
+      .def_property_readonly("hot_path_options", [](IoEngine& e) {
+        const HotPathOptions& o = e.options();
+        return py::dict(py::arg("lockfree_endpoint") = o.lockfree_endpoint,
+                        py::arg("epoch_snapshot") = o.epoch_snapshot,
+                        py::arg("ledger_ring") = o.ledger_ring);
+      });
+
+  // The ledger alone, for tests of its boundary behaviour.
+  py::class_<SubmissionLedger>(m, "SubmissionLedger")
+      .def(py::init<size_t, bool>(), py::arg("capacity"), py::arg("use_map") = false)
+      .def_property_readonly("capacity", &SubmissionLedger::capacity)
+      .def_property_readonly("admission_limit", &SubmissionLedger::admission_limit)
+      .def_property_readonly("live", &SubmissionLedger::live)
+      .def_property_readonly("window", &SubmissionLedger::window)
+      .def("admit",
+           [](SubmissionLedger& l) -> py::object {
+             uint64_t id = l.Admit();
+             if (id == SubmissionLedger::kNoRecord) return py::none();
+             return py::int_(id);
+           })
+      .def("release", &SubmissionLedger::Release, py::arg("record_id"))
+      .def(
+          "is_live", [](SubmissionLedger& l, uint64_t id) { return l.Lookup(id) != nullptr; },
+          py::arg("record_id"));
+}
+
+}  // namespace mori::io

@@ -1,0 +1,1143 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include "io_engine.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "mori/core/error.hpp"
+#include "mori/core/logging.hpp"
+#include "mori/core/telemetry.hpp"
+
+namespace mori::io {
+
+const char* StatusCodeName(StatusCode code) noexcept {
+  switch (code) {
+    case StatusCode::SUCCESS:
+      return "SUCCESS";
+    case StatusCode::INIT:
+      return "INIT";
+    case StatusCode::ERROR:
+      return "ERROR";
+    case StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case StatusCode::IN_PROGRESS:
+      return "IN_PROGRESS";
+    case StatusCode::ERR_INVALID_ARGS:
+      return "ERR_INVALID_ARGS";
+    case StatusCode::ERR_OUT_OF_BOUNDS:
+      return "ERR_OUT_OF_BOUNDS";
+    case StatusCode::ERR_PEER_LOST:
+      return "ERR_PEER_LOST";
+    case StatusCode::ERR_TIMEOUT:
+      return "ERR_TIMEOUT";
+    case StatusCode::ERR_BAD_STATE:
+      return "ERR_BAD_STATE";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr size_t kHdr = sizeof(wire::Header);
+constexpr size_t kRecvBufBytes = 256 << 10;
+// Payloads at least this large, with nothing buffered, are received straight into
+// their destination (no staging copy).
+constexpr uint64_t kDirectRecvMin = 32 << 10;
+// Bytes one connection may consume per readiness event before the reactor serves the
+// others (level-triggered epoll brings it back).
+constexpr size_t kReadBudget = 8 << 20;
+constexpr int kMaxIov = 512;
+constexpr size_t kLedgerCapacity = 1 << 14;
+
+bool EnvFlag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return !(std::strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0);
+}
+
+std::string ErrnoText(int err) { return StrCat(std::strerror(err), " (errno ", err, ")"); }
+
+const char* WireStatusText(wire::WireStatus s) {
+  switch (s) {
+    case wire::WireStatus::kOk:
+      return "ok";
+    case wire::WireStatus::kUnknownMemory:
+      return "the memory id is not registered with the target (never, or deregistered)";
+    case wire::WireStatus::kOutOfBounds:
+      return "out of bounds of the registered region";
+    case wire::WireStatus::kNotHostMemory:
+      return "the region is GPU memory, which the TCP backend does not serve yet";
+  }
+  return "unknown status";
+}
+
+StatusCode WireStatusCode(wire::WireStatus s) {
+  switch (s) {
+    case wire::WireStatus::kOk:
+      return StatusCode::SUCCESS;
+    case wire::WireStatus::kUnknownMemory:
+      return StatusCode::NOT_FOUND;
+    case wire::WireStatus::kOutOfBounds:
+      return StatusCode::ERR_OUT_OF_BOUNDS;
+    case wire::WireStatus::kNotHostMemory:
+      return StatusCode::ERR_INVALID_ARGS;
+  }
+  return StatusCode::ERROR;
+}
+
+void SetSocketOptions(int fd, const TcpBackendConfig& cfg) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  // A silent peer (host gone, no RST) is noticed within about peer_timeout_ms:
+  // keepalive probes when idle, TCP_USER_TIMEOUT when data stays unacknowledged.
+  int idle = std::max(1, cfg.peer_timeout_ms / 3000);
+  int intvl = 1, cnt = 3;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  unsigned user_timeout = static_cast<unsigned>(cfg.peer_timeout_ms);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+  if (cfg.sock_buf_bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cfg.sock_buf_bytes, sizeof(cfg.sock_buf_bytes));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &cfg.sock_buf_bytes, sizeof(cfg.sock_buf_bytes));
+  }
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Connects with a deadline; returns the fd (non-blocking) or -1 with *error set.
+int ConnectTo(const std::string& host, uint16_t port, int timeout_ms, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &res);
+  if (rc != 0) {
+    *error = StrCat("cannot resolve ", host, ": ", ::gai_strerror(rc));
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, timeout_ms);
+      if (rc == 1) {
+        int soerr = 0;
+        socklen_t len = sizeof(soerr);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+        rc = soerr == 0 ? 0 : -1;
+        errno = soerr;
+      } else {
+        if (rc == 0) errno = ETIMEDOUT;
+        rc = -1;
+      }
+    }
+    if (rc == 0) break;
+    *error = StrCat("cannot connect to ", host, ":", port, ": ", ErrnoText(errno));
+    ::close(fd);
+    fd = -1;
+  }
+  ::freeaddrinfo(res);
+  return fd;
+}
+
+bool SendAll(int fd, const char* data, size_t len, int timeout_ms, std::string* error) {
+  while (len > 0) {
+    ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
+    if (n > 0) {
+      data += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, timeout_ms) == 1) continue;
+      *error = "timed out sending the hello";
+      return false;
+    }
+    *error = StrCat("send failed: ", ErrnoText(errno));
+    return false;
+  }
+  return true;
+}
+
+struct SendItem {
+  wire::Header hdr;
+  const char* payload;  // not owned: registered memory
+  uint64_t len;         // payload bytes to send after the header
+  uint64_t sent;        // bytes of header + payload already sent
+};
+
+struct Pending {
+  uint64_t record_id;
+  wire::MsgType type;
+  char* local;
+  uint64_t length;
+  uint64_t mem_id;
+  uint64_t offset;
+};
+
+}  // namespace
+
+HotPathOptions HotPathOptions::FromEnv() {
+  HotPathOptions o;
+  o.lockfree_endpoint = EnvFlag("MORI_IO_LOCKFREE_ENDPOINT", true);
+  o.epoch_snapshot = EnvFlag("MORI_IO_EPOCH_SNAPSHOT", true);
+  const char* ledger = std::getenv("MORI_IO_LEDGER");
+  o.ledger_ring = !(ledger != nullptr && std::strcmp(ledger, "map") == 0);
+  return o;
+}
+
+void Peer::MarkFailed(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(fail_mu);
+  if (failed.load(std::memory_order_relaxed)) return;
+  fail_reason = reason;
+  failed.store(true, std::memory_order_release);
+}
+
+std::string Peer::FailReason() {
+  std::lock_guard<std::mutex> lock(fail_mu);
+  return fail_reason;
+}
+
+// One TCP connection. The send side (queue, pending responses, liveness) is shared by
+// submitting threads and the owning reactor, under `mu`; the receive side belongs to
+// the reactor alone.
+struct Conn {
+  int fd = -1;
+  bool outbound = false;
+  Worker* worker = nullptr;
+  std::string remote_key;
+  std::weak_ptr<Peer> peer;
+  std::string peer_addr;
+
+  std::mutex mu;
+  std::deque<SendItem> sendq;
+  std::deque<Pending> pending;  // outbound: requests awaiting their response, in order
+  bool dead = false;
+  bool out_armed = false;
+  std::string dead_reason;
+
+  std::vector<char> rbuf = std::vector<char>(kRecvBufBytes);
+  size_t rpos = 0;
+  size_t rlen = 0;
+  wire::Header cur{};
+  bool in_payload = false;
+  uint64_t payload_left = 0;
+  char* payload_dst = nullptr;  // null: discard the payload
+  wire::WireStatus cur_status = wire::WireStatus::kOk;
+  Pending cur_pending{};
+  bool hello_done = false;
+  std::string hello;
+  std::vector<SendItem> out_local;  // responses of one read pass, queued at its end
+};
+
+class Worker {
+ public:
+  Worker(IoEngine* engine, int index, int listen_fd) : engine_(engine), index_(index) {
+    epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (epfd_ < 0 || wake_fd_ < 0) MORI_THROW(TransportError, "epoll/eventfd: ", ErrnoText(errno));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &wake_fd_;
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    if (listen_fd >= 0) {
+      listen_fd_ = listen_fd;
+      ev.data.ptr = &listen_fd_;
+      ::epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+    }
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~Worker() {
+    Stop();
+    CloseAll("engine shut down");
+    ::close(epfd_);
+    ::close(wake_fd_);
+  }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_.store(true, std::memory_order_release);
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+    (void)ignored;
+    thread_.join();
+  }
+
+  void Add(const std::shared_ptr<Conn>& c) {
+    c->worker = this;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      conns_[c.get()] = c;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = c.get();
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, c->fd, &ev);
+  }
+
+  void ArmOut(Conn& c, bool on) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u);
+    ev.data.ptr = &c;
+    ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+
+  // Sends what the queue holds without blocking; arms EPOLLOUT for the rest. Called
+  // with c.mu held. Returns 0 or the errno of a fatal send error.
+  int FlushLocked(Conn& c) {
+    while (!c.sendq.empty()) {
+      iovec iov[kMaxIov];
+      int n = 0;
+      for (auto it = c.sendq.begin(); it != c.sendq.end() && n < kMaxIov - 1; ++it) {
+        uint64_t s = it->sent;
+        if (s < kHdr) iov[n++] = {reinterpret_cast<char*>(&it->hdr) + s, kHdr - s};
+        uint64_t ps = s > kHdr ? s - kHdr : 0;
+        if (it->len > ps) iov[n++] = {const_cast<char*>(it->payload) + ps, it->len - ps};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      ssize_t w = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          if (!c.out_armed) {
+            ArmOut(c, true);
+            c.out_armed = true;
+          }
+          return 0;
+        }
+        return errno;
+      }
+      uint64_t left = static_cast<uint64_t>(w);
+      while (left > 0) {
+        SendItem& f = c.sendq.front();
+        uint64_t rem = kHdr + f.len - f.sent;
+        if (left >= rem) {
+          left -= rem;
+          c.sendq.pop_front();
+        } else {
+          f.sent += left;
+          left = 0;
+        }
+      }
+    }
+    if (c.out_armed) {
+      ArmOut(c, false);
+      c.out_armed = false;
+    }
+    return 0;
+  }
+
+ private:
+  void Loop() {
+    epoll_event evs[64];
+    while (!stop_.load(std::memory_order_acquire)) {
+      int n = ::epoll_wait(epfd_, evs, 64, 200);
+      for (int i = 0; i < n; ++i) {
+        void* p = evs[i].data.ptr;
+        if (p == &wake_fd_) {
+          uint64_t v;
+          ssize_t ignored = ::read(wake_fd_, &v, sizeof(v));
+          (void)ignored;
+          continue;
+        }
+        if (p == &listen_fd_) {
+          AcceptAll();
+          continue;
+        }
+        Conn& c = *static_cast<Conn*>(p);
+        bool alive = true;
+        if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) alive = OnReadable(c);
+        if (alive && (evs[i].events & EPOLLOUT)) OnWritable(c);
+      }
+      graveyard_.clear();
+    }
+  }
+
+  void AcceptAll() {
+    for (;;) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          MORI_LOG_WARN(kIo, "accept failed: ", ErrnoText(errno));
+        }
+        return;
+      }
+      SetSocketOptions(fd, engine_->tcp_config());
+      auto c = std::make_shared<Conn>();
+      c->fd = fd;
+      c->outbound = false;
+      engine_->AssignInbound(std::move(c));
+    }
+  }
+
+  void StartPayload(Conn& c, uint64_t length, char* dst) {
+    c.in_payload = true;
+    c.payload_left = length;
+    c.payload_dst = dst;
+    if (length == 0) FinishPayload(c);
+  }
+
+  void FinishPayload(Conn& c) {
+    c.in_payload = false;
+    const wire::Header& h = c.cur;
+    if (c.outbound) {
+      engine_->CompletePart(c.cur_pending.record_id, StatusCode::SUCCESS, {});
+      return;
+    }
+    if (!c.hello_done) {
+      c.remote_key = c.hello;
+      c.hello_done = true;
+      MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
+                     "'");
+      return;
+    }
+    // A write's bytes are in place: acknowledge, then account the inbound part, so a
+    // notification never precedes its data.
+    wire::Header ack{};
+    ack.type = static_cast<uint8_t>(wire::MsgType::kWriteAck);
+    ack.status = static_cast<uint8_t>(c.cur_status);
+    ack.version = wire::kVersion;
+    ack.num_parts = h.num_parts;
+    ack.uid = h.uid;
+    ack.mem_id = h.mem_id;
+    ack.offset = h.offset;
+    ack.length = h.length;
+    c.out_local.push_back({ack, nullptr, 0, 0});
+    engine_->RecordInbound(c.remote_key, h.uid, h.num_parts, c.cur_status, h.mem_id, h.offset,
+                           h.length);
+  }
+
+  std::string Refusal(const Conn& c, const Pending& p, wire::WireStatus s) {
+    return StrCat(p.type == wire::MsgType::kWrite ? "write" : "read", " of ", p.length,
+                  " bytes at offset ", p.offset, " of memory ", p.mem_id, " of remote engine '",
+                  c.remote_key, "' refused by the target: ", WireStatusText(s));
+  }
+
+  // Returns false on a protocol violation (the connection is then closed).
+  bool HandleHeader(Conn& c, std::string* why) {
+    const wire::Header& h = c.cur;
+    if (h.version != wire::kVersion) {
+      *why = StrCat("wire version ", h.version, " (this engine speaks ", wire::kVersion, ")");
+      return false;
+    }
+    auto type = static_cast<wire::MsgType>(h.type);
+    if (!c.outbound) {
+      if (!c.hello_done) {
+        if (type != wire::MsgType::kHello || h.length > 4096) {
+          *why = "first message is not a hello";
+          return false;
+        }
+        c.hello.resize(h.length);
+        StartPayload(c, h.length, c.hello.data());
+        return true;
+      }
+      if (type == wire::MsgType::kWrite) {
+        IoEngine::Lookup lk = engine_->CheckTarget(h.mem_id, h.offset, h.length);
+        c.cur_status = lk.status;
+        StartPayload(c, h.length,
+                     lk.status == wire::WireStatus::kOk ? lk.base + h.offset : nullptr);
+        return true;
+      }
+      if (type == wire::MsgType::kRead) {
+        IoEngine::Lookup lk = engine_->CheckTarget(h.mem_id, h.offset, h.length);
+        bool ok = lk.status == wire::WireStatus::kOk;
+        wire::Header r = h;
+        r.type = static_cast<uint8_t>(wire::MsgType::kReadData);
+        r.status = static_cast<uint8_t>(lk.status);
+        r.length = ok ? h.length : 0;
+        c.out_local.push_back({r, ok ? lk.base + h.offset : nullptr, ok ? h.length : 0, 0});
+        engine_->RecordInbound(c.remote_key, h.uid, h.num_parts, lk.status, h.mem_id, h.offset,
+                               h.length);
+        return true;
+      }
+      *why = StrCat("unexpected message type ", int(h.type), " from an initiator");
+      return false;
+    }
+    // Outbound: a response to our oldest pending request.
+    Pending p;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      if (c.pending.empty()) {
+        *why = "a response with no request pending";
+        return false;
+      }
+      p = c.pending.front();
+      c.pending.pop_front();
+    }
+    auto status = static_cast<wire::WireStatus>(h.status);
+    bool ok = status == wire::WireStatus::kOk;
+    if (type == wire::MsgType::kWriteAck && p.type == wire::MsgType::kWrite) {
+      engine_->CompletePart(p.record_id, WireStatusCode(status), ok ? "" : Refusal(c, p, status));
+      return true;
+    }
+    if (type == wire::MsgType::kReadData && p.type == wire::MsgType::kRead) {
+      c.cur_pending = p;
+      if (!ok) {
+        engine_->CompletePart(p.record_id, WireStatusCode(status), Refusal(c, p, status));
+        return true;
+      }
+      if (h.length != p.length) {
+        *why = StrCat("read response of ", h.length, " bytes for a request of ", p.length);
+        c.in_payload = true;  // so Close fails this part too
+        return false;
+      }
+      StartPayload(c, h.length, p.local);
+      return true;
+    }
+    *why = StrCat("response type ", int(h.type), " does not match the pending request");
+    // Put it back so Close fails it.
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.pending.push_front(p);
+    return false;
+  }
+
+  bool OnReadable(Conn& c) {
+    MORI_SCOPED_TIMER(kIo, "io.tcp.on_readable");
+    size_t budget = kReadBudget;
+    std::string why;
+    for (;;) {
+      if (c.in_payload) {
+        size_t avail = c.rlen - c.rpos;
+        if (avail > 0) {
+          size_t k = static_cast<size_t>(std::min<uint64_t>(avail, c.payload_left));
+          if (c.payload_dst != nullptr) {
+            std::memcpy(c.payload_dst, c.rbuf.data() + c.rpos, k);
+            c.payload_dst += k;
+          }
+          c.rpos += k;
+          c.payload_left -= k;
+          if (c.payload_left == 0) FinishPayload(c);
+          continue;
+        }
+        if (c.payload_left >= kDirectRecvMin && c.payload_dst != nullptr && budget > 0) {
+          ssize_t n = ::recv(c.fd, c.payload_dst, c.payload_left, 0);
+          if (n > 0) {
+            c.payload_dst += n;
+            c.payload_left -= static_cast<uint64_t>(n);
+            budget -= std::min(budget, static_cast<size_t>(n));
+            if (c.payload_left == 0) FinishPayload(c);
+            continue;
+          }
+          if (!HandleRecvResult(c, n)) return false;
+          break;
+        }
+      } else {
+        size_t avail = c.rlen - c.rpos;
+        if (avail >= kHdr) {
+          std::memcpy(&c.cur, c.rbuf.data() + c.rpos, kHdr);
+          c.rpos += kHdr;
+          if (!HandleHeader(c, &why)) {
+            Close(c, StrCat("protocol error: ", why));
+            return false;
+          }
+          continue;
+        }
+        if (c.rpos > 0) {
+          std::memmove(c.rbuf.data(), c.rbuf.data() + c.rpos, avail);
+          c.rlen = avail;
+          c.rpos = 0;
+        }
+      }
+      if (budget == 0) break;
+      if (c.rpos == c.rlen) c.rpos = c.rlen = 0;
+      ssize_t n = ::recv(c.fd, c.rbuf.data() + c.rlen, c.rbuf.size() - c.rlen, 0);
+      if (n > 0) {
+        c.rlen += static_cast<size_t>(n);
+        budget -= std::min(budget, static_cast<size_t>(n));
+        continue;
+      }
+      if (!HandleRecvResult(c, n)) return false;
+      break;
+    }
+    return FlushResponses(c);
+  }
+
+  // n <= 0 from recv: false when the connection was closed.
+  bool HandleRecvResult(Conn& c, ssize_t n) {
+    if (n == 0) {
+      Close(c, "connection closed by the peer");
+      return false;
+    }
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    Close(c, StrCat("receive failed: ", ErrnoText(errno)));
+    return false;
+  }
+
+  bool FlushResponses(Conn& c) {
+    if (c.out_local.empty()) return true;
+    int err;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      for (SendItem& it : c.out_local) c.sendq.push_back(it);
+      err = c.dead ? 0 : FlushLocked(c);
+    }
+    c.out_local.clear();
+    if (err != 0) {
+      Close(c, StrCat("send failed: ", ErrnoText(err)));
+      return false;
+    }
+    return true;
+  }
+
+  void OnWritable(Conn& c) {
+    int err;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      err = c.dead ? 0 : FlushLocked(c);
+    }
+    if (err != 0) Close(c, StrCat("send failed: ", ErrnoText(err)));
+  }
+
+ public:
+  // Closes the connection and fails every request still waiting on it. Owner thread
+  // only (or after Stop).
+  void Close(Conn& c, const std::string& reason) {
+    std::deque<Pending> orphans;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      if (c.dead) return;
+      c.dead = true;
+      c.dead_reason = reason;
+      orphans.swap(c.pending);
+      c.sendq.clear();
+      ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
+      ::close(c.fd);
+    }
+    if (c.outbound) {
+      std::string msg = StrCat("connection to remote engine '", c.remote_key, "' (", c.peer_addr,
+                               ") lost: ", reason);
+      size_t failing = orphans.size() + (c.in_payload ? 1 : 0);
+      if (failing > 0) {
+        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", msg, "; failing ", failing,
+                      " pending request(s)");
+      } else {
+        MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': ", msg);
+      }
+      if (auto peer = c.peer.lock()) peer->MarkFailed(msg);
+      if (c.in_payload) orphans.push_front(c.cur_pending);
+      for (const Pending& p : orphans) {
+        engine_->CompletePart(p.record_id, StatusCode::ERR_PEER_LOST, msg);
+      }
+    } else {
+      MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
+                     "' closed: ", reason);
+    }
+    c.in_payload = false;
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    auto it = conns_.find(&c);
+    if (it != conns_.end()) {
+      graveyard_.push_back(std::move(it->second));
+      conns_.erase(it);
+    }
+  }
+
+  void CloseAll(const std::string& reason) {
+    std::vector<Conn*> all;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      for (auto& kv : conns_) all.push_back(kv.first);
+    }
+    for (Conn* c : all) Close(*c, reason);
+    graveyard_.clear();
+  }
+
+ private:
+  IoEngine* engine_;
+  int index_;
+  int epfd_ = -1;
+  int wake_fd_ = -1;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex conns_mu_;
+  std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;
+  std::vector<std::shared_ptr<Conn>> graveyard_;  // freed after the event batch
+};
+
+// ---------------------------------------------------------------------------------------
+
+IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
+    : key_(std::move(key)), host_(std::move(host)), options_(HotPathOptions::FromEnv()) {
+  MORI_CHECK_ARG(!key_.empty(), "engine key must not be empty");
+  MORI_CHECK_ARG(key_.size() <= 4096, "engine key of ", key_.size(), " bytes exceeds 4096");
+  if (host_.empty()) host_ = "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host_.c_str(), port_text.c_str(), &hints, &res);
+  if (rc != 0)
+    MORI_THROW(InvalidArgumentError, "cannot resolve host '", host_, "': ", ::gai_strerror(rc));
+  std::string error;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 256) == 0) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof(ss);
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+      port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+      listen_fd_ = fd;
+      break;
+    }
+    error = ErrnoText(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) {
+    MORI_THROW(TransportError, "engine '", key_, "' cannot listen on ", host_, ":", port, ": ",
+               error);
+  }
+  ledger_ = std::make_unique<SubmissionLedger>(kLedgerCapacity, !options_.ledger_ring);
+  MORI_LOG_DEBUG(kIo, "engine '", key_, "' listening on ", host_, ":", port_);
+}
+
+IoEngine::~IoEngine() { Shutdown(); }
+
+void IoEngine::Shutdown() {
+  for (auto& w : workers_) w->Stop();
+  workers_.clear();  // closes every connection, failing what was pending
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
+  MORI_CHECK_ARG(workers_.empty(), "engine '", key_, "' already has a TCP backend");
+  MORI_CHECK_ARG(config.num_worker_threads >= 1 && config.num_worker_threads <= 64,
+                 "num_worker_threads ", config.num_worker_threads, " not in [1, 64]");
+  MORI_CHECK_ARG(config.qp_per_transfer >= 1 && config.qp_per_transfer <= 64, "qp_per_transfer ",
+                 config.qp_per_transfer, " not in [1, 64]");
+  MORI_CHECK_ARG(config.chunk_size >= 4096, "chunk_size ", config.chunk_size, " below 4096");
+  MORI_CHECK_ARG(config.peer_timeout_ms > 0, "peer_timeout_ms must be positive");
+  tcp_config_ = config;
+  for (int i = 0; i < config.num_worker_threads; ++i) {
+    workers_.push_back(std::make_unique<Worker>(this, i, i == 0 ? listen_fd_ : -1));
+  }
+}
+
+void IoEngine::AssignInbound(std::shared_ptr<Conn> conn) {
+  size_t i = next_worker_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
+  workers_[i]->Add(conn);
+}
+
+MemoryRegion IoEngine::RegisterMemory(uintptr_t addr, uint64_t size, int device_id,
+                                      MemoryLocationType loc) {
+  MORI_CHECK_ARG(addr != 0 || size == 0, "register_memory: null pointer with size ", size);
+  MORI_CHECK_ARG(loc == MemoryLocationType::CPU || loc == MemoryLocationType::GPU,
+                 "register_memory: location must be CPU or GPU");
+  std::unique_lock<std::shared_mutex> lock(mem_mu_);
+  MemoryRegion r{next_mem_id_++, addr, size, device_id, loc};
+  memory_[r.id] = r;
+  return r;
+}
+
+void IoEngine::DeregisterMemory(uint64_t id) {
+  std::unique_lock<std::shared_mutex> lock(mem_mu_);
+  if (memory_.erase(id) == 0) {
+    MORI_THROW(NotFoundError, "deregister_memory: memory ", id, " is not registered with engine '",
+               key_, "'");
+  }
+}
+
+MemoryRegion IoEngine::LocalRegion(uint64_t id) const {
+  std::shared_lock<std::shared_mutex> lock(mem_mu_);
+  auto it = memory_.find(id);
+  if (it == memory_.end()) {
+    MORI_THROW(NotFoundError, "memory ", id, " is not registered with engine '", key_, "'");
+  }
+  return it->second;
+}
+
+IoEngine::Lookup IoEngine::CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length) const {
+  std::shared_lock<std::shared_mutex> lock(mem_mu_);
+  auto it = memory_.find(mem_id);
+  if (it == memory_.end()) return {wire::WireStatus::kUnknownMemory, nullptr};
+  const MemoryRegion& r = it->second;
+  if (r.loc != MemoryLocationType::CPU) return {wire::WireStatus::kNotHostMemory, nullptr};
+  if (length > r.size || offset > r.size - length) return {wire::WireStatus::kOutOfBounds, nullptr};
+  return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr)};
+}
+
+void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host,
+                                    uint16_t port) {
+  MORI_CHECK_ARG(!key.empty(), "register_remote_engine: empty engine key");
+  auto peer = std::make_shared<Peer>();
+  peer->key = key;
+  peer->host = host;
+  peer->port = port;
+  std::shared_ptr<Peer> old;
+  {
+    std::unique_lock<std::shared_mutex> lock(peer_mu_);
+    peer->generation = next_peer_generation_++;
+    auto& slot = peers_[key];
+    old = std::move(slot);
+    slot = peer;
+    peer_epoch_.fetch_add(1, std::memory_order_release);
+  }
+  if (old) {
+    // Its reactors see the shutdown as a hang-up and fail what was pending on it.
+    if (PeerConnections* pc = old->published.load(std::memory_order_acquire)) {
+      for (auto& c : pc->conns) {
+        std::lock_guard<std::mutex> lock(c->mu);
+        if (!c->dead) ::shutdown(c->fd, SHUT_RDWR);
+      }
+    }
+  }
+}
+
+void IoEngine::DeregisterRemoteEngine(const std::string& key) {
+  std::shared_ptr<Peer> old;
+  {
+    std::unique_lock<std::shared_mutex> lock(peer_mu_);
+    auto it = peers_.find(key);
+    if (it == peers_.end()) {
+      MORI_THROW(NotFoundError, "remote engine '", key, "' is not registered with engine '", key_,
+                 "'");
+    }
+    old = std::move(it->second);
+    peers_.erase(it);
+    peer_epoch_.fetch_add(1, std::memory_order_release);
+  }
+  old->MarkFailed("the remote engine was deregistered");
+  if (PeerConnections* pc = old->published.load(std::memory_order_acquire)) {
+    for (auto& c : pc->conns) {
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (!c->dead) ::shutdown(c->fd, SHUT_RDWR);
+    }
+  }
+}
+
+bool IoEngine::HasRemoteEngine(const std::string& key) const { return FindPeer(key) != nullptr; }
+
+std::shared_ptr<Peer> IoEngine::FindPeer(const std::string& key) const {
+  std::shared_lock<std::shared_mutex> lock(peer_mu_);
+  auto it = peers_.find(key);
+  return it == peers_.end() ? nullptr : it->second;
+}
+
+PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::string* error) {
+  Peer& peer = *peer_ptr;
+  std::lock_guard<std::mutex> lock(peer.connect_mu);
+  if (PeerConnections* pc = peer.published.load(std::memory_order_acquire)) return pc;
+  auto pc = std::make_unique<PeerConnections>();
+  int timeout = tcp_config_.peer_timeout_ms;
+  std::string addr = StrCat(peer.host, ":", peer.port);
+  wire::Header hello{};
+  hello.type = static_cast<uint8_t>(wire::MsgType::kHello);
+  hello.version = wire::kVersion;
+  hello.length = key_.size();
+  std::string msg(reinterpret_cast<const char*>(&hello), kHdr);
+  msg += key_;
+  for (int i = 0; i < tcp_config_.qp_per_transfer; ++i) {
+    int fd = ConnectTo(peer.host, peer.port, timeout, error);
+    if (fd < 0 || !SendAll(fd, msg.data(), msg.size(), timeout, error)) {
+      if (fd >= 0) ::close(fd);
+      for (auto& c : pc->conns) ::close(c->fd);
+      *error = StrCat("cannot reach remote engine '", peer.key, "' at ", addr, ": ", *error);
+      return nullptr;
+    }
+    SetSocketOptions(fd, tcp_config_);
+    auto c = std::make_shared<Conn>();
+    c->fd = fd;
+    c->outbound = true;
+    c->remote_key = peer.key;
+    c->peer = peer_ptr;
+    c->peer_addr = addr;
+    pc->conns.push_back(std::move(c));
+  }
+  for (auto& c : pc->conns) {
+    workers_[next_worker_.fetch_add(1, std::memory_order_relaxed) % workers_.size()]->Add(c);
+  }
+  peer.owned = std::move(pc);
+  // Published once: readers load it with acquire and never take connect_mu.
+  peer.published.store(peer.owned.get(), std::memory_order_release);
+  MORI_LOG_DEBUG(kIo, "engine '", key_, "' connected to '", peer.key, "' at ", addr, " with ",
+                 tcp_config_.qp_per_transfer, " connection(s)");
+  return peer.owned.get();
+}
+
+void IoEngine::CompletePart(uint64_t record_id, StatusCode code, const std::string& message) {
+  TransferRecord* rec = ledger_->Lookup(record_id);
+  if (rec == nullptr) {
+    MORI_LOG_ERROR(kIo, "engine '", key_, "': completion for record ", record_id,
+                   " that is not live");
+    return;
+  }
+  if (code != StatusCode::SUCCESS) {
+    uint32_t none = 0;
+    if (rec->error_code.compare_exchange_strong(none, static_cast<uint32_t>(code),
+                                                std::memory_order_acq_rel)) {
+      rec->error_message = message;
+    }
+  }
+  if (rec->parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::shared_ptr<TransferState> state = std::move(rec->state);
+  auto err = static_cast<StatusCode>(rec->error_code.load(std::memory_order_acquire));
+  std::string msg = err != StatusCode::SUCCESS ? std::move(rec->error_message) : std::string();
+  ledger_->Release(record_id);
+  if (state) state->Finish(err, std::move(msg));
+}
+
+void IoEngine::RecordInbound(const std::string& remote_key, uint64_t uid, uint32_t num_parts,
+                             wire::WireStatus status, uint64_t mem_id, uint64_t offset,
+                             uint64_t length) {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  InboundEntry& e = inbound_[remote_key][uid];
+  e.total = num_parts;
+  ++e.seen;
+  if (status != wire::WireStatus::kOk && !e.failed) {
+    e.failed = true;
+    e.message =
+        StrCat("inbound transfer ", uid, " from '", remote_key, "': ", length, " bytes at offset ",
+               offset, " of memory ", mem_id, " refused: ", WireStatusText(status));
+  }
+}
+
+std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::string& remote_key,
+                                                                  uint64_t uid) {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  auto it = inbound_.find(remote_key);
+  if (it == inbound_.end()) return nullptr;
+  auto e = it->second.find(uid);
+  if (e == it->second.end() || e->second.seen < e->second.total) return nullptr;
+  auto state = std::make_shared<TransferState>();
+  state->Finish(e->second.failed ? StatusCode::ERROR : StatusCode::SUCCESS, e->second.message);
+  it->second.erase(e);
+  return state;
+}
+
+namespace {
+std::shared_ptr<TransferState> Finished(StatusCode code, std::string message) {
+  auto s = std::make_shared<TransferState>();
+  s->Finish(code, std::move(message));
+  return s;
+}
+}  // namespace
+
+std::shared_ptr<TransferState> IoEngine::Transfer(Op op, uint64_t local_mem,
+                                                  const std::string& remote_key,
+                                                  uint64_t remote_mem, uint64_t remote_size,
+                                                  const TransferSpan* spans, size_t n,
+                                                  uint64_t uid) {
+  MemoryRegion local;
+  {
+    std::shared_lock<std::shared_mutex> lock(mem_mu_);
+    auto it = memory_.find(local_mem);
+    if (it == memory_.end()) {
+      return Finished(StatusCode::NOT_FOUND,
+                      StrCat("local memory ", local_mem, " is not registered with engine '", key_,
+                             "' (never, or deregistered)"));
+    }
+    local = it->second;
+  }
+  return Submit(op, local, FindPeer(remote_key), remote_key, remote_mem, remote_size, spans, n,
+                uid);
+}
+
+std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local,
+                                                const std::shared_ptr<Peer>& peer,
+                                                const std::string& remote_key, uint64_t remote_mem,
+                                                uint64_t remote_size, const TransferSpan* spans,
+                                                size_t n, uint64_t uid) {
+  MORI_SCOPED_TIMER(kIo, "io.submit");
+  const char* verb = op == Op::kWrite ? "write" : "read";
+  if (workers_.empty()) {
+    return Finished(StatusCode::ERR_BAD_STATE,
+                    StrCat("engine '", key_,
+                           "' has no TCP backend: call create_backend(BackendType.TCP) first"));
+  }
+  if (!peer) {
+    return Finished(StatusCode::NOT_FOUND,
+                    StrCat("remote engine '", remote_key, "' is not registered with engine '", key_,
+                           "': call register_remote_engine with its EngineDesc"));
+  }
+  if (local.loc != MemoryLocationType::CPU) {
+    return Finished(StatusCode::ERR_INVALID_ARGS,
+                    StrCat("local memory ", local.id,
+                           " is GPU memory, which the TCP backend does not move yet"));
+  }
+  uint64_t chunk = tcp_config_.enable_chunking ? tcp_config_.chunk_size : ~uint64_t{0};
+  uint64_t parts = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TransferSpan& s = spans[i];
+    if (s.size > local.size || s.local_offset > local.size - s.size) {
+      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+                      StrCat(verb, " ", i, ": local range [", s.local_offset, ", +", s.size,
+                             ") exceeds local memory ", local.id, " of ", local.size, " bytes"));
+    }
+    if (s.size > remote_size || s.remote_offset > remote_size - s.size) {
+      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+                      StrCat(verb, " ", i, ": remote range [", s.remote_offset, ", +", s.size,
+                             ") exceeds remote memory ", remote_mem, " of '", remote_key, "' (",
+                             remote_size, " bytes)"));
+    }
+    if (s.size > 0) parts += (s.size + chunk - 1) / chunk;
+  }
+  if (parts > UINT32_MAX) {
+    return Finished(StatusCode::ERR_INVALID_ARGS,
+                    StrCat("transfer of ", parts, " parts is too large"));
+  }
+  if (peer->failed.load(std::memory_order_acquire)) {
+    return Finished(StatusCode::ERR_PEER_LOST,
+                    StrCat("remote engine '", remote_key, "' is unreachable (", peer->FailReason(),
+                           "); register it again to retry"));
+  }
+  PeerConnections* pc;
+  if (options_.lockfree_endpoint) {
+    pc = peer->published.load(std::memory_order_acquire);
+  } else {
+    std::lock_guard<std::mutex> lock(peer->connect_mu);
+    pc = peer->owned.get();
+  }
+  if (pc == nullptr) {
+    std::string error;
+    pc = Connect(peer, &error);
+    if (pc == nullptr) {
+      peer->MarkFailed(error);
+      return Finished(StatusCode::ERR_PEER_LOST, error);
+    }
+  }
+  if (parts == 0) return Finished(StatusCode::SUCCESS, {});
+
+  uint64_t rid = ledger_->Admit();
+  if (rid == SubmissionLedger::kNoRecord) {
+    return Finished(StatusCode::ERR_BAD_STATE,
+                    StrCat("too many transfers in flight: ", ledger_->window(),
+                           " records span the submission ledger's admission limit of ",
+                           ledger_->admission_limit(), "; wait for earlier transfers"));
+  }
+  auto state = std::make_shared<TransferState>();
+  state->SetInProgress();
+  TransferRecord* rec = ledger_->Lookup(rid);
+  rec->state = state;
+  rec->parts_left.store(static_cast<uint32_t>(parts), std::memory_order_release);
+
+  const size_t nconn = pc->conns.size();
+  const uint32_t start = peer->next_conn.fetch_add(1, std::memory_order_relaxed);
+  auto type = op == Op::kWrite ? wire::MsgType::kWrite : wire::MsgType::kRead;
+  char* local_base = reinterpret_cast<char*>(local.addr);
+  wire::Header h{};
+  h.type = static_cast<uint8_t>(type);
+  h.version = wire::kVersion;
+  h.num_parts = static_cast<uint32_t>(parts);
+  h.uid = uid;
+  h.mem_id = remote_mem;
+  for (size_t k = 0; k < nconn && k < parts; ++k) {
+    Conn& c = *pc->conns[(start + k) % nconn];
+    uint32_t refused = 0;
+    int err = 0;
+    std::string dead_reason;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      uint64_t p = 0;  // part index across the transfer; part p goes to connection p % nconn
+      for (size_t i = 0; i < n; ++i) {
+        const TransferSpan& s = spans[i];
+        for (uint64_t off = 0; off < s.size; off += chunk, ++p) {
+          if (p % nconn != k) continue;
+          uint64_t len = std::min(chunk, s.size - off);
+          if (c.dead) {
+            ++refused;
+            continue;
+          }
+          h.offset = s.remote_offset + off;
+          h.length = len;
+          char* local_ptr = local_base + s.local_offset + off;
+          c.sendq.push_back(
+              {h, op == Op::kWrite ? local_ptr : nullptr, op == Op::kWrite ? len : 0, 0});
+          c.pending.push_back({rid, type, local_ptr, len, remote_mem, h.offset});
+        }
+      }
+      if (c.dead) {
+        dead_reason = c.dead_reason;
+      } else {
+        err = c.worker->FlushLocked(c);
+        // The reactor notices the shutdown as a hang-up and fails this connection's
+        // pending requests, ours included.
+        if (err != 0) ::shutdown(c.fd, SHUT_RDWR);
+      }
+    }
+    for (uint32_t r = 0; r < refused; ++r) {
+      CompletePart(rid, StatusCode::ERR_PEER_LOST,
+                   StrCat("connection to remote engine '", remote_key, "' lost: ", dead_reason,
+                          "; register it again to retry"));
+    }
+  }
+  return state;
+}
+
+std::shared_ptr<Session> IoEngine::CreateSession(uint64_t local_mem, const std::string& remote_key,
+                                                 uint64_t remote_mem, uint64_t remote_size) {
+  MemoryRegion local = LocalRegion(local_mem);
+  if (!FindPeer(remote_key)) {
+    MORI_THROW(NotFoundError, "create_session: remote engine '", remote_key,
+               "' is not registered with engine '", key_, "'");
+  }
+  return std::make_shared<Session>(this, local, remote_key, remote_mem, remote_size);
+}
+
+Session::Session(IoEngine* engine, MemoryRegion local, std::string remote_key, uint64_t remote_mem,
+                 uint64_t remote_size)
+    : engine_(engine),
+      local_(local),
+      remote_key_(std::move(remote_key)),
+      remote_mem_(remote_mem),
+      remote_size_(remote_size) {}
+
+std::shared_ptr<Peer> Session::CurrentPeer() {
+  if (!engine_->options().epoch_snapshot) return engine_->FindPeer(remote_key_);
+  // The engine's peer table changes rarely; the cached peer is reused until its epoch
+  // moves, so the hot path takes no engine-wide lock.
+  uint64_t epoch = engine_->peer_epoch();
+  if (epoch != epoch_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer_ = engine_->FindPeer(remote_key_);
+    epoch_ = epoch;
+  }
+  return peer_;
+}
+
+std::shared_ptr<TransferState> Session::Transfer(Op op, const TransferSpan* spans, size_t n,
+                                                 uint64_t uid) {
+  return engine_->Submit(op, local_, CurrentPeer(), remote_key_, remote_mem_, remote_size_, spans,
+                         n, uid);
+}
+
+bool Session::Alive() {
+  std::shared_ptr<Peer> peer = CurrentPeer();
+  return peer != nullptr && !peer->failed.load(std::memory_order_acquire);
+}
+
+}  // namespace mori::io

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+#include <cstdint>
+
+namespace mori::io::wire {
+
+// Every message on an engine-to-engine TCP connection starts with this header, in the
+// host byte order of both ends (mori-io peers are little-endian: x86-64, aarch64).
+// Requests flow initiator -> target on a connection the initiator opened; the target
+// answers each request on the same connection, in order, so the initiator matches a
+// response to the oldest request it still waits for and never trusts an address the
+// peer sends.
+enum class MsgType : uint8_t {
+  kHello = 1,     // payload: the initiator's engine key (length bytes)
+  kWrite = 2,     // payload: length bytes to place at (mem_id, offset) of the target
+  kRead = 3,      // no payload; the target answers kReadData
+  kWriteAck = 4,  // no payload; status says whether the bytes are in place
+  kReadData = 5,  // payload: length bytes when status is kOk, none otherwise
+};
+
+enum class WireStatus : uint8_t {
+  kOk = 0,
+  kUnknownMemory = 1,  // mem_id not registered with the target (or deregistered)
+  kOutOfBounds = 2,    // [offset, offset+length) not inside the registered region
+  kNotHostMemory = 3,  // the region is GPU memory: not served over TCP yet
+};
+
+inline constexpr uint16_t kVersion = 1;
+
+struct Header {
+  uint8_t type;
+  uint8_t status;
+  uint16_t version;
+  uint32_t num_parts;  // parts of the whole transfer (target counts them per uid)
+  uint64_t uid;        // the initiator's transfer uid
+  uint64_t mem_id;     // the target's memory id
+  uint64_t offset;     // into that memory
+  uint64_t length;     // bytes
+};
+static_assert(sizeof(Header) == 40, "wire header layout");
+
+}  // namespace mori::io::wire

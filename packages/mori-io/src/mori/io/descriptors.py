@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""EngineDesc and MemoryDesc: what one engine tells another, as compact bytes.
+
+``pack()`` gives a msgpack array ``[tag, version, fields...]``; ``unpack()`` checks
+the tag, the version and every field's type, and raises
+``mori.core.InvalidArgumentError`` for anything else (never pickle: a peer's bytes
+are data, not code).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgpack
+
+import mori.core
+
+from . import _C
+
+FORMAT_VERSION = 1
+_ENGINE_TAG = "mori.io.EngineDesc"
+_MEMORY_TAG = "mori.io.MemoryDesc"
+_MAX_BYTES = 1 << 16
+
+
+def _decode(data: Any, tag: str, fields: list[tuple[str, type]]) -> list[Any]:
+    what = tag.rsplit(".", 1)[-1]
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise mori.core.InvalidArgumentError(
+            f"{what}.unpack expects bytes, got {type(data).__name__}"
+        )
+    if len(data) > _MAX_BYTES:
+        raise mori.core.InvalidArgumentError(
+            f"{what}.unpack: {len(data)} bytes exceed the {_MAX_BYTES}-byte limit"
+        )
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types for bad input
+        raise mori.core.InvalidArgumentError(
+            f"{what}.unpack: {len(data)} bytes are not a packed {what} ({e})"
+        ) from None
+    if not isinstance(obj, list) or len(obj) < 2 or obj[0] != tag:
+        raise mori.core.InvalidArgumentError(f"{what}.unpack: bytes are not a packed {what}")
+    if obj[1] != FORMAT_VERSION:
+        raise mori.core.InvalidArgumentError(
+            f"{what}.unpack: format version {obj[1]!r}, this mori-io reads {FORMAT_VERSION}"
+        )
+    values = obj[2:]
+    if len(values) != len(fields):
+        raise mori.core.InvalidArgumentError(
+            f"{what}.unpack: {len(values)} fields, expected {len(fields)}"
+        )
+    for (name, typ), value in zip(fields, values, strict=True):
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise mori.core.InvalidArgumentError(
+                f"{what}.unpack: field {name} is {type(value).__name__}, expected {typ.__name__}"
+            )
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineDesc:
+    """How to reach an engine: its unique key, listening address and backends."""
+
+    key: str
+    host: str
+    port: int
+    hostname: str = ""
+    pid: int = 0
+    backends: tuple[str, ...] = ()
+
+    _FIELDS = [("key", str), ("host", str), ("port", int), ("hostname", str), ("pid", int),
+               ("backends", list)]  # fmt: skip
+
+    def pack(self) -> bytes:
+        """Compact versioned bytes (msgpack) for another process."""
+        return msgpack.packb(
+            [
+                _ENGINE_TAG,
+                FORMAT_VERSION,
+                self.key,
+                self.host,
+                self.port,
+                self.hostname,
+                self.pid,
+                list(self.backends),
+            ]  # fmt: skip
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> EngineDesc:
+        """Inverse of pack(); raises InvalidArgumentError on anything else."""
+        key, host, port, hostname, pid, backends = _decode(data, _ENGINE_TAG, cls._FIELDS)
+        if not key or not (0 < port < 65536) or not all(isinstance(b, str) for b in backends):
+            raise mori.core.InvalidArgumentError(
+                f"EngineDesc.unpack: invalid key {key!r}, port {port} or backends {backends!r}"
+            )
+        return cls(key, host, port, hostname, pid, tuple(backends))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryDesc:
+    """A registered memory region of an engine. ``data`` is the owner's address and is
+    informative only: a remote engine names the region by (engine_key, id), and the
+    owner checks every access against its own registry."""
+
+    engine_key: str
+    id: int
+    device_id: int
+    data: int
+    size: int
+    loc: _C.MemoryLocationType
+
+    _FIELDS = [("engine_key", str), ("id", int), ("device_id", int), ("data", int),
+               ("size", int), ("loc", int)]  # fmt: skip
+
+    @property
+    def length(self) -> int:
+        """MORI's name for size (bytes)."""
+        return self.size
+
+    def pack(self) -> bytes:
+        """Compact versioned bytes (msgpack) for another process."""
+        return msgpack.packb(
+            [
+                _MEMORY_TAG,
+                FORMAT_VERSION,
+                self.engine_key,
+                self.id,
+                self.device_id,
+                self.data,
+                self.size,
+                int(self.loc),
+            ]  # fmt: skip
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MemoryDesc:
+        """Inverse of pack(); raises InvalidArgumentError on anything else."""
+        key, mid, dev, addr, size, loc = _decode(data, _MEMORY_TAG, cls._FIELDS)
+        locs = {int(v): v for v in _C.MemoryLocationType.__members__.values()}
+        if not key or mid <= 0 or size < 0 or addr < 0 or loc not in locs:
+            raise mori.core.InvalidArgumentError(
+                f"MemoryDesc.unpack: invalid engine key {key!r}, id {mid}, size {size}, "
+                f"address {addr} or location {loc}"
+            )
+        return cls(key, mid, dev, addr, size, locs[loc])

@@ -1,0 +1,307 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""IOEngine: MORI's mori.io API over the native engine (TCP backend, host memory)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import mori.core
+
+from . import _C
+from .descriptors import EngineDesc, MemoryDesc
+
+BackendType = _C.BackendType
+MemoryLocationType = _C.MemoryLocationType
+StatusCode = _C.StatusCode
+TransferStatus = _C.TransferStatus
+
+
+@dataclasses.dataclass
+class IOEngineConfig:
+    """Where the engine listens. ``port=0`` binds a free port (see get_engine_desc)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclasses.dataclass
+class TcpBackendConfig:
+    """TCP backend settings.
+
+    num_worker_threads: epoll reactor threads; qp_per_transfer: TCP connections per
+    remote engine (MORI's name); chunk_size: bytes per part of a large transfer when
+    enable_chunking; peer_timeout_ms: connect timeout and the bound on noticing a silent
+    peer (TCP keepalive / TCP_USER_TIMEOUT); sock_buf_bytes: SO_SNDBUF/SO_RCVBUF, 0 keeps
+    the kernel's autotuning.
+    """
+
+    num_worker_threads: int = 1
+    qp_per_transfer: int = 2
+    enable_chunking: bool = True
+    chunk_size: int = 1 << 20
+    peer_timeout_ms: int = 5000
+    sock_buf_bytes: int = 0
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("dtype_code", ctypes.c_uint8),
+        ("dtype_bits", ctypes.c_uint8),
+        ("dtype_lanes", ctypes.c_uint16),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+def _dlpack_region(obj: Any) -> tuple[int, int, int, Any]:
+    """(address, bytes, device_id, location) of a contiguous __dlpack__ object."""
+    capsule = obj.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    t = _DLTensor.from_address(get(capsule, b"dltensor"))
+    shape = [t.shape[i] for i in range(t.ndim)]
+    itemsize = t.dtype_bits * t.dtype_lanes // 8
+    n = 1
+    for d in shape:
+        n *= d
+    if t.strides:
+        expected = itemsize
+        for i in reversed(range(t.ndim)):
+            if shape[i] != 1 and t.strides[i] * itemsize != expected:
+                raise mori.core.InvalidArgumentError("register: the array must be C-contiguous")
+            expected *= shape[i]
+    # kDLCPU = 1, kDLCUDAHost = 3 (host memory); kDLCUDA = 2.
+    if t.device_type in (1, 3):
+        loc, dev = MemoryLocationType.CPU, -1
+    elif t.device_type == 2:
+        loc, dev = MemoryLocationType.GPU, t.device_id
+    else:
+        raise mori.core.InvalidArgumentError(f"register: DLPack device type {t.device_type}")
+    return (t.data or 0) + t.byte_offset, n * itemsize, dev, loc
+
+
+class IOEngineSession:
+    """Transfers between one local and one remote region, with the lookups done once.
+
+    Used by one thread at a time."""
+
+    def __init__(self, native: Any):
+        self._sess = native
+
+    def read(self, local_offset: int, remote_offset: int, size: int, transfer_uid: int):
+        """Read ``size`` bytes at remote_offset into local_offset. -> TransferStatus"""
+        return self._sess.transfer(False, local_offset, remote_offset, size, transfer_uid)
+
+    def write(self, local_offset: int, remote_offset: int, size: int, transfer_uid: int):
+        """Write ``size`` bytes at local_offset to remote_offset. -> TransferStatus"""
+        return self._sess.transfer(True, local_offset, remote_offset, size, transfer_uid)
+
+    def batch_read(self, local_offsets, remote_offsets, sizes, transfer_uid: int):
+        """Many reads as one transfer (one status). Offsets and sizes in bytes."""
+        return self._sess.batch_transfer(False, local_offsets, remote_offsets, sizes, transfer_uid)
+
+    def batch_write(self, local_offsets, remote_offsets, sizes, transfer_uid: int):
+        """Many writes as one transfer (one status). Offsets and sizes in bytes."""
+        return self._sess.batch_transfer(True, local_offsets, remote_offsets, sizes, transfer_uid)
+
+    def alive(self) -> bool:
+        """Whether the remote engine is registered and its connections are up."""
+        return self._sess.alive()
+
+
+class IOEngine:
+    """A point-to-point transfer engine named by a unique ``key``.
+
+    One-sided: a read is served by the remote engine from memory registered with it; a
+    write completes when the bytes are in place there. A remote engine can only touch
+    memory registered here, within bounds.
+    """
+
+    def __init__(self, key: str, config: IOEngineConfig | None = None):
+        config = config or IOEngineConfig()
+        self._key = key
+        self._engine = _C.Engine(key, config.host, config.port)
+        self._backends: list[str] = []
+        self._keep: dict[int, Any] = {}  # mem id -> object that owns the memory
+
+    # -- engine ----------------------------------------------------------------------
+    def create_backend(self, type: BackendType, config: Any = None) -> None:
+        """Start a backend; only BackendType.TCP exists so far."""
+        if type != BackendType.TCP:
+            raise mori.core.NotSupportedError(
+                f"backend {type.name} is not implemented yet (TCP is)"
+            )
+        c = config or TcpBackendConfig()
+        self._engine.create_tcp_backend(
+            c.num_worker_threads, c.qp_per_transfer, c.enable_chunking, c.chunk_size,
+            c.peer_timeout_ms, c.sock_buf_bytes,
+        )  # fmt: skip
+        self._backends.append(type.name)
+
+    def get_engine_desc(self) -> EngineDesc:
+        """This engine's EngineDesc (pack() it for other processes)."""
+        return EngineDesc(
+            self._key, self._engine.host, self._engine.port, socket.gethostname(), os.getpid(),
+            tuple(self._backends),
+        )  # fmt: skip
+
+    def register_remote_engine(self, engine_desc: EngineDesc) -> None:
+        """Make a remote engine reachable; registering again reconnects (after a failure)."""
+        self._engine.register_remote_engine(engine_desc.key, engine_desc.host, engine_desc.port)
+
+    def deregister_remote_engine(self, engine_desc: EngineDesc) -> None:
+        """Forget a remote engine; its in-flight transfers fail."""
+        self._engine.deregister_remote_engine(engine_desc.key)
+
+    # -- memory ----------------------------------------------------------------------
+    def register_memory(
+        self, ptr: int, size: int, device_id: int = -1, loc: MemoryLocationType = None
+    ) -> MemoryDesc:
+        """Register ``size`` bytes at address ``ptr`` (the caller keeps them alive)."""
+        loc = MemoryLocationType.CPU if loc is None else loc
+        mid = self._engine.register_memory(int(ptr), int(size), int(device_id), loc)
+        return MemoryDesc(self._key, mid, int(device_id), int(ptr), int(size), loc)
+
+    def register_torch_tensor(self, tensor: Any) -> MemoryDesc:
+        """Register a contiguous torch tensor's storage (kept alive until deregistered)."""
+        if not tensor.is_contiguous():
+            raise mori.core.InvalidArgumentError("register_torch_tensor: tensor must be contiguous")
+        if tensor.device.type == "cuda":
+            loc, dev = MemoryLocationType.GPU, tensor.device.index
+        else:
+            loc, dev = MemoryLocationType.CPU, -1
+        desc = self.register_memory(
+            tensor.data_ptr(), tensor.numel() * tensor.element_size(), dev, loc
+        )
+        self._keep[desc.id] = tensor
+        return desc
+
+    def register_array(self, array: Any) -> MemoryDesc:
+        """Register a C-contiguous numpy array or any ``__dlpack__`` object (kept alive
+        until deregistered)."""
+        iface = getattr(array, "__array_interface__", None)
+        if iface is not None:
+            if not array.flags["C_CONTIGUOUS"]:
+                raise mori.core.InvalidArgumentError("register_array: array must be C-contiguous")
+            desc = self.register_memory(iface["data"][0], array.nbytes, -1, MemoryLocationType.CPU)
+        elif hasattr(array, "__dlpack__"):
+            addr, nbytes, dev, loc = _dlpack_region(array)
+            desc = self.register_memory(addr, nbytes, dev, loc)
+        else:
+            raise mori.core.InvalidArgumentError(
+                f"register_array: {type(array).__name__} has neither __array_interface__ "
+                "nor __dlpack__; use register_memory(ptr, size, ...)"
+            )
+        self._keep[desc.id] = array
+        return desc
+
+    def deregister_memory(self, mem_desc: MemoryDesc) -> None:
+        """Withdraw a region: later remote accesses to it are refused."""
+        self._check_local(mem_desc)
+        self._engine.deregister_memory(mem_desc.id)
+        self._keep.pop(mem_desc.id, None)
+
+    def allocate_transfer_uid(self) -> int:
+        """A transfer id unique within this engine (names a transfer to the target)."""
+        return self._engine.allocate_transfer_uid()
+
+    def _check_local(self, mem: MemoryDesc) -> None:
+        if mem.engine_key != self._key:
+            raise mori.core.InvalidArgumentError(
+                f"memory {mem.id} belongs to engine {mem.engine_key!r}, not {self._key!r}"
+            )
+
+    # -- transfers -------------------------------------------------------------------
+    def _one(self, write, local, local_offset, remote, remote_offset, size, uid):
+        self._check_local(local)
+        return self._engine.transfer(
+            write, local.id, local_offset, remote.engine_key, remote.id, remote.size,
+            remote_offset, size, uid,
+        )  # fmt: skip
+
+    def _batch(self, write, local, local_offsets, remote, remote_offsets, sizes, uid):
+        self._check_local(local)
+        return self._engine.batch_transfer(
+            write, local.id, local_offsets, remote.engine_key, remote.id, remote.size,
+            remote_offsets, sizes, uid,
+        )  # fmt: skip
+
+    def read(self, local_dest_mem_desc, local_offset, remote_src_mem_desc, remote_offset, size,
+             transfer_uid) -> TransferStatus:  # fmt: skip
+        """Read ``size`` bytes from the remote region into the local one. -> TransferStatus"""
+        return self._one(False, local_dest_mem_desc, local_offset, remote_src_mem_desc,
+                         remote_offset, size, transfer_uid)  # fmt: skip
+
+    def write(self, local_src_mem_desc, local_offset, remote_dest_mem_desc, remote_offset, size,
+              transfer_uid) -> TransferStatus:  # fmt: skip
+        """Write ``size`` local bytes into the remote region. -> TransferStatus"""
+        return self._one(True, local_src_mem_desc, local_offset, remote_dest_mem_desc,
+                         remote_offset, size, transfer_uid)  # fmt: skip
+
+    def batch_read(self, local_dest_mem_desc, local_offsets, remote_src_mem_desc, remote_offsets,
+                   sizes, transfer_uid) -> TransferStatus:  # fmt: skip
+        """Many reads between one local and one remote region, one status."""
+        return self._batch(False, local_dest_mem_desc, local_offsets, remote_src_mem_desc,
+                           remote_offsets, sizes, transfer_uid)  # fmt: skip
+
+    def batch_write(self, local_src_mem_desc, local_offsets, remote_dest_mem_desc, remote_offsets,
+                    sizes, transfer_uid) -> TransferStatus:  # fmt: skip
+        """Many writes between one local and one remote region, one status."""
+        return self._batch(True, local_src_mem_desc, local_offsets, remote_dest_mem_desc,
+                           remote_offsets, sizes, transfer_uid)  # fmt: skip
+
+    def create_session(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> IOEngineSession:
+        """A session bound to (local_mem, remote_mem): the fast path for repeated transfers."""
+        self._check_local(local_mem)
+        return IOEngineSession(
+            self._engine.create_session(
+                local_mem.id, remote_mem.engine_key, remote_mem.id, remote_mem.size
+            )  # fmt: skip
+        )
+
+    def pop_inbound_transfer_status(self, remote_key: str, transfer_uid: int):
+        """Status of transfer ``transfer_uid`` that ``remote_key`` made into this engine,
+        once all its data is in place; None before that (or if unknown). Popped once."""
+        return self._engine.pop_inbound_transfer_status(remote_key, transfer_uid)
+
+    def close(self) -> None:
+        """Stop the reactors and close every connection; pending transfers fail."""
+        self._engine = None
+        self._keep.clear()
+
+    def __enter__(self) -> IOEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) -> bool:
+    """Wait for every status; True when all finished within ``timeout_ms`` (None: no limit,
+    still bounded by the peers' timeouts)."""
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    for s in statuses:
+        if deadline is None:
+            s.Wait()
+        elif not s.WaitFor(max(0, int((deadline - time.monotonic()) * 1000))):
+            return False
+    return True
+
+
+__all__: Sequence[str] = [
+    "BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession",
+    "MemoryDesc", "MemoryLocationType", "StatusCode", "TcpBackendConfig", "TransferStatus",
+    "wait_all",
+]  # fmt: skip
