@@ -7,6 +7,10 @@
 
 namespace py = pybind11;
 
+namespace mori::ep {
+void register_dispatch_combine(py::module_& m);
+}  // namespace mori::ep
+
 namespace {
 
 mori::ep::LayoutArgs MakeArgs(uintptr_t indices, int64_t num_tokens, int top_k, int num_experts,
@@ -33,6 +37,8 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("with_cuda") = false;
 #endif
+
+  mori::ep::register_dispatch_combine(m);
 
   m.def(
       "dispatch_layout_cpu",

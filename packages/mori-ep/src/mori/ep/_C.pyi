@@ -27,3 +27,60 @@ def dispatch_layout_cuda(
     error_record: int,
     stream: int,
 ) -> None: ...
+
+ep_max_tokens_per_rank: int
+
+def ep_buffer_layout(
+    world_size: int,
+    rank: int,
+    max_tokens: int,
+    top_k: int,
+    hidden_dim: int,
+    max_token_type_size: int,
+    scale_bytes: int,
+    num_experts_per_rank: int,
+) -> dict[str, int]: ...
+
+class IntraNodeCpu:
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        max_tokens: int,
+        top_k: int,
+        hidden_dim: int,
+        max_token_type_size: int,
+        scale_bytes: int,
+        num_experts_per_rank: int,
+        block: int,
+        timeout_s: float,
+    ) -> None: ...
+    def dispatch(
+        self,
+        tokens: int,
+        token_row_bytes: int,
+        weights: int,
+        scales: int,
+        indices: int,
+        num_tokens: int,
+    ) -> int: ...
+    def reject_dispatch(self, reason: str) -> None: ...
+    def combine(
+        self,
+        input: int,
+        input_row_stride: int,
+        input_rows: int,
+        bfloat16: bool,
+        weights: int,
+        out: int,
+        out_weights: int,
+    ) -> None: ...
+    def reject_combine(self, reason: str) -> None: ...
+    @property
+    def total_recv(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def combine_pending(self) -> bool: ...

@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """mori.ep: MoE expert-parallel dispatch and combine.
 
-This release has the routing layout step (:func:`get_dispatch_layout`) on CPU and
-CUDA; dispatch/combine kernels follow (see the package README).
+MORI's dispatch/combine API (:class:`EpDispatchCombineOp`), with the intra-node
+protocol implemented on CPU over mori.core's host symmetric heap (CUDA kernels
+follow), and the routing layout step (:func:`get_dispatch_layout`) on CPU and CUDA.
 """
 
 from __future__ import annotations
@@ -12,6 +13,17 @@ import mori.core  # noqa: F401  (loads libmori_core before the extension)
 
 from . import _C  # noqa: F401  (the extension, for mori.ep._C users)
 from ._version import __version__
+from .dispatch_combine import (
+    EpDispatchCombineConfig,
+    EpDispatchCombineKernelType,
+    EpDispatchCombineOp,
+)
 from .layout import get_dispatch_layout
 
-__all__ = ["__version__", "get_dispatch_layout"]
+__all__ = [
+    "EpDispatchCombineConfig",
+    "EpDispatchCombineKernelType",
+    "EpDispatchCombineOp",
+    "__version__",
+    "get_dispatch_layout",
+]

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// Intra-node dispatch/combine (protocol.hpp) on a host symmetric heap: the CPU
+// implementation of the protocol the CUDA kernels run. Tensors arrive as
+// pointers with sizes; shapes and dtypes were checked by the caller (mori.ep's
+// Python layer), this class re-checks what the protocol's safety depends on
+// (sizes against capacity, expert ids) before any byte moves.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "mori/shmem/context.hpp"
+#include "protocol.hpp"
+
+namespace mori::ep {
+
+enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1 };
+
+struct DispatchArgs {
+  const void* tokens;       // [num_tokens][token_row_bytes]
+  int64_t token_row_bytes;  // hidden_dim * element size, <= shape.hidden_bytes
+  const float* weights;     // [num_tokens][K]
+  const void* scales;       // [num_tokens][scale_bytes], nullptr when scale_bytes == 0
+  const int32_t* indices;   // [num_tokens][K], global expert ids, -1 = unused
+  int64_t num_tokens;       // <= max_tokens
+};
+
+struct CombineArgs {
+  const void* input;         // rows [0, total_recv) of expert outputs, in dispatch row order
+  int64_t input_row_stride;  // bytes between rows
+  int64_t input_rows;        // rows present (>= total_recv)
+  CombineDtype dtype;        // of input and output
+  const float* weights;      // [input_rows][K]; read only when out_weights is set
+  void* out;                 // [num_tokens of the dispatch][hidden_dim]
+  float* out_weights;        // [num_tokens][K], or nullptr: weights are not combined
+};
+
+class IntraNodeCpu {
+ public:
+  // Collective over the heap's pes: zeroes this pe's signal words and runs a heap
+  // barrier, so no pe signals a peer before that peer has zeroed. `block` is this
+  // pe's address of a symmetric block of MakeLayout(shape).total_bytes.
+  IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout);
+
+  // Routes, validates every expert id (before any byte moves), exchanges counts,
+  // writes rows into the destination pes and waits for every source. Returns this
+  // pe's total_recv. A bad expert id here, or a rejection from a peer, throws
+  // InvalidArgumentError on every pe in the same call, with no data moved.
+  int64_t Dispatch(const DispatchArgs& args);
+  // Takes part in a dispatch epoch without data, marking this pe's inputs as
+  // rejected (the caller found them invalid), then throws InvalidArgumentError
+  // with `reason`. Peers fail the same call.
+  [[noreturn]] void RejectDispatch(const std::string& reason);
+
+  // Returns each received row to its source and reduces (fp32 accumulation in
+  // ascending destination pe order, one rounding to the output dtype).
+  void Combine(const CombineArgs& args);
+  [[noreturn]] void RejectCombine(const std::string& reason);
+
+  const EpBufferLayout& layout() const { return layout_; }
+  int64_t total_recv() const { return total_recv_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  uint64_t epoch() const { return epoch_; }
+  // Whether a successful dispatch has not been combined yet.
+  bool combine_pending() const { return combine_pending_; }
+
+ private:
+  template <typename T>
+  T* At(size_t offset) const {
+    return reinterpret_cast<T*>(block_ + offset);
+  }
+  void PostCounts(uint64_t epoch, const uint64_t* counts);
+  // Waits for every pe's count row of `epoch`; returns the first rejecting pe or -1.
+  int WaitCounts(uint64_t epoch);
+  // Signals dispatch_done to every pe and waits for every pe's, also in a rejected
+  // epoch: that is what lets the next epoch's count words overwrite this one's.
+  void FinishDispatchEpoch(uint64_t epoch);
+  void FinishCombine(uint64_t epoch, bool rejected);
+
+  EpShape shape_;
+  EpBufferLayout layout_;
+  char* block_;
+  shmem::DeviceContext ctx_;
+  std::chrono::milliseconds timeout_;
+  uint64_t epoch_ = 0;
+  int64_t total_recv_ = 0;
+  int64_t num_tokens_ = 0;
+  bool combine_pending_ = false;
+};
+
+}  // namespace mori::ep

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// The CPU implementation of the intra-node protocol (protocol.hpp), written with
+// the host counterparts of the device API (mori/shmem/host_ops.hpp) in the order a
+// CUDA kernel issues the same operations, so the two stay comparable line by line.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "dispatch_combine.hpp"
+#include "mori/core/error.hpp"
+#include "mori/shmem/host_ops.hpp"
+#include "mori/shmem/shmem.hpp"
+
+namespace mori::ep {
+
+namespace hs = mori::shmem::host;
+using mori::shmem::Cmp;
+
+namespace {
+
+inline float BFloat16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even, NaN to the canonical quiet NaN: torch's conversion, so a
+// reference computed with torch matches bit for bit.
+inline uint16_t FloatToBFloat16(float f) {
+  if (f != f) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+}  // namespace
+
+IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout)
+    : shape_(shape),
+      layout_(MakeLayout(shape)),
+      block_(static_cast<char*>(block)),
+      ctx_(shmem::GetDeviceContext()),
+      timeout_(timeout) {
+  MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
+                 " differs from the heap's n_pes ", ctx_.n_pes);
+  MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
+                 ctx_.my_pe);
+  MORI_CHECK_ARG(shmem::IsSymmetric(block, layout_.total_bytes),
+                 "the op's buffer is not a symmetric block of ", layout_.total_bytes, " bytes");
+  for (int pe = 0; pe < ctx_.n_pes; ++pe) {
+    if (hs::Ptr(ctx_, block_, pe) == nullptr) {
+      MORI_THROW(NotSupportedError, "intra-node dispatch/combine needs every pe on this node, ",
+                 "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
+    }
+  }
+  std::memset(block_, 0, SignalBytes(layout_));
+  shmem::BarrierAll();
+}
+
+void IntraNodeCpu::PostCounts(uint64_t epoch, const uint64_t* counts) {
+  const int W = shape_.world_size, me = shape_.rank;
+  uint64_t* row = At<uint64_t>(layout_.count_words) + static_cast<size_t>(me) * W;
+  for (int pe = 0; pe < W; ++pe) {
+    for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &row[d], CountWord(epoch, counts[d]), pe);
+  }
+}
+
+int IntraNodeCpu::WaitCounts(uint64_t epoch) {
+  const int W = shape_.world_size;
+  const uint64_t* words = At<uint64_t>(layout_.count_words);
+  int rejected_by = -1;
+  for (int s = 0; s < W; ++s) {
+    for (int d = 0; d < W; ++d) {
+      uint64_t w = hs::WaitUntil(&words[s * W + d], Cmp::kGe, EpochFloor(epoch), timeout_);
+      MORI_CHECK(EpochOf(w) == (epoch & kEpochMask), "count word from pe ", s, " has epoch ",
+                 EpochOf(w), ", expected ", epoch);
+      if (CountOf(w) == kRejectedCount && rejected_by < 0) rejected_by = s;
+    }
+  }
+  return rejected_by;
+}
+
+void IntraNodeCpu::FinishDispatchEpoch(uint64_t epoch) {
+  const int W = shape_.world_size, me = shape_.rank;
+  uint64_t* done = At<uint64_t>(layout_.dispatch_done);
+  // Release: a pe that sees `epoch` in done[me] sees every row written before, and
+  // knows this pe has read every count word of the epoch (so the next epoch's words
+  // may overwrite them).
+  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &done[me], epoch, d);
+  for (int s = 0; s < W; ++s) hs::WaitUntil(&done[s], Cmp::kGe, epoch, timeout_);
+}
+
+void IntraNodeCpu::RejectDispatch(const std::string& reason) {
+  const uint64_t epoch = ++epoch_;
+  combine_pending_ = false;
+  std::vector<uint64_t> counts(shape_.world_size, kRejectedCount);
+  PostCounts(epoch, counts.data());
+  WaitCounts(epoch);
+  FinishDispatchEpoch(epoch);
+  throw InvalidArgumentError(reason);
+}
+
+int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
+  const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
+  const int64_t M = shape_.max_tokens;
+  const int num_experts = shape_.num_experts_per_rank * W;
+  if (a.num_tokens < 0 || a.num_tokens > M) {
+    RejectDispatch(StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", M));
+  }
+  if (a.token_row_bytes > shape_.hidden_bytes) {
+    RejectDispatch(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
+                          "max_token_type_size = ", shape_.hidden_bytes, " bytes"));
+  }
+
+  // Counting pass (also the expert id check): nothing has been written yet.
+  uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
+  std::memset(token_ranks, 0, static_cast<size_t>(a.num_tokens) * W);
+  std::vector<uint64_t> counts(W, 0);
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const int32_t* row = a.indices + t * K;
+    uint8_t* ranks = token_ranks + t * W;
+    for (int j = 0; j < K; ++j) {
+      const int32_t e = row[j];
+      if (e == -1) continue;
+      if (e < 0 || e >= num_experts) {
+        RejectDispatch(StrCat("expert id ", e, " out of range [-1, ", num_experts, ") at token ", t,
+                              " slot ", j));
+      }
+      const int d = ExpertRank(e, shape_.num_experts_per_rank);
+      if (!ranks[d]) {
+        ranks[d] = 1;
+        ++counts[d];
+      }
+    }
+  }
+
+  const uint64_t epoch = ++epoch_;
+  combine_pending_ = false;
+  PostCounts(epoch, counts.data());
+  // Every pe's row for this epoch: the routing matrix, and the proof that each
+  // destination has entered this call (so its receive buffers are free to write).
+  const int rejected_by = WaitCounts(epoch);
+  if (rejected_by >= 0) {
+    FinishDispatchEpoch(epoch);
+    MORI_THROW(InvalidArgumentError, "dispatch rejected by rank ", rejected_by,
+               " (its inputs failed validation; see its error); no data moved");
+  }
+  const uint64_t* words = At<uint64_t>(layout_.count_words);
+  std::vector<int64_t> next_row(W);  // where my next row lands on pe d
+  int64_t total_recv = 0;
+  for (int d = 0; d < W; ++d) {
+    int64_t base = 0;
+    for (int s = 0; s < me; ++s) base += CountOf(words[s * W + d]);
+    next_row[d] = base;
+  }
+  for (int s = 0; s < W; ++s) total_recv += CountOf(words[s * W + me]);
+
+  // Data: rows in token order, each to every destination it routes to.
+  const int64_t H = shape_.hidden_bytes, Sb = shape_.scale_bytes;
+  char* recv_tokens = At<char>(layout_.recv_tokens);
+  float* recv_weights = At<float>(layout_.recv_weights);
+  char* recv_scales = At<char>(layout_.recv_scales);
+  int32_t* recv_indices = At<int32_t>(layout_.recv_indices);
+  int32_t* recv_src_pos = At<int32_t>(layout_.recv_src_pos);
+  const char* tokens = static_cast<const char*>(a.tokens);
+  const char* scales = static_cast<const char*>(a.scales);
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const uint8_t* ranks = token_ranks + t * W;
+    const int32_t src_pos = EncodeSrcPos(me, t, M);
+    for (int d = 0; d < W; ++d) {
+      if (!ranks[d]) continue;
+      const int64_t r = next_row[d]++;
+      hs::PutNbi(ctx_, recv_tokens + r * H, tokens + t * a.token_row_bytes, a.token_row_bytes, d);
+      hs::PutNbi(ctx_, recv_weights + r * K, a.weights + t * K, K * sizeof(float), d);
+      if (Sb > 0) hs::PutNbi(ctx_, recv_scales + r * Sb, scales + t * Sb, Sb, d);
+      hs::PutNbi(ctx_, recv_indices + r * K, a.indices + t * K, K * sizeof(int32_t), d);
+      hs::PutNbi(ctx_, recv_src_pos + r, &src_pos, sizeof(int32_t), d);
+    }
+  }
+  FinishDispatchEpoch(epoch);
+
+  *At<int32_t>(layout_.total_recv) = static_cast<int32_t>(total_recv);
+  total_recv_ = total_recv;
+  num_tokens_ = a.num_tokens;
+  combine_pending_ = true;
+  return total_recv;
+}
+
+void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
+  const int W = shape_.world_size, me = shape_.rank;
+  uint64_t* done = At<uint64_t>(layout_.combine_done);
+  // Low bit: this pe rejected its combine inputs (its rows are missing).
+  const uint64_t mine = (epoch << 1) | (rejected ? 1 : 0);
+  for (int s = 0; s < W; ++s) hs::SignalSet(ctx_, &done[me], mine, s);
+  int rejected_by = -1;
+  for (int d = 0; d < W; ++d) {
+    uint64_t v = hs::WaitUntil(&done[d], Cmp::kGe, epoch << 1, timeout_);
+    if ((v & 1) && rejected_by < 0) rejected_by = d;
+  }
+  combine_pending_ = false;
+  if (rejected_by >= 0 && !rejected) {
+    MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
+               " (its inputs failed validation; see its error); outputs not written");
+  }
+}
+
+void IntraNodeCpu::RejectCombine(const std::string& reason) {
+  if (combine_pending_) FinishCombine(epoch_, true);
+  throw InvalidArgumentError(reason);
+}
+
+void IntraNodeCpu::Combine(const CombineArgs& a) {
+  if (!combine_pending_) {
+    MORI_THROW(InvalidStateError, "combine needs a successful dispatch since the last combine ",
+               "(epoch ", epoch_, ")");
+  }
+  const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
+  const int64_t M = shape_.max_tokens;
+  const int64_t elem = a.dtype == CombineDtype::kBFloat16 ? 2 : 4;
+  const int64_t row_bytes = shape_.hidden_dim * elem;
+  if (row_bytes > shape_.combine_row_bytes) {
+    RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
+                         shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"));
+  }
+  if (a.input_rows < total_recv_) {
+    RejectCombine(
+        StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ", total_recv_));
+  }
+  // out_weights says whether weights are combined; `weights` may be null only when
+  // it has no rows (total_recv == 0: an empty tensor's address).
+  const bool with_weights = a.out_weights != nullptr;
+  const int64_t Hc = shape_.combine_row_bytes;
+  char* comb_tokens = At<char>(layout_.comb_tokens);
+  float* comb_weights = At<float>(layout_.comb_weights);
+  const int32_t* src_pos = At<int32_t>(layout_.recv_src_pos);
+  const char* input = static_cast<const char*>(a.input);
+  // Row i goes back to its source pe s, into slot [me][t] there. No pe writes these
+  // slots of s again before s has finished reducing them: the next combine needs a
+  // next dispatch, whose count exchange waits for s to enter it.
+  for (int64_t i = 0; i < total_recv_; ++i) {
+    const int s = static_cast<int>(src_pos[i] / M);
+    const int64_t t = src_pos[i] % M;
+    const size_t slot = static_cast<size_t>(me) * M + t;
+    hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
+    if (with_weights) hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
+  }
+  FinishCombine(epoch_, false);
+
+  // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
+  // order, accumulated in fp32 and rounded once.
+  const uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
+  const int64_t hidden = shape_.hidden_dim;
+  std::vector<float> acc(hidden);
+  std::vector<float> wacc(K);
+  for (int64_t t = 0; t < num_tokens_; ++t) {
+    const uint8_t* ranks = token_ranks + t * W;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(wacc.begin(), wacc.end(), 0.0f);
+    for (int d = 0; d < W; ++d) {
+      if (!ranks[d]) continue;
+      const size_t slot = static_cast<size_t>(d) * M + t;
+      const char* row = comb_tokens + slot * Hc;
+      if (a.dtype == CombineDtype::kBFloat16) {
+        const uint16_t* v = reinterpret_cast<const uint16_t*>(row);
+        for (int64_t h = 0; h < hidden; ++h) acc[h] += BFloat16ToFloat(v[h]);
+      } else {
+        const float* v = reinterpret_cast<const float*>(row);
+        for (int64_t h = 0; h < hidden; ++h) acc[h] += v[h];
+      }
+      if (with_weights) {
+        const float* w = comb_weights + slot * K;
+        for (int j = 0; j < K; ++j) wacc[j] += w[j];
+      }
+    }
+    if (a.dtype == CombineDtype::kBFloat16) {
+      uint16_t* o = static_cast<uint16_t*>(a.out) + t * hidden;
+      for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToBFloat16(acc[h]);
+    } else {
+      std::memcpy(static_cast<float*>(a.out) + t * hidden, acc.data(), hidden * 4);
+    }
+    if (with_weights) std::memcpy(a.out_weights + t * K, wacc.data(), K * 4);
+  }
+}
+
+}  // namespace mori::ep

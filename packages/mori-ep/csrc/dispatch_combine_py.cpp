@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// Bindings of the intra-node dispatch/combine implementations. Tensors cross as
+// addresses; mori.ep.dispatch_combine checks dtypes, shapes and devices first.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "dispatch_combine.hpp"
+#include "protocol.hpp"
+
+namespace py = pybind11;
+
+namespace mori::ep {
+
+namespace {
+
+EpShape MakeShape(int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
+                  int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank) {
+  return EpShape{world_size,
+                 rank,
+                 max_tokens,
+                 top_k,
+                 hidden_dim,
+                 hidden_dim * max_token_type_size,
+                 hidden_dim * std::max(max_token_type_size, 2),
+                 scale_bytes,
+                 num_experts_per_rank};
+}
+
+}  // namespace
+
+void register_dispatch_combine(py::module_& m) {
+  m.def(
+      "ep_buffer_layout",
+      [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
+         int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank) {
+        const EpBufferLayout l =
+            MakeLayout(MakeShape(world_size, rank, max_tokens, top_k, hidden_dim,
+                                 max_token_type_size, scale_bytes, num_experts_per_rank));
+        py::dict d;
+        d["count_words"] = l.count_words;
+        d["dispatch_done"] = l.dispatch_done;
+        d["combine_done"] = l.combine_done;
+        d["recv_tokens"] = l.recv_tokens;
+        d["recv_weights"] = l.recv_weights;
+        d["recv_scales"] = l.recv_scales;
+        d["recv_indices"] = l.recv_indices;
+        d["recv_src_pos"] = l.recv_src_pos;
+        d["comb_tokens"] = l.comb_tokens;
+        d["comb_weights"] = l.comb_weights;
+        d["total_recv"] = l.total_recv;
+        d["token_ranks"] = l.token_ranks;
+        d["total_bytes"] = l.total_bytes;
+        return d;
+      },
+      py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
+      py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
+      py::arg("num_experts_per_rank"),
+      R"doc(Byte offsets of the regions of an op's symmetric block (protocol.hpp).)doc");
+  m.attr("ep_max_tokens_per_rank") = kMaxTokensPerRank;
+
+  py::class_<IntraNodeCpu>(m, "IntraNodeCpu",
+                           R"doc(Intra-node dispatch/combine on a host symmetric heap.)doc")
+      .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
+                       int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+                       uintptr_t block, double timeout_s) {
+             return new IntraNodeCpu(
+                 MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
+                           scale_bytes, num_experts_per_rank),
+                 reinterpret_cast<void*>(block),
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+           }),
+           py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
+           py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
+           py::arg("num_experts_per_rank"), py::arg("block"), py::arg("timeout_s"),
+           py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes this pe's signal words, then a heap barrier.)doc")
+      .def(
+          "dispatch",
+          [](IntraNodeCpu& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
+             uintptr_t scales, uintptr_t indices, int64_t num_tokens) {
+            return self.Dispatch(DispatchArgs{
+                reinterpret_cast<const void*>(tokens), token_row_bytes,
+                reinterpret_cast<const float*>(weights), reinterpret_cast<const void*>(scales),
+                reinterpret_cast<const int32_t*>(indices), num_tokens});
+          },
+          py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
+          py::arg("indices"), py::arg("num_tokens"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Collective dispatch over raw addresses; returns total_recv.)doc")
+      .def(
+          "reject_dispatch",
+          [](IntraNodeCpu& self, const std::string& reason) { self.RejectDispatch(reason); },
+          py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Take part in a dispatch as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
+      .def(
+          "combine",
+          [](IntraNodeCpu& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
+             bool bfloat16, uintptr_t weights, uintptr_t out, uintptr_t out_weights) {
+            self.Combine(
+                CombineArgs{reinterpret_cast<const void*>(input), input_row_stride, input_rows,
+                            bfloat16 ? CombineDtype::kBFloat16 : CombineDtype::kFloat32,
+                            reinterpret_cast<const float*>(weights), reinterpret_cast<void*>(out),
+                            reinterpret_cast<float*>(out_weights)});
+          },
+          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("bfloat16"),
+          py::arg("weights"), py::arg("out"), py::arg("out_weights"),
+          py::call_guard<py::gil_scoped_release>(),
+          R"doc(Collective combine over raw addresses (row stride in bytes).)doc")
+      .def(
+          "reject_combine",
+          [](IntraNodeCpu& self, const std::string& reason) { self.RejectCombine(reason); },
+          py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Take part in a combine as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
+      .def_property_readonly("total_recv", &IntraNodeCpu::total_recv)
+      .def_property_readonly("num_tokens", &IntraNodeCpu::num_tokens)
+      .def_property_readonly("epoch", &IntraNodeCpu::epoch)
+      .def_property_readonly("combine_pending", &IntraNodeCpu::combine_pending);
+}
+
+}  // namespace mori::ep

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The intra-node dispatch/combine protocol over mori's symmetric heap: the buffer
+// layout and the signal encodings, shared by the CPU implementation
+// (dispatch_combine_cpu.cpp, host_ops.hpp) and the CUDA kernels (device.cuh).
+// No Python, no torch, nothing that cannot run on a device. The README of
+// mori-ep describes the protocol step by step with a worked example.
+//
+// One symmetric block per op, identical layout on every pe (offsets in bytes from
+// the block's start). W = world_size, M = max_num_inp_token_per_rank,
+// C = W * M (receive capacity), K = num_experts_per_token, H = hidden bytes
+// (hidden_dim * max_token_type_size), Hc = combine row bytes (hidden_dim *
+// max(max_token_type_size, 2)), S = scale bytes (scale_dim * scale_type_size).
+//
+//   signals (written by peers)
+//     count_words    u64 [W][W]   row s, column d: (epoch << kCountBits) | count(s -> d),
+//                                 written by pe s into every pe (its routing row)
+//     dispatch_done  u64 [W]      entry s = epoch once pe s has written all its rows here
+//     combine_done   u64 [W]      entry d = epoch once pe d has returned all its rows here
+//   dispatch receive buffers (written by peers; rows [0, total_recv) valid)
+//     recv_tokens    u8  [C][H]
+//     recv_weights   f32 [C][K]
+//     recv_scales    u8  [C][S]
+//     recv_indices   i32 [C][K]
+//     recv_src_pos   i32 [C]      src_pe * M + src_token (MORI's encoding)
+//   combine receive buffers (written by peers; slot [d][t]: pe d's partial row for
+//   this pe's token t)
+//     comb_tokens    u8  [W][M][Hc]
+//     comb_weights   f32 [W][M][K]
+//   private to the pe (in the block so device code can reach it; never written by
+//   peers)
+//     total_recv     i32 [1]
+//     token_ranks    u8  [M][W]   1 where the pe's token t went to pe d (last dispatch)
+//
+// Ordering: rows from pe s land at d in the contiguous range
+// [sum_{s' < s} count(s' -> d), + count(s -> d)), in the source's token order.
+// Row order is therefore a function of the routing alone (not of timing), which
+// makes dispatch reproducible bit for bit and fixes combine's reduction order
+// (ascending destination pe).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mori/shmem/context.hpp"
+
+namespace mori::ep {
+
+// count_words hold the epoch in the high bits and the count in the low bits, so
+// one 64-bit release store publishes both. 2^40 epochs outlast any process; the
+// count field bounds max_num_inp_token_per_rank.
+inline constexpr int kCountBits = 24;
+inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+// A count of kRejectedCount marks a pe whose inputs failed validation: every pe
+// sees it in the same epoch and fails that call without moving data, so the op
+// stays consistent and usable.
+inline constexpr uint64_t kRejectedCount = kCountMask;
+inline constexpr int64_t kMaxTokensPerRank = static_cast<int64_t>(kCountMask) - 1;
+inline constexpr uint64_t kEpochMask = (uint64_t{1} << (64 - kCountBits)) - 1;
+
+MORI_HOST_DEVICE inline uint64_t CountWord(uint64_t epoch, uint64_t count) {
+  return ((epoch & kEpochMask) << kCountBits) | (count & kCountMask);
+}
+MORI_HOST_DEVICE inline uint64_t CountOf(uint64_t word) { return word & kCountMask; }
+MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountBits; }
+// Smallest word value that carries `epoch` (WaitUntil(word, kGe, EpochFloor(e))):
+// earlier epochs' words are smaller, later ones cannot arrive before this call ends.
+MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
+
+struct EpShape {
+  int world_size;
+  int rank;
+  int64_t max_tokens;  // M
+  int top_k;           // K
+  int64_t hidden_dim;
+  int64_t hidden_bytes;       // hidden_dim * max_token_type_size
+  int64_t combine_row_bytes;  // hidden_dim * max(max_token_type_size, 2)
+  int64_t scale_bytes;
+  int num_experts_per_rank;
+};
+
+// Byte offsets of each region; every region starts on a 256-byte boundary so that
+// vectorized (16-byte) device copies of a row are aligned whenever the row size is.
+struct EpBufferLayout {
+  size_t count_words, dispatch_done, combine_done;
+  size_t recv_tokens, recv_weights, recv_scales, recv_indices, recv_src_pos;
+  size_t comb_tokens, comb_weights;
+  size_t total_recv, token_ranks;
+  size_t total_bytes;
+};
+
+MORI_HOST_DEVICE inline size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline EpBufferLayout MakeLayout(const EpShape& s) {
+  const size_t W = s.world_size, M = s.max_tokens, C = W * M, K = s.top_k;
+  EpBufferLayout l{};
+  size_t off = 0;
+  auto take = [&off](size_t bytes) {
+    size_t at = off;
+    off = AlignUp(off + bytes, 256);
+    return at;
+  };
+  l.count_words = take(W * W * 8);
+  l.dispatch_done = take(W * 8);
+  l.combine_done = take(W * 8);
+  l.recv_tokens = take(C * s.hidden_bytes);
+  l.recv_weights = take(C * K * 4);
+  l.recv_scales = take(C * s.scale_bytes);
+  l.recv_indices = take(C * K * 4);
+  l.recv_src_pos = take(C * 4);
+  l.comb_tokens = take(W * M * s.combine_row_bytes);
+  l.comb_weights = take(W * M * K * 4);
+  l.total_recv = take(8);
+  l.token_ranks = take(M * W);
+  l.total_bytes = off;
+  return l;
+}
+
+// Bytes that must be zero before the first call (the signal words), from offset 0.
+inline size_t SignalBytes(const EpBufferLayout& l) { return l.recv_tokens; }
+
+// Rank-major expert placement (MORI's): global expert e lives on pe e / experts_per_rank.
+MORI_HOST_DEVICE inline int ExpertRank(int32_t expert, int experts_per_rank) {
+  return expert / experts_per_rank;
+}
+
+MORI_HOST_DEVICE inline int32_t EncodeSrcPos(int src_pe, int64_t token, int64_t max_tokens) {
+  return static_cast<int32_t>(src_pe * max_tokens + token);
+}
+
+}  // namespace mori::ep
