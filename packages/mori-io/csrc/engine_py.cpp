@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "engine_py.hpp"
 #include "io_engine.hpp"
 #include "mori/core/error.hpp"
@@ -15,8 +17,55 @@ namespace {
 
 using StatePtr = std::shared_ptr<TransferState>;
 
-std::vector<TransferSpan> Spans(const std::vector<uint64_t>& lo, const std::vector<uint64_t>& ro,
-                                const std::vector<uint64_t>& sizes) {
+// Batch offsets and sizes: a sequence of ints, or a 1-D buffer of integers (a numpy
+// array, array.array) copied without a Python object per element.
+std::vector<uint64_t> AsU64(const py::object& o, const char* what) {
+  if (!PyObject_CheckBuffer(o.ptr())) return o.cast<std::vector<uint64_t>>();
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(o).request();
+  std::string fmt = info.format;
+  char code = fmt.empty() ? '?' : fmt.back();
+  bool is_signed = std::strchr("bhilq", code) != nullptr;
+  bool is_unsigned = std::strchr("BHILQ", code) != nullptr;
+  MORI_CHECK_ARG(info.ndim == 1 && (is_signed || is_unsigned), "batch: ", what,
+                 " must be a 1-D sequence of integers (buffer format '", fmt, "', ", info.ndim,
+                 " dimension(s))");
+  std::vector<uint64_t> out(static_cast<size_t>(info.shape[0]));
+  const char* base = static_cast<const char*>(info.ptr);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const char* p = base + static_cast<ptrdiff_t>(i) * info.strides[0];
+    int64_t v = 0;
+    uint64_t u = 0;
+    switch (info.itemsize) {
+      case 1:
+        is_signed ? v = *reinterpret_cast<const int8_t*>(p)
+                  : u = *reinterpret_cast<const uint8_t*>(p);
+        break;
+      case 2:
+        is_signed ? v = *reinterpret_cast<const int16_t*>(p)
+                  : u = *reinterpret_cast<const uint16_t*>(p);
+        break;
+      case 4:
+        is_signed ? v = *reinterpret_cast<const int32_t*>(p)
+                  : u = *reinterpret_cast<const uint32_t*>(p);
+        break;
+      case 8:
+        is_signed ? v = *reinterpret_cast<const int64_t*>(p)
+                  : u = *reinterpret_cast<const uint64_t*>(p);
+        break;
+      default:
+        MORI_THROW(InvalidArgumentError, "batch: ", what, ": ", info.itemsize, "-byte integers");
+    }
+    MORI_CHECK_ARG(!is_signed || v >= 0, "batch: ", what, "[", i, "] = ", v, " is negative");
+    out[i] = is_signed ? static_cast<uint64_t>(v) : u;
+  }
+  return out;
+}
+
+std::vector<TransferSpan> Spans(const py::object& lo_obj, const py::object& ro_obj,
+                                const py::object& sizes_obj) {
+  std::vector<uint64_t> lo = AsU64(lo_obj, "local_offsets");
+  std::vector<uint64_t> ro = AsU64(ro_obj, "remote_offsets");
+  std::vector<uint64_t> sizes = AsU64(sizes_obj, "sizes");
   MORI_CHECK_ARG(lo.size() == ro.size() && lo.size() == sizes.size(), "batch: local_offsets (",
                  lo.size(), "), remote_offsets (", ro.size(), ") and sizes (", sizes.size(),
                  ") must have the same length");
@@ -77,8 +126,8 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           py::arg("uid"))
       .def(
           "batch_transfer",
-          [](Session& s, bool write, const std::vector<uint64_t>& lo,
-             const std::vector<uint64_t>& ro, const std::vector<uint64_t>& sizes, uint64_t uid) {
+          [](Session& s, bool write, const py::object& lo, const py::object& ro,
+             const py::object& sizes, uint64_t uid) {
             std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
             py::gil_scoped_release nogil;
             return s.Transfer(write ? Op::kWrite : Op::kRead, spans.data(), spans.size(), uid);
@@ -135,9 +184,9 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           py::arg("uid"))
       .def(
           "batch_transfer",
-          [](IoEngine& e, bool write, uint64_t local_mem, const std::vector<uint64_t>& lo,
+          [](IoEngine& e, bool write, uint64_t local_mem, const py::object& lo,
              const std::string& key, uint64_t remote_mem, uint64_t remote_size,
-             const std::vector<uint64_t>& ro, const std::vector<uint64_t>& sizes, uint64_t uid) {
+             const py::object& ro, const py::object& sizes, uint64_t uid) {
             std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
             py::gil_scoped_release nogil;
             return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
@@ -160,7 +209,8 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
         const HotPathOptions& o = e.options();
         return py::dict(py::arg("lockfree_endpoint") = o.lockfree_endpoint,
                         py::arg("epoch_snapshot") = o.epoch_snapshot,
-                        py::arg("ledger_ring") = o.ledger_ring);
+                        py::arg("ledger_ring") = o.ledger_ring,
+                        py::arg("target_batching") = o.target_batching);
       });
 
   // The ledger alone, for tests of its boundary behaviour.

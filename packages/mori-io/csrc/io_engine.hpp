@@ -43,6 +43,8 @@ struct HotPathOptions {
   bool lockfree_endpoint = true;  // MORI_IO_LOCKFREE_ENDPOINT=0: connections under a mutex
   bool epoch_snapshot = true;     // MORI_IO_EPOCH_SNAPSHOT=0: sessions look the peer up per op
   bool ledger_ring = true;        // MORI_IO_LEDGER=map: hash map records
+  bool target_batching = true;    // MORI_IO_TARGET_BATCHING=0: the target looks the region
+                                  // up and records inbound parts under a lock per part
   static HotPathOptions FromEnv();
 };
 
@@ -104,6 +106,16 @@ class Session {
   std::mutex mu_;
 };
 
+// One part a target received (write) or served (read), accounted per read pass.
+struct InboundPart {
+  uint64_t uid;
+  uint32_t num_parts;
+  wire::WireStatus status;
+  uint64_t mem_id;
+  uint64_t offset;
+  uint64_t length;
+};
+
 struct InboundEntry {
   uint32_t seen = 0;
   uint32_t total = 0;
@@ -159,8 +171,12 @@ class IoEngine {
     char* base;
   };
   Lookup CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length) const;
-  void RecordInbound(const std::string& remote_key, uint64_t uid, uint32_t num_parts,
-                     wire::WireStatus status, uint64_t mem_id, uint64_t offset, uint64_t length);
+  // Copies region `id` into *out; false if it is not registered.
+  bool FindRegion(uint64_t id, MemoryRegion* out) const;
+  // Moves on every register/deregister: a cached region is valid while it stays put.
+  uint64_t memory_epoch() const { return memory_epoch_.load(std::memory_order_acquire); }
+  // Accounts parts of one read pass under one lock (runs of one uid: one lookup).
+  void RecordInboundParts(const std::string& remote_key, const InboundPart* parts, size_t n);
   void CompletePart(uint64_t record_id, StatusCode code, const std::string& message);
   void AssignInbound(std::shared_ptr<Conn> conn);
 
@@ -187,6 +203,7 @@ class IoEngine {
   mutable std::shared_mutex mem_mu_;
   std::unordered_map<uint64_t, MemoryRegion> memory_;
   uint64_t next_mem_id_ = 1;
+  std::atomic<uint64_t> memory_epoch_{0};
 
   mutable std::shared_mutex peer_mu_;
   std::unordered_map<std::string, std::shared_ptr<Peer>> peers_;

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "backend_probe.hpp"
+#include "baseline_py.hpp"
 #include "engine_py.hpp"
 #include "mori/python/extension.hpp"
 
@@ -28,4 +29,5 @@ PYBIND11_MODULE(_C, m) {
       R"doc(Return (available, reason): whether ``backend`` can run on this machine.)doc");
 
   mori::io::register_engine(m);
+  mori::io::register_baseline(m);
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -73,12 +74,23 @@ class TransferState {
     return true;
   }
 
+  // Polls before a waiter sleeps on the condition variable (MORI_IO_WAIT_SPIN, read
+  // once per process).
+  static int WaitSpins() {
+    static const int spins = [] {
+      const char* v = std::getenv("MORI_IO_WAIT_SPIN");
+      return v != nullptr && *v != '\0' ? std::atoi(v) : 2000;
+    }();
+    return spins;
+  }
+
   // Waits until finished or `timeout_ms` passes (negative: no limit). Spins briefly
   // first: most small transfers finish within microseconds.
   bool WaitFor(int64_t timeout_ms) {
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
-    for (int i = 0; i < 2000; ++i) {
+    const int spins = WaitSpins();
+    for (int i = 0; i < spins; ++i) {
       if (!InProgress()) return true;
       if ((i & 63) == 63) std::this_thread::yield();
     }

@@ -109,11 +109,13 @@ class IOEngineSession:
         return self._sess.transfer(True, local_offset, remote_offset, size, transfer_uid)
 
     def batch_read(self, local_offsets, remote_offsets, sizes, transfer_uid: int):
-        """Many reads as one transfer (one status). Offsets and sizes in bytes."""
+        """Many reads as one transfer (one status). Offsets and sizes in bytes:
+        int sequences or 1-D integer arrays (numpy arrays are read in place)."""
         return self._sess.batch_transfer(False, local_offsets, remote_offsets, sizes, transfer_uid)
 
     def batch_write(self, local_offsets, remote_offsets, sizes, transfer_uid: int):
-        """Many writes as one transfer (one status). Offsets and sizes in bytes."""
+        """Many writes as one transfer (one status). Offsets and sizes in bytes:
+        int sequences or 1-D integer arrays (numpy arrays are read in place)."""
         return self._sess.batch_transfer(True, local_offsets, remote_offsets, sizes, transfer_uid)
 
     def alive(self) -> bool:

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+// Python bindings of the benchmark baselines (the limits the backends are judged by).
+#include "baseline_py.hpp"
+
+#include "socket_baseline.hpp"
+
+namespace py = pybind11;
+
+namespace mori::io {
+
+void register_baseline(py::module_& m) {
+  m.def(
+      "raw_socket_stream",
+      [](uint64_t msg_size, uint64_t count, bool ack_each, int sock_buf_bytes) {
+        SocketStreamResult r;
+        {
+          py::gil_scoped_release nogil;
+          r = RawSocketStream(msg_size, count, ack_each, sock_buf_bytes);
+        }
+        return py::dict(py::arg("seconds") = r.seconds, py::arg("bytes") = r.bytes,
+                        py::arg("sender_cpu_s") = r.sender_cpu_s,
+                        py::arg("receiver_cpu_s") = r.receiver_cpu_s);
+      },
+      py::arg("msg_size"), py::arg("count"), py::arg("ack_each") = false,
+      py::arg("sock_buf_bytes") = 0,
+      R"doc(Stream ``count`` messages of ``msg_size`` bytes over a loopback TCP connection
+between two native threads with blocking send/recv: the TCP backend's physical limit.
+``ack_each``: the receiver answers each message with one byte and the sender waits
+for it. ``sock_buf_bytes`` > 0 sets SO_SNDBUF/SO_RCVBUF (0: kernel autotuning).
+Returns {seconds, bytes, sender_cpu_s, receiver_cpu_s}; releases the GIL; a socket
+that stalls for 10 s raises TransportError.)doc");
+}
+
+}  // namespace mori::io

@@ -1,0 +1,450 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Transfer-engine benchmark with MORI's flags, beside the limit measured in the same run.
+
+    python -m mori.io.bench [--op-type read|write] [--buffer-size 1M]
+                            [--transfer-batch-size 1] [--enable-batch-transfer]
+                            [--enable-sess] [--num-qp-per-transfer 2]
+                            [--num-worker-threads 1] [--disable-chunking]
+                            [--all --sweep-start-size 1K --sweep-max-size 16M]
+                            [--iters 128] [--reps 1] [--preset mw-chunkoff|mw-chunkon|hi-iops]
+                            [--json PATH] [--plot out.png]
+
+Rank 0 is the initiator, rank 1 the target. Run as is (two processes on this host)
+or under torchrun with two processes (``--host`` names the address the other host
+reaches this one at). Each iteration submits ``--transfer-batch-size`` transfers of
+``--buffer-size`` bytes (one batch call with ``--enable-batch-transfer``, through a
+session with ``--enable-sess``) and waits for all of them; its latency is one sample.
+MaxBW/AvgBW are TotalSize over the min/mean latency (GB/s = 1e9 B/s); Xfer/s counts
+transfers; CPU us/xfer is each process's CPU time (all threads, ``time.process_time``)
+over the timed iterations divided by the transfers. With ``--reps N`` the whole
+measurement repeats N times and each figure is shown as mean±stdev.
+
+The limit, measured at each size right after the engine: ``RawBW`` streams the same
+messages over a loopback TCP connection between two native threads with blocking
+send/recv (``mori.io._C.raw_socket_stream``); ``RawAckBW`` waits for a one-byte
+answer after each message (one round trip per message, the pattern of a single
+acknowledged write). ``%Raw`` is AvgBW / RawBW.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import struct
+import sys
+import time
+
+PRESETS = {
+    # MORI's three regimes for judging CPU-overhead changes.
+    "mw-chunkoff": dict(
+        num_worker_threads=2, num_qp_per_transfer=4, disable_chunking=True, all=True,
+        sweep_start_size=1 << 10, sweep_max_size=16 << 20,
+    ),
+    "mw-chunkon": dict(
+        num_worker_threads=4, num_qp_per_transfer=4, disable_chunking=False, all=True,
+        sweep_start_size=1 << 10, sweep_max_size=16 << 20,
+    ),
+    "hi-iops": dict(
+        buffer_size=512, transfer_batch_size=256, num_worker_threads=8, num_qp_per_transfer=8,
+        disable_chunking=True, enable_batch_transfer=True, enable_sess=True,
+    ),
+}  # fmt: skip
+
+CHILD_ENV = "MORI_IO_BENCH_CHILD"
+
+
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def _fmt_size(n: int) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mori.io.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", choices=sorted(PRESETS), help="MORI's regimes (flags still win)")
+    p.add_argument("--backend", default="tcp", choices=["tcp"], help="only TCP exists so far")
+    p.add_argument("--op-type", default="write", choices=["read", "write"])
+    p.add_argument("--buffer-size", type=_size, default=1 << 20, help="bytes per transfer")
+    p.add_argument("--transfer-batch-size", type=int, default=1, help="transfers per iteration")
+    p.add_argument("--enable-batch-transfer", action="store_true", help="one batch call")
+    p.add_argument("--enable-sess", action="store_true", help="transfer through a session")
+    p.add_argument("--num-qp-per-transfer", type=int, default=2, help="TCP connections")
+    p.add_argument("--num-worker-threads", type=int, default=1, help="epoll reactors")
+    p.add_argument("--disable-chunking", action="store_true")
+    p.add_argument("--chunk-size", type=_size, default=1 << 20)
+    p.add_argument("--sock-buf-bytes", type=_size, default=0, help="0: kernel autotuning")
+    p.add_argument("--all", action="store_true", help="sweep the message size (powers of 2)")
+    p.add_argument("--sweep-start-size", type=_size, default=8)
+    p.add_argument("--sweep-max-size", type=_size, default=1 << 20)
+    p.add_argument("--iters", type=int, default=128, help="timed iterations per size")
+    p.add_argument("--warmup", type=int, default=8, help="untimed iterations per size")
+    p.add_argument("--reps", type=int, default=1, help="repetitions (mean and stdev)")
+    p.add_argument(
+        "--offsets-as",
+        choices=["array", "list"],
+        default="array",
+        help="how batch offsets/sizes are passed (numpy arrays or lists)",
+    )
+    p.add_argument("--no-baseline", action="store_true", help="skip the raw socket stream")
+    p.add_argument("--host", help="address this engine listens on (default: loopback if local)")
+    p.add_argument("--json", help="write config, machine and rows here")
+    p.add_argument("--plot", help="write a bandwidth plot here (needs matplotlib)")
+    p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the whole run")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = build_parser()
+    pre, _ = parser.parse_known_args(argv)
+    if pre.preset:
+        parser.set_defaults(**PRESETS[pre.preset])
+    args = parser.parse_args(argv)
+    if args.transfer_batch_size < 1 or args.iters < 1 or args.reps < 1:
+        parser.error("--transfer-batch-size, --iters and --reps must be >= 1")
+    return args
+
+
+def sizes_of(args) -> list[int]:
+    if not args.all:
+        return [args.buffer_size]
+    out, s = [], max(1, args.sweep_start_size)
+    while s <= args.sweep_max_size:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def machine() -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
+            "host": platform.node()}  # fmt: skip
+
+
+# -- measurement ----------------------------------------------------------------------
+
+
+def _engine(args, rank: int):
+    from mori.io import BackendType, IOEngine, IOEngineConfig, TcpBackendConfig
+
+    host = args.host
+    if host is None:
+        local = os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost")
+        host = "127.0.0.1" if local else _routable_address()
+    eng = IOEngine(f"bench-{'initiator' if rank == 0 else 'target'}", IOEngineConfig(host, 0))
+    cfg = TcpBackendConfig(
+        num_worker_threads=args.num_worker_threads,
+        qp_per_transfer=args.num_qp_per_transfer,
+        enable_chunking=not args.disable_chunking,
+        chunk_size=args.chunk_size,
+        sock_buf_bytes=args.sock_buf_bytes,
+    )
+    eng.create_backend(BackendType.TCP, cfg)
+    return eng
+
+
+def _routable_address() -> str:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((os.environ["MASTER_ADDR"], 1))  # no packet is sent
+        return s.getsockname()[0]
+
+
+def _issue(args, eng, sess, local, remote, size, offsets):
+    """One iteration: submit the batch and return its statuses."""
+    write = args.op_type == "write"
+    n = len(offsets)
+    if args.enable_batch_transfer:
+        uid = eng.allocate_transfer_uid()
+        sizes = _sizes(size, n, type(offsets))
+        if sess is not None:
+            f = sess.batch_write if write else sess.batch_read
+            return [f(offsets, offsets, sizes, uid)]
+        f = eng.batch_write if write else eng.batch_read
+        return [f(local, offsets, remote, offsets, sizes, uid)]
+    if sess is not None:
+        f = sess.write if write else sess.read
+        return [f(o, o, size, eng.allocate_transfer_uid()) for o in offsets]
+    f = eng.write if write else eng.read
+    return [f(local, o, remote, o, size, eng.allocate_transfer_uid()) for o in offsets]
+
+
+_SIZES: dict = {}
+
+
+def _sizes(size: int, n: int, kind: type):
+    key = (size, n, kind)
+    if key not in _SIZES:
+        if kind is list:
+            _SIZES[key] = [size] * n
+        else:
+            import numpy as np
+
+            _SIZES[key] = np.full(n, size, np.uint64)
+    return _SIZES[key]
+
+
+def _wait(statuses) -> None:
+    for s in statuses:
+        if not s.WaitFor(30000):
+            raise TimeoutError("a transfer did not finish within 30 s")
+        if not s.Succeeded():
+            raise RuntimeError(f"transfer failed: {s.Code().name}: {s.Message()}")
+
+
+def _raw(size: int, count: int, ack: bool, sock_buf_bytes: int) -> float:
+    from mori.io import _C
+
+    r = _C.raw_socket_stream(size, count, ack, sock_buf_bytes)
+    return r["bytes"] / r["seconds"] / 1e9
+
+
+def run_worker(args) -> list[dict] | None:
+    """Both ranks call this; rank 0 returns the rows, rank 1 None."""
+    import numpy as np
+
+    from mori.core.bootstrap import TcpBootstrap
+    from mori.io import EngineDesc, MemoryDesc
+
+    bs = TcpBootstrap.from_env()
+    if bs.world_size != 2:
+        raise SystemExit(f"mori.io.bench needs 2 processes, got {bs.world_size}")
+    rank = bs.rank
+    sizes = sizes_of(args)
+    batch = args.transfer_batch_size
+    buf = np.zeros(max(sizes) * batch, np.uint8)  # zeros + fill below: pages touched
+    buf.fill(0xFF)
+    eng = _engine(args, rank)
+    mem = eng.register_array(buf)
+    descs = bs.all_gather(eng.get_engine_desc().pack())
+    mems = bs.all_gather(mem.pack())
+    peer = EngineDesc.unpack(descs[1 - rank])
+    eng.register_remote_engine(peer)
+    remote = MemoryDesc.unpack(mems[1 - rank])
+    sess = eng.create_session(mem, remote) if (rank == 0 and args.enable_sess) else None
+
+    rows = []
+    for si, size in enumerate(sizes):
+        offsets = [j * size for j in range(batch)]
+        if args.enable_batch_transfer and args.offsets_as == "array":
+            offsets = np.asarray(offsets, np.uint64)  # read in place by the binding
+        total = size * batch
+        # The side that is read from (target for reads, initiator for writes) holds the
+        # byte pattern; the other side checks it after the run.
+        pattern = si % 251
+        source = (rank == 0) == (args.op_type == "write")
+        buf[:total] = pattern if source else 0xFF
+        bs.barrier()  # both buffers are set before the first transfer
+        reps = []
+        for _ in range(args.reps):
+            if rank == 0:
+                for _ in range(args.warmup):
+                    _wait(_issue(args, eng, sess, mem, remote, size, offsets))
+            bs.barrier()
+            cpu0 = time.process_time()
+            lat = []
+            if rank == 0:
+                for _ in range(args.iters):
+                    t0 = time.perf_counter()
+                    _wait(_issue(args, eng, sess, mem, remote, size, offsets))
+                    lat.append(time.perf_counter() - t0)
+                cpu = time.process_time() - cpu0
+            bs.barrier()
+            if rank != 0:
+                cpu = time.process_time() - cpu0  # the target's window ends at the barrier
+            cpu_target = struct.unpack("d", bs.all_gather(struct.pack("d", cpu))[1])[0]
+            if rank != 0:
+                continue
+            n = args.iters * batch
+            rep = {
+                "max_bw": total / min(lat) / 1e9,
+                "avg_bw": total / statistics.fmean(lat) / 1e9,
+                "min_lat_us": min(lat) * 1e6,
+                "avg_lat_us": statistics.fmean(lat) * 1e6,
+                "xfer_per_s": n / sum(lat),
+                "cpu_us_init": cpu / n * 1e6,
+                "cpu_us_target": cpu_target / n * 1e6,
+            }
+            if not args.no_baseline:
+                # At least 32 MiB per stream so small sizes are not timed on a handful
+                # of messages; the acked variant is one round trip per message, so fewer.
+                count = min(max(n, (32 << 20) // size), 200_000)
+                rep["raw_bw"] = _raw(size, count, False, args.sock_buf_bytes)
+                rep["raw_ack_bw"] = _raw(
+                    size, min(max(n, (8 << 20) // size), 4000), True, args.sock_buf_bytes
+                )
+                rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
+            reps.append(rep)
+        if not (buf[:total] == pattern).all():
+            raise RuntimeError(f"size {size}: bytes at the destination differ from the source")
+        bs.barrier()
+        if rank == 0:
+            row = {"msg_size": size, "batch_size": batch, "total_size": total}
+            for k in reps[0]:
+                vals = [r[k] for r in reps]
+                row[k] = statistics.fmean(vals)
+                row[k + "_sd"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            rows.append(row)
+    bs.barrier()
+    if os.environ.get("MORI_TELEMETRY"):
+        # Scoped timers of both processes, printed by rank 0 (MORI_TELEMETRY=io).
+        from mori.core import telemetry
+
+        mine = json.dumps(telemetry.stats()).encode()
+        both = [json.loads(b) for b in bs.all_gather(mine)]
+        if rank == 0:
+            for who, stats in zip(("initiator", "target"), both, strict=True):
+                for t in stats:
+                    if t["count"]:
+                        print(f"telemetry {who:9s} {t['name']:24s} n={t['count']:<9d} "
+                              f"mean={t['mean_ns'] / 1e3:9.2f} us total={t['total_ns'] / 1e6:9.2f} ms")  # fmt: skip
+    return rows if rank == 0 else None
+
+
+# -- output -----------------------------------------------------------------------------
+
+COLUMNS = [
+    ("MsgSize", "msg_size", "size"),
+    ("BatchSize", "batch_size", "int"),
+    ("TotalSize", "total_size", "size"),
+    ("MaxBW(GB/s)", "max_bw", ".3f"),
+    ("AvgBW(GB/s)", "avg_bw", ".3f"),
+    ("MinLat(us)", "min_lat_us", ".1f"),
+    ("AvgLat(us)", "avg_lat_us", ".1f"),
+    ("Xfer/s", "xfer_per_s", ",.0f"),
+    ("CPU us/xfer init", "cpu_us_init", ".2f"),
+    ("CPU us/xfer target", "cpu_us_target", ".2f"),
+    ("RawBW(GB/s)", "raw_bw", ".3f"),
+    ("RawAckBW(GB/s)", "raw_ack_bw", ".3f"),
+    ("%Raw", "pct_raw", ".0f"),
+]
+
+
+def format_table(rows: list[dict], reps: int) -> str:
+    from tabulate import tabulate
+
+    cols = [c for c in COLUMNS if rows and c[1] in rows[0]]
+    body = []
+    for r in rows:
+        line = []
+        for _, key, fmt in cols:
+            v = r[key]
+            if fmt == "size":
+                line.append(_fmt_size(v))
+            elif fmt == "int":
+                line.append(str(v))
+            elif reps > 1:
+                line.append(f"{v:{fmt}}±{r[key + '_sd']:{fmt}}")
+            else:
+                line.append(f"{v:{fmt}}")
+        body.append(line)
+    return tabulate(body, headers=[c[0] for c in cols], tablefmt="github", disable_numparse=True)
+
+
+def describe(args) -> str:
+    mode = "batch" if args.enable_batch_transfer else "single"
+    return (
+        f"mori.io.bench: backend={args.backend} op={args.op_type} {mode}"
+        f"{' session' if args.enable_sess else ''} batch={args.transfer_batch_size} "
+        f"workers={args.num_worker_threads} qp={args.num_qp_per_transfer} "
+        f"chunking={'off' if args.disable_chunking else _fmt_size(args.chunk_size)} "
+        f"iters={args.iters} reps={args.reps}"
+        f"{' preset=' + args.preset if args.preset else ''}"
+    )
+
+
+def write_plot(rows: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"--plot {path}: matplotlib is not installed; no plot written")
+        return
+    x = [r["total_size"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.errorbar(x, [r["avg_bw"] for r in rows], yerr=[r["avg_bw_sd"] for r in rows],
+                marker="o", label="mori.io AvgBW")  # fmt: skip
+    if "raw_bw" in rows[0]:
+        ax.plot(x, [r["raw_bw"] for r in rows], "k--", label="raw socket stream")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per iteration")
+    ax.set_ylabel("GB/s")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def report(args, rows: list[dict]) -> None:
+    m = machine()
+    print(describe(args))
+    print(f"machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}")
+    print(format_table(rows, args.reps))
+    if args.json:
+        doc = {
+            "benchmark": "mori.io.bench",
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "config": vars(args),
+            "machine": m,
+            "rows": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"json written to {args.json}")
+    if args.plot:
+        write_plot(rows, args.plot)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "RANK" not in os.environ and CHILD_ENV not in os.environ:
+        from mori.core.launch import WorkersFailed, launch_local
+
+        try:
+            results = launch_local(
+                [sys.executable, "-m", "mori.io.bench", *argv], 2,
+                timeout_s=args.timeout_s, env={CHILD_ENV: "1"},
+            )  # fmt: skip
+        except WorkersFailed as e:
+            print(e, file=sys.stderr)
+            return 1
+        print(results[0].output, end="")
+        return 0
+    rows = run_worker(args)
+    if rows is not None:
+        report(args, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
