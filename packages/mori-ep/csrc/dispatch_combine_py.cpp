@@ -12,6 +12,9 @@
 
 #include "dispatch_combine.hpp"
 #include "protocol.hpp"
+#if MORI_EP_WITH_CUDA
+#include "dispatch_combine_cuda.hpp"
+#endif
 
 namespace py = pybind11;
 
@@ -46,6 +49,7 @@ void register_dispatch_combine(py::module_& m) {
         d["count_words"] = l.count_words;
         d["dispatch_done"] = l.dispatch_done;
         d["combine_done"] = l.combine_done;
+        d["state"] = l.state;
         d["recv_tokens"] = l.recv_tokens;
         d["recv_weights"] = l.recv_weights;
         d["recv_scales"] = l.recv_scales;
@@ -120,6 +124,76 @@ void register_dispatch_combine(py::module_& m) {
       .def_property_readonly("num_tokens", &IntraNodeCpu::num_tokens)
       .def_property_readonly("epoch", &IntraNodeCpu::epoch)
       .def_property_readonly("combine_pending", &IntraNodeCpu::combine_pending);
+
+#if MORI_EP_WITH_CUDA
+  py::class_<IntraNodeCuda>(
+      m, "IntraNodeCuda", R"doc(Intra-node dispatch/combine kernels on a CUDA symmetric heap.)doc")
+      .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
+                       int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+                       uintptr_t block, int device, double timeout_s) {
+             return new IntraNodeCuda(
+                 MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
+                           scale_bytes, num_experts_per_rank),
+                 reinterpret_cast<void*>(block), device,
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+           }),
+           py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
+           py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
+           py::arg("num_experts_per_rank"), py::arg("block"), py::arg("device"),
+           py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes this pe's signal words and state, then a heap barrier.)doc")
+      .def(
+          "dispatch",
+          [](IntraNodeCuda& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
+             uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
+             int warp_per_block, uintptr_t stream) {
+            self.Dispatch(DispatchArgs{reinterpret_cast<const void*>(tokens), token_row_bytes,
+                                       reinterpret_cast<const float*>(weights),
+                                       reinterpret_cast<const void*>(scales),
+                                       reinterpret_cast<const int32_t*>(indices), num_tokens},
+                          LaunchShape{block_num, warp_per_block}, stream);
+          },
+          py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
+          py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"),
+          py::arg("warp_per_block"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Enqueue the dispatch kernel on ``stream`` (device addresses); no host sync.)doc")
+      .def(
+          "reject_dispatch",
+          [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream) {
+            self.RejectDispatch(reason, stream);
+          },
+          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Post a rejection for the next epoch, then raise InvalidArgumentError(reason).)doc")
+      .def(
+          "combine",
+          [](IntraNodeCuda& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
+             bool bfloat16, uintptr_t weights, uintptr_t out, uintptr_t out_weights, int block_num,
+             int warp_per_block, uintptr_t stream) {
+            self.Combine(
+                CombineArgs{reinterpret_cast<const void*>(input), input_row_stride, input_rows,
+                            bfloat16 ? CombineDtype::kBFloat16 : CombineDtype::kFloat32,
+                            reinterpret_cast<const float*>(weights), reinterpret_cast<void*>(out),
+                            reinterpret_cast<float*>(out_weights)},
+                LaunchShape{block_num, warp_per_block}, stream);
+          },
+          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("bfloat16"),
+          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("block_num"),
+          py::arg("warp_per_block"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Enqueue the combine kernel on ``stream`` (row stride in bytes); no host sync.)doc")
+      .def(
+          "reject_combine",
+          [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream) {
+            self.RejectCombine(reason, stream);
+          },
+          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Reject the pending combine on every pe, then raise InvalidArgumentError(reason).)doc")
+      .def("max_resident_blocks", &IntraNodeCuda::MaxResidentBlocks, py::arg("dispatch"),
+           py::arg("warps"),
+           R"doc(Largest grid of ``warps`` warps per block kept resident (the launch clamp).)doc")
+      .def_property_readonly("num_tokens", &IntraNodeCuda::num_tokens)
+      .def_property_readonly("epoch", &IntraNodeCuda::epoch)
+      .def_property_readonly("combine_pending", &IntraNodeCuda::combine_pending);
+#endif
 }
 
 }  // namespace mori::ep

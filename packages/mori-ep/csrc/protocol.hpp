@@ -19,6 +19,8 @@
 //                                 written by pe s into every pe (its routing row)
 //     dispatch_done  u64 [W]      entry s = epoch once pe s has written all its rows here
 //     combine_done   u64 [W]      entry d = epoch once pe d has returned all its rows here
+//   private to the pe, zeroed with the signals (the CUDA kernels' state; unused on CPU)
+//     state          EpDeviceState
 //   dispatch receive buffers (written by peers; rows [0, total_recv) valid)
 //     recv_tokens    u8  [C][H]
 //     recv_weights   f32 [C][K]
@@ -68,6 +70,15 @@ MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountB
 // earlier epochs' words are smaller, later ones cannot arrive before this call ends.
 MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
 
+// State the CUDA kernels keep in device memory, so that CUDA-graph replays advance
+// it: the epoch of the last dispatch and the grid-completion counters (each reset
+// to 0 by the last block of its kernel, before the kernel ends).
+struct EpDeviceState {
+  uint64_t epoch;
+  uint32_t dispatch_blocks_done;
+  uint32_t combine_blocks_done;
+};
+
 struct EpShape {
   int world_size;
   int rank;
@@ -83,7 +94,7 @@ struct EpShape {
 // Byte offsets of each region; every region starts on a 256-byte boundary so that
 // vectorized (16-byte) device copies of a row are aligned whenever the row size is.
 struct EpBufferLayout {
-  size_t count_words, dispatch_done, combine_done;
+  size_t count_words, dispatch_done, combine_done, state;
   size_t recv_tokens, recv_weights, recv_scales, recv_indices, recv_src_pos;
   size_t comb_tokens, comb_weights;
   size_t total_recv, token_ranks;
@@ -104,6 +115,7 @@ inline EpBufferLayout MakeLayout(const EpShape& s) {
   l.count_words = take(W * W * 8);
   l.dispatch_done = take(W * 8);
   l.combine_done = take(W * 8);
+  l.state = take(sizeof(EpDeviceState));
   l.recv_tokens = take(C * s.hidden_bytes);
   l.recv_weights = take(C * K * 4);
   l.recv_scales = take(C * s.scale_bytes);
@@ -117,7 +129,8 @@ inline EpBufferLayout MakeLayout(const EpShape& s) {
   return l;
 }
 
-// Bytes that must be zero before the first call (the signal words), from offset 0.
+// Bytes that must be zero before the first call (the signal words and the device
+// state), from offset 0.
 inline size_t SignalBytes(const EpBufferLayout& l) { return l.recv_tokens; }
 
 // Rank-major expert placement (MORI's): global expert e lives on pe e / experts_per_rank.

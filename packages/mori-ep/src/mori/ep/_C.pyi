@@ -84,3 +84,53 @@ class IntraNodeCpu:
     def epoch(self) -> int: ...
     @property
     def combine_pending(self) -> bool: ...
+
+class IntraNodeCuda:
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        max_tokens: int,
+        top_k: int,
+        hidden_dim: int,
+        max_token_type_size: int,
+        scale_bytes: int,
+        num_experts_per_rank: int,
+        block: int,
+        device: int,
+        timeout_s: float,
+    ) -> None: ...
+    def dispatch(
+        self,
+        tokens: int,
+        token_row_bytes: int,
+        weights: int,
+        scales: int,
+        indices: int,
+        num_tokens: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
+    def reject_dispatch(self, reason: str, stream: int) -> None: ...
+    def combine(
+        self,
+        input: int,
+        input_row_stride: int,
+        input_rows: int,
+        bfloat16: bool,
+        weights: int,
+        out: int,
+        out_weights: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
+    def reject_combine(self, reason: str, stream: int) -> None: ...
+    def max_resident_blocks(self, dispatch: bool, warps: int) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def combine_pending(self) -> bool: ...

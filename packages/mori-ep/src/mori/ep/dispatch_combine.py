@@ -169,6 +169,16 @@ class EpDispatchCombineOp:
     InvalidArgumentError in the same call and the op stays usable. A peer that never
     arrives makes the others raise MoriTimeoutError after ``timeout_s``; the op is
     then unusable (create a new one).
+
+    On a CUDA heap the calls enqueue kernels on torch's current stream and never
+    synchronise with the host (``total_recv`` stays on the device; dispatch and
+    combine can be captured in a CUDA graph, each replay advancing the epoch kept in
+    device memory). Failures that only the device can see are traps that print what
+    was wrong: an expert id outside ``[-1, num_experts)`` (naming token, slot and
+    value), combine input shorter than ``total_recv``, a peer that does not arrive
+    within ``timeout_s``. A rejected call (host-side check on one rank) raises
+    InvalidArgumentError on that rank and makes the kernels of the others trap naming
+    it: on CUDA a rejection ends the job, it does not leave the op usable.
     """
 
     def __init__(self, config: EpDispatchCombineConfig, group: Any = None, *, timeout_s=60.0):
@@ -199,15 +209,24 @@ class EpDispatchCombineOp:
                 f"config has rank {config.rank} of {config.world_size}, the shmem heap has pe "
                 f"{shmem.my_pe()} of {shmem.n_pes()}"
             )
-        kind = shmem.info()["kind"]
+        info = shmem.info()
+        kind = info["kind"]
         device = config.device or ("cpu" if kind == "host" else "cuda")
-        if device == "cuda" or kind != "host":
+        if (device == "cuda") != (kind == "cuda"):
             raise NotSupportedError(
-                f"device {device!r} on a {kind} heap: the CUDA kernels are not built yet; use "
-                "shmem.init(device='cpu') for the CPU implementation"
+                f"device {device!r} on a {kind} heap: the op runs where the heap is "
+                "(shmem.init(device='cpu') for the CPU implementation, a CUDA device for the "
+                "kernels)"
+            )
+        if kind == "cuda" and not getattr(_C, "with_cuda", False):
+            raise NotSupportedError(
+                "mori.ep was built without CUDA (MORI_CUDA=off): the dispatch/combine kernels "
+                "are missing; rebuild with MORI_CUDA=on or use a host heap"
             )
         self.config = config
-        self.device = torch.device("cpu")
+        self.device = (
+            torch.device("cuda", info["device"]) if kind == "cuda" else torch.device("cpu")
+        )
         self.timeout_s = float(timeout_s)
         c = config
         shape = (
@@ -222,7 +241,13 @@ class EpDispatchCombineOp:
         )
         self._layout = _C.ep_buffer_layout(*shape)
         self._block = shmem.empty((self._layout["total_bytes"],), torch.uint8)
-        self._impl = _C.IntraNodeCpu(*shape, self._block.data_ptr(), self.timeout_s)
+        self._cuda = kind == "cuda"
+        if self._cuda:
+            self._impl = _C.IntraNodeCuda(
+                *shape, self._block.data_ptr(), self.device.index, self.timeout_s
+            )
+        else:
+            self._impl = _C.IntraNodeCpu(*shape, self._block.data_ptr(), self.timeout_s)
         cap, k = c.max_num_out_tokens, c.num_experts_per_token
         self._recv_tokens = self._region("recv_tokens", cap * c.hidden_dim * c.max_token_type_size)
         self._recv_tokens = self._recv_tokens.view(cap, c.hidden_dim * c.max_token_type_size)
@@ -236,8 +261,30 @@ class EpDispatchCombineOp:
         self._total_recv = self._region("total_recv", 4).view(torch.int32)
         self._combine_out: dict[torch.dtype, torch.Tensor] = {}
         self._combine_out_weights = torch.empty(
-            (c.max_num_inp_token_per_rank, k), dtype=torch.float32
+            (c.max_num_inp_token_per_rank, k), dtype=torch.float32, device=self.device
         )
+
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def _launch(self, block_num: int, warp_per_block: int) -> tuple[int, int]:
+        c = self.config
+        return (
+            c.block_num if block_num == -1 else block_num,
+            c.warp_num_per_block if warp_per_block == -1 else warp_per_block,
+        )
+
+    def _reject_dispatch(self, impl, problem: str):
+        if self._cuda:
+            impl.reject_dispatch(problem, self._stream())
+        else:
+            impl.reject_dispatch(problem)
+
+    def _reject_combine(self, impl, problem: str):
+        if self._cuda:
+            impl.reject_combine(problem, self._stream())
+        else:
+            impl.reject_combine(problem)
 
     def _region(self, name: str, nbytes: int) -> torch.Tensor:
         off = self._layout[name]
@@ -355,7 +402,7 @@ class EpDispatchCombineOp:
         impl = self._impl_or_raise()
         problem = self._check_dispatch(input, weights, scales, indices, block_num, warp_per_block)
         if problem is not None:
-            impl.reject_dispatch(problem)  # raises InvalidArgumentError(problem)
+            self._reject_dispatch(impl, problem)  # raises InvalidArgumentError(problem)
         c = self.config
         input = input.contiguous()
         weights = weights.contiguous()
@@ -364,7 +411,7 @@ class EpDispatchCombineOp:
         if has_scales:
             scales = scales.contiguous()
         row_bytes = c.hidden_dim * input.element_size()
-        impl.dispatch(
+        args = (
             input.data_ptr(),
             row_bytes,
             weights.data_ptr(),
@@ -372,6 +419,10 @@ class EpDispatchCombineOp:
             indices.data_ptr(),
             input.size(0),
         )
+        if self._cuda:
+            impl.dispatch(*args, *self._launch(block_num, warp_per_block), self._stream())
+        else:
+            impl.dispatch(*args)
         out = self._recv_tokens[:, :row_bytes].view(input.dtype)
         out_scales = self._recv_scales.view(scales.dtype) if has_scales else None
         return out, self._recv_weights, out_scales, self._recv_indices, self._total_recv
@@ -380,7 +431,8 @@ class EpDispatchCombineOp:
     def _check_combine(self, input, weights, indices, block_num, warp_per_block):
         c = self.config
         k, cap = c.num_experts_per_token, c.max_num_out_tokens
-        total = self._impl.total_recv
+        # On CUDA total_recv is on the device: rows >= total_recv is a kernel trap there.
+        total = 0 if self._cuda else self._impl.total_recv
         if not isinstance(input, torch.Tensor):
             return f"input must be a torch.Tensor, got {_describe(input)}"
         if input.device != self.device:
@@ -467,17 +519,19 @@ class EpDispatchCombineOp:
             )
         problem = self._check_combine(input, weights, indices, block_num, warp_per_block)
         if problem is not None:
-            impl.reject_combine(problem)
+            self._reject_combine(impl, problem)
         c = self.config
         n = impl.num_tokens
         out = self._combine_out.get(input.dtype)
         if out is None:
-            out = torch.empty((c.max_num_inp_token_per_rank, c.hidden_dim), dtype=input.dtype)
+            out = torch.empty(
+                (c.max_num_inp_token_per_rank, c.hidden_dim), dtype=input.dtype, device=self.device
+            )
             self._combine_out[input.dtype] = out
         out_weights = self._combine_out_weights if weights is not None else None
         if weights is not None:
             weights = weights.contiguous()
-        impl.combine(
+        args = (
             input.data_ptr(),
             input.stride(0) * input.element_size(),
             input.size(0),
@@ -486,6 +540,10 @@ class EpDispatchCombineOp:
             out.data_ptr(),
             out_weights.data_ptr() if out_weights is not None else 0,
         )
+        if self._cuda:
+            impl.combine(*args, *self._launch(block_num, warp_per_block), self._stream())
+        else:
+            impl.combine(*args)
         return out[:n], (out_weights[:n] if out_weights is not None else None)
 
     # --------------------------------------------------------------------- misc
@@ -495,7 +553,8 @@ class EpDispatchCombineOp:
         decode with ``divmod(pos, max_num_inp_token_per_rank)``). On CUDA this reads
         total_recv, so it synchronises the stream."""
         impl = self._impl_or_raise()
-        return self._recv_src_pos[: impl.total_recv]
+        total = int(self._total_recv.item()) if self._cuda else impl.total_recv
+        return self._recv_src_pos[:total]
 
     def reset(self) -> None:
         """MORI's reset between iterations; a no-op (every call carries its epoch)."""

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// Intra-node dispatch/combine (protocol.hpp) on a CUDA symmetric heap: the same
+// protocol as IntraNodeCpu, run by kernels on the caller's stream. Nothing on the
+// hot path synchronises with the host: the epoch, the grid-completion counters
+// and total_recv live in the op's block in device memory, so the calls can be
+// captured in a CUDA graph and replayed (each replay advances the epoch).
+// Plain C++ (no CUDA types): streams cross as integers.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "dispatch_combine.hpp"
+#include "protocol.hpp"
+
+namespace mori::ep {
+
+// The kernels' grid: block_num blocks of warp_per_block warps. Blocks wait on
+// signals that other blocks of the same grid produce, so the grid is clamped to
+// what the device keeps resident at once.
+struct LaunchShape {
+  int block_num;
+  int warp_per_block;
+};
+
+inline constexpr int kMaxCudaWorldSize = 8;
+inline constexpr int kMaxWarpsPerBlock = 32;
+
+class IntraNodeCuda {
+ public:
+  // Collective over the heap's pes: zeroes this pe's signal words and device state,
+  // synchronises the device, then a heap barrier. `block` is this pe's address of
+  // a symmetric block of MakeLayout(shape).total_bytes on CUDA device `device`.
+  IntraNodeCuda(const EpShape& shape, void* block, int device, std::chrono::milliseconds timeout);
+
+  // Enqueues the dispatch kernel on `stream`. Expert ids are checked in the kernel:
+  // an id outside [-1, num_experts) makes it post a rejection to every pe, print
+  // the token, slot and value, and trap (the peers trap naming this pe).
+  void Dispatch(const DispatchArgs& args, LaunchShape launch, uintptr_t stream);
+  // Posts a rejected count row for the next epoch (peers' kernels trap naming this
+  // pe), then throws InvalidArgumentError(reason).
+  [[noreturn]] void RejectDispatch(const std::string& reason, uintptr_t stream);
+
+  // Enqueues the combine kernel: rows back to their sources, then the reduction in
+  // ascending pe order (fp32, one rounding), bit-identical to IntraNodeCpu.
+  // A total_recv above args.input_rows is a device-side trap.
+  void Combine(const CombineArgs& args, LaunchShape launch, uintptr_t stream);
+  [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream);
+
+  const EpBufferLayout& layout() const { return layout_; }
+  // Host mirrors of what was enqueued (the device copies are authoritative).
+  int64_t num_tokens() const { return num_tokens_; }
+  uint64_t epoch() const { return epoch_; }
+  bool combine_pending() const { return combine_pending_; }
+  // The largest grid of `warps` warps per block that stays resident, per kernel.
+  int MaxResidentBlocks(bool dispatch, int warps);
+
+ private:
+  LaunchShape Resolve(LaunchShape launch, bool dispatch);
+
+  EpShape shape_;
+  EpBufferLayout layout_;
+  char* block_;
+  int device_;
+  int sm_count_ = 0;
+  uint64_t timeout_ns_;
+  shmem::DeviceContext ctx_;
+  int max_blocks_[2][kMaxWarpsPerBlock + 1] = {};
+  uint64_t epoch_ = 0;
+  int64_t num_tokens_ = 0;
+  bool combine_pending_ = false;
+};
+
+}  // namespace mori::ep

@@ -1,0 +1,275 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the CUDA dispatch/combine tests. argv: mode placement seed [iters]
+
+placement: shared   every rank on GPU 0;  per_gpu  rank r on GPU r.
+mode:      random   bf16 and fp8 ops, every routing kind in turn (-1 slots, zero-token
+                    ranks, ...), fresh inputs per call, launch shapes varied; dispatch
+                    compared bit for bit with a reference built from an all-gather of
+                    every rank's inputs, combine exactly with the ordered fp32 sum.
+           graph    dispatch -> expert -> combine captured in one CUDA graph, replayed
+                    with fresh inputs copied into the captured input tensors.
+Prints "rank N ok" last; any failed check raises (non-zero exit).
+"""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from mori.core import shmem
+from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
+
+mode, placement, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+iters = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = 0 if placement == "shared" else rank
+torch.cuda.set_device(dev)
+dist.init_process_group("gloo", init_method="env://")
+shmem.init(device=dev, heap_size="512M", timeout_s=120)
+
+HIDDEN, M, EPR, K = 1024, 64, 8, 6
+E = EPR * world
+FP8 = torch.float8_e4m3fn
+ROUTINGS = ["random", "zero", "one_expert", "one_rank", "round_robin", "one_token", "max", "dup"]
+LAUNCH = [(-1, -1), (1, 1), (3, 4), (16, 8), (200, 16), (7, 32)]
+
+
+def make_op(fp8: bool) -> EpDispatchCombineOp:
+    cfg = EpDispatchCombineConfig(
+        rank=rank,
+        world_size=world,
+        hidden_dim=HIDDEN,
+        scale_dim=HIDDEN // 128 if fp8 else 0,
+        scale_type_size=4,
+        max_token_type_size=2,
+        max_num_inp_token_per_rank=M,
+        num_experts_per_rank=EPR,
+        num_experts_per_token=K,
+        warp_num_per_block=8,
+        block_num=32,
+        data_type=FP8 if fp8 else torch.bfloat16,
+    )
+    return EpDispatchCombineOp(cfg, timeout_s=60)
+
+
+def routing(kind: str, n: int, gen: torch.Generator, it: int) -> torch.Tensor:
+    if kind == "random":
+        idx = torch.rand(n, E, generator=gen).topk(K, dim=1).indices.to(torch.int32)
+        idx[torch.rand(n, K, generator=gen) < 0.2] = -1
+        return idx
+    idx = torch.full((n, K), -1, dtype=torch.int32)
+    if kind == "one_expert":
+        idx[:, 0] = it % E
+    elif kind == "one_rank":
+        r = it % world
+        idx[:] = torch.arange(r * EPR, r * EPR + K, dtype=torch.int32)
+    elif kind == "round_robin":
+        for t in range(n):
+            idx[t] = torch.tensor([(t + j * EPR) % E for j in range(K)], dtype=torch.int32)
+    elif kind == "dup":
+        idx[:, 0] = idx[:, 1] = (torch.arange(n) * 3 % E).to(torch.int32)
+        if n:
+            idx[0] = -1
+    else:
+        return routing("random", n, gen, it)
+    return idx
+
+
+def num_tokens(kind: str, gen: torch.Generator, r: int, it: int) -> int:
+    if kind == "zero":
+        return 0 if (r + it) % 2 == 0 else int(torch.randint(1, M + 1, (1,), generator=gen))
+    if kind == "one_token":
+        return 1
+    if kind == "max":
+        return M
+    return int(torch.randint(0, M + 1, (1,), generator=gen))
+
+
+def gather(t: torch.Tensor) -> list[torch.Tensor]:
+    """All-gather a CPU [M, ...] tensor through an int32 view (gloo-safe dtypes)."""
+    raw = t.contiguous().view(torch.uint8).reshape(M, -1)
+    pad = (-raw.size(1)) % 4
+    raw = torch.nn.functional.pad(raw, (0, pad)).view(torch.int32)
+    outs = [torch.empty_like(raw) for _ in range(world)]
+    dist.all_gather(outs, raw)
+    cols = t.contiguous().view(torch.uint8).reshape(M, -1).size(1)
+    return [o.view(torch.uint8)[:, :cols].contiguous().view(t.dtype).reshape(t.shape) for o in outs]
+
+
+def padded(t: torch.Tensor, n: int, fill: int = 0) -> torch.Tensor:
+    p = torch.zeros((M, *t.shape[1:]), dtype=torch.uint8 if t.dtype == FP8 else t.dtype)
+    p = p.view(FP8) if t.dtype == FP8 else p.fill_(fill)
+    p[:n] = t
+    return p
+
+
+def factor(d: int) -> float:
+    return 1.0 + 0.375 * d
+
+
+def expert(x: torch.Tensor, scales: torch.Tensor | None, d: int) -> torch.Tensor:
+    xf = x.float()
+    if scales is not None:
+        xf = xf * scales.repeat_interleave(128, dim=1)
+    return (xf * factor(d)).to(torch.bfloat16)
+
+
+def inputs(kind: str, it: int, base_seed: int, fp8: bool, n: int | None = None):
+    gen = torch.Generator().manual_seed(base_seed * 1009 + it * 31 + rank)
+    n = num_tokens(kind, gen, rank, it) if n is None else n
+    x = torch.randn(n, HIDDEN, generator=gen)
+    x = x.to(FP8) if fp8 else x.to(torch.bfloat16)
+    w = torch.rand(n, K, generator=gen)
+    sc = torch.rand(n, HIDDEN // 128, generator=gen) + 0.5 if fp8 else None
+    return n, x, w, sc, routing(kind, n, gen, it)
+
+
+def check_dispatch(tag, n, x, w, sc, idx, out, out_w, out_s, out_idx, total, src_pos) -> None:
+    counts = torch.zeros(world, dtype=torch.int64)
+    dist.all_gather_into_tensor(counts, torch.tensor([n], dtype=torch.int64))
+    ax, aw, ai = gather(padded(x, n)), gather(padded(w, n)), gather(padded(idx, n, -1))
+    asc = gather(padded(sc, n)) if sc is not None else None
+    rows = [
+        (s, t)
+        for s in range(world)
+        for t in range(int(counts[s]))
+        if rank in {int(e) // EPR for e in ai[s][t] if e >= 0}
+    ]
+    assert total == len(rows), f"{tag}: total_recv {total}, expected {len(rows)}"
+    want_pos = torch.tensor([s * M + t for s, t in rows], dtype=torch.int32)
+    assert torch.equal(src_pos, want_pos), f"{tag}: src pos"
+    if not rows:
+        return
+
+    def sel(a):
+        return torch.stack([a[s][t] for s, t in rows])
+
+    assert torch.equal(out[:total].view(torch.uint8), sel(ax).view(torch.uint8)), f"{tag}: tokens"
+    assert torch.equal(out_w[:total].view(torch.int32), sel(aw).view(torch.int32)), f"{tag}: w"
+    assert torch.equal(out_idx[:total], sel(ai)), f"{tag}: indices"
+    if asc is not None:
+        assert torch.equal(out_s[:total].view(torch.int32), sel(asc).view(torch.int32)), tag
+
+
+def check_combine(tag, n, x, w, sc, idx, cout, cw) -> None:
+    assert cout.shape == (n, HIDDEN) and cw.shape == (n, K), f"{tag}: shapes"
+    want = torch.zeros(n, HIDDEN, dtype=torch.float32)
+    want_w = torch.zeros(n, K, dtype=torch.float32)
+    for t in range(n):
+        for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
+            want[t] += expert(x[t : t + 1], sc[t : t + 1] if sc is not None else None, d)[0].float()
+            want_w[t] += w[t] * factor(d)
+    assert torch.equal(cout.view(torch.int16), want.to(torch.bfloat16).view(torch.int16)), (
+        f"{tag}: combine differs from the ordered fp32 sum"
+    )
+    assert torch.equal(cw.view(torch.int32), want_w.view(torch.int32)), f"{tag}: weights"
+
+
+def run_random(fp8: bool, base_seed: int) -> float:
+    op = make_op(fp8)
+    spent = 0.0
+    for it in range(iters):
+        kind = ROUTINGS[it % len(ROUTINGS)]
+        blocks, warps = LAUNCH[it % len(LAUNCH)]
+        tag = f"{'fp8' if fp8 else 'bf16'} it {it} ({kind}, launch {blocks}x{warps})"
+        n, x, w, sc, idx = inputs(kind, it, base_seed, fp8)
+        xg, wg, idxg = x.cuda(), w.cuda(), idx.cuda()
+        scg = sc.cuda() if fp8 else None
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out, out_w, out_s, out_idx, total_t = op.dispatch(xg, wg, scg, idxg, blocks, warps)
+        torch.cuda.synchronize()
+        spent += time.perf_counter() - t0
+        assert total_t.device.type == "cuda" and total_t.dtype == torch.int32
+        total = int(total_t.item())
+        src_pos = op.get_dispatch_src_token_pos().cpu()
+        o, ow = out[:total].cpu(), out_w[:total].cpu()
+        os_ = out_s[:total].cpu() if fp8 else None
+        check_dispatch(tag, n, x, w, sc, idx, o, ow, os_, out_idx[:total].cpu(), total, src_pos)
+
+        y = expert(o, os_, rank)
+        yw = ow * factor(rank)
+        if it % 2:  # capacity rows, junk past total_recv
+            cap = world * M
+            yy = torch.randn(cap, HIDDEN).to(torch.bfloat16)
+            yy[:total] = y
+            yyw = torch.rand(cap, K)
+            yyw[:total] = yw
+            y, yw = yy, yyw
+        yg, ywg = y.cuda(), yw.cuda()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        cout, cw = op.combine(yg, ywg, None, blocks, warps)
+        torch.cuda.synchronize()
+        spent += time.perf_counter() - t0
+        check_combine(tag, n, x, w, sc, idx, cout.cpu(), cw.cpu())
+    op.close()
+    return spent
+
+
+def run_graph(base_seed: int) -> None:
+    op = make_op(False)
+    n = M if rank == 0 else M // 2 + 3
+    static = [t.cuda() for t in inputs("random", 0, base_seed, False, n)[1:] if t is not None]
+    xs, ws, idxs = static
+
+    def step():
+        out, out_w, out_s, out_idx, total = op.dispatch(xs, ws, None, idxs)
+        y = (out.float() * factor(rank)).to(torch.bfloat16)
+        cout, cw = op.combine(y, out_w * factor(rank), None)
+        return out, out_w, out_idx, total, cout, cw
+
+    step()  # eager warm-up (both ranks make the same calls)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, out_w, out_idx, total_t, cout, cw = step()
+    for rep in range(iters):
+        kind = ROUTINGS[rep % len(ROUTINGS)] if rep % len(ROUTINGS) not in (1, 5, 6) else "random"
+        _, x, w, _, idx = inputs(kind, 100 + rep, base_seed, False, n)
+        xs.copy_(x)
+        ws.copy_(w)
+        idxs.copy_(idx)
+        g.replay()
+        torch.cuda.synchronize()
+        total = int(total_t.item())
+        tag = f"graph replay {rep} ({kind})"
+        src_pos = op.get_dispatch_src_token_pos().cpu()
+        check_dispatch(
+            tag,
+            n,
+            x,
+            w,
+            None,
+            idx,
+            out[:total].cpu(),
+            out_w[:total].cpu(),
+            None,
+            out_idx[:total].cpu(),
+            total,
+            src_pos,
+        )
+        check_combine(tag, n, x, w, None, idx, cout.cpu(), cw.cpu())
+    print(f"rank {rank}: {iters} graph replays ok")
+    del g
+    op.close()
+
+
+if mode == "random":
+    spent = run_random(False, seed) + run_random(True, seed + 1)
+    print(f"rank {rank}: {2 * iters} dispatch+combine in {spent * 1e3:.0f} ms")
+elif mode == "graph":
+    run_graph(seed)
+else:
+    raise SystemExit(f"unknown mode {mode}")
+torch.cuda.synchronize()
+shmem.barrier_all()
+import gc  # noqa: E402
+
+gc.collect()
+shmem.finalize()
+dist.destroy_process_group()
+print(f"rank {rank} ok")
