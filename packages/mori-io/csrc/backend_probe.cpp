@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "cma_copy.hpp"
 #include "mori/core/cuda.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
@@ -20,11 +21,8 @@ namespace {
 BackendAvailability ProbeCma() {
   char src[64] = "mori";
   char dst[64] = {};
-  iovec local{dst, sizeof(dst)};
-  iovec remote{src, sizeof(src)};
-  ssize_t n = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
-  if (n != static_cast<ssize_t>(sizeof(src))) {
-    int err = errno;
+  int err = CmaCopy(::getpid(), false, dst, reinterpret_cast<uintptr_t>(src), sizeof(src));
+  if (err != 0) {
     return {false, StrCat("process_vm_readv is not permitted here: ", std::strerror(err),
                           " (errno ", err, ")")};
   }

@@ -3,6 +3,7 @@
 // Python bindings of the benchmark baselines (the limits the backends are judged by).
 #include "baseline_py.hpp"
 
+#include "cma_copy.hpp"
 #include "socket_baseline.hpp"
 
 namespace py = pybind11;
@@ -30,6 +31,20 @@ between two native threads with blocking send/recv: the TCP backend's physical l
 for it. ``sock_buf_bytes`` > 0 sets SO_SNDBUF/SO_RCVBUF (0: kernel autotuning).
 Returns {seconds, bytes, sender_cpu_s, receiver_cpu_s}; releases the GIL; a socket
 that stalls for 10 s raises TransportError.)doc");
+
+  m.def(
+      "memcpy_stream",
+      [](uint64_t size, uint64_t count) {
+        MemcpyResult r;
+        {
+          py::gil_scoped_release nogil;
+          r = MemcpyStream(size, count);
+        }
+        return py::dict(py::arg("seconds") = r.seconds, py::arg("bytes") = r.bytes);
+      },
+      py::arg("size"), py::arg("count"),
+      R"doc(``count`` memcpy calls of ``size`` bytes between two buffers of this process
+(pages touched first): the SHM backend's limit. Returns {seconds, bytes}.)doc");
 }
 
 }  // namespace mori::io

@@ -74,6 +74,10 @@ std::vector<TransferSpan> Spans(const py::object& lo_obj, const py::object& ro_o
   return spans;
 }
 
+py::tuple ChoiceTuple(const BackendChoice& c) {
+  return py::make_tuple(BackendTypeName(c.backend), c.reason);
+}
+
 }  // namespace
 
 void register_engine(py::module_& m) {
@@ -134,7 +138,18 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           },
           py::arg("write"), py::arg("local_offsets"), py::arg("remote_offsets"), py::arg("sizes"),
           py::arg("uid"))
-      .def("alive", &Session::Alive);
+      .def("alive", &Session::Alive)
+      .def(
+          "backend",
+          [](Session& s) {
+            BackendChoice c;
+            {
+              py::gil_scoped_release nogil;
+              c = s.Backend();
+            }
+            return ChoiceTuple(c);
+          },
+          R"doc((name, reason): the backend this session's transfers use.)doc");
 
   py::class_<IoEngine>(m, "Engine", "The native engine behind mori.io.IOEngine.")
       .def(py::init<std::string, std::string, uint16_t>(), py::arg("key"), py::arg("host"),
@@ -143,6 +158,27 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def_property_readonly("host", &IoEngine::host)
       .def_property_readonly("port", &IoEngine::port)
       .def_property_readonly("has_tcp_backend", &IoEngine::HasTcpBackend)
+      .def_property_readonly("has_shm_backend", &IoEngine::HasShmBackend)
+      .def_property_readonly("host_id", &IoEngine::host_id)
+      .def("create_shm_backend", &IoEngine::CreateShmBackend)
+      .def(
+          "set_backend_override",
+          [](IoEngine& e, const std::string& text) {
+            e.SetBackendOverride(ParseBackendOverride(text));
+          },
+          py::arg("backend"))
+      .def(
+          "backend_for",
+          [](IoEngine& e, MemoryLocationType local_loc, const std::string& key,
+             MemoryLocationType remote_loc) {
+            BackendChoice c;
+            {
+              py::gil_scoped_release nogil;  // may connect and probe the peer
+              c = e.BackendFor(local_loc, key, remote_loc);
+            }
+            return ChoiceTuple(c);
+          },
+          py::arg("local_loc"), py::arg("remote_key"), py::arg("remote_loc"))
       .def(
           "create_tcp_backend",
           [](IoEngine& e, int workers, int qps, bool chunking, uint64_t chunk, int timeout_ms,
@@ -166,39 +202,43 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           py::arg("addr"), py::arg("size"), py::arg("device_id"), py::arg("loc"))
       .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
       .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("key"),
-           py::arg("host"), py::arg("port"))
+           py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(), py::arg("pid") = 0,
+           py::arg("remote_shm") = false)
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
       .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)
       .def(
           "transfer",
           [](IoEngine& e, bool write, uint64_t local_mem, uint64_t lo, const std::string& key,
-             uint64_t remote_mem, uint64_t remote_size, uint64_t ro, uint64_t size, uint64_t uid) {
+             uint64_t remote_mem, uint64_t remote_size, uint64_t ro, uint64_t size, uint64_t uid,
+             MemoryLocationType remote_loc) {
             TransferSpan span{lo, ro, size};
             py::gil_scoped_release nogil;
             return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
-                              remote_size, &span, 1, uid);
+                              remote_size, remote_loc, &span, 1, uid);
           },
           py::arg("write"), py::arg("local_mem"), py::arg("local_offset"), py::arg("remote_key"),
           py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offset"), py::arg("size"),
-          py::arg("uid"))
+          py::arg("uid"), py::arg("remote_loc") = MemoryLocationType::CPU)
       .def(
           "batch_transfer",
           [](IoEngine& e, bool write, uint64_t local_mem, const py::object& lo,
              const std::string& key, uint64_t remote_mem, uint64_t remote_size,
-             const py::object& ro, const py::object& sizes, uint64_t uid) {
+             const py::object& ro, const py::object& sizes, uint64_t uid,
+             MemoryLocationType remote_loc) {
             std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
             py::gil_scoped_release nogil;
             return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
-                              remote_size, spans.data(), spans.size(), uid);
+                              remote_size, remote_loc, spans.data(), spans.size(), uid);
           },
           py::arg("write"), py::arg("local_mem"), py::arg("local_offsets"), py::arg("remote_key"),
           py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offsets"),
-          py::arg("sizes"), py::arg("uid"))
+          py::arg("sizes"), py::arg("uid"), py::arg("remote_loc") = MemoryLocationType::CPU)
       .def("pop_inbound_transfer_status", &IoEngine::PopInboundTransferStatus,
            py::arg("remote_key"), py::arg("uid"))
       .def("create_session", &IoEngine::CreateSession, py::arg("local_mem"), py::arg("remote_key"),
-           py::arg("remote_mem"), py::arg("remote_size"), py::keep_alive<0, 1>())
+           py::arg("remote_mem"), py::arg("remote_size"),
+           py::arg("remote_loc") = MemoryLocationType::CPU, py::keep_alive<0, 1>())
       .def("ledger_stats",
            [](IoEngine& e) {
              SubmissionLedger& l = e.ledger();
@@ -212,6 +252,29 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
                         py::arg("ledger_ring") = o.ledger_ring,
                         py::arg("target_batching") = o.target_batching);
       });
+
+  m.def(
+      "choose_backend",
+      [](const std::string& local_host_id, const std::string& remote_host_id,
+         MemoryLocationType local_loc, MemoryLocationType remote_loc, bool local_shm,
+         bool remote_shm, bool cma_ok, const std::string& cma_reason,
+         const std::string& override_text) {
+        BackendChoiceInput in;
+        in.local_host_id = local_host_id;
+        in.remote_host_id = remote_host_id;
+        in.local_loc = local_loc;
+        in.remote_loc = remote_loc;
+        in.local_shm = local_shm;
+        in.remote_shm = remote_shm;
+        in.cma_ok = cma_ok;
+        in.cma_reason = cma_reason;
+        in.override_choice = ParseBackendOverride(override_text);
+        return ChoiceTuple(ChooseBackend(in));
+      },
+      py::arg("local_host_id"), py::arg("remote_host_id"), py::arg("local_loc"),
+      py::arg("remote_loc"), py::arg("local_shm"), py::arg("remote_shm"), py::arg("cma_ok") = true,
+      py::arg("cma_reason") = std::string(), py::arg("override") = std::string(),
+      R"doc(The engine's per-pair backend choice as a pure function: (name, reason).)doc");
 
   // The ledger alone, for tests of its boundary behaviour.
   py::class_<SubmissionLedger>(m, "SubmissionLedger")

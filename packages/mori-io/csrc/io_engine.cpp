@@ -19,7 +19,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
+#include "cma_copy.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/telemetry.hpp"
@@ -83,6 +85,10 @@ const char* WireStatusText(wire::WireStatus s) {
       return "out of bounds of the registered region";
     case wire::WireStatus::kNotHostMemory:
       return "the region is GPU memory, which the TCP backend does not serve yet";
+    case wire::WireStatus::kNoShm:
+      return "the target engine has no SHM backend";
+    case wire::WireStatus::kCopyFailed:
+      return "the initiator's CMA copy failed";
   }
   return "unknown status";
 }
@@ -96,7 +102,10 @@ StatusCode WireStatusCode(wire::WireStatus s) {
     case wire::WireStatus::kOutOfBounds:
       return StatusCode::ERR_OUT_OF_BOUNDS;
     case wire::WireStatus::kNotHostMemory:
+    case wire::WireStatus::kNoShm:
       return StatusCode::ERR_INVALID_ARGS;
+    case wire::WireStatus::kCopyFailed:
+      return StatusCode::ERROR;
   }
   return StatusCode::ERROR;
 }
@@ -191,13 +200,21 @@ struct SendItem {
 };
 
 struct Pending {
-  uint64_t record_id;
+  uint64_t record_id;  // SubmissionLedger::kNoRecord: nothing to complete (a failed copy's
+                       // kShmWriteDone, whose part already failed)
   wire::MsgType type;
   char* local;
   uint64_t length;
   uint64_t mem_id;
   uint64_t offset;
+  uint64_t uid;
+  uint32_t num_parts;
 };
+
+bool IsWriteType(wire::MsgType t) {
+  return t == wire::MsgType::kWrite || t == wire::MsgType::kShmWriteReq ||
+         t == wire::MsgType::kShmWriteDone;
+}
 
 }  // namespace
 
@@ -233,12 +250,14 @@ struct Conn {
   std::string remote_key;
   std::weak_ptr<Peer> peer;
   std::string peer_addr;
+  int shm_pid = 0;  // outbound: the target's pid, for CMA
 
   std::mutex mu;
   std::deque<SendItem> sendq;
   std::deque<Pending> pending;  // outbound: requests awaiting their response, in order
   bool dead = false;
   bool out_armed = false;
+  bool need_flush = false;  // the reactor queued requests (kShmWriteDone) in sendq
   std::string dead_reason;
 
   std::vector<char> rbuf = std::vector<char>(kRecvBufBytes);
@@ -486,9 +505,9 @@ class Worker {
   }
 
   std::string Refusal(const Conn& c, const Pending& p, wire::WireStatus s) {
-    return StrCat(p.type == wire::MsgType::kWrite ? "write" : "read", " of ", p.length,
-                  " bytes at offset ", p.offset, " of memory ", p.mem_id, " of remote engine '",
-                  c.remote_key, "' refused by the target: ", WireStatusText(s));
+    return StrCat(IsWriteType(p.type) ? "write" : "read", " of ", p.length, " bytes at offset ",
+                  p.offset, " of memory ", p.mem_id, " of remote engine '", c.remote_key,
+                  "' refused by the target: ", WireStatusText(s));
   }
 
   // Returns false on a protocol violation (the connection is then closed).
@@ -527,6 +546,41 @@ class Worker {
         Account(c, h, lk.status);
         return true;
       }
+      if (type == wire::MsgType::kShmProbe) {
+        wire::Header r = h;
+        r.type = static_cast<uint8_t>(wire::MsgType::kShmProbeAck);
+        r.status = static_cast<uint8_t>(engine_->HasShmBackend() ? wire::WireStatus::kOk
+                                                                 : wire::WireStatus::kNoShm);
+        r.mem_id = static_cast<uint64_t>(::getpid());
+        r.offset = reinterpret_cast<uintptr_t>(engine_->shm_cookie());
+        r.uid = *engine_->shm_cookie();
+        c.out_local.push_back({r, nullptr, 0, 0});
+        return true;
+      }
+      if (type == wire::MsgType::kShmWriteReq || type == wire::MsgType::kShmReadReq) {
+        // The same check as a TCP request; the grant names the absolute address, so
+        // the initiator's copy lands only where this registry allowed it.
+        IoEngine::Lookup lk = engine_->HasShmBackend()
+                                  ? Target(c, h)
+                                  : IoEngine::Lookup{wire::WireStatus::kNoShm, nullptr};
+        bool ok = lk.status == wire::WireStatus::kOk;
+        wire::Header r = h;
+        r.type = static_cast<uint8_t>(wire::MsgType::kShmGrant);
+        r.status = static_cast<uint8_t>(lk.status);
+        r.offset = ok ? reinterpret_cast<uintptr_t>(lk.base + h.offset) : 0;
+        c.out_local.push_back({r, nullptr, 0, 0});
+        // A granted write is accounted when its kShmWriteDone says the bytes are in place.
+        if (type == wire::MsgType::kShmReadReq || !ok) Account(c, h, lk.status);
+        return true;
+      }
+      if (type == wire::MsgType::kShmWriteDone) {
+        Account(c, h, static_cast<wire::WireStatus>(h.status));
+        wire::Header r = h;
+        r.type = static_cast<uint8_t>(wire::MsgType::kShmDoneAck);
+        r.status = static_cast<uint8_t>(wire::WireStatus::kOk);
+        c.out_local.push_back({r, nullptr, 0, 0});
+        return true;
+      }
       *why = StrCat("unexpected message type ", int(h.type), " from an initiator");
       return false;
     }
@@ -561,11 +615,78 @@ class Worker {
       StartPayload(c, h.length, p.local);
       return true;
     }
+    if (type == wire::MsgType::kShmGrant &&
+        (p.type == wire::MsgType::kShmWriteReq || p.type == wire::MsgType::kShmReadReq)) {
+      OnShmGrant(c, p, h, status);
+      return true;
+    }
+    if (type == wire::MsgType::kShmDoneAck && p.type == wire::MsgType::kShmWriteDone) {
+      if (p.record_id != SubmissionLedger::kNoRecord) {
+        engine_->CompletePart(p.record_id, StatusCode::SUCCESS, {});
+      }
+      return true;
+    }
     *why = StrCat("response type ", int(h.type), " does not match the pending request");
     // Put it back so Close fails it.
     std::lock_guard<std::mutex> lock(c.mu);
     c.pending.push_front(p);
     return false;
+  }
+
+  // The initiator's half of an SHM part: copy into (write) or out of (read) the granted
+  // range of the target, then for a write tell the target, which accounts the part and
+  // acknowledges; the part completes on that acknowledgement, so a completed write's
+  // inbound status is already recorded at the target (as over TCP).
+  void OnShmGrant(Conn& c, const Pending& p, const wire::Header& h, wire::WireStatus status) {
+    if (status != wire::WireStatus::kOk) {
+      engine_->CompletePart(p.record_id, WireStatusCode(status), Refusal(c, p, status));
+      return;
+    }
+    bool write = p.type == wire::MsgType::kShmWriteReq;
+    int err;
+    {
+      MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+      err = CmaCopy(c.shm_pid, write, p.local, h.offset, p.length);
+    }
+    std::string error;
+    if (err != 0) {
+      error = StrCat(write ? "process_vm_writev" : "process_vm_readv", " of ", p.length,
+                     " bytes with pid ", c.shm_pid, " (remote engine '", c.remote_key, "', memory ",
+                     p.mem_id, " offset ", p.offset, ") failed: ", ErrnoText(err));
+      if (err == EPERM) {
+        // Allowed at connect, refused now: later transfers of this pair go over TCP.
+        if (auto peer = c.peer.lock()) peer->shm_refused.store(true, std::memory_order_release);
+        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", error,
+                      "; transfers to it fall back to TCP");
+      }
+    }
+    StatusCode code = err == ESRCH ? StatusCode::ERR_PEER_LOST : StatusCode::ERROR;
+    if (!write) {
+      engine_->CompletePart(p.record_id, err == 0 ? StatusCode::SUCCESS : code, error);
+      return;
+    }
+    Pending done = p;
+    done.type = wire::MsgType::kShmWriteDone;
+    if (err != 0) {
+      engine_->CompletePart(p.record_id, code, error);
+      done.record_id = SubmissionLedger::kNoRecord;
+    }
+    wire::Header d{};
+    d.type = static_cast<uint8_t>(wire::MsgType::kShmWriteDone);
+    d.status =
+        static_cast<uint8_t>(err == 0 ? wire::WireStatus::kOk : wire::WireStatus::kCopyFailed);
+    d.version = wire::kVersion;
+    d.num_parts = p.num_parts;
+    d.uid = p.uid;
+    d.mem_id = p.mem_id;
+    d.offset = p.offset;
+    d.length = p.length;
+    // Request and pending entry together under the lock: a submitter's requests
+    // interleave whole, so responses still match pending entries in order.
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.sendq.push_back({d, nullptr, 0, 0});
+    c.pending.push_back(done);
+    c.need_flush = true;
   }
 
   bool OnReadable(Conn& c) {
@@ -650,11 +771,12 @@ class Worker {
 
   bool FlushResponses(Conn& c) {
     FlushInbound(c);
-    if (c.out_local.empty()) return true;
+    if (c.out_local.empty() && !c.need_flush) return true;
     int err;
     {
       std::lock_guard<std::mutex> lock(c.mu);
       for (SendItem& it : c.out_local) c.sendq.push_back(it);
+      c.need_flush = false;
       err = c.dead ? 0 : FlushLocked(c);
     }
     c.out_local.clear();
@@ -781,6 +903,12 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
                error);
   }
   ledger_ = std::make_unique<SubmissionLedger>(kLedgerCapacity, !options_.ledger_ring);
+  host_id_ = LocalHostIdentity();
+  const char* forced = std::getenv("MORI_IO_BACKEND");
+  override_ = ParseBackendOverride(forced != nullptr ? forced : "");
+  // Nonzero and unpredictable: a peer that reads it back through CMA has reached this
+  // process, not another one that happens to have our pid in its namespace.
+  shm_cookie_ = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
   MORI_LOG_DEBUG(kIo, "engine '", key_, "' listening on ", host_, ":", port_);
 }
 
@@ -794,7 +922,10 @@ void IoEngine::Shutdown() {
 }
 
 void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
-  MORI_CHECK_ARG(workers_.empty(), "engine '", key_, "' already has a TCP backend");
+  MORI_CHECK_ARG(workers_.empty(), "engine '", key_,
+                 shm_created_ ? "' already runs the reactors its SHM backend started: create the "
+                                "TCP backend before SHM to configure them"
+                              : "' already has a TCP backend");
   MORI_CHECK_ARG(config.num_worker_threads >= 1 && config.num_worker_threads <= 64,
                  "num_worker_threads ", config.num_worker_threads, " not in [1, 64]");
   MORI_CHECK_ARG(config.qp_per_transfer >= 1 && config.qp_per_transfer <= 64, "qp_per_transfer ",
@@ -805,6 +936,101 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
   for (int i = 0; i < config.num_worker_threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i, i == 0 ? listen_fd_ : -1));
   }
+}
+
+void IoEngine::CreateShmBackend() {
+  MORI_CHECK_ARG(!shm_created_, "engine '", key_, "' already has an SHM backend");
+  BackendAvailability a = ProbeBackend(BackendType::kShm);
+  shm_self_ok_ = a.available;
+  shm_self_reason_ = a.reason;
+  if (!a.available) {
+    MORI_LOG_WARN(kIo, "engine '", key_, "': SHM backend created, but ", a.reason,
+                  "; same-host transfers fall back to TCP");
+  }
+  if (workers_.empty()) CreateTcpBackend(TcpBackendConfig{});
+  shm_created_ = true;
+}
+
+BackendChoiceInput IoEngine::ChoiceInput(const Peer& peer, MemoryLocationType local_loc,
+                                         MemoryLocationType remote_loc) const {
+  BackendChoiceInput in;
+  in.local_host_id = host_id_;
+  in.remote_host_id = peer.host_id;
+  in.local_loc = local_loc;
+  in.remote_loc = remote_loc;
+  in.local_shm = shm_created_;
+  in.remote_shm = peer.remote_shm && peer.pid > 0;
+  in.cma_ok = shm_self_ok_;
+  in.cma_reason = shm_self_reason_;
+  in.override_choice = override_;
+  return in;
+}
+
+BackendChoice IoEngine::BackendFor(MemoryLocationType local_loc, const std::string& remote_key,
+                                   MemoryLocationType remote_loc) {
+  std::shared_ptr<Peer> peer = FindPeer(remote_key);
+  if (!peer) {
+    MORI_THROW(NotFoundError, "backend_for: remote engine '", remote_key,
+               "' is not registered with engine '", key_, "'");
+  }
+  if (local_loc != MemoryLocationType::CPU || remote_loc != MemoryLocationType::CPU) {
+    return ChooseBackend(ChoiceInput(*peer, local_loc, remote_loc));
+  }
+  if (workers_.empty()) return {BackendType::kTcp, "no backend created yet"};
+  std::string error;
+  PeerConnections* pc = Connected(peer, &error);
+  if (pc == nullptr) return {BackendType::kTcp, "TCP: the remote engine is unreachable: " + error};
+  if (pc->host_choice.backend == BackendType::kShm &&
+      peer->shm_refused.load(std::memory_order_acquire)) {
+    return {BackendType::kTcp, "TCP: CMA was refused (EPERM) on use after the probe had passed"};
+  }
+  return pc->host_choice;
+}
+
+std::string IoEngine::ProbeShmPeer(int fd, const Peer& peer) {
+  const int timeout = tcp_config_.peer_timeout_ms;
+  wire::Header req{};
+  req.type = static_cast<uint8_t>(wire::MsgType::kShmProbe);
+  req.version = wire::kVersion;
+  std::string error;
+  if (!SendAll(fd, reinterpret_cast<const char*>(&req), kHdr, timeout, &error)) {
+    return "the probe request could not be sent: " + error;
+  }
+  wire::Header ack{};
+  size_t got = 0;
+  while (got < kHdr) {
+    ssize_t n = ::recv(fd, reinterpret_cast<char*>(&ack) + got, kHdr - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, timeout) == 1) continue;
+      return StrCat("no answer to the probe within ", timeout, " ms");
+    }
+    return n == 0 ? std::string("the peer closed the connection during the probe")
+                  : "receiving the probe answer failed: " + ErrnoText(errno);
+  }
+  if (ack.type != static_cast<uint8_t>(wire::MsgType::kShmProbeAck) ||
+      ack.version != wire::kVersion) {
+    return StrCat("unexpected probe answer (type ", int(ack.type), ", version ", ack.version, ")");
+  }
+  if (ack.status != static_cast<uint8_t>(wire::WireStatus::kOk)) {
+    return WireStatusText(static_cast<wire::WireStatus>(ack.status));
+  }
+  if (ack.mem_id != static_cast<uint64_t>(peer.pid)) {
+    return StrCat("the peer reports pid ", ack.mem_id, " but its EngineDesc says ", peer.pid);
+  }
+  uint64_t cookie = 0;
+  int err = CmaCopy(peer.pid, false, reinterpret_cast<char*>(&cookie), ack.offset, sizeof(cookie));
+  if (err != 0) {
+    return StrCat("process_vm_readv of pid ", peer.pid, " failed: ", ErrnoText(err),
+                  err == EPERM ? " (ptrace rules: kernel.yama.ptrace_scope, or another user)" : "");
+  }
+  if (cookie != ack.uid) return StrCat("pid ", peer.pid, " is not the remote engine's process");
+  return {};
 }
 
 void IoEngine::AssignInbound(std::shared_ptr<Conn> conn) {
@@ -860,13 +1086,16 @@ IoEngine::Lookup IoEngine::CheckTarget(uint64_t mem_id, uint64_t offset, uint64_
   return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr)};
 }
 
-void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host,
-                                    uint16_t port) {
+void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
+                                    const std::string& host_id, int pid, bool remote_shm) {
   MORI_CHECK_ARG(!key.empty(), "register_remote_engine: empty engine key");
   auto peer = std::make_shared<Peer>();
   peer->key = key;
   peer->host = host;
   peer->port = port;
+  peer->host_id = host_id;
+  peer->pid = pid;
+  peer->remote_shm = remote_shm;
   std::shared_ptr<Peer> old;
   {
     std::unique_lock<std::shared_mutex> lock(peer_mu_);
@@ -945,7 +1174,21 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
     c->remote_key = peer.key;
     c->peer = peer_ptr;
     c->peer_addr = addr;
+    c->shm_pid = peer.pid;
     pc->conns.push_back(std::move(c));
+  }
+  pc->host_choice =
+      ChooseBackend(ChoiceInput(peer, MemoryLocationType::CPU, MemoryLocationType::CPU));
+  if (pc->host_choice.backend == BackendType::kShm) {
+    // The first use of CMA for this pair, before any transfer relies on it.
+    std::string why = ProbeShmPeer(pc->conns[0]->fd, peer);
+    if (!why.empty()) {
+      BackendChoiceInput in = ChoiceInput(peer, MemoryLocationType::CPU, MemoryLocationType::CPU);
+      in.cma_ok = false;
+      in.cma_reason = why;
+      pc->host_choice = ChooseBackend(in);
+      MORI_LOG_WARN(kIo, "engine '", key_, "' -> '", peer.key, "': ", pc->host_choice.reason);
+    }
   }
   for (auto& c : pc->conns) {
     workers_[next_worker_.fetch_add(1, std::memory_order_relaxed) % workers_.size()]->Add(c);
@@ -954,8 +1197,21 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
   // Published once: readers load it with acquire and never take connect_mu.
   peer.published.store(peer.owned.get(), std::memory_order_release);
   MORI_LOG_DEBUG(kIo, "engine '", key_, "' connected to '", peer.key, "' at ", addr, " with ",
-                 tcp_config_.qp_per_transfer, " connection(s)");
+                 tcp_config_.qp_per_transfer,
+                 " connection(s); host memory: ", BackendTypeName(peer.owned->host_choice.backend),
+                 " (", peer.owned->host_choice.reason, ")");
   return peer.owned.get();
+}
+
+PeerConnections* IoEngine::Connected(const std::shared_ptr<Peer>& peer, std::string* error) {
+  PeerConnections* pc;
+  if (options_.lockfree_endpoint) {
+    pc = peer->published.load(std::memory_order_acquire);
+  } else {
+    std::lock_guard<std::mutex> lock(peer->connect_mu);
+    pc = peer->owned.get();
+  }
+  return pc != nullptr ? pc : Connect(peer, error);
 }
 
 void IoEngine::CompletePart(uint64_t record_id, StatusCode code, const std::string& message) {
@@ -1028,6 +1284,7 @@ std::shared_ptr<TransferState> Finished(StatusCode code, std::string message) {
 std::shared_ptr<TransferState> IoEngine::Transfer(Op op, uint64_t local_mem,
                                                   const std::string& remote_key,
                                                   uint64_t remote_mem, uint64_t remote_size,
+                                                  MemoryLocationType remote_loc,
                                                   const TransferSpan* spans, size_t n,
                                                   uint64_t uid) {
   MemoryRegion local;
@@ -1041,21 +1298,21 @@ std::shared_ptr<TransferState> IoEngine::Transfer(Op op, uint64_t local_mem,
     }
     local = it->second;
   }
-  return Submit(op, local, FindPeer(remote_key), remote_key, remote_mem, remote_size, spans, n,
-                uid);
+  return Submit(op, local, FindPeer(remote_key), remote_key, remote_mem, remote_size, remote_loc,
+                spans, n, uid);
 }
 
 std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local,
                                                 const std::shared_ptr<Peer>& peer,
                                                 const std::string& remote_key, uint64_t remote_mem,
-                                                uint64_t remote_size, const TransferSpan* spans,
-                                                size_t n, uint64_t uid) {
+                                                uint64_t remote_size, MemoryLocationType remote_loc,
+                                                const TransferSpan* spans, size_t n, uint64_t uid) {
   MORI_SCOPED_TIMER(kIo, "io.submit");
   const char* verb = op == Op::kWrite ? "write" : "read";
   if (workers_.empty()) {
     return Finished(StatusCode::ERR_BAD_STATE,
                     StrCat("engine '", key_,
-                           "' has no TCP backend: call create_backend(BackendType.TCP) first"));
+                           "' has no backend: call create_backend(BackendType.TCP or SHM) first"));
   }
   if (!peer) {
     return Finished(StatusCode::NOT_FOUND,
@@ -1095,22 +1352,16 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
                     StrCat("remote engine '", remote_key, "' is unreachable (", peer->FailReason(),
                            "); register it again to retry"));
   }
-  PeerConnections* pc;
-  if (options_.lockfree_endpoint) {
-    pc = peer->published.load(std::memory_order_acquire);
-  } else {
-    std::lock_guard<std::mutex> lock(peer->connect_mu);
-    pc = peer->owned.get();
-  }
+  std::string connect_error;
+  PeerConnections* pc = Connected(peer, &connect_error);
   if (pc == nullptr) {
-    std::string error;
-    pc = Connect(peer, &error);
-    if (pc == nullptr) {
-      peer->MarkFailed(error);
-      return Finished(StatusCode::ERR_PEER_LOST, error);
-    }
+    peer->MarkFailed(connect_error);
+    return Finished(StatusCode::ERR_PEER_LOST, connect_error);
   }
   if (parts == 0) return Finished(StatusCode::SUCCESS, {});
+  const bool shm = pc->host_choice.backend == BackendType::kShm &&
+                   remote_loc == MemoryLocationType::CPU &&
+                   !peer->shm_refused.load(std::memory_order_relaxed);
 
   uint64_t rid = ledger_->Admit();
   if (rid == SubmissionLedger::kNoRecord) {
@@ -1127,7 +1378,9 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
 
   const size_t nconn = pc->conns.size();
   const uint32_t start = peer->next_conn.fetch_add(1, std::memory_order_relaxed);
-  auto type = op == Op::kWrite ? wire::MsgType::kWrite : wire::MsgType::kRead;
+  auto type = shm ? (op == Op::kWrite ? wire::MsgType::kShmWriteReq : wire::MsgType::kShmReadReq)
+                  : (op == Op::kWrite ? wire::MsgType::kWrite : wire::MsgType::kRead);
+  const bool payload = type == wire::MsgType::kWrite;
   char* local_base = reinterpret_cast<char*>(local.addr);
   wire::Header h{};
   h.type = static_cast<uint8_t>(type);
@@ -1155,9 +1408,8 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
           h.offset = s.remote_offset + off;
           h.length = len;
           char* local_ptr = local_base + s.local_offset + off;
-          c.sendq.push_back(
-              {h, op == Op::kWrite ? local_ptr : nullptr, op == Op::kWrite ? len : 0, 0});
-          c.pending.push_back({rid, type, local_ptr, len, remote_mem, h.offset});
+          c.sendq.push_back({h, payload ? local_ptr : nullptr, payload ? len : 0, 0});
+          c.pending.push_back({rid, type, local_ptr, len, remote_mem, h.offset, uid, h.num_parts});
         }
       }
       if (c.dead) {
@@ -1179,22 +1431,28 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
 }
 
 std::shared_ptr<Session> IoEngine::CreateSession(uint64_t local_mem, const std::string& remote_key,
-                                                 uint64_t remote_mem, uint64_t remote_size) {
+                                                 uint64_t remote_mem, uint64_t remote_size,
+                                                 MemoryLocationType remote_loc) {
   MemoryRegion local = LocalRegion(local_mem);
   if (!FindPeer(remote_key)) {
     MORI_THROW(NotFoundError, "create_session: remote engine '", remote_key,
                "' is not registered with engine '", key_, "'");
   }
-  return std::make_shared<Session>(this, local, remote_key, remote_mem, remote_size);
+  return std::make_shared<Session>(this, local, remote_key, remote_mem, remote_size, remote_loc);
 }
 
 Session::Session(IoEngine* engine, MemoryRegion local, std::string remote_key, uint64_t remote_mem,
-                 uint64_t remote_size)
+                 uint64_t remote_size, MemoryLocationType remote_loc)
     : engine_(engine),
       local_(local),
       remote_key_(std::move(remote_key)),
       remote_mem_(remote_mem),
-      remote_size_(remote_size) {}
+      remote_size_(remote_size),
+      remote_loc_(remote_loc) {}
+
+BackendChoice Session::Backend() {
+  return engine_->BackendFor(local_.loc, remote_key_, remote_loc_);
+}
 
 std::shared_ptr<Peer> Session::CurrentPeer() {
   if (!engine_->options().epoch_snapshot) return engine_->FindPeer(remote_key_);
@@ -1211,8 +1469,8 @@ std::shared_ptr<Peer> Session::CurrentPeer() {
 
 std::shared_ptr<TransferState> Session::Transfer(Op op, const TransferSpan* spans, size_t n,
                                                  uint64_t uid) {
-  return engine_->Submit(op, local_, CurrentPeer(), remote_key_, remote_mem_, remote_size_, spans,
-                         n, uid);
+  return engine_->Submit(op, local_, CurrentPeer(), remote_key_, remote_mem_, remote_size_,
+                         remote_loc_, spans, n, uid);
 }
 
 bool Session::Alive() {

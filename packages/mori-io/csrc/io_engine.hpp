@@ -13,13 +13,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend_select.hpp"
 #include "submission_ledger.hpp"
 #include "transfer_state.hpp"
 #include "wire_protocol.hpp"
 
 namespace mori::io {
-
-enum class MemoryLocationType : uint32_t { Unknown = 0, CPU = 1, GPU = 2 };
 
 struct TcpBackendConfig {
   int num_worker_threads = 1;  // epoll reactors
@@ -55,19 +54,26 @@ struct Conn;
 // store; submitters read it with an acquire load and take no lock.
 struct PeerConnections {
   std::vector<std::shared_ptr<Conn>> conns;
+  // The backend for host memory on both sides, decided once at connect (with the CMA
+  // probe); other memory pairs are decided per transfer.
+  BackendChoice host_choice{BackendType::kTcp, ""};
 };
 
 struct Peer {
   std::string key;
   std::string host;
   uint16_t port = 0;
+  std::string host_id;      // the remote EngineDesc's host identity
+  int pid = 0;              // its process id (SHM copies into/out of it)
+  bool remote_shm = false;  // its EngineDesc lists SHM
   uint64_t generation = 0;  // registration number: a re-registered peer is a new Peer
   std::atomic<PeerConnections*> published{nullptr};
   std::unique_ptr<PeerConnections> owned;
   std::mutex connect_mu;  // serializes connecting; also guards `owned` when the
                           // lock-free endpoint read is switched off
   std::atomic<bool> failed{false};
-  std::string fail_reason;  // written once before `failed` is set
+  std::atomic<bool> shm_refused{false};  // a CMA copy met EPERM: TCP from then on
+  std::string fail_reason;               // written once before `failed` is set
   std::mutex fail_mu;
   std::atomic<uint32_t> next_conn{0};
 
@@ -90,9 +96,10 @@ class IoEngine;
 class Session {
  public:
   Session(IoEngine* engine, MemoryRegion local, std::string remote_key, uint64_t remote_mem,
-          uint64_t remote_size);
+          uint64_t remote_size, MemoryLocationType remote_loc);
   std::shared_ptr<TransferState> Transfer(Op op, const TransferSpan* spans, size_t n, uint64_t uid);
   bool Alive();
+  BackendChoice Backend();
 
  private:
   std::shared_ptr<Peer> CurrentPeer();
@@ -101,6 +108,7 @@ class Session {
   std::string remote_key_;
   uint64_t remote_mem_;
   uint64_t remote_size_;
+  MemoryLocationType remote_loc_;
   uint64_t epoch_ = ~uint64_t{0};
   std::shared_ptr<Peer> peer_;
   std::mutex mu_;
@@ -139,12 +147,26 @@ class IoEngine {
   bool HasTcpBackend() const { return !workers_.empty(); }
   const TcpBackendConfig& tcp_config() const { return tcp_config_; }
 
+  // SHM rides on the TCP control connections (requests, grants, acks) and moves bytes
+  // with CMA; without a TCP backend it starts the reactors with the default config.
+  void CreateShmBackend();
+  bool HasShmBackend() const { return shm_created_; }
+  const std::string& host_id() const { return host_id_; }
+  void SetBackendOverride(BackendOverride o) { override_ = o; }
+  BackendOverride backend_override() const { return override_; }
+  // The backend a transfer between these memory locations and `remote_key` uses, and
+  // why; connects (and probes CMA) if no transfer did yet. Throws NotFoundError for an
+  // unregistered engine.
+  BackendChoice BackendFor(MemoryLocationType local_loc, const std::string& remote_key,
+                           MemoryLocationType remote_loc);
+
   MemoryRegion RegisterMemory(uintptr_t addr, uint64_t size, int device_id, MemoryLocationType loc);
   void DeregisterMemory(uint64_t id);
   // Copy of the region, or throws NotFoundError.
   MemoryRegion LocalRegion(uint64_t id) const;
 
-  void RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port);
+  void RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
+                            const std::string& host_id = {}, int pid = 0, bool remote_shm = false);
   void DeregisterRemoteEngine(const std::string& key);
   bool HasRemoteEngine(const std::string& key) const;
 
@@ -152,14 +174,16 @@ class IoEngine {
 
   std::shared_ptr<TransferState> Transfer(Op op, uint64_t local_mem, const std::string& remote_key,
                                           uint64_t remote_mem, uint64_t remote_size,
-                                          const TransferSpan* spans, size_t n, uint64_t uid);
+                                          MemoryLocationType remote_loc, const TransferSpan* spans,
+                                          size_t n, uint64_t uid);
   // Status of a transfer `remote_key` made into this engine with `uid`, once all its
   // parts' data is in place (or failed); removed when returned. nullptr if not (yet).
   std::shared_ptr<TransferState> PopInboundTransferStatus(const std::string& remote_key,
                                                           uint64_t uid);
 
   std::shared_ptr<Session> CreateSession(uint64_t local_mem, const std::string& remote_key,
-                                         uint64_t remote_mem, uint64_t remote_size);
+                                         uint64_t remote_mem, uint64_t remote_size,
+                                         MemoryLocationType remote_loc);
 
   SubmissionLedger& ledger() { return *ledger_; }
   uint64_t peer_epoch() const { return peer_epoch_.load(std::memory_order_acquire); }
@@ -184,11 +208,19 @@ class IoEngine {
   std::shared_ptr<TransferState> Submit(Op op, const MemoryRegion& local,
                                         const std::shared_ptr<Peer>& peer,
                                         const std::string& remote_key, uint64_t remote_mem,
-                                        uint64_t remote_size, const TransferSpan* spans, size_t n,
-                                        uint64_t uid);
+                                        uint64_t remote_size, MemoryLocationType remote_loc,
+                                        const TransferSpan* spans, size_t n, uint64_t uid);
+  // The SHM probe's cookie: its address and value go to a peer that asks.
+  const uint64_t* shm_cookie() const { return &shm_cookie_; }
 
  private:
   PeerConnections* Connect(const std::shared_ptr<Peer>& peer, std::string* error);
+  PeerConnections* Connected(const std::shared_ptr<Peer>& peer, std::string* error);
+  BackendChoiceInput ChoiceInput(const Peer& peer, MemoryLocationType local_loc,
+                                 MemoryLocationType remote_loc) const;
+  // Asks the peer over `fd` (not yet in a reactor) for its cookie and reads it with
+  // CMA; "" when that worked, else why not.
+  std::string ProbeShmPeer(int fd, const Peer& peer);
   void Shutdown();
 
   std::string key_;
@@ -197,6 +229,12 @@ class IoEngine {
   int listen_fd_ = -1;
   HotPathOptions options_;
   TcpBackendConfig tcp_config_;
+  bool shm_created_ = false;
+  bool shm_self_ok_ = false;     // the local CMA probe passed at CreateShmBackend
+  std::string shm_self_reason_;  // its reason
+  std::string host_id_;
+  BackendOverride override_ = BackendOverride::kAuto;
+  uint64_t shm_cookie_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_worker_{0};
 

@@ -18,6 +18,18 @@ enum class MsgType : uint8_t {
   kRead = 3,      // no payload; the target answers kReadData
   kWriteAck = 4,  // no payload; status says whether the bytes are in place
   kReadData = 5,  // payload: length bytes when status is kOk, none otherwise
+  // SHM (same host, CMA): the control messages travel here, the bytes do not. The
+  // target checks each request against its registry and grants the address; the
+  // initiator copies with process_vm_readv/writev into or out of the target.
+  kShmProbe = 6,       // no payload; answered kShmProbeAck
+  kShmProbeAck = 7,    // mem_id: the target's pid, offset: address of a cookie whose
+                       // value is uid (the initiator reads it to prove CMA reaches it)
+  kShmWriteReq = 8,    // like kWrite without payload; answered kShmGrant
+  kShmReadReq = 9,     // like kRead; answered kShmGrant
+  kShmGrant = 10,      // status; offset: absolute address of the granted range
+  kShmWriteDone = 11,  // the initiator copied a granted write (status kOk) or failed to
+                       // (kCopyFailed); the target accounts the part, answers kShmDoneAck
+  kShmDoneAck = 12,
 };
 
 enum class WireStatus : uint8_t {
@@ -25,9 +37,11 @@ enum class WireStatus : uint8_t {
   kUnknownMemory = 1,  // mem_id not registered with the target (or deregistered)
   kOutOfBounds = 2,    // [offset, offset+length) not inside the registered region
   kNotHostMemory = 3,  // the region is GPU memory: not served over TCP yet
+  kNoShm = 4,          // an SHM request to an engine without the SHM backend
+  kCopyFailed = 5,     // kShmWriteDone: the initiator's CMA copy failed
 };
 
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: the kShm* messages
 
 struct Header {
   uint8_t type;

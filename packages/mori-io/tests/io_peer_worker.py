@@ -2,7 +2,7 @@
 # Copyright (c) 2026 The mori authors
 """A worker for the two-process tests (not a test module).
 
-target <dir> <seed> : registers 32 MiB filled from <seed>, publishes its descriptors in
+target <dir> <seed> [shm]: registers 32 MiB filled from <seed>, publishes its descriptors in
                       <dir>, serves until <dir>/done appears (at most 60 s).
 initiator <dir> <seed>: reads the target's region and checks it, writes random bytes
                       and publishes their checksum for the target to verify.
@@ -43,6 +43,8 @@ def main():
         role = "target" if os.environ["RANK"] == "0" else "initiator"
     eng = IOEngine(role)
     eng.create_backend(BackendType.TCP)
+    if sys.argv[4:] == ["shm"]:
+        eng.create_backend(BackendType.SHM)
     buf = np.random.default_rng(seed).integers(0, 256, SIZE, dtype=np.uint8)
     mem = eng.register_array(buf)
     if role == "target":

@@ -53,12 +53,15 @@ class Session:
         uid: int,
     ) -> TransferStatus: ...
     def alive(self) -> bool: ...
+    def backend(self) -> tuple[str, str]: ...
 
 class Engine:
     key: str
     host: str
     port: int
     has_tcp_backend: bool
+    has_shm_backend: bool
+    host_id: str
     hot_path_options: dict[str, bool]
     def __init__(self, key: str, host: str, port: int) -> None: ...
     def create_tcp_backend(
@@ -74,7 +77,20 @@ class Engine:
         self, addr: int, size: int, device_id: int, loc: MemoryLocationType
     ) -> int: ...
     def deregister_memory(self, id: int) -> None: ...
-    def register_remote_engine(self, key: str, host: str, port: int) -> None: ...
+    def create_shm_backend(self) -> None: ...
+    def set_backend_override(self, backend: str) -> None: ...
+    def backend_for(
+        self, local_loc: MemoryLocationType, remote_key: str, remote_loc: MemoryLocationType
+    ) -> tuple[str, str]: ...
+    def register_remote_engine(
+        self,
+        key: str,
+        host: str,
+        port: int,
+        host_id: str = "",
+        pid: int = 0,
+        remote_shm: bool = False,
+    ) -> None: ...
     def deregister_remote_engine(self, key: str) -> None: ...
     def has_remote_engine(self, key: str) -> bool: ...
     def allocate_transfer_uid(self) -> int: ...
@@ -89,6 +105,7 @@ class Engine:
         remote_offset: int,
         size: int,
         uid: int,
+        remote_loc: MemoryLocationType = ...,
     ) -> TransferStatus: ...
     def batch_transfer(
         self,
@@ -101,10 +118,16 @@ class Engine:
         remote_offsets: Sequence[int],
         sizes: Sequence[int],
         uid: int,
+        remote_loc: MemoryLocationType = ...,
     ) -> TransferStatus: ...
     def pop_inbound_transfer_status(self, remote_key: str, uid: int) -> TransferStatus | None: ...
     def create_session(
-        self, local_mem: int, remote_key: str, remote_mem: int, remote_size: int
+        self,
+        local_mem: int,
+        remote_key: str,
+        remote_mem: int,
+        remote_size: int,
+        remote_loc: MemoryLocationType = ...,
     ) -> Session: ...
     def ledger_stats(self) -> dict[str, int | bool]: ...
 
@@ -122,3 +145,15 @@ def probe_backend(backend: BackendType) -> tuple[bool, str]: ...
 def raw_socket_stream(
     msg_size: int, count: int, ack_each: bool = False, sock_buf_bytes: int = 0
 ) -> dict[str, float]: ...
+def memcpy_stream(size: int, count: int) -> dict[str, float]: ...
+def choose_backend(
+    local_host_id: str,
+    remote_host_id: str,
+    local_loc: MemoryLocationType,
+    remote_loc: MemoryLocationType,
+    local_shm: bool,
+    remote_shm: bool,
+    cma_ok: bool = True,
+    cma_reason: str = "",
+    override: str = "",
+) -> tuple[str, str]: ...

@@ -24,7 +24,9 @@ The limit, measured at each size right after the engine: ``RawBW`` streams the s
 messages over a loopback TCP connection between two native threads with blocking
 send/recv (``mori.io._C.raw_socket_stream``); ``RawAckBW`` waits for a one-byte
 answer after each message (one round trip per message, the pattern of a single
-acknowledged write). ``%Raw`` is AvgBW / RawBW.
+acknowledged write). ``%Raw`` is AvgBW / RawBW. With ``--backend shm`` the limit is
+a native memcpy of the same size in one process (``mori.io._C.memcpy_stream``):
+``RawBW`` is then that memcpy bandwidth and ``RawAckBW`` is not measured.
 """
 
 from __future__ import annotations
@@ -80,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", choices=sorted(PRESETS), help="MORI's regimes (flags still win)")
-    p.add_argument("--backend", default="tcp", choices=["tcp"], help="only TCP exists so far")
+    p.add_argument(
+        "--backend", default="tcp", choices=["tcp", "shm"],
+        help="tcp, or shm (same host, CMA; checked to be the backend actually chosen)",
+    )  # fmt: skip
     p.add_argument("--op-type", default="write", choices=["read", "write"])
     p.add_argument("--buffer-size", type=_size, default=1 << 20, help="bytes per transfer")
     p.add_argument("--transfer-batch-size", type=int, default=1, help="transfers per iteration")
@@ -165,6 +170,8 @@ def _engine(args, rank: int):
         sock_buf_bytes=args.sock_buf_bytes,
     )
     eng.create_backend(BackendType.TCP, cfg)
+    if args.backend == "shm":
+        eng.create_backend(BackendType.SHM)
     return eng
 
 
@@ -225,6 +232,13 @@ def _raw(size: int, count: int, ack: bool, sock_buf_bytes: int) -> float:
     return r["bytes"] / r["seconds"] / 1e9
 
 
+def _memcpy(size: int, count: int) -> float:
+    from mori.io import _C
+
+    r = _C.memcpy_stream(size, count)
+    return r["bytes"] / r["seconds"] / 1e9
+
+
 def run_worker(args) -> list[dict] | None:
     """Both ranks call this; rank 0 returns the rows, rank 1 None."""
     import numpy as np
@@ -248,6 +262,10 @@ def run_worker(args) -> list[dict] | None:
     eng.register_remote_engine(peer)
     remote = MemoryDesc.unpack(mems[1 - rank])
     sess = eng.create_session(mem, remote) if (rank == 0 and args.enable_sess) else None
+    if rank == 0:
+        chosen, why = eng.backend_for(mem, remote)
+        if chosen.lower() != args.backend:
+            raise SystemExit(f"--backend {args.backend} asked, but the pair uses {chosen}: {why}")
 
     rows = []
     for si, size in enumerate(sizes):
@@ -291,7 +309,11 @@ def run_worker(args) -> list[dict] | None:
                 "cpu_us_init": cpu / n * 1e6,
                 "cpu_us_target": cpu_target / n * 1e6,
             }
-            if not args.no_baseline:
+            if not args.no_baseline and args.backend == "shm":
+                count = min(max(n, (256 << 20) // size), 200_000)
+                rep["raw_bw"] = _memcpy(size, count)
+                rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
+            elif not args.no_baseline:
                 # At least 32 MiB per stream so small sizes are not timed on a handful
                 # of messages; the acked variant is one round trip per message, so fewer.
                 count = min(max(n, (32 << 20) // size), 200_000)

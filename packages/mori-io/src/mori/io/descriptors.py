@@ -19,13 +19,14 @@ import mori.core
 
 from . import _C
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # MemoryDesc
+ENGINE_DESC_VERSION = 2  # EngineDesc; 2 added host_id (for same-host SHM)
 _ENGINE_TAG = "mori.io.EngineDesc"
 _MEMORY_TAG = "mori.io.MemoryDesc"
 _MAX_BYTES = 1 << 16
 
 
-def _decode(data: Any, tag: str, fields: list[tuple[str, type]]) -> list[Any]:
+def _decode(data: Any, tag: str, fields: list[tuple[str, type]], version: int) -> list[Any]:
     what = tag.rsplit(".", 1)[-1]
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise mori.core.InvalidArgumentError(
@@ -43,9 +44,11 @@ def _decode(data: Any, tag: str, fields: list[tuple[str, type]]) -> list[Any]:
         ) from None
     if not isinstance(obj, list) or len(obj) < 2 or obj[0] != tag:
         raise mori.core.InvalidArgumentError(f"{what}.unpack: bytes are not a packed {what}")
-    if obj[1] != FORMAT_VERSION:
+    if obj[1] != version:
+        older = isinstance(obj[1], int) and not isinstance(obj[1], bool) and obj[1] < version
+        hint = " (packed by an older mori-io: upgrade the peer)" if older else ""
         raise mori.core.InvalidArgumentError(
-            f"{what}.unpack: format version {obj[1]!r}, this mori-io reads {FORMAT_VERSION}"
+            f"{what}.unpack: format version {obj[1]!r}, this mori-io reads {version}{hint}"
         )
     values = obj[2:]
     if len(values) != len(fields):
@@ -62,7 +65,10 @@ def _decode(data: Any, tag: str, fields: list[tuple[str, type]]) -> list[Any]:
 
 @dataclasses.dataclass(frozen=True)
 class EngineDesc:
-    """How to reach an engine: its unique key, listening address and backends."""
+    """How to reach an engine: its unique key, listening address and backends.
+
+    ``host_id`` ("<hostname>/<boot_id>/pidns:<inode>") and ``pid`` let a peer on the same
+    host (equal host_id) reach the engine's memory with CMA (the SHM backend)."""
 
     key: str
     host: str
@@ -70,34 +76,44 @@ class EngineDesc:
     hostname: str = ""
     pid: int = 0
     backends: tuple[str, ...] = ()
+    host_id: str = ""
 
     _FIELDS = [("key", str), ("host", str), ("port", int), ("hostname", str), ("pid", int),
-               ("backends", list)]  # fmt: skip
+               ("backends", list), ("host_id", str)]  # fmt: skip
 
     def pack(self) -> bytes:
         """Compact versioned bytes (msgpack) for another process."""
         return msgpack.packb(
             [
                 _ENGINE_TAG,
-                FORMAT_VERSION,
+                ENGINE_DESC_VERSION,
                 self.key,
                 self.host,
                 self.port,
                 self.hostname,
                 self.pid,
                 list(self.backends),
+                self.host_id,
             ]  # fmt: skip
         )
 
     @classmethod
     def unpack(cls, data: bytes) -> EngineDesc:
         """Inverse of pack(); raises InvalidArgumentError on anything else."""
-        key, host, port, hostname, pid, backends = _decode(data, _ENGINE_TAG, cls._FIELDS)
-        if not key or not (0 < port < 65536) or not all(isinstance(b, str) for b in backends):
+        key, host, port, hostname, pid, backends, host_id = _decode(
+            data, _ENGINE_TAG, cls._FIELDS, ENGINE_DESC_VERSION
+        )
+        if (
+            not key
+            or not (0 < port < 65536)
+            or not (0 <= pid < (1 << 31))
+            or not all(isinstance(b, str) for b in backends)
+        ):
             raise mori.core.InvalidArgumentError(
-                f"EngineDesc.unpack: invalid key {key!r}, port {port} or backends {backends!r}"
+                f"EngineDesc.unpack: invalid key {key!r}, port {port}, pid {pid} or "
+                f"backends {backends!r}"
             )
-        return cls(key, host, port, hostname, pid, tuple(backends))
+        return cls(key, host, port, hostname, pid, tuple(backends), host_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +155,7 @@ class MemoryDesc:
     @classmethod
     def unpack(cls, data: bytes) -> MemoryDesc:
         """Inverse of pack(); raises InvalidArgumentError on anything else."""
-        key, mid, dev, addr, size, loc = _decode(data, _MEMORY_TAG, cls._FIELDS)
+        key, mid, dev, addr, size, loc = _decode(data, _MEMORY_TAG, cls._FIELDS, FORMAT_VERSION)
         locs = {int(v): v for v in _C.MemoryLocationType.__members__.values()}
         if not key or mid <= 0 or size < 0 or addr < 0 or loc not in locs:
             raise mori.core.InvalidArgumentError(

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""IOEngine: MORI's mori.io API over the native engine (TCP backend, host memory)."""
+"""IOEngine: MORI's mori.io API over the native engine (TCP and SHM backends, host memory)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ class IOEngineConfig:
 
     host: str = "127.0.0.1"
     port: int = 0
+    #: Per-pair backend override: "auto" (same host + host memory -> SHM, else TCP),
+    #: "tcp" or "shm" (SHM where it can work, TCP elsewhere). None: MORI_IO_BACKEND,
+    #: else auto.
+    backend: str | None = None
 
 
 @dataclasses.dataclass
@@ -48,6 +52,13 @@ class TcpBackendConfig:
     chunk_size: int = 1 << 20
     peer_timeout_ms: int = 5000
     sock_buf_bytes: int = 0
+
+
+@dataclasses.dataclass
+class ShmBackendConfig:
+    """SHM backend settings (none yet). SHM moves host memory between processes of one
+    host with CMA (process_vm_readv/writev), one copy; its requests and grants ride on
+    the TCP backend's connections (created with defaults if TCP was not)."""
 
 
 class _DLTensor(ctypes.Structure):
@@ -104,6 +115,10 @@ class IOEngineSession:
         """Read ``size`` bytes at remote_offset into local_offset. -> TransferStatus"""
         return self._sess.transfer(False, local_offset, remote_offset, size, transfer_uid)
 
+    def backend(self) -> tuple[str, str]:
+        """(backend name, reason) this session's transfers use, e.g. ("SHM", "same host...")."""
+        return self._sess.backend()
+
     def write(self, local_offset: int, remote_offset: int, size: int, transfer_uid: int):
         """Write ``size`` bytes at local_offset to remote_offset. -> TransferStatus"""
         return self._sess.transfer(True, local_offset, remote_offset, size, transfer_uid)
@@ -135,15 +150,22 @@ class IOEngine:
         config = config or IOEngineConfig()
         self._key = key
         self._engine = _C.Engine(key, config.host, config.port)
+        if config.backend is not None:
+            self._engine.set_backend_override(config.backend)
         self._backends: list[str] = []
         self._keep: dict[int, Any] = {}  # mem id -> object that owns the memory
 
     # -- engine ----------------------------------------------------------------------
     def create_backend(self, type: BackendType, config: Any = None) -> None:
-        """Start a backend; only BackendType.TCP exists so far."""
+        """Start a backend: BackendType.TCP (TcpBackendConfig) or BackendType.SHM
+        (ShmBackendConfig). Create TCP first to configure the connections SHM uses."""
+        if type == BackendType.SHM:
+            self._engine.create_shm_backend()
+            self._backends.append(type.name)
+            return
         if type != BackendType.TCP:
             raise mori.core.NotSupportedError(
-                f"backend {type.name} is not implemented yet (TCP is)"
+                f"backend {type.name} is not implemented yet (TCP and SHM are)"
             )
         c = config or TcpBackendConfig()
         self._engine.create_tcp_backend(
@@ -156,12 +178,22 @@ class IOEngine:
         """This engine's EngineDesc (pack() it for other processes)."""
         return EngineDesc(
             self._key, self._engine.host, self._engine.port, socket.gethostname(), os.getpid(),
-            tuple(self._backends),
+            tuple(self._backends), self._engine.host_id,
         )  # fmt: skip
 
     def register_remote_engine(self, engine_desc: EngineDesc) -> None:
         """Make a remote engine reachable; registering again reconnects (after a failure)."""
-        self._engine.register_remote_engine(engine_desc.key, engine_desc.host, engine_desc.port)
+        self._engine.register_remote_engine(
+            engine_desc.key, engine_desc.host, engine_desc.port, engine_desc.host_id,
+            engine_desc.pid, "SHM" in engine_desc.backends,
+        )  # fmt: skip
+
+    def backend_for(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> tuple[str, str]:
+        """(backend name, reason) that transfers between these two regions use: SHM for
+        host memory of two engines on one host when both created SHM and CMA works
+        (probed against the peer on first use, connecting if needed), else TCP."""
+        self._check_local(local_mem)
+        return self._engine.backend_for(local_mem.loc, remote_mem.engine_key, remote_mem.loc)
 
     def deregister_remote_engine(self, engine_desc: EngineDesc) -> None:
         """Forget a remote engine; its in-flight transfers fail."""
@@ -230,14 +262,14 @@ class IOEngine:
         self._check_local(local)
         return self._engine.transfer(
             write, local.id, local_offset, remote.engine_key, remote.id, remote.size,
-            remote_offset, size, uid,
+            remote_offset, size, uid, remote.loc,
         )  # fmt: skip
 
     def _batch(self, write, local, local_offsets, remote, remote_offsets, sizes, uid):
         self._check_local(local)
         return self._engine.batch_transfer(
             write, local.id, local_offsets, remote.engine_key, remote.id, remote.size,
-            remote_offsets, sizes, uid,
+            remote_offsets, sizes, uid, remote.loc,
         )  # fmt: skip
 
     def read(self, local_dest_mem_desc, local_offset, remote_src_mem_desc, remote_offset, size,
@@ -269,7 +301,7 @@ class IOEngine:
         self._check_local(local_mem)
         return IOEngineSession(
             self._engine.create_session(
-                local_mem.id, remote_mem.engine_key, remote_mem.id, remote_mem.size
+                local_mem.id, remote_mem.engine_key, remote_mem.id, remote_mem.size, remote_mem.loc
             )  # fmt: skip
         )
 
@@ -304,6 +336,7 @@ def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) 
 
 __all__: Sequence[str] = [
     "BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession",
-    "MemoryDesc", "MemoryLocationType", "StatusCode", "TcpBackendConfig", "TransferStatus",
+    "MemoryDesc", "MemoryLocationType", "ShmBackendConfig", "StatusCode", "TcpBackendConfig",
+    "TransferStatus",
     "wait_all",
 ]  # fmt: skip

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include "backend_select.hpp"
+
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "mori/core/error.hpp"
+
+namespace mori::io {
+
+BackendOverride ParseBackendOverride(const std::string& text) {
+  if (text.empty() || strcasecmp(text.c_str(), "auto") == 0) return BackendOverride::kAuto;
+  if (strcasecmp(text.c_str(), "tcp") == 0) return BackendOverride::kTcp;
+  if (strcasecmp(text.c_str(), "shm") == 0) return BackendOverride::kShm;
+  MORI_THROW(InvalidArgumentError, "backend override '", text,
+             "' is not one of auto, tcp, shm (MORI_IO_BACKEND or IOEngineConfig.backend)");
+}
+
+BackendChoice ChooseBackend(const BackendChoiceInput& in) {
+  if (in.override_choice == BackendOverride::kTcp) {
+    return {BackendType::kTcp, "TCP forced (MORI_IO_BACKEND / IOEngineConfig.backend)"};
+  }
+  const char* lead = in.override_choice == BackendOverride::kShm
+                         ? "SHM forced but not usable, TCP instead: "
+                         : "TCP: ";
+  auto tcp = [&](const std::string& why) { return BackendChoice{BackendType::kTcp, lead + why}; };
+  if (in.local_loc != MemoryLocationType::CPU || in.remote_loc != MemoryLocationType::CPU) {
+    return tcp("not host memory on both sides (SHM moves host memory only)");
+  }
+  if (in.remote_host_id.empty()) return tcp("the remote engine's host identity is unknown");
+  if (in.local_host_id != in.remote_host_id) {
+    return tcp("different hosts (or pid namespaces): '" + in.local_host_id + "' vs '" +
+               in.remote_host_id + "'");
+  }
+  if (!in.local_shm) return tcp("this engine has no SHM backend");
+  if (!in.remote_shm) return tcp("the remote engine has no SHM backend");
+  if (!in.cma_ok) return tcp("CMA not permitted: " + in.cma_reason);
+  return {BackendType::kShm, in.override_choice == BackendOverride::kShm
+                                 ? "SHM forced; same host, host memory, CMA permitted"
+                                 : "same host, host memory on both sides, CMA permitted"};
+}
+
+std::string LocalHostIdentity() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot_id;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot_id);
+  struct stat st{};
+  unsigned long long ns = ::stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+  return std::string(name) + "/" + boot_id + "/pidns:" + std::to_string(ns);
+}
+
+}  // namespace mori::io

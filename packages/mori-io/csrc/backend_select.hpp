@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend_probe.hpp"
+
+namespace mori::io {
+
+enum class MemoryLocationType : uint32_t { Unknown = 0, CPU = 1, GPU = 2 };
+
+// A user's override of the per-pair choice: MORI_IO_BACKEND=auto|tcp|shm, or
+// IOEngineConfig(backend=...), which wins over the environment.
+enum class BackendOverride { kAuto, kTcp, kShm };
+
+// Parses "", "auto", "tcp", "shm" (any case); throws InvalidArgumentError otherwise.
+BackendOverride ParseBackendOverride(const std::string& text);
+
+// Everything the choice for one (local memory, remote memory) pair depends on. The
+// caller gathers it; ChooseBackend is a pure function of it.
+struct BackendChoiceInput {
+  std::string local_host_id;   // LocalHostIdentity() of this process
+  std::string remote_host_id;  // the remote EngineDesc's host_id ("" if unknown)
+  MemoryLocationType local_loc = MemoryLocationType::CPU;
+  MemoryLocationType remote_loc = MemoryLocationType::CPU;
+  bool local_shm = false;   // this engine created the SHM backend
+  bool remote_shm = false;  // the remote EngineDesc lists SHM
+  bool cma_ok = true;       // CMA permitted for this pair (probe, or first use)
+  std::string cma_reason;   // why not, when !cma_ok
+  BackendOverride override_choice = BackendOverride::kAuto;
+};
+
+struct BackendChoice {
+  BackendType backend;
+  std::string reason;
+};
+
+// Same host + host memory on both sides -> SHM (when both engines created it and CMA
+// works for the pair), else TCP. An override of TCP always holds; an override of SHM
+// holds only where SHM can work and otherwise falls back to TCP, saying why. (P2P and
+// RDMA join here when they exist.)
+BackendChoice ChooseBackend(const BackendChoiceInput& in);
+
+// "<hostname>/<boot_id>/<pid namespace>": two processes with equal identities run on
+// one kernel in one pid namespace, so a pid from one names the same process in the
+// other (what CMA needs).
+std::string LocalHostIdentity();
+
+}  // namespace mori::io

@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""The SHM backend (CMA between processes of one host) and the per-pair backend choice:
+the pure selection function, transfers in two processes bit for bit, forced and
+automatic fallback to TCP (override, CMA refused), and a peer killed mid-batch."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mori.core as mc
+from mori.core.launch import launch_local
+from mori.io import (
+    _C,
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    StatusCode,
+)
+from mori.io.descriptors import ENGINE_DESC_VERSION
+
+WORKER = str(Path(__file__).with_name("shm_peer_worker.py"))
+KILL_WORKER = str(Path(__file__).with_name("io_peer_worker.py"))
+CPU, GPU = _C.MemoryLocationType.CPU, _C.MemoryLocationType.GPU
+HOST = "h/boot/pidns:1"
+
+
+def test_choice_is_a_pure_function_of_its_inputs():
+    def choose(**kw):
+        args = dict(local_host_id=HOST, remote_host_id=HOST, local_loc=CPU, remote_loc=CPU,
+                    local_shm=True, remote_shm=True)  # fmt: skip
+        args.update(kw)
+        return _C.choose_backend(**args)
+
+    assert choose() == ("SHM", "same host, host memory on both sides, CMA permitted")
+    assert choose(remote_host_id="other/boot/pidns:1")[0] == "TCP"
+    assert "different hosts" in choose(remote_host_id="other/boot/pidns:1")[1]
+    assert "unknown" in choose(remote_host_id="")[1]
+    assert "host memory" in choose(remote_loc=GPU)[1]
+    assert "this engine has no SHM" in choose(local_shm=False)[1]
+    assert "remote engine has no SHM" in choose(remote_shm=False)[1]
+    name, why = choose(cma_ok=False, cma_reason="EPERM")
+    assert name == "TCP" and "CMA not permitted: EPERM" in why
+    assert choose(override="tcp") == (
+        "TCP",
+        "TCP forced (MORI_IO_BACKEND / IOEngineConfig.backend)",
+    )
+    assert choose(override="SHM")[0] == "SHM"
+    name, why = choose(override="shm", local_shm=False)
+    assert name == "TCP" and why.startswith("SHM forced but not usable")
+    with pytest.raises(mc.InvalidArgumentError, match="'rdmax' is not one of"):
+        choose(override="rdmax")
+
+
+def _pair(**config):
+    a = IOEngine("a", IOEngineConfig("127.0.0.1", 0, **config))
+    b = IOEngine("b", IOEngineConfig("127.0.0.1", 0))
+    for e in (a, b):
+        e.create_backend(BackendType.SHM)  # starts the control reactors itself
+    a.register_remote_engine(EngineDesc.unpack(b.get_engine_desc().pack()))
+    b.register_remote_engine(EngineDesc.unpack(a.get_engine_desc().pack()))
+    return a, b
+
+
+@pytest.mark.parametrize("how", ["env", "config"])
+def test_tcp_forced_by_env_or_config(monkeypatch, how):
+    if how == "env":
+        monkeypatch.setenv("MORI_IO_BACKEND", "tcp")
+        a, b = _pair()
+    else:
+        a, b = _pair(backend="tcp")
+    x = np.arange(1 << 16, dtype=np.uint8)
+    y = np.zeros(1 << 16, np.uint8)
+    mx, my = a.register_array(x), b.register_array(y)
+    assert a.backend_for(mx, my)[0] == "TCP" and "forced" in a.backend_for(mx, my)[1]
+    st = a.write(mx, 1, my, 3, 60000, a.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert np.array_equal(y[3:60003], x[1:60001])
+    # b's config did not force it: the same pair seen from b uses SHM
+    assert b.backend_for(my, mx)[0] == ("TCP" if how == "env" else "SHM")
+
+
+def test_cma_refused_at_engine_probe_falls_back(monkeypatch):
+    monkeypatch.setenv("MORI_IO_TEST_CMA_REFUSE", "1")
+    a, b = _pair()
+    x = np.arange(4099, dtype=np.uint8)
+    y = np.zeros(4099, np.uint8)
+    mx, my = a.register_array(x), b.register_array(y)
+    name, why = a.backend_for(mx, my)
+    assert name == "TCP" and "CMA not permitted" in why and "Operation not permitted" in why, why
+    st = a.write(mx, 0, my, 0, 4099, a.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert np.array_equal(x, y)
+    assert mori_available_reason_mentions_refusal()
+
+
+def mori_available_reason_mentions_refusal():
+    import mori.io
+
+    ok, reason = mori.io.backend_availability()["SHM"]
+    return not ok and "not permitted" in reason
+
+
+def test_gpu_descriptor_is_not_sent_over_shm():
+    a, b = _pair()
+    x = np.zeros(64, np.uint8)
+    mx = a.register_array(x)
+    fake_gpu = MemoryDesc("b", 1, 0, 4096, 64, GPU)
+    name, why = a.backend_for(mx, fake_gpu)
+    assert name == "TCP" and "host memory" in why
+
+
+def test_old_engine_desc_version_is_a_clear_error():
+    import msgpack
+
+    obj = msgpack.unpackb(EngineDesc("a", "127.0.0.1", 1234, host_id=HOST).pack())
+    assert obj[1] == ENGINE_DESC_VERSION == 2 and obj[-1] == HOST
+    old = msgpack.packb(["mori.io.EngineDesc", 1, "a", "127.0.0.1", 1234, "h", 1, ["TCP"]])
+    with pytest.raises(mc.InvalidArgumentError, match="format version 1.*older mori-io"):
+        EngineDesc.unpack(old)
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["shm", "cma-refused-by-peer"])
+def test_two_processes_bit_exact(tmp_path, refuse):
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    env = {"MORI_IO_TEST_CMA_REFUSE": "peer"} if refuse else {}
+    expect = "TCP" if refuse else "SHM"
+    results = launch_local([WORKER, str(tmp_path), str(seed), expect], 2, timeout_s=90, env=env)
+    assert "target verified" in results[0].output
+    assert f"initiator verified {(8 << 20) + 5} bytes over {expect}" in results[1].output
+    if refuse:
+        assert "CMA not permitted: process_vm_readv of pid" in results[1].output
+
+
+def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
+    seed = random.randrange(1 << 30)
+    target = subprocess.Popen(
+        [sys.executable, KILL_WORKER, "target", str(tmp_path), str(seed), "shm"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        eng = IOEngine("initiator")
+        eng.create_backend(BackendType.SHM)
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "mem").exists():
+            assert time.monotonic() < deadline and target.poll() is None, "target did not start"
+            time.sleep(0.01)
+        time.sleep(0.05)
+        eng.register_remote_engine(EngineDesc.unpack((tmp_path / "engine").read_bytes()))
+        remote = MemoryDesc.unpack((tmp_path / "mem").read_bytes())
+        buf = np.zeros(remote.size, np.uint8)
+        mem = eng.register_array(buf)
+        assert eng.backend_for(mem, remote)[0] == "SHM"
+        n = 4096
+        blk = remote.size // n
+        offs = [i * blk for i in range(n)]
+        statuses = [
+            eng.batch_read(mem, offs, remote, offs, [blk] * n, eng.allocate_transfer_uid())
+            for _ in range(20)
+        ]
+        os.kill(target.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        for s in statuses:
+            assert s.WaitFor(10000), "a transfer hung after its peer died"
+        assert time.monotonic() - t0 < 5.0
+        failed = [s for s in statuses if s.Failed()]
+        assert failed, "no transfer failed although the peer was killed"
+        assert all(s.Code() in (StatusCode.ERR_PEER_LOST, StatusCode.ERROR) for s in failed)
+        s = eng.read(mem, 0, remote, 0, 16, eng.allocate_transfer_uid())
+        assert s.Failed() and s.Code() == StatusCode.ERR_PEER_LOST
+        assert eng._engine.ledger_stats()["live"] == 0
+    finally:
+        target.kill()
+        target.wait(10)
