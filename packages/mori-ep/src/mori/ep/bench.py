@@ -1,0 +1,668 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Benchmark of EpDispatchCombineOp (intra-node) beside a naive all_to_all baseline.
+
+    python -m mori.ep.bench [--world-size 2] [--tokens 128,512,4096] [--dtype bf16,fp8]
+                            [--block-num 24,96] [--warp-per-block 16] [--iters 20]
+                            [--json PATH] [--plot PATH]
+
+Starts ``--world-size`` local processes (or runs as one rank under torchrun), one per
+GPU. Per token count, dtype and block count it times mori's dispatch and combine,
+each captured in its own CUDA graph and replayed back to back (``--iters`` trials of
+``--reps`` dispatch+combine pairs, CUDA events around every replay, median over all
+pairs but the first of each trial, which absorbs the ranks' launch skew). Baseline,
+in the same run: the same dispatch and combine written with
+``torch.distributed.all_to_all_single`` over NCCL (permute rows by destination rank,
+exchange counts, all_to_all the rows and their metadata; combine sends the rows back
+and sums them per token in fp32), timed with CUDA events, eagerly (its split sizes
+need the counts on the host, so it cannot be graph-captured). Both run on the same
+random top-k routing, and their combine outputs are compared.
+
+Bandwidth, per rank (GB/s = 1e9 bytes/s), in two definitions:
+  * incl. local: bytes this rank receives in dispatch, counting the copy to itself
+    (MORI's and DeepEP's definition): ``recv rows x (hidden x elem + scale bytes)``;
+    combine: the bytes it sends back, ``recv rows x hidden x 2`` (bf16).
+  * cross-GPU: the same, counting only rows from (dispatch) / to (combine) other ranks.
+Weights and indices (8 bytes per top-k slot) move too but are not counted, as in MORI.
+A peer-copy reference (rank 0's copy engine into rank 1's heap) is measured in the
+same run.
+
+Without a GPU (or with ``--device cpu``) the CPU implementation runs on a host heap,
+the baseline is all_to_all_single over gloo, and times are wall-clock medians of
+single calls: that mode checks the bench end to end (CI), its numbers are not the
+product's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+NO_MULTICAST_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+PEER_COPY_BYTES = 256 << 20
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _str_list(text: str) -> list[str]:
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    for v in vals:
+        if v not in ("bf16", "fp8"):
+            raise argparse.ArgumentTypeError(f"dtype {v!r} must be bf16 or fp8")
+    return vals
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m mori.ep.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="ranks to spawn (default: visible GPUs, at least 2; 2 on CPU)",
+    )
+    p.add_argument("--max-tokens", type=int, default=4096, help="max_num_inp_token_per_rank")
+    p.add_argument(
+        "--tokens",
+        type=_int_list,
+        default=None,
+        help="tokens per rank to sweep, comma separated (default: --max-tokens)",
+    )
+    p.add_argument("--hidden-dim", type=int, default=7168)
+    p.add_argument("--num-experts-per-token", type=int, default=8)
+    p.add_argument(
+        "--num-experts-per-rank", type=int, default=None, help="default 256 // world size"
+    )
+    p.add_argument(
+        "--dtype",
+        type=_str_list,
+        default=["bf16", "fp8"],
+        help="dispatch dtype(s): bf16, fp8 (e4m3 + fp32 scales per 128 columns); combine is bf16",
+    )
+    p.add_argument(
+        "--block-num",
+        type=_int_list,
+        default=[24, 96],
+        help="CUDA blocks (SMs), one or a comma list",
+    )
+    p.add_argument("--warp-per-block", type=int, default=16)
+    p.add_argument("--iters", type=int, default=20, help="timed trials (median)")
+    p.add_argument("--reps", type=int, default=10, help="dispatch+combine pairs per trial")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--no-baseline", action="store_true", help="skip the all_to_all baseline")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the results here (rank 0)")
+    p.add_argument("--plot", help="PNG of bandwidth vs tokens per rank (needs matplotlib)")
+    p.add_argument("--timeout-s", type=float, default=600.0)
+    args = p.parse_args(argv)
+    args.tokens = args.tokens or [args.max_tokens]
+    if max(args.tokens) > args.max_tokens or min(args.tokens) < 0:
+        p.error(f"--tokens {args.tokens} must lie in [0, --max-tokens {args.max_tokens}]")
+    return args
+
+
+def _table(rows, headers) -> str:
+    try:
+        from tabulate import tabulate
+
+        return tabulate(rows, headers=headers, floatfmt=".1f")
+    except ImportError:
+        lines = ["  ".join(f"{h:>12}" for h in headers)]
+        for r in rows:
+            lines.append(
+                "  ".join(f"{c:>12.1f}" if isinstance(c, float) else f"{c!s:>12}" for c in r)
+            )
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the baseline
+def a2a_dispatch(x, weights, scales, indices, experts_per_rank, world, group):
+    """Naive dispatch with all_to_all_single: one copy of each token per distinct
+    destination rank, rows grouped by destination (then token). Returns
+    ``(recv_x, recv_meta, state)``; ``state`` is what combine needs."""
+    import torch
+    import torch.distributed as dist
+
+    n, k = indices.shape
+    dest = torch.where(indices >= 0, indices // experts_per_rank, world)
+    mask = torch.zeros(n, world + 1, dtype=torch.bool, device=x.device)
+    mask.scatter_(1, dest.long(), True)
+    mask = mask[:, :world]
+    d_of_row, t_of_row = mask.t().nonzero(as_tuple=True)  # ordered by destination rank
+    send_counts = mask.sum(0).to(torch.int64)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts, group=group)
+    send_split, recv_split = send_counts.tolist(), recv_counts.tolist()
+    # Tokens as raw bytes (fp8 and bf16 alike), metadata packed into int32 columns.
+    row = x.view(torch.uint8).reshape(n, x.size(1) * x.element_size())[t_of_row]
+    meta = [indices, weights.view(torch.int32)]
+    if scales is not None:
+        meta.append(scales.contiguous().view(torch.int32))
+    meta = torch.cat(meta, dim=1)[t_of_row]
+    recv_x = row.new_empty((sum(recv_split), row.size(1)))
+    recv_meta = meta.new_empty((sum(recv_split), meta.size(1)))
+    dist.all_to_all_single(recv_x, row, recv_split, send_split, group=group)
+    dist.all_to_all_single(recv_meta, meta, recv_split, send_split, group=group)
+    recv_x = recv_x.view(x.dtype).reshape(recv_x.size(0), x.size(1))
+    return recv_x, recv_meta, (t_of_row, send_split, recv_split, n, k)
+
+
+def a2a_combine(y, y_weights, state, group):
+    """Naive combine: send each row back to its source and sum per token in fp32."""
+    import torch
+    import torch.distributed as dist
+
+    t_of_row, send_split, recv_split, n, k = state
+    # Rows as bytes (gloo has no bf16/int16 all_to_all); NCCL moves them the same.
+    row_bytes = y.size(1) * y.element_size()
+    back = torch.empty((sum(send_split), row_bytes), dtype=torch.uint8, device=y.device)
+    src = y.contiguous().view(torch.uint8).reshape(y.size(0), row_bytes)
+    dist.all_to_all_single(back, src, send_split, recv_split, group=group)
+    back = back.view(y.dtype).reshape(back.size(0), y.size(1))
+    back_w = y_weights.new_empty((sum(send_split), k))
+    dist.all_to_all_single(back_w, y_weights, send_split, recv_split, group=group)
+    out = torch.zeros(n, y.size(1), dtype=torch.float32, device=y.device)
+    out.index_add_(0, t_of_row, back.float())
+    out_w = torch.zeros(n, k, dtype=torch.float32, device=y.device)
+    out_w.index_add_(0, t_of_row, back_w)
+    return out.to(y.dtype), out_w
+
+
+# ------------------------------------------------------------------ timing
+class _Timer:
+    """CUDA events on the current stream, or wall clock on CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+
+    def mark(self):
+        import torch
+
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def elapsed_us(self, a, b) -> float:
+        if self.cuda:
+            return a.elapsed_time(b) * 1e3
+        return (b - a) * 1e6
+
+    def sync(self):
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def _time_pairs(timer, dispatch_fn, combine_fn, iters, reps, barrier):
+    """Median dispatch and combine times (us) over iters x reps back-to-back pairs,
+    dropping the first pair of each trial (launch skew between ranks)."""
+    d_us, c_us = [], []
+    for _ in range(iters):
+        timer.sync()
+        barrier()
+        marks = []
+        for _ in range(reps):
+            e0 = timer.mark()
+            dispatch_fn()
+            e1 = timer.mark()
+            combine_fn()
+            e2 = timer.mark()
+            marks.append((e0, e1, e2))
+        timer.sync()
+        keep = marks[1:] if len(marks) > 1 else marks
+        d_us += [timer.elapsed_us(a, b) for a, b, _ in keep]
+        c_us += [timer.elapsed_us(b, c) for _, b, c in keep]
+    return statistics.median(d_us), statistics.median(c_us)
+
+
+# ------------------------------------------------------------------ one rank
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import mori.core as mc
+    from mori.core import shmem
+    from mori.ep import _C, EpDispatchCombineConfig, EpDispatchCombineOp
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda_ok = gpus > 0 and bool(getattr(_C, "with_cuda", False))
+    cuda_ok = cuda_ok and bool(mc.build_info().get("with_cuda"))
+    if args.device == "cuda" and not cuda_ok:
+        raise SystemExit("--device cuda: no CUDA GPU, or mori built without CUDA")
+    cuda = cuda_ok and args.device != "cpu"
+    dev = local % gpus if cuda else None
+    if cuda:
+        torch.cuda.set_device(dev)
+    device = torch.device("cuda", dev) if cuda else torch.device("cpu")
+    dist.init_process_group("gloo", init_method="env://")
+    a2a_group = dist.new_group(backend="nccl") if cuda else None
+
+    epr = args.num_experts_per_rank or max(1, 256 // world)
+    k, hidden, m = args.num_experts_per_token, args.hidden_dim, args.max_tokens
+    fp8 = torch.float8_e4m3fn
+    scale_dim = hidden // 128
+
+    def shape(dt):
+        sd = scale_dim if dt == "fp8" else 0
+        return (world, rank, m, k, hidden, 2, sd * 4, epr)
+
+    heap = sum(_C.ep_buffer_layout(*shape(dt))["total_bytes"] for dt in args.dtype)
+    heap += (PEER_COPY_BYTES if cuda and world > 1 else 0) + (64 << 20)
+    heap = (heap + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+    shmem.init(device=dev if cuda else "cpu", heap_size=heap, timeout_s=120)
+
+    def barrier():
+        shmem.barrier_all()
+
+    timer = _Timer(cuda)
+    ops = {}
+    for dt in args.dtype:
+        cfg = EpDispatchCombineConfig(
+            rank=rank,
+            world_size=world,
+            hidden_dim=hidden,
+            scale_dim=scale_dim if dt == "fp8" else 0,
+            scale_type_size=4,
+            max_token_type_size=2,
+            max_num_inp_token_per_rank=m,
+            num_experts_per_rank=epr,
+            num_experts_per_token=k,
+            warp_num_per_block=args.warp_per_block,
+            block_num=max(args.block_num),
+            data_type=fp8 if dt == "fp8" else torch.bfloat16,
+        )
+        ops[dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+
+    peer_copy_gbps = None
+    if cuda and world > 1:
+        buf = shmem.empty((PEER_COPY_BYTES,), torch.uint8)
+        if rank == 0:
+            view = shmem.peer_view(buf, 1)
+            src = torch.ones(PEER_COPY_BYTES, dtype=torch.uint8, device=device)
+            view.copy_(src)
+            times = []
+            for _ in range(max(5, args.iters // 2)):
+                e0 = timer.mark()
+                view.copy_(src)
+                e1 = timer.mark()
+                timer.sync()
+                times.append(timer.elapsed_us(e0, e1))
+            peer_copy_gbps = PEER_COPY_BYTES / statistics.median(times) / 1e3
+            del view, src
+        torch.cuda.synchronize()
+        barrier()
+        del buf
+
+    ctx = SimpleNamespace(
+        rank=rank,
+        world=world,
+        epr=epr,
+        k=k,
+        hidden=hidden,
+        m=m,
+        cuda=cuda,
+        device=device,
+        timer=timer,
+        barrier=barrier,
+        scale_dim=scale_dim,
+        a2a_group=a2a_group,
+    )
+    gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
+    records = []
+    for n in args.tokens:
+        x32 = torch.randn(n, hidden, generator=gen)
+        w = torch.rand(n, k, generator=gen).to(device)
+        idx = torch.rand(n, epr * world, generator=gen).topk(k, dim=1).indices
+        idx = idx.to(torch.int32).to(device)
+        sc = (torch.rand(n, scale_dim, generator=gen) + 0.5).to(device)
+        for dt in args.dtype:
+            x = (x32.to(fp8) if dt == "fp8" else x32.to(torch.bfloat16)).to(device)
+            case = _Case(n, dt, x, w, sc if dt == "fp8" else None, idx)
+            records += _measure(args, ctx, ops[dt], case)
+
+    gathered = [None] * world
+    dist.all_gather_object(gathered, records)
+    if rank == 0:
+        meta = {
+            "world_size": world,
+            "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+            "timing": "CUDA events over CUDA graph replays (mori), CUDA events eager (a2a)"
+            if cuda
+            else "wall clock, CPU implementation (checks the bench, not product numbers)",
+            "hidden_dim": hidden,
+            "num_experts_per_token": k,
+            "num_experts_per_rank": epr,
+            "max_tokens": m,
+            "warp_per_block": args.warp_per_block,
+            "iters": args.iters,
+            "reps": args.reps,
+            "peer_copy_gbps": peer_copy_gbps,
+            "torch": torch.__version__,
+        }
+        _report(args, meta, [r for rs in gathered for r in rs])
+    if cuda:
+        torch.cuda.synchronize()
+    barrier()
+    for op in ops.values():
+        op.close()
+    ops.clear()
+    import gc
+
+    gc.collect()
+    shmem.finalize()
+    dist.destroy_process_group()
+
+
+@dataclass
+class _Case:
+    tokens: int
+    dtype: str
+    x: Any
+    weights: Any
+    scales: Any
+    indices: Any
+
+
+def _measure(args, ctx, op, case: _Case) -> list[dict]:
+    """Time mori's dispatch/combine (each block count) and the baseline on one case;
+    returns this rank's records."""
+    import torch
+    import torch.distributed as dist
+
+    n, dt, x, w, s, idx = case.tokens, case.dtype, case.x, case.weights, case.scales, case.indices
+    rank, world, epr, k, hidden, m = ctx.rank, ctx.world, ctx.epr, ctx.k, ctx.hidden, ctx.m
+    cuda, device, timer, barrier, scale_dim = (
+        ctx.cuda,
+        ctx.device,
+        ctx.timer,
+        ctx.barrier,
+        ctx.scale_dim,
+    )
+    records = []
+    # Eager pass: routing counts, and the combine input (rows as bf16).
+    out, out_w, _, _, total_t = op.dispatch(x, w, s, idx)
+    total = int(total_t.item())
+    src_rank = torch.div(op.get_dispatch_src_token_pos(), m, rounding_mode="floor")
+    local_rows = int((src_rank == rank).sum())
+    y = torch.zeros(op.config.max_num_out_tokens, hidden, dtype=torch.bfloat16, device=device)
+    y[:total] = out[:total].to(torch.bfloat16)
+    yw = out_w.clone()
+    mori_out, _ = op.combine(y, yw, None)
+    mori_out = mori_out.clone()
+    del out, out_w, total_t  # views of the heap: finalize needs them gone
+    row_bytes = hidden * x.element_size() + (scale_dim * 4 if dt == "fp8" else 0)
+    vol = {
+        "dispatch": total * row_bytes,
+        "dispatch_cross": (total - local_rows) * row_bytes,
+        "combine": total * hidden * 2,
+        "combine_cross": (total - local_rows) * hidden * 2,
+    }
+    for blocks in args.block_num if cuda else [0]:
+        if cuda:
+
+            def d_fn(b=blocks):
+                op.dispatch(x, w, s, idx, b, args.warp_per_block)
+
+            def c_fn(b=blocks):
+                op.combine(y, yw, None, b, args.warp_per_block)
+
+            d_fn()
+            c_fn()
+            torch.cuda.synchronize()
+            g_d, g_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g_d):
+                d_fn()
+            with torch.cuda.graph(g_c):
+                c_fn()
+            torch.cuda.synchronize()
+            barrier()
+            d_us, c_us = _time_pairs(timer, g_d.replay, g_c.replay, args.iters, args.reps, barrier)
+            del g_d, g_c
+        else:
+            d_us, c_us = _time_pairs(
+                timer,
+                lambda: op.dispatch(x, w, s, idx),
+                lambda: op.combine(y, yw, None),
+                args.iters,
+                1,
+                barrier,
+            )
+        records.append(_record("mori", n, dt, blocks, rank, total, local_rows, vol, d_us, c_us))
+    if args.no_baseline:
+        return records
+    state = {}
+
+    def b_dispatch():
+        state["d"] = a2a_dispatch(x, w, s, idx, epr, world, ctx.a2a_group)
+
+    def b_combine():
+        recv_x, recv_meta, st = state["d"]
+        yb = recv_x.to(torch.bfloat16)
+        wb = recv_meta[:, k : 2 * k].view(torch.float32).contiguous()
+        state["c"] = a2a_combine(yb, wb, st, ctx.a2a_group)
+
+    b_dispatch()
+    b_combine()
+    base_total = state["d"][0].size(0)
+    same = base_total == total and torch.equal(state["c"][0], mori_out)
+    timer.sync()
+    dist.barrier()
+    d_us, c_us = _time_pairs(
+        timer,
+        b_dispatch,
+        b_combine,
+        args.iters,
+        min(args.reps, 3) if cuda else 1,
+        dist.barrier,
+    )
+    rec = _record(
+        "a2a " + ("nccl" if cuda else "gloo"),
+        n,
+        dt,
+        0,
+        rank,
+        base_total,
+        local_rows,
+        vol,
+        d_us,
+        c_us,
+    )
+    rec["matches_mori"] = bool(same)
+    records.append(rec)
+    return records
+
+
+def _record(impl, n, dt, blocks, rank, total, local_rows, vol, d_us, c_us) -> dict:
+    gbps = lambda nbytes, us: nbytes / us / 1e3 if us > 0 else float("nan")  # noqa: E731
+    return {
+        "impl": impl,
+        "tokens": n,
+        "dtype": dt,
+        "block_num": blocks,
+        "rank": rank,
+        "recv_rows": total,
+        "local_rows": local_rows,
+        "dispatch_us": d_us,
+        "combine_us": c_us,
+        "dispatch_gbps": gbps(vol["dispatch"], d_us),
+        "dispatch_cross_gbps": gbps(vol["dispatch_cross"], d_us),
+        "combine_gbps": gbps(vol["combine"], c_us),
+        "combine_cross_gbps": gbps(vol["combine_cross"], c_us),
+    }
+
+
+def _report(args, meta, records) -> None:
+    cuda = meta["device"] != "cpu"
+    print(
+        f"mori.ep bench: {meta['world_size']} ranks on {meta['device']}, hidden "
+        f"{meta['hidden_dim']}, top-{meta['num_experts_per_token']} of "
+        f"{meta['num_experts_per_rank'] * meta['world_size']} experts, warps/block "
+        f"{meta['warp_per_block']}; {meta['timing']}; median of {meta['iters']} trials"
+    )
+    headers = [
+        "tokens",
+        "dtype",
+        "impl",
+        "blocks",
+        "rank",
+        "recv rows",
+        "disp us",
+        "disp GB/s",
+        "disp cross GB/s",
+        "comb us",
+        "comb GB/s",
+        "comb cross GB/s",
+    ]
+    rows = []
+    order = sorted(
+        records,
+        key=lambda r: (r["tokens"], r["dtype"], r["impl"] != "mori", r["block_num"], r["rank"]),
+    )
+    for r in order:
+        rows.append(
+            [
+                r["tokens"],
+                r["dtype"],
+                r["impl"],
+                r["block_num"] or "-",
+                r["rank"],
+                r["recv_rows"],
+                r["dispatch_us"],
+                r["dispatch_gbps"],
+                r["dispatch_cross_gbps"],
+                r["combine_us"],
+                r["combine_gbps"],
+                r["combine_cross_gbps"],
+            ]
+        )
+    print(_table(rows, headers))
+    print(
+        "GB/s: bytes received per rank incl. the copy to itself (MORI/DeepEP); cross: "
+        "cross-GPU (cross-rank) bytes only; combine counts the bf16 rows sent back"
+    )
+    if meta["peer_copy_gbps"]:
+        print(
+            f"peer copy reference (copy engine, rank 0 -> rank 1, "
+            f"{PEER_COPY_BYTES >> 20} MiB): {meta['peer_copy_gbps']:.1f} GB/s"
+        )
+    # Speed-up over the baseline, slowest rank of each.
+    base = [r for r in records if r["impl"] != "mori"]
+    if base:
+        mism = [r for r in base if not r.get("matches_mori", True)]
+        print(
+            "baseline combine output matches mori's: "
+            + ("yes, every case" if not mism else f"NO in {len(mism)} case(s)")
+        )
+        for n in args.tokens:
+            for dt in args.dtype:
+                b = [r for r in base if r["tokens"] == n and r["dtype"] == dt]
+                if not b:
+                    continue
+                bd = max(r["dispatch_us"] for r in b)
+                bc = max(r["combine_us"] for r in b)
+                for blocks in sorted({r["block_num"] for r in records if r["impl"] == "mori"}):
+                    mr = [
+                        r
+                        for r in records
+                        if r["impl"] == "mori"
+                        and r["tokens"] == n
+                        and r["dtype"] == dt
+                        and r["block_num"] == blocks
+                    ]
+                    md = max(r["dispatch_us"] for r in mr)
+                    mc = max(r["combine_us"] for r in mr)
+                    print(
+                        f"  {n:>5} tokens {dt}{f' {blocks} blocks' if cuda else ''}: "
+                        f"dispatch {md:.1f} us vs {bd:.1f} us ({bd / md:.2f}x), combine "
+                        f"{mc:.1f} us vs {bc:.1f} us ({bc / mc:.2f}x)"
+                    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "records": records}, f, indent=2)
+        print(f"wrote {args.json}")
+    if args.plot:
+        _plot(args.plot, meta, records)
+
+
+def _plot(path, meta, records) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot skipped: matplotlib is not installed")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    series = sorted({(r["impl"], r["dtype"], r["block_num"]) for r in records})
+    for ax, phase in zip(axes, ("dispatch", "combine"), strict=True):
+        for impl, dt, blocks in series:
+            pts = sorted(
+                (r["tokens"], r[f"{phase}_cross_gbps"])
+                for r in records
+                if (r["impl"], r["dtype"], r["block_num"]) == (impl, dt, blocks) and r["rank"] == 0
+            )
+            label = f"{impl} {dt}" + (f" {blocks} blk" if blocks else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        if meta["peer_copy_gbps"]:
+            ax.axhline(meta["peer_copy_gbps"], color="gray", ls="--", label="peer copy")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per rank")
+        ax.set_title(f"{phase}, rank 0, cross-GPU GB/s")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("GB/s")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"mori.ep, {meta['world_size']} x {meta['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if "RANK" in os.environ:
+        worker(args)
+        return
+    from mori.core.launch import WorkersFailed, launch_local
+
+    world = args.world_size
+    if world is None:
+        try:
+            import torch
+
+            world = max(2, min(8, torch.cuda.device_count())) if args.device != "cpu" else 2
+        except ImportError:
+            world = 2
+    cmd = [sys.executable, "-m", "mori.ep.bench", *argv]
+    try:
+        results = launch_local(cmd, world, timeout_s=args.timeout_s, env=NO_MULTICAST_ENV)
+    except WorkersFailed as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(1) from None
+    print(results[0].output, end="")
+
+
+if __name__ == "__main__":
+    main()
