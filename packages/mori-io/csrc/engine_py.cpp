@@ -182,7 +182,7 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def(
           "create_tcp_backend",
           [](IoEngine& e, int workers, int qps, bool chunking, uint64_t chunk, int timeout_ms,
-             int sock_buf) {
+             int sock_buf, int transfer_timeout_ms, uint64_t max_inbound) {
             TcpBackendConfig c;
             c.num_worker_threads = workers;
             c.qp_per_transfer = qps;
@@ -190,10 +190,14 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
             c.chunk_size = chunk;
             c.peer_timeout_ms = timeout_ms;
             c.sock_buf_bytes = sock_buf;
+            c.transfer_timeout_ms = transfer_timeout_ms;
+            c.max_inbound_statuses = max_inbound;
             e.CreateTcpBackend(c);
           },
           py::arg("num_worker_threads"), py::arg("qp_per_transfer"), py::arg("enable_chunking"),
-          py::arg("chunk_size"), py::arg("peer_timeout_ms"), py::arg("sock_buf_bytes"))
+          py::arg("chunk_size"), py::arg("peer_timeout_ms"), py::arg("sock_buf_bytes"),
+          py::arg("transfer_timeout_ms") = TcpBackendConfig{}.transfer_timeout_ms,
+          py::arg("max_inbound_statuses") = TcpBackendConfig{}.max_inbound_statuses)
       .def(
           "register_memory",
           [](IoEngine& e, uintptr_t addr, uint64_t size, int device, MemoryLocationType loc) {
@@ -245,6 +249,14 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
              return py::dict(py::arg("capacity") = l.capacity(), py::arg("live") = l.live(),
                              py::arg("window") = l.window(), py::arg("uses_map") = l.uses_map());
            })
+      .def(
+          "inbound_stats",
+          [](IoEngine& e) {
+            return py::dict(py::arg("held") = e.inbound_held(),
+                            py::arg("evicted") = e.inbound_evicted());
+          },
+          R"doc(Inbound statuses held for pop_inbound_transfer_status, and how many the
+max_inbound_statuses cap dropped (oldest first).)doc")
       .def_property_readonly("hot_path_options", [](IoEngine& e) {
         const HotPathOptions& o = e.options();
         return py::dict(py::arg("lockfree_endpoint") = o.lockfree_endpoint,

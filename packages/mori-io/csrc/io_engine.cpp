@@ -73,6 +73,12 @@ bool EnvFlag(const char* name, bool fallback) {
   return !(std::strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0);
 }
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string ErrnoText(int err) { return StrCat(std::strerror(err), " (errno ", err, ")"); }
 
 const char* WireStatusText(wire::WireStatus s) {
@@ -197,7 +203,15 @@ struct SendItem {
   const char* payload;  // not owned: registered memory
   uint64_t len;         // payload bytes to send after the header
   uint64_t sent;        // bytes of header + payload already sent
+  RegionUse* use;       // a target's read response: entered, left once sent or dropped
 };
+
+void LeaveAll(std::deque<SendItem>& q) {
+  for (SendItem& it : q) {
+    if (it.use != nullptr) it.use->Leave();
+  }
+  q.clear();
+}
 
 struct Pending {
   uint64_t record_id;  // SubmissionLedger::kNoRecord: nothing to complete (a failed copy's
@@ -259,6 +273,8 @@ struct Conn {
   bool out_armed = false;
   bool need_flush = false;  // the reactor queued requests (kShmWriteDone) in sendq
   std::string dead_reason;
+  // Last time a byte was sent, or work was queued on an idle connection (NowNs).
+  int64_t progress_ns = 0;
 
   std::vector<char> rbuf = std::vector<char>(kRecvBufBytes);
   size_t rpos = 0;
@@ -276,6 +292,11 @@ struct Conn {
   Pending cur_pending{};
   bool hello_done = false;
   std::string hello;
+  int64_t rx_ns = 0;             // last readiness event (reactor only)
+  RegionUse* cur_use = nullptr;  // inbound write mid-payload: its region, entered
+  // Inbound SHM write grants whose kShmWriteDone has not come (entered, in grant order;
+  // the initiator answers each granted write with one done, in order).
+  std::deque<RegionUse*> shm_write_grants;
   std::vector<SendItem> out_local;         // responses of one read pass, queued at its end
   std::vector<InboundPart> inbound_local;  // parts of one read pass, recorded at its end
   MemoryRegion region{};                   // the last region a request named...
@@ -364,11 +385,13 @@ class Worker {
         return errno;
       }
       uint64_t left = static_cast<uint64_t>(w);
+      if (w > 0) c.progress_ns = NowNs();
       while (left > 0) {
         SendItem& f = c.sendq.front();
         uint64_t rem = kHdr + f.len - f.sent;
         if (left >= rem) {
           left -= rem;
+          if (f.use != nullptr) f.use->Leave();
           c.sendq.pop_front();
         } else {
           f.sent += left;
@@ -386,8 +409,12 @@ class Worker {
  private:
   void Loop() {
     epoll_event evs[64];
+    const int64_t timeout_ns = int64_t{engine_->tcp_config().transfer_timeout_ms} * 1000000;
+    // Stuck connections are found within transfer_timeout_ms plus one scan period.
+    const int wait_ms = std::clamp(engine_->tcp_config().transfer_timeout_ms / 4, 10, 200);
+    int64_t next_scan = NowNs() + int64_t{wait_ms} * 1000000;
     while (!stop_.load(std::memory_order_acquire)) {
-      int n = ::epoll_wait(epfd_, evs, 64, 200);
+      int n = ::epoll_wait(epfd_, evs, 64, wait_ms);
       for (int i = 0; i < n; ++i) {
         void* p = evs[i].data.ptr;
         if (p == &wake_fd_) {
@@ -405,8 +432,39 @@ class Worker {
         if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) alive = OnReadable(c);
         if (alive && (evs[i].events & EPOLLOUT)) OnWritable(c);
       }
+      int64_t now = NowNs();
+      if (now >= next_scan) {
+        CloseStuck(now, timeout_ns);
+        next_scan = now + int64_t{wait_ms} * 1000000;
+      }
       graveyard_.clear();
     }
+  }
+
+  // A peer that is alive but hung (stopped, deadlocked) keeps its connections open and
+  // never answers: neither keepalive nor TCP_USER_TIMEOUT fires. A connection with work
+  // outstanding that moved no byte either way for timeout_ns is closed, failing its
+  // requests with ERR_TIMEOUT (outbound) or dropping what it owed a stuck initiator
+  // (inbound), so nothing waits on it forever.
+  void CloseStuck(int64_t now, int64_t timeout_ns) {
+    std::vector<std::pair<Conn*, std::string>> stuck;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      for (auto& kv : conns_) {
+        Conn& c = *kv.second;
+        std::lock_guard<std::mutex> clock(c.mu);
+        if (c.dead) continue;
+        bool busy =
+            !c.pending.empty() || !c.sendq.empty() || c.in_payload || !c.shm_write_grants.empty();
+        int64_t idle = now - std::max(c.progress_ns, c.rx_ns);
+        if (!busy || idle < timeout_ns) continue;
+        stuck.emplace_back(&c, StrCat("no progress for ", idle / 1000000, " ms with ",
+                                      c.pending.size(), " request(s) and ", c.sendq.size(),
+                                      " message(s) outstanding (transfer_timeout_ms ",
+                                      timeout_ns / 1000000, "): the peer is alive but stuck"));
+      }
+    }
+    for (auto& [c, why] : stuck) Close(*c, why, StatusCode::ERR_TIMEOUT);
   }
 
   void AcceptAll() {
@@ -449,6 +507,10 @@ class Worker {
                      "'");
       return;
     }
+    if (c.cur_use != nullptr) {
+      c.cur_use->Leave();
+      c.cur_use = nullptr;
+    }
     // A write's bytes are in place: acknowledge, then account the inbound part, so a
     // notification never precedes its data.
     wire::Header ack{};
@@ -460,16 +522,18 @@ class Worker {
     ack.mem_id = h.mem_id;
     ack.offset = h.offset;
     ack.length = h.length;
-    c.out_local.push_back({ack, nullptr, 0, 0});
+    c.out_local.push_back({ack, nullptr, 0, 0, nullptr});
     Account(c, h, c.cur_status);
   }
 
   // The target's check of a request against its registry. With target batching the
   // region is cached per connection and revalidated only when the engine's memory
   // epoch moves, so a run of parts into one region takes no lock and no lookup.
-  IoEngine::Lookup Target(Conn& c, const wire::Header& h) {
+  // With `enter`, a kOk lookup has entered the region's use count (the caller leaves
+  // it once its bytes moved); a region being deregistered reads as unknown.
+  IoEngine::Lookup Target(Conn& c, const wire::Header& h, bool enter) {
     if (!engine_->options().target_batching) {
-      return engine_->CheckTarget(h.mem_id, h.offset, h.length);
+      return engine_->CheckTarget(h.mem_id, h.offset, h.length, enter);
     }
     uint64_t epoch = engine_->memory_epoch();
     if (c.region_epoch != epoch || c.region.id != h.mem_id) {
@@ -484,7 +548,8 @@ class Worker {
     if (h.length > r.size || h.offset > r.size - h.length) {
       return {wire::WireStatus::kOutOfBounds, nullptr};
     }
-    return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr)};
+    if (enter && !r.use->Enter()) return {wire::WireStatus::kUnknownMemory, nullptr};
+    return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr), enter ? r.use.get() : nullptr};
   }
 
   void Account(Conn& c, const wire::Header& h, wire::WireStatus status) {
@@ -529,20 +594,21 @@ class Worker {
         return true;
       }
       if (type == wire::MsgType::kWrite) {
-        IoEngine::Lookup lk = Target(c, h);
+        IoEngine::Lookup lk = Target(c, h, true);
+        c.cur_use = lk.use;
         c.cur_status = lk.status;
         StartPayload(c, h.length,
                      lk.status == wire::WireStatus::kOk ? lk.base + h.offset : nullptr);
         return true;
       }
       if (type == wire::MsgType::kRead) {
-        IoEngine::Lookup lk = Target(c, h);
+        IoEngine::Lookup lk = Target(c, h, true);
         bool ok = lk.status == wire::WireStatus::kOk;
         wire::Header r = h;
         r.type = static_cast<uint8_t>(wire::MsgType::kReadData);
         r.status = static_cast<uint8_t>(lk.status);
         r.length = ok ? h.length : 0;
-        c.out_local.push_back({r, ok ? lk.base + h.offset : nullptr, ok ? h.length : 0, 0});
+        c.out_local.push_back({r, ok ? lk.base + h.offset : nullptr, ok ? h.length : 0, 0, lk.use});
         Account(c, h, lk.status);
         return true;
       }
@@ -554,31 +620,41 @@ class Worker {
         r.mem_id = static_cast<uint64_t>(::getpid());
         r.offset = reinterpret_cast<uintptr_t>(engine_->shm_cookie());
         r.uid = *engine_->shm_cookie();
-        c.out_local.push_back({r, nullptr, 0, 0});
+        c.out_local.push_back({r, nullptr, 0, 0, nullptr});
         return true;
       }
       if (type == wire::MsgType::kShmWriteReq || type == wire::MsgType::kShmReadReq) {
         // The same check as a TCP request; the grant names the absolute address, so
         // the initiator's copy lands only where this registry allowed it.
+        // A write grant holds the region until its kShmWriteDone. A read grant holds
+        // nothing: no message says when the initiator's copy out of it ended.
+        const bool write = type == wire::MsgType::kShmWriteReq;
         IoEngine::Lookup lk = engine_->HasShmBackend()
-                                  ? Target(c, h)
+                                  ? Target(c, h, write)
                                   : IoEngine::Lookup{wire::WireStatus::kNoShm, nullptr};
+        if (lk.use != nullptr) c.shm_write_grants.push_back(lk.use);
         bool ok = lk.status == wire::WireStatus::kOk;
         wire::Header r = h;
         r.type = static_cast<uint8_t>(wire::MsgType::kShmGrant);
         r.status = static_cast<uint8_t>(lk.status);
         r.offset = ok ? reinterpret_cast<uintptr_t>(lk.base + h.offset) : 0;
-        c.out_local.push_back({r, nullptr, 0, 0});
+        c.out_local.push_back({r, nullptr, 0, 0, nullptr});
         // A granted write is accounted when its kShmWriteDone says the bytes are in place.
         if (type == wire::MsgType::kShmReadReq || !ok) Account(c, h, lk.status);
         return true;
       }
       if (type == wire::MsgType::kShmWriteDone) {
+        if (c.shm_write_grants.empty()) {
+          *why = "an SHM write done without a granted write";
+          return false;
+        }
+        c.shm_write_grants.front()->Leave();
+        c.shm_write_grants.pop_front();
         Account(c, h, static_cast<wire::WireStatus>(h.status));
         wire::Header r = h;
         r.type = static_cast<uint8_t>(wire::MsgType::kShmDoneAck);
         r.status = static_cast<uint8_t>(wire::WireStatus::kOk);
-        c.out_local.push_back({r, nullptr, 0, 0});
+        c.out_local.push_back({r, nullptr, 0, 0, nullptr});
         return true;
       }
       *why = StrCat("unexpected message type ", int(h.type), " from an initiator");
@@ -684,13 +760,15 @@ class Worker {
     // Request and pending entry together under the lock: a submitter's requests
     // interleave whole, so responses still match pending entries in order.
     std::lock_guard<std::mutex> lock(c.mu);
-    c.sendq.push_back({d, nullptr, 0, 0});
+    if (c.pending.empty()) c.progress_ns = NowNs();
+    c.sendq.push_back({d, nullptr, 0, 0, nullptr});
     c.pending.push_back(done);
     c.need_flush = true;
   }
 
   bool OnReadable(Conn& c) {
     MORI_SCOPED_TIMER(kIo, "io.tcp.on_readable");
+    c.rx_ns = NowNs();
     size_t budget = kReadBudget;
     std::string why;
     for (;;) {
@@ -775,9 +853,15 @@ class Worker {
     int err;
     {
       std::lock_guard<std::mutex> lock(c.mu);
+      if (c.sendq.empty()) c.progress_ns = NowNs();
       for (SendItem& it : c.out_local) c.sendq.push_back(it);
       c.need_flush = false;
-      err = c.dead ? 0 : FlushLocked(c);
+      if (c.dead) {
+        LeaveAll(c.sendq);
+        err = 0;
+      } else {
+        err = FlushLocked(c);
+      }
     }
     c.out_local.clear();
     if (err != 0) {
@@ -799,8 +883,16 @@ class Worker {
  public:
   // Closes the connection and fails every request still waiting on it. Owner thread
   // only (or after Stop).
-  void Close(Conn& c, const std::string& reason) {
-    FlushInbound(c);  // those parts' data is in place
+  void Close(Conn& c, const std::string& reason, StatusCode code = StatusCode::ERR_PEER_LOST) {
+    FlushInbound(c);             // those parts' data is in place
+    if (c.cur_use != nullptr) {  // an inbound write cut short: nothing lands any more
+      c.cur_use->Leave();
+      c.cur_use = nullptr;
+    }
+    // An initiator that already holds a grant may still be copying; with its connection
+    // gone, the target cannot learn when it stops (a known limit of CMA).
+    for (RegionUse* u : c.shm_write_grants) u->Leave();
+    c.shm_write_grants.clear();
     std::deque<Pending> orphans;
     {
       std::lock_guard<std::mutex> lock(c.mu);
@@ -808,7 +900,11 @@ class Worker {
       c.dead = true;
       c.dead_reason = reason;
       orphans.swap(c.pending);
-      c.sendq.clear();
+      LeaveAll(c.sendq);
+      for (SendItem& it : c.out_local) {
+        if (it.use != nullptr) it.use->Leave();
+      }
+      c.out_local.clear();
       ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
       ::close(c.fd);
     }
@@ -825,7 +921,8 @@ class Worker {
       if (auto peer = c.peer.lock()) peer->MarkFailed(msg);
       if (c.in_payload) orphans.push_front(c.cur_pending);
       for (const Pending& p : orphans) {
-        engine_->CompletePart(p.record_id, StatusCode::ERR_PEER_LOST, msg);
+        if (p.record_id != SubmissionLedger::kNoRecord)
+          engine_->CompletePart(p.record_id, code, msg);
       }
     } else {
       MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
@@ -932,6 +1029,9 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
                  config.qp_per_transfer, " not in [1, 64]");
   MORI_CHECK_ARG(config.chunk_size >= 4096, "chunk_size ", config.chunk_size, " below 4096");
   MORI_CHECK_ARG(config.peer_timeout_ms > 0, "peer_timeout_ms must be positive");
+  MORI_CHECK_ARG(config.transfer_timeout_ms > 0, "transfer_timeout_ms ", config.transfer_timeout_ms,
+                 " must be positive");
+  MORI_CHECK_ARG(config.max_inbound_statuses >= 1, "max_inbound_statuses must be at least 1");
   tcp_config_ = config;
   for (int i = 0; i < config.num_worker_threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i, i == 0 ? listen_fd_ : -1));
@@ -1044,7 +1144,7 @@ MemoryRegion IoEngine::RegisterMemory(uintptr_t addr, uint64_t size, int device_
   MORI_CHECK_ARG(loc == MemoryLocationType::CPU || loc == MemoryLocationType::GPU,
                  "register_memory: location must be CPU or GPU");
   std::unique_lock<std::shared_mutex> lock(mem_mu_);
-  MemoryRegion r{next_mem_id_++, addr, size, device_id, loc};
+  MemoryRegion r{next_mem_id_++, addr, size, device_id, loc, std::make_shared<RegionUse>()};
   memory_[r.id] = r;
   memory_epoch_.fetch_add(1, std::memory_order_release);
   return r;
@@ -1052,10 +1152,24 @@ MemoryRegion IoEngine::RegisterMemory(uintptr_t addr, uint64_t size, int device_
 
 void IoEngine::DeregisterMemory(uint64_t id) {
   std::unique_lock<std::shared_mutex> lock(mem_mu_);
-  if (memory_.erase(id) == 0) {
+  auto it = memory_.find(id);
+  if (it == memory_.end()) {
     MORI_THROW(NotFoundError, "deregister_memory: memory ", id, " is not registered with engine '",
                key_, "'");
   }
+  // Refuse rather than fail the transfers: a part already on the wire would still land
+  // in (or be read from) memory the caller is about to free. See RegionUse.
+  RegionUse& use = *it->second.use;
+  use.withdrawn.store(true, std::memory_order_seq_cst);
+  uint64_t inflight = use.inflight.load(std::memory_order_seq_cst);
+  if (inflight > 0) {
+    use.withdrawn.store(false, std::memory_order_seq_cst);
+    MORI_THROW(InvalidStateError, "deregister_memory: memory ", id, " of engine '", key_, "' has ",
+               inflight,
+               " transfer(s) in flight (this engine's transfers using it, or remote reads and "
+               "writes being served from it); wait for them to finish or fail first");
+  }
+  memory_.erase(it);
   memory_epoch_.fetch_add(1, std::memory_order_release);
 }
 
@@ -1076,14 +1190,16 @@ bool IoEngine::FindRegion(uint64_t id, MemoryRegion* out) const {
   return true;
 }
 
-IoEngine::Lookup IoEngine::CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length) const {
+IoEngine::Lookup IoEngine::CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length,
+                                       bool enter) const {
   std::shared_lock<std::shared_mutex> lock(mem_mu_);
   auto it = memory_.find(mem_id);
   if (it == memory_.end()) return {wire::WireStatus::kUnknownMemory, nullptr};
   const MemoryRegion& r = it->second;
   if (r.loc != MemoryLocationType::CPU) return {wire::WireStatus::kNotHostMemory, nullptr};
   if (length > r.size || offset > r.size - length) return {wire::WireStatus::kOutOfBounds, nullptr};
-  return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr)};
+  if (enter && !r.use->Enter()) return {wire::WireStatus::kUnknownMemory, nullptr};
+  return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr), enter ? r.use.get() : nullptr};
 }
 
 void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
@@ -1232,7 +1348,11 @@ void IoEngine::CompletePart(uint64_t record_id, StatusCode code, const std::stri
   std::shared_ptr<TransferState> state = std::move(rec->state);
   auto err = static_cast<StatusCode>(rec->error_code.load(std::memory_order_acquire));
   std::string msg = err != StatusCode::SUCCESS ? std::move(rec->error_message) : std::string();
+  RegionUse* use = rec->local_use;
+  rec->local_use = nullptr;
   ledger_->Release(record_id);
+  // Before Finish: a caller that saw the transfer finish may deregister its memory.
+  if (use != nullptr) use->Leave();
   if (state) state->Finish(err, std::move(msg));
 }
 
@@ -1242,12 +1362,21 @@ void IoEngine::RecordInboundParts(const std::string& remote_key, const InboundPa
   auto& by_uid = inbound_[remote_key];
   InboundEntry* e = nullptr;
   uint64_t uid = 0;
+  const size_t cap = tcp_config_.max_inbound_statuses;
   for (size_t i = 0; i < n; ++i) {
     const InboundPart& p = parts[i];
-    // unordered_map references stay valid across inserts, so a run of one uid reuses it.
+    // unordered_map references stay valid across inserts, so a run of one uid reuses it
+    // (eviction removes only older entries: never the one just inserted).
     if (e == nullptr || p.uid != uid) {
-      e = &by_uid[p.uid];
+      auto [it, inserted] = by_uid.try_emplace(p.uid);
+      e = &it->second;
       uid = p.uid;
+      if (inserted) {
+        e->seq = ++inbound_seq_;
+        inbound_order_.push_back({remote_key, p.uid, e->seq});
+        ++inbound_count_;
+        EvictInboundLocked(cap);
+      }
     }
     e->total = p.num_parts;
     ++e->seen;
@@ -1270,7 +1399,53 @@ std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::str
   auto state = std::make_shared<TransferState>();
   state->Finish(e->second.failed ? StatusCode::ERROR : StatusCode::SUCCESS, e->second.message);
   it->second.erase(e);
+  --inbound_count_;
+  // Popped entries leave stale order items; drop them once they outnumber live ones,
+  // so the order queue stays within twice the held statuses (amortized O(1)).
+  while (!inbound_order_.empty() && !InboundLive(inbound_order_.front())) {
+    inbound_order_.pop_front();
+  }
+  if (inbound_order_.size() > 2 * inbound_count_ + 64) {
+    std::deque<InboundOrder> kept;
+    for (InboundOrder& o : inbound_order_) {
+      if (InboundLive(o)) kept.push_back(std::move(o));
+    }
+    inbound_order_.swap(kept);
+  }
   return state;
+}
+
+bool IoEngine::InboundLive(const InboundOrder& o) const {
+  auto k = inbound_.find(o.key);
+  if (k == inbound_.end()) return false;
+  auto e = k->second.find(o.uid);
+  return e != k->second.end() && e->second.seq == o.seq;
+}
+
+void IoEngine::EvictInboundLocked(size_t cap) {
+  while (inbound_count_ > cap && !inbound_order_.empty()) {
+    InboundOrder o = std::move(inbound_order_.front());
+    inbound_order_.pop_front();
+    if (!InboundLive(o)) continue;
+    auto& by_uid = inbound_[o.key];
+    const InboundEntry& e = by_uid[o.uid];
+    MORI_LOG_DEBUG(kIo, "engine '", key_, "': dropping the unpopped inbound status of transfer ",
+                   o.uid, " from '", o.key, "' (", e.seen, "/", e.total, " parts",
+                   e.failed ? ", failed" : "", "): more than max_inbound_statuses ", cap, " held");
+    by_uid.erase(o.uid);
+    --inbound_count_;
+    ++inbound_evicted_;
+  }
+}
+
+size_t IoEngine::inbound_held() {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  return inbound_count_;
+}
+
+uint64_t IoEngine::inbound_evicted() {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  return inbound_evicted_;
 }
 
 namespace {
@@ -1363,8 +1538,14 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
                    remote_loc == MemoryLocationType::CPU &&
                    !peer->shm_refused.load(std::memory_order_relaxed);
 
+  RegionUse* use = local.use.get();
+  if (use != nullptr && !use->Enter()) {
+    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
+                                                  " was deregistered from engine '", key_, "'"));
+  }
   uint64_t rid = ledger_->Admit();
   if (rid == SubmissionLedger::kNoRecord) {
+    if (use != nullptr) use->Leave();
     return Finished(StatusCode::ERR_BAD_STATE,
                     StrCat("too many transfers in flight: ", ledger_->window(),
                            " records span the submission ledger's admission limit of ",
@@ -1374,6 +1555,7 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   state->SetInProgress();
   TransferRecord* rec = ledger_->Lookup(rid);
   rec->state = state;
+  rec->local_use = use;
   rec->parts_left.store(static_cast<uint32_t>(parts), std::memory_order_release);
 
   const size_t nconn = pc->conns.size();
@@ -1395,6 +1577,7 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
     std::string dead_reason;
     {
       std::lock_guard<std::mutex> lock(c.mu);
+      if (c.pending.empty()) c.progress_ns = NowNs();  // the stall clock starts now
       uint64_t p = 0;  // part index across the transfer; part p goes to connection p % nconn
       for (size_t i = 0; i < n; ++i) {
         const TransferSpan& s = spans[i];
@@ -1408,7 +1591,7 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
           h.offset = s.remote_offset + off;
           h.length = len;
           char* local_ptr = local_base + s.local_offset + off;
-          c.sendq.push_back({h, payload ? local_ptr : nullptr, payload ? len : 0, 0});
+          c.sendq.push_back({h, payload ? local_ptr : nullptr, payload ? len : 0, 0, nullptr});
           c.pending.push_back({rid, type, local_ptr, len, remote_mem, h.offset, uid, h.num_parts});
         }
       }

@@ -27,6 +27,30 @@ struct TcpBackendConfig {
   uint64_t chunk_size = 1 << 20;  // bytes per part when chunking
   int peer_timeout_ms = 5000;     // connect timeout and TCP_USER_TIMEOUT
   int sock_buf_bytes = 4 << 20;   // SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's
+  // A connection with requests outstanding that neither sends nor receives a byte for
+  // this long is declared stuck (a live but hung peer): it is closed, its transfers
+  // fail with ERR_TIMEOUT and the peer stays failed until registered again.
+  int transfer_timeout_ms = 5000;
+  // Inbound statuses kept for pop_inbound_transfer_status; beyond it the oldest is
+  // dropped (debug log), so a target whose application never pops stays bounded.
+  uint64_t max_inbound_statuses = 1 << 16;
+};
+
+// Who still uses a registered region. Deregistration sets `withdrawn` and then reads
+// `inflight`; a user adds to `inflight` and then reads `withdrawn` (both seq_cst), so
+// either deregistration sees the use and refuses, or the user sees the withdrawal and
+// backs off: no byte moves into or out of a region after its deregistration returned.
+struct RegionUse {
+  std::atomic<uint64_t> inflight{0};  // local transfers + inbound writes mid-payload
+  std::atomic<bool> withdrawn{false};
+  // True if the caller may touch the region (and must call Leave after).
+  bool Enter() noexcept {
+    inflight.fetch_add(1, std::memory_order_seq_cst);
+    if (!withdrawn.load(std::memory_order_seq_cst)) return true;
+    inflight.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  void Leave() noexcept { inflight.fetch_sub(1, std::memory_order_release); }
 };
 
 struct MemoryRegion {
@@ -35,6 +59,9 @@ struct MemoryRegion {
   uint64_t size;
   int device_id;
   MemoryLocationType loc;
+  // Shared by the registry and every copy of the region (sessions, reactor caches);
+  // the registry drops its reference only once no transfer uses the region.
+  std::shared_ptr<RegionUse> use;
 };
 
 // Ablation switches, read once per engine from the environment.
@@ -125,6 +152,7 @@ struct InboundPart {
 };
 
 struct InboundEntry {
+  uint64_t seq = 0;  // insertion number, for evicting the oldest
   uint32_t seen = 0;
   uint32_t total = 0;
   bool failed = false;
@@ -186,6 +214,9 @@ class IoEngine {
                                          MemoryLocationType remote_loc);
 
   SubmissionLedger& ledger() { return *ledger_; }
+  // Inbound statuses held, and how many were dropped by the cap.
+  size_t inbound_held();
+  uint64_t inbound_evicted();
   uint64_t peer_epoch() const { return peer_epoch_.load(std::memory_order_acquire); }
   std::shared_ptr<Peer> FindPeer(const std::string& key) const;
 
@@ -193,8 +224,9 @@ class IoEngine {
   struct Lookup {
     wire::WireStatus status;
     char* base;
+    RegionUse* use = nullptr;  // entered (when `enter` and kOk): Leave once done with it
   };
-  Lookup CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length) const;
+  Lookup CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length, bool enter) const;
   // Copies region `id` into *out; false if it is not registered.
   bool FindRegion(uint64_t id, MemoryRegion* out) const;
   // Moves on every register/deregister: a cached region is valid while it stays put.
@@ -250,6 +282,19 @@ class IoEngine {
 
   std::mutex inbound_mu_;
   std::unordered_map<std::string, std::unordered_map<uint64_t, InboundEntry>> inbound_;
+  // Entries in insertion order (key, uid, seq); an item whose entry was popped or
+  // replaced is stale and skipped. Compacted when stale items dominate.
+  struct InboundOrder {
+    std::string key;
+    uint64_t uid;
+    uint64_t seq;
+  };
+  std::deque<InboundOrder> inbound_order_;
+  size_t inbound_count_ = 0;
+  uint64_t inbound_seq_ = 0;
+  uint64_t inbound_evicted_ = 0;
+  bool InboundLive(const InboundOrder& o) const;
+  void EvictInboundLocked(size_t cap);  // with inbound_mu_ held
 
   std::atomic<uint64_t> next_uid_{1};
   std::unique_ptr<SubmissionLedger> ledger_;

@@ -14,6 +14,8 @@
 
 namespace mori::io {
 
+struct RegionUse;
+
 // What the engine keeps about one submitted transfer until its last part completes.
 struct TransferRecord {
   std::shared_ptr<TransferState> state;
@@ -24,6 +26,9 @@ struct TransferRecord {
   // set it before its decrement of parts_left, so the last part reads them.
   std::atomic<uint32_t> error_code{0};
   std::string error_message;
+  // The local region's use count, entered at submission and left when the last part
+  // completes. Not owned: the registry keeps the region while the count is nonzero.
+  struct RegionUse* local_use = nullptr;
 };
 
 // The records of in-flight transfers: a power-of-two ring indexed by

@@ -72,6 +72,8 @@ class Engine:
         chunk_size: int,
         peer_timeout_ms: int,
         sock_buf_bytes: int,
+        transfer_timeout_ms: int = 5000,
+        max_inbound_statuses: int = 65536,
     ) -> None: ...
     def register_memory(
         self, addr: int, size: int, device_id: int, loc: MemoryLocationType
@@ -130,6 +132,7 @@ class Engine:
         remote_loc: MemoryLocationType = ...,
     ) -> Session: ...
     def ledger_stats(self) -> dict[str, int | bool]: ...
+    def inbound_stats(self) -> dict[str, int]: ...
 
 class SubmissionLedger:
     capacity: int

@@ -44,6 +44,14 @@ class TcpBackendConfig:
     enable_chunking; peer_timeout_ms: connect timeout and the bound on noticing a silent
     peer (TCP keepalive / TCP_USER_TIMEOUT); sock_buf_bytes: SO_SNDBUF/SO_RCVBUF, 0 keeps
     the kernel's autotuning.
+
+    transfer_timeout_ms: a connection with requests outstanding that sends and receives
+    nothing for this long belongs to a peer that is alive but stuck (stopped, hung): it
+    is closed within about this bound plus 200 ms, its transfers fail with
+    ERR_TIMEOUT, and later transfers to that peer fail at once (ERR_PEER_LOST) until it
+    is registered again, even if it resumes. max_inbound_statuses: inbound transfer
+    statuses kept for pop_inbound_transfer_status; past it the oldest is dropped (with
+    a debug log), so a target that never pops keeps bounded memory.
     """
 
     num_worker_threads: int = 1
@@ -52,6 +60,8 @@ class TcpBackendConfig:
     chunk_size: int = 1 << 20
     peer_timeout_ms: int = 5000
     sock_buf_bytes: int = 0
+    transfer_timeout_ms: int = 5000
+    max_inbound_statuses: int = 1 << 16
 
 
 @dataclasses.dataclass
@@ -170,7 +180,7 @@ class IOEngine:
         c = config or TcpBackendConfig()
         self._engine.create_tcp_backend(
             c.num_worker_threads, c.qp_per_transfer, c.enable_chunking, c.chunk_size,
-            c.peer_timeout_ms, c.sock_buf_bytes,
+            c.peer_timeout_ms, c.sock_buf_bytes, c.transfer_timeout_ms, c.max_inbound_statuses,
         )  # fmt: skip
         self._backends.append(type.name)
 
@@ -242,7 +252,11 @@ class IOEngine:
         return desc
 
     def deregister_memory(self, mem_desc: MemoryDesc) -> None:
-        """Withdraw a region: later remote accesses to it are refused."""
+        """Withdraw a region: later remote accesses to it are refused.
+
+        Raises InvalidStateError (naming the count) while transfers still use it: this
+        engine's transfers from or into it, or remote reads and writes being served from
+        it. Once this returns, no byte moves into or out of the region over TCP."""
         self._check_local(mem_desc)
         self._engine.deregister_memory(mem_desc.id)
         self._keep.pop(mem_desc.id, None)

@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Point 7 of the engine's contract: a live but stuck peer (SIGSTOP, or a socket that
+never reads) fails its transfers within transfer_timeout_ms while the engine serves
+others; deregistering memory that transfers still use is refused; unpopped inbound
+statuses stay bounded."""
+
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mori.core as mc
+from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode, TcpBackendConfig
+
+WORKER = str(Path(__file__).with_name("io_peer_worker.py"))
+TIMEOUT_MS = 1000  # transfer_timeout_ms of the engines under test
+# Detection is promised within the timeout plus one scan period (<= 200 ms); the rest
+# is slack for a loaded 2-core CI machine.
+BOUND_S = TIMEOUT_MS / 1000 + 1.5
+MIB = 1 << 20
+
+
+def _engine(key, **cfg):
+    e = IOEngine(key)
+    e.create_backend(BackendType.TCP, TcpBackendConfig(transfer_timeout_ms=TIMEOUT_MS, **cfg))
+    return e
+
+
+def _wait_failed(status, code):
+    t0 = time.monotonic()
+    assert status.WaitFor(int(BOUND_S * 1000) + 5000), "transfer to a stuck peer hung"
+    elapsed = time.monotonic() - t0
+    assert status.Failed() and status.Code() == code, (status.Code(), status.Message())
+    return elapsed
+
+
+@pytest.fixture
+def stopped_target(tmp_path):
+    """A target engine in another process; yields (desc, remote mem, seed, process)."""
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    proc = subprocess.Popen(
+        [sys.executable, WORKER, "target", str(tmp_path), str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "mem").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
+            time.sleep(0.01)
+        time.sleep(0.05)
+        desc = EngineDesc.unpack((tmp_path / "engine").read_bytes())
+        yield desc, MemoryDesc.unpack((tmp_path / "mem").read_bytes()), seed, proc
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+
+
+def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
+    desc, remote, seed, proc = stopped_target
+    eng = _engine("initiator", chunk_size=64 << 10)
+    other = _engine("other")
+    eng.register_remote_engine(desc)
+    eng.register_remote_engine(other.get_engine_desc())
+    buf = np.zeros(remote.size, np.uint8)
+    mem = eng.register_array(buf)
+    st = eng.read(mem, 0, remote, 0, 4096, eng.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+
+    os.kill(proc.pid, signal.SIGSTOP)
+    reads = eng.read(mem, 0, remote, 0, remote.size, eng.allocate_transfer_uid())
+    wbuf = np.full(8 * MIB, 0x5A, np.uint8)
+    writes = eng.write(
+        eng.register_array(wbuf), 0, remote, 0, wbuf.size, eng.allocate_transfer_uid()
+    )
+    # Another peer is served while the stuck one's transfers wait for their deadline.
+    obuf = np.arange(MIB, dtype=np.uint8)
+    omem = MemoryDesc.unpack(other.register_array(obuf).pack())
+    st = eng.write(mem, 0, omem, 0, MIB, eng.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert reads.InProgress(), "the stopped peer answered"
+    # Memory a transfer still uses cannot be withdrawn (item 2 of point 7).
+    with pytest.raises(mc.InvalidStateError, match=r"has 1 transfer\(s\) in flight"):
+        eng.deregister_memory(mem)
+
+    for s in (reads, writes):
+        assert _wait_failed(s, StatusCode.ERR_TIMEOUT) < BOUND_S
+        assert "stuck" in s.Message() and "transfer_timeout_ms 1000" in s.Message()
+    assert eng._engine.ledger_stats()["live"] == 0
+    # Later transfers fail at once, even after the peer resumes, until it is registered
+    # again; then it is served as before.
+    os.kill(proc.pid, signal.SIGCONT)
+    st = eng.read(mem, 0, remote, 0, 16, eng.allocate_transfer_uid())
+    assert st.Failed() and st.Code() == StatusCode.ERR_PEER_LOST
+    assert "register it again" in st.Message()
+    eng.register_remote_engine(desc)
+    buf[:] = 0
+    st = eng.read(mem, 0, remote, 0, remote.size, eng.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    expect = np.random.default_rng(seed).integers(0, 256, remote.size, dtype=np.uint8)
+    # A failed write may have been partly applied: bytes the kernel had buffered for the
+    # stopped target land when it resumes. Nothing else changed.
+    head = slice(0, wbuf.size)
+    assert np.all((buf[head] == expect[head]) | (buf[head] == 0x5A))
+    assert np.array_equal(buf[wbuf.size :], expect[wbuf.size :])
+    eng.deregister_memory(mem)  # nothing in flight any more
+    eng.close()
+    other.close()
+
+
+HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
+VERSION = 2  # mem_id, offset, length
+
+
+def _raw_initiator(target, key=b"raw"):
+    """A peer speaking the wire protocol by hand that never reads its socket."""
+    s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(key)) + key)
+    return s
+
+
+def _deregister_when_free(eng, mem):
+    t0 = time.monotonic()
+    while True:
+        try:
+            eng.deregister_memory(mem)
+            return time.monotonic() - t0
+        except mc.InvalidStateError:
+            assert time.monotonic() - t0 < BOUND_S, "the stuck connection was never closed"
+            time.sleep(0.02)
+
+
+def test_target_refuses_deregistration_while_serving_a_stuck_reader():
+    target = _engine("target")
+    buf = np.ones(32 * MIB, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    try:
+        # 32 MiB of read response cannot fit the socket buffers of a peer that never reads.
+        s.sendall(HDR.pack(3, 0, VERSION, 1, 7, mem.id, 0, buf.size))
+        time.sleep(0.2)
+        with pytest.raises(mc.InvalidStateError, match=r"memory \d+ of engine 'target' has 1 "):
+            target.deregister_memory(mem)
+        assert _deregister_when_free(target, mem) < BOUND_S
+    finally:
+        s.close()
+        target.close()
+
+
+def test_target_holds_memory_under_an_unfinished_shm_write_grant():
+    target = _engine("target")
+    target.create_backend(BackendType.SHM)
+    buf = np.zeros(MIB, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    try:
+        # A granted SHM write whose kShmWriteDone never comes: the initiator may still be
+        # copying into the region, so it stays registered until the connection is dropped.
+        s.sendall(HDR.pack(8, 0, VERSION, 1, 5, mem.id, 0, 4096))
+        grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert grant[0] == 10 and grant[1] == 0 and grant[6] == buf.ctypes.data
+        with pytest.raises(mc.InvalidStateError, match="1 transfer"):
+            target.deregister_memory(mem)
+        assert _deregister_when_free(target, mem) < BOUND_S
+    finally:
+        s.close()
+        target.close()
+
+
+def test_no_write_lands_after_deregistration_returned():
+    target = _engine("target")
+    buf = np.zeros(4 * MIB, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    try:
+        # Half of a write's payload: the target is mid-write into the region.
+        s.sendall(HDR.pack(2, 0, VERSION, 1, 9, mem.id, 0, 2 * MIB) + b"\x07" * MIB)
+        time.sleep(0.2)
+        with pytest.raises(mc.InvalidStateError, match="1 transfer"):
+            target.deregister_memory(mem)
+        _deregister_when_free(target, mem)
+        before = buf.copy()
+        try:
+            s.sendall(b"\x07" * MIB)  # the rest, after deregistration returned
+        except OSError:
+            pass  # the target closed the connection: fine
+        time.sleep(0.2)
+        assert np.array_equal(buf, before), "bytes landed after deregistration returned"
+    finally:
+        s.close()
+        target.close()
+
+
+def test_unpopped_inbound_statuses_are_capped_oldest_first():
+    cap = 4
+    a = _engine("a")
+    b = _engine("b", max_inbound_statuses=cap)
+    a.register_remote_engine(b.get_engine_desc())
+    x = np.arange(4096, dtype=np.uint8)
+    mx = a.register_array(x)
+    my = MemoryDesc.unpack(b.register_array(np.zeros(4096, np.uint8)).pack())
+    uids = []
+    for _ in range(3 * cap + 1):
+        uids.append(a.allocate_transfer_uid())
+        st = a.write(mx, 0, my, 0, 4096, uids[-1])
+        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    stats = b._engine.inbound_stats()
+    assert stats == {"held": cap, "evicted": 2 * cap + 1}
+    for uid in uids[:-cap]:
+        assert b.pop_inbound_transfer_status("a", uid) is None
+    for uid in uids[-cap:]:
+        st = b.pop_inbound_transfer_status("a", uid)
+        assert st is not None and st.Succeeded()
+    assert b._engine.inbound_stats()["held"] == 0
+    # Popping as they come keeps nothing, however many transfers pass.
+    for _ in range(200):
+        uid = a.allocate_transfer_uid()
+        assert a.write(mx, 0, my, 0, 64, uid).WaitFor(10000)
+        assert b.pop_inbound_transfer_status("a", uid).Succeeded()
+    assert b._engine.inbound_stats() == {"held": 0, "evicted": 2 * cap + 1}
+    a.close()
+    b.close()
