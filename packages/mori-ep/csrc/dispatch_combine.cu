@@ -26,6 +26,7 @@
 #include <algorithm>
 
 #include "dispatch_combine_cuda.hpp"
+#include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/device.cuh"
 #include "mori/shmem/shmem.hpp"
@@ -38,37 +39,9 @@ using mori::shmem::DeviceContext;
 
 namespace {
 
-#define MORI_EP_CUDA_CHECK(expr)                                                      \
-  do {                                                                                \
-    cudaError_t mori_ep_err_ = (expr);                                                \
-    if (mori_ep_err_ != cudaSuccess) {                                                \
-      MORI_THROW(CudaError, #expr, " failed: ", cudaGetErrorName(mori_ep_err_), " (", \
-                 cudaGetErrorString(mori_ep_err_), ")");                              \
-    }                                                                                 \
-  } while (0)
-
 constexpr int kW = kMaxCudaWorldSize;
 constexpr int kMaxThreads = kMaxWarpsPerBlock * 32;
 constexpr unsigned kFull = 0xFFFFFFFFu;
-
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    MORI_EP_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) MORI_EP_CUDA_CHECK(cudaSetDevice(device));
-    set_ = prev_ != device;
-  }
-  ~DeviceGuard() {
-    if (set_) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-  bool set_ = false;
-};
 
 struct Common {
   DeviceContext ctx;
@@ -522,10 +495,10 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
                  "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
     }
   }
-  DeviceGuard guard(device_);
-  MORI_EP_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  MORI_EP_CUDA_CHECK(cudaMemset(block_, 0, SignalBytes(layout_)));
-  MORI_EP_CUDA_CHECK(cudaDeviceSynchronize());
+  mori::cuda::ScopedDevice guard(device_);
+  MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  MORI_CUDA_CHECK(cudaMemset(block_, 0, SignalBytes(layout_)));
+  MORI_CUDA_CHECK(cudaDeviceSynchronize());
   shmem::BarrierAll();
 }
 
@@ -536,10 +509,10 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
   if (cached == 0) {
     int per_sm = 0;
     if (dispatch) {
-      MORI_EP_CUDA_CHECK(
+      MORI_CUDA_CHECK(
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, DispatchKernel, warps * 32, 0));
     } else {
-      MORI_EP_CUDA_CHECK(
+      MORI_CUDA_CHECK(
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CombineKernel, warps * 32, 0));
     }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
@@ -567,7 +540,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
                           "max_token_type_size = ", shape_.hidden_bytes, " bytes"),
                    stream);
   }
-  DeviceGuard guard(device_);
+  mori::cuda::ScopedDevice guard(device_);
   launch = Resolve(launch, true);
   DispatchParams p{};
   p.c = Common{ctx_, block_, layout_, shape_.world_size, shape_.rank, shape_.top_k, M, timeout_ns_};
@@ -583,7 +556,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.num_tokens = a.num_tokens;
   DispatchKernel<<<launch.block_num, launch.warp_per_block * 32, 0,
                    reinterpret_cast<cudaStream_t>(stream)>>>(p);
-  MORI_EP_CUDA_CHECK(cudaGetLastError());
+  MORI_CUDA_CHECK(cudaGetLastError());
   ++epoch_;
   num_tokens_ = a.num_tokens;
   combine_pending_ = true;
@@ -591,11 +564,11 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
 
 void IntraNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) {
   {
-    DeviceGuard guard(device_);
+    mori::cuda::ScopedDevice guard(device_);
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
     RejectDispatchKernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(c);
-    MORI_EP_CUDA_CHECK(cudaGetLastError());
+    MORI_CUDA_CHECK(cudaGetLastError());
   }
   ++epoch_;
   combine_pending_ = false;
@@ -614,7 +587,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                          shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"),
                   stream);
   }
-  DeviceGuard guard(device_);
+  mori::cuda::ScopedDevice guard(device_);
   launch = Resolve(launch, false);
   CombineParams p{};
   p.c = Common{ctx_,        block_,       layout_,           shape_.world_size,
@@ -632,17 +605,17 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   p.num_tokens = num_tokens_;
   CombineKernel<<<launch.block_num, launch.warp_per_block * 32, 0,
                   reinterpret_cast<cudaStream_t>(stream)>>>(p);
-  MORI_EP_CUDA_CHECK(cudaGetLastError());
+  MORI_CUDA_CHECK(cudaGetLastError());
   combine_pending_ = false;
 }
 
 void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream) {
   if (combine_pending_) {
-    DeviceGuard guard(device_);
+    mori::cuda::ScopedDevice guard(device_);
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
     RejectCombineKernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(c);
-    MORI_EP_CUDA_CHECK(cudaGetLastError());
+    MORI_CUDA_CHECK(cudaGetLastError());
     combine_pending_ = false;
   }
   throw InvalidArgumentError(reason);

@@ -3,19 +3,11 @@
 #include <cuda_runtime.h>
 
 #include "layout.hpp"
+#include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 
 namespace mori::ep {
 namespace {
-
-#define MORI_EP_CUDA_CHECK(expr)                                                      \
-  do {                                                                                \
-    cudaError_t mori_ep_err_ = (expr);                                                \
-    if (mori_ep_err_ != cudaSuccess) {                                                \
-      MORI_THROW(CudaError, #expr, " failed: ", cudaGetErrorName(mori_ep_err_), " (", \
-                 cudaGetErrorString(mori_ep_err_), ")");                              \
-    }                                                                                 \
-  } while (0)
 
 // One thread per token. A rank counts once per token: slot j counts only when no
 // earlier slot of the token maps to the same rank (top_k is small, so the O(k^2)
@@ -59,18 +51,17 @@ __global__ void DispatchLayoutKernel(LayoutArgs a, int32_t* error_record) {
 void DispatchLayoutCuda(const LayoutArgs& a, int32_t* error_record, uintptr_t stream_int) {
   ValidateLayoutArgs(a);
   auto stream = reinterpret_cast<cudaStream_t>(stream_int);
-  MORI_EP_CUDA_CHECK(cudaMemsetAsync(a.tokens_per_rank, 0, sizeof(int32_t) * a.world_size, stream));
-  MORI_EP_CUDA_CHECK(
-      cudaMemsetAsync(a.tokens_per_expert, 0, sizeof(int32_t) * a.num_experts, stream));
-  MORI_EP_CUDA_CHECK(
+  MORI_CUDA_CHECK(cudaMemsetAsync(a.tokens_per_rank, 0, sizeof(int32_t) * a.world_size, stream));
+  MORI_CUDA_CHECK(cudaMemsetAsync(a.tokens_per_expert, 0, sizeof(int32_t) * a.num_experts, stream));
+  MORI_CUDA_CHECK(
       cudaMemsetAsync(a.token_in_rank, 0, sizeof(bool) * a.num_tokens * a.world_size, stream));
-  MORI_EP_CUDA_CHECK(cudaMemsetAsync(error_record, 0, sizeof(int32_t) * 4, stream));
+  MORI_CUDA_CHECK(cudaMemsetAsync(error_record, 0, sizeof(int32_t) * 4, stream));
   if (a.num_tokens == 0) return;
   constexpr int kThreads = 256;
   const int blocks =
       static_cast<int>(std::min<int64_t>((a.num_tokens + kThreads - 1) / kThreads, 1024));
   DispatchLayoutKernel<<<blocks, kThreads, 0, stream>>>(a, error_record);
-  MORI_EP_CUDA_CHECK(cudaGetLastError());
+  MORI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace mori::ep
