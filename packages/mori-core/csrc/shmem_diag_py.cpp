@@ -66,9 +66,8 @@ local device address dst; scope, blocks, threads, stream as for _shmem_put_kerne
 
   m.def(
       "_shmem_signal_stress",
-      [](uintptr_t buf_sym, uintptr_t flags_sym, uintptr_t mismatches, size_t slot_bytes,
-         int slots, int64_t rounds, int peer, bool sender, int threads, double timeout_s,
-         uintptr_t stream) {
+      [](uintptr_t buf_sym, uintptr_t flags_sym, uintptr_t mismatches, size_t slot_bytes, int slots,
+         int64_t rounds, int peer, bool sender, int threads, double timeout_s, uintptr_t stream) {
         diag::SignalStressArgs a;
         a.buf_sym = reinterpret_cast<void*>(buf_sym);
         a.flags_sym = reinterpret_cast<uint64_t*>(flags_sym);
@@ -99,8 +98,7 @@ timeout_s > 0 makes each wait trap (with a printed message) after that long.)doc
       "_shmem_barrier_loop",
       [](int iters, uintptr_t stream, double timeout_s) {
         diag::BarrierLoopKernel(shmem::GetDeviceContext(), iters,
-                                timeout_s > 0 ? static_cast<uint64_t>(timeout_s * 1e9) : 0,
-                                stream);
+                                timeout_s > 0 ? static_cast<uint64_t>(timeout_s * 1e9) : 0, stream);
       },
       py::arg("iters"), py::arg("stream") = 0, py::arg("timeout_s") = 0.0,
       py::call_guard<py::gil_scoped_release>(),

@@ -68,9 +68,9 @@ py::capsule ToDlpack(uintptr_t ptr, const std::vector<int64_t>& shape, int code,
     info = shm::GetHeapInfo();
   }
   e->managed.dl_tensor.data = reinterpret_cast<void*>(ptr);
-  e->managed.dl_tensor.device =
-      info.kind == shm::MemoryKind::kCuda ? dlpack::Device{dlpack::kCUDA, info.device}
-                                          : dlpack::Device{dlpack::kCPU, 0};
+  e->managed.dl_tensor.device = info.kind == shm::MemoryKind::kCuda
+                                    ? dlpack::Device{dlpack::kCUDA, info.device}
+                                    : dlpack::Device{dlpack::kCPU, 0};
   e->managed.dl_tensor.ndim = static_cast<int32_t>(e->shape.size());
   e->managed.dl_tensor.dtype =
       dlpack::DataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
@@ -126,7 +126,8 @@ void register_shmem(py::module_& m) {
         shm::Init(std::move(native), o);
       },
       py::arg("bootstrap"), py::arg("heap_size"), py::arg("device"), py::arg("handle"),
-      py::arg("timeout_s"), R"doc(Collective: create the symmetric heap (see mori.core.shmem.init).)doc");
+      py::arg("timeout_s"),
+      R"doc(Collective: create the symmetric heap (see mori.core.shmem.init).)doc");
   m.def("shmem_parse_size", &shm::ParseSize, py::arg("text"),
         R"doc(Bytes in "512M", "2G", "64K" or a plain number.)doc");
   m.def("shmem_finalize", &shm::Finalize, py::arg("force") = false,

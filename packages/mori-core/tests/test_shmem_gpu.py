@@ -21,8 +21,11 @@ torch = pytest.importorskip("torch")
 
 WORKER = str(Path(__file__).parent / "workers" / "shmem_gpu_worker.py")
 # NVLink multicast stays off on shared hosts.
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-       "NVSHMEM_DISABLE_NVLS": "1"}
+ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 def _gpus() -> int:
@@ -45,8 +48,9 @@ def _seed() -> int:
 def _run(mode: str, placement: str, world: int, *extra: str, timeout_s: float = 420):
     env = dict(ENV)
     env["MORI_LOG_LEVEL_SHMEM"] = "info"
-    results = launch_local([WORKER, mode, placement, str(_seed()), *extra], world,
-                           timeout_s=timeout_s, env=env)
+    results = launch_local(
+        [WORKER, mode, placement, str(_seed()), *extra], world, timeout_s=timeout_s, env=env
+    )
     for r in results:
         print(f"----- pe {r.rank} -----\n{r.output}")
         assert r.output.strip().endswith(f"pe {r.rank} ok"), r.output

@@ -37,8 +37,8 @@ size_t Allocator::Allocate(size_t nbytes, size_t align) {
     return aligned;
   }
   MORI_THROW(OutOfMemoryError, "symmetric heap exhausted: requested ", nbytes, " bytes (align ",
-             align, "), free ", free_bytes(), " bytes in ", free_.size(),
-             " blocks (largest ", largest_free_block(), "), total ", capacity_, " bytes");
+             align, "), free ", free_bytes(), " bytes in ", free_.size(), " blocks (largest ",
+             largest_free_block(), "), total ", capacity_, " bytes");
 }
 
 size_t Allocator::Free(size_t offset) {
@@ -49,8 +49,8 @@ size_t Allocator::Free(size_t offset) {
       auto owner = std::prev(after);
       if (offset < owner->first + owner->second) {
         MORI_THROW(InvalidArgumentError, "free of heap offset ", offset,
-                   ", which is inside the allocation at offset ", owner->first, " (",
-                   owner->second, " bytes), not its start");
+                   ", which is inside the allocation at offset ", owner->first, " (", owner->second,
+                   " bytes), not its start");
       }
     }
     MORI_THROW(InvalidArgumentError, "free of heap offset ", offset,

@@ -47,8 +47,7 @@ struct Driver {
                                            CUmemAllocationHandleType);
   CUresult (*MemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
   CUresult (*MemAddressFree)(CUdeviceptr, size_t);
-  CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                     unsigned long long);
+  CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
   CUresult (*MemUnmap)(CUdeviceptr, size_t);
   CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
 };
@@ -232,8 +231,10 @@ class CudaBackend final : public HeapBackend {
     std::string failed_pes;
     bool mixed = false;
     for (int pe = 0; pe < n_pes_; ++pe) {
-      if (results[pe].handle_type < 0) failed_pes += StrCat(failed_pes.empty() ? "" : ", ", pe);
-      else if (static_cast<HandleType>(results[pe].handle_type) != agreed) mixed = true;
+      if (results[pe].handle_type < 0)
+        failed_pes += StrCat(failed_pes.empty() ? "" : ", ", pe);
+      else if (static_cast<HandleType>(results[pe].handle_type) != agreed)
+        mixed = true;
     }
     if (failed_pes.empty() && mixed && requested == HandleType::kAuto) {
       // Some pe could not use fabric handles: POSIX fds everywhere.
@@ -246,7 +247,8 @@ class CudaBackend final : public HeapBackend {
       failed_pes.clear();
       mixed = false;
       for (int pe = 0; pe < n_pes_; ++pe) {
-        if (results[pe].handle_type < 0) failed_pes += StrCat(failed_pes.empty() ? "" : ", ", pe);
+        if (results[pe].handle_type < 0)
+          failed_pes += StrCat(failed_pes.empty() ? "" : ", ", pe);
         else if (static_cast<HandleType>(results[pe].handle_type) != HandleType::kPosixFd) {
           mixed = true;
         }
@@ -271,8 +273,8 @@ class CudaBackend final : public HeapBackend {
     }
     stride_ = alloc_size_;
     MORI_LOG_INFO(kShmem, "CUDA heap on device ", options_.device, ": ", alloc_size_,
-                  " bytes per pe, ", HandleTypeName(type_), " handles, ",
-                  group_.local_pes.size(), " local pe(s); attempts: ", notes_);
+                  " bytes per pe, ", HandleTypeName(type_), " handles, ", group_.local_pes.size(),
+                  " local pe(s); attempts: ", notes_);
 
     ImportPeers(bootstrap);
     MapAll();
@@ -280,8 +282,8 @@ class CudaBackend final : public HeapBackend {
     std::vector<char*> bases(n_pes_);
     for (int pe = 0; pe < n_pes_; ++pe) bases[pe] = base(pe);
     MORI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&peer_bases_dev_), sizeof(char*) * n_pes_));
-    MORI_CUDA_CHECK(cudaMemcpy(peer_bases_dev_, bases.data(), sizeof(char*) * n_pes_,
-                               cudaMemcpyHostToDevice));
+    MORI_CUDA_CHECK(
+        cudaMemcpy(peer_bases_dev_, bases.data(), sizeof(char*) * n_pes_, cudaMemcpyHostToDevice));
     MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MORI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_word_), sizeof(uint64_t)));
     // The heap starts zeroed (signals and barrier counters rely on it).
@@ -317,9 +319,9 @@ class CudaBackend final : public HeapBackend {
         CUresult r = drv.DeviceGetAttribute(
             &supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, cu_device_);
         if (r != CUDA_SUCCESS || !supported) {
-          note(r != CUDA_SUCCESS ? StrCat("cuDeviceGetAttribute(FABRIC_SUPPORTED) returned ",
-                                          CuName(r))
-                                 : "device attribute HANDLE_TYPE_FABRIC_SUPPORTED is 0");
+          note(r != CUDA_SUCCESS
+                   ? StrCat("cuDeviceGetAttribute(FABRIC_SUPPORTED) returned ", CuName(r))
+                   : "device attribute HANDLE_TYPE_FABRIC_SUPPORTED is 0");
           continue;
         }
       }
@@ -411,10 +413,11 @@ class CudaBackend final : public HeapBackend {
         const int fd = i < static_cast<int>(fds.size()) ? fds[i] : -1;
         if (i != group_.my_local_index && error.empty()) {
           const int pe = group_.local_pes[i];
-          CUresult r = fd < 0 ? CUDA_ERROR_INVALID_HANDLE
-                              : drv.MemImportFromShareableHandle(
-                                    &handles_[i], reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+          CUresult r = fd < 0
+                           ? CUDA_ERROR_INVALID_HANDLE
+                           : drv.MemImportFromShareableHandle(
+                                 &handles_[i], reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
           if (r != CUDA_SUCCESS) {
             error = StrCat("cuMemImportFromShareableHandle (posix fd ", fd, " of pe ", pe,
                            ") failed: ", CuName(r));
@@ -464,7 +467,8 @@ class CudaBackend final : public HeapBackend {
       peer_bases_dev_ = nullptr;
       const Driver& drv = GetDriver();
       for (size_t i = 0; i < mapped_.size(); ++i) {
-        if (mapped_[i]) LogCu(drv.MemUnmap(va_ + stride_ * i, stride_), "cuMemUnmap", " (slot ", i, ")");
+        if (mapped_[i])
+          LogCu(drv.MemUnmap(va_ + stride_ * i, stride_), "cuMemUnmap", " (slot ", i, ")");
       }
       mapped_.clear();
       for (size_t i = 0; i < imported_.size(); ++i) {
@@ -473,7 +477,8 @@ class CudaBackend final : public HeapBackend {
       imported_.clear();
       if (have_own_handle_) LogCu(drv.MemRelease(own_handle_), "cuMemRelease", " (own heap)");
       have_own_handle_ = false;
-      if (reserved_) LogCu(drv.MemAddressFree(va_, reserved_), "cuMemAddressFree", " (", reserved_, " bytes)");
+      if (reserved_)
+        LogCu(drv.MemAddressFree(va_, reserved_), "cuMemAddressFree", " (", reserved_, " bytes)");
       reserved_ = 0;
       va_ = 0;
     } catch (const std::exception& e) {

@@ -75,7 +75,8 @@ void SendFd(int sock, int my_index, int fd) {
 }
 
 int RecvFd(int sock, int expected_index, Clock::time_point deadline) {
-  WaitFor(sock, POLLIN, deadline, StrCat("waiting for local pe ", expected_index, "'s descriptor").c_str());
+  WaitFor(sock, POLLIN, deadline,
+          StrCat("waiting for local pe ", expected_index, "'s descriptor").c_str());
   int32_t payload = -1;
   iovec iov{&payload, sizeof(payload)};
   msghdr msg{};
@@ -120,10 +121,12 @@ std::vector<int> ExchangeFds(bootstrap::Bootstrap& b, const LocalGroup& g, int m
   if (listener < 0) MORI_THROW(TransportError, "shmem fd exchange: socket: ", Errno());
   socklen_t len;
   sockaddr_un addr = AddressOf(g, me, &len);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(listener, n) != 0) {
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      ::listen(listener, n) != 0) {
     std::string why = Errno();
     ::close(listener);
-    MORI_THROW(TransportError, "shmem fd exchange: cannot listen on an abstract Unix socket: ", why);
+    MORI_THROW(TransportError,
+               "shmem fd exchange: cannot listen on an abstract Unix socket: ", why);
   }
   // Every pe listens before anyone connects.
   b.Barrier();

@@ -20,10 +20,10 @@ namespace mori::shmem::internal {
 
 // The pes that share this node, i.e. can map each other's memory.
 struct LocalGroup {
-  std::vector<int> local_pes;        // ascending
-  std::vector<int> local_index_of;   // per pe: its index in local_pes, or -1
+  std::vector<int> local_pes;       // ascending
+  std::vector<int> local_index_of;  // per pe: its index in local_pes, or -1
   int my_local_index = 0;
-  std::string group_id;              // unique per Init, same on every pe of the job
+  std::string group_id;  // unique per Init, same on every pe of the job
 };
 
 struct BackendOptions {

@@ -81,7 +81,9 @@ class HostBackend final : public HeapBackend {
     }
   }
 
-  uint64_t LoadWord(const uint64_t* addr) override { return __atomic_load_n(addr, __ATOMIC_ACQUIRE); }
+  uint64_t LoadWord(const uint64_t* addr) override {
+    return __atomic_load_n(addr, __ATOMIC_ACQUIRE);
+  }
 
   char* const* peer_bases_for_kernels() const override { return peer_bases_.data(); }
 

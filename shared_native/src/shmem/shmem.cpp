@@ -107,12 +107,12 @@ void* AllocateCollective(State& s, size_t nbytes, size_t align, bool internal) {
                                        " symmetric bytes (see that pe's error)");
     } else if (r.nbytes != all[0].nbytes || r.align != all[0].align) {
       problem = StrCat("asymmetric malloc: pe 0 asked for ", all[0].nbytes, " bytes (align ",
-                       all[0].align, ") but pe ", pe, " for ", r.nbytes, " bytes (align ",
-                       r.align, "); every pe must make the same malloc calls in the same order");
+                       all[0].align, ") but pe ", pe, " for ", r.nbytes, " bytes (align ", r.align,
+                       "); every pe must make the same malloc calls in the same order");
     } else if (r.offset != all[0].offset) {
-      problem = StrCat("asymmetric heap: the block lands at offset ", all[0].offset, " on pe 0 but ",
-                       r.offset, " on pe ", pe,
-                       "; the pes' earlier malloc/free sequences differ");
+      problem =
+          StrCat("asymmetric heap: the block lands at offset ", all[0].offset, " on pe 0 but ",
+                 r.offset, " on pe ", pe, "; the pes' earlier malloc/free sequences differ");
     }
   }
   if (!problem.empty()) {
@@ -171,10 +171,14 @@ HandleType HandleTypeFrom(const InitOptions& o) {
 
 const char* HandleTypeName(HandleType type) noexcept {
   switch (type) {
-    case HandleType::kAuto: return "auto";
-    case HandleType::kFabric: return "fabric";
-    case HandleType::kPosixFd: return "posix_fd";
-    case HandleType::kNone: return "none";
+    case HandleType::kAuto:
+      return "auto";
+    case HandleType::kFabric:
+      return "fabric";
+    case HandleType::kPosixFd:
+      return "posix_fd";
+    case HandleType::kNone:
+      return "none";
   }
   return "?";
 }
@@ -223,7 +227,8 @@ void Init(std::shared_ptr<bootstrap::Bootstrap> boot, const InitOptions& options
   InitOptions o = options;
   o.heap_size = HeapSizeFrom(options);
   o.handle_type = HandleTypeFrom(options);
-  MORI_CHECK_ARG(o.timeout.count() > 0, "shmem timeout ", o.timeout.count(), " ms must be positive");
+  MORI_CHECK_ARG(o.timeout.count() > 0, "shmem timeout ", o.timeout.count(),
+                 " ms must be positive");
 
   LocalGroup group = internal::DiscoverLocalGroup(*boot);
   internal::BackendOptions bo{o.heap_size, o.device, o.handle_type, o.timeout};
@@ -251,8 +256,13 @@ void Init(std::shared_ptr<bootstrap::Bootstrap> boot, const InitOptions& options
     s.host_arrive = words;
     uint64_t* device_arrive = words + counters;
     uint64_t* device_epoch = words + 2 * counters;
-    s.ctx = DeviceContext{s.backend->peer_bases_for_kernels(), s.backend->base(s.my_pe),
-                          s.backend->size(), s.my_pe, s.n_pes, device_arrive, device_epoch};
+    s.ctx = DeviceContext{s.backend->peer_bases_for_kernels(),
+                          s.backend->base(s.my_pe),
+                          s.backend->size(),
+                          s.my_pe,
+                          s.n_pes,
+                          device_arrive,
+                          device_epoch};
     // Nobody signals a peer before that peer has zeroed its counters.
     s.boot->Barrier();
   } catch (...) {

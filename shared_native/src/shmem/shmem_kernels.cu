@@ -19,9 +19,7 @@ namespace {
 
 using device::BarrierAllBlock;
 
-int BarrierThreads(int n_pes) {
-  return std::min(1024, std::max(32, (n_pes + 31) / 32 * 32));
-}
+int BarrierThreads(int n_pes) { return std::min(1024, std::max(32, (n_pes + 31) / 32 * 32)); }
 
 __global__ void BarrierKernel(DeviceContext ctx, int iters, uint64_t timeout_ns) {
   for (int i = 0; i < iters; ++i) BarrierAllBlock(ctx, timeout_ns);
@@ -59,31 +57,45 @@ __global__ void CopyKernel(DeviceContext ctx, char* local, char* sym, size_t nby
   switch (scope) {
     case diag::Scope::kBlock:
       if (kGet) {
-        if (nbi) device::GetBlock_nbi(ctx, l, s, len, pe); else device::GetBlock(ctx, l, s, len, pe);
+        if (nbi)
+          device::GetBlock_nbi(ctx, l, s, len, pe);
+        else
+          device::GetBlock(ctx, l, s, len, pe);
       } else {
-        if (nbi) device::PutBlock_nbi(ctx, s, l, len, pe); else device::PutBlock(ctx, s, l, len, pe);
+        if (nbi)
+          device::PutBlock_nbi(ctx, s, l, len, pe);
+        else
+          device::PutBlock(ctx, s, l, len, pe);
       }
       break;
     case diag::Scope::kWarp:
       Piece(len, blockDim.x / 32, tid / 32, &off, &n);
       if (n == 0) break;  // warp-uniform
       if (kGet) {
-        if (nbi) device::GetWarp_nbi(ctx, l + off, s + off, n, pe);
-        else device::GetWarp(ctx, l + off, s + off, n, pe);
+        if (nbi)
+          device::GetWarp_nbi(ctx, l + off, s + off, n, pe);
+        else
+          device::GetWarp(ctx, l + off, s + off, n, pe);
       } else {
-        if (nbi) device::PutWarp_nbi(ctx, s + off, l + off, n, pe);
-        else device::PutWarp(ctx, s + off, l + off, n, pe);
+        if (nbi)
+          device::PutWarp_nbi(ctx, s + off, l + off, n, pe);
+        else
+          device::PutWarp(ctx, s + off, l + off, n, pe);
       }
       break;
     case diag::Scope::kThread:
       Piece(len, blockDim.x, tid, &off, &n);
       if (n == 0) break;
       if (kGet) {
-        if (nbi) device::GetThread_nbi(ctx, l + off, s + off, n, pe);
-        else device::GetThread(ctx, l + off, s + off, n, pe);
+        if (nbi)
+          device::GetThread_nbi(ctx, l + off, s + off, n, pe);
+        else
+          device::GetThread(ctx, l + off, s + off, n, pe);
       } else {
-        if (nbi) device::PutThread_nbi(ctx, s + off, l + off, n, pe);
-        else device::PutThread(ctx, s + off, l + off, n, pe);
+        if (nbi)
+          device::PutThread_nbi(ctx, s + off, l + off, n, pe);
+        else
+          device::PutThread(ctx, s + off, l + off, n, pe);
       }
       break;
   }
@@ -91,7 +103,8 @@ __global__ void CopyKernel(DeviceContext ctx, char* local, char* sym, size_t nby
 }
 
 __device__ __forceinline__ uint64_t Pattern(uint64_t round, size_t word) {
-  uint64_t x = round * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(word) * 0xBF58476D1CE4E5B9ull);
+  uint64_t x =
+      round * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(word) * 0xBF58476D1CE4E5B9ull);
   x ^= x >> 31;
   x *= 0x94D049BB133111EBull;
   return x ^ (x >> 29);
@@ -181,9 +194,9 @@ void LaunchCopy(const DeviceContext& ctx, char* local, char* sym, size_t nbytes,
   internal::ScopedDevice guard(HeapDevice());
   const size_t chunk = RoundUp((nbytes + launch.blocks - 1) / launch.blocks, 16);
   const unsigned blocks = static_cast<unsigned>((nbytes + chunk - 1) / chunk);
-  CopyKernel<kGet><<<blocks, launch.threads_per_block, 0,
-                     reinterpret_cast<cudaStream_t>(launch.stream)>>>(
-      ctx, local, sym, nbytes, chunk, pe, launch.scope, launch.nbi);
+  CopyKernel<kGet>
+      <<<blocks, launch.threads_per_block, 0, reinterpret_cast<cudaStream_t>(launch.stream)>>>(
+          ctx, local, sym, nbytes, chunk, pe, launch.scope, launch.nbi);
   CheckLaunch(kGet ? "shmem get kernel" : "shmem put kernel");
 }
 
@@ -237,13 +250,13 @@ void PutKernel(const DeviceContext& ctx, void* dst_sym, const void* src, size_t 
 void GetKernel(const DeviceContext& ctx, void* dst, const void* src_sym, size_t nbytes, int pe,
                const CopyLaunch& launch) {
   CheckCopyArgs(ctx, src_sym, nbytes, pe, launch, "get kernel");
-  LaunchCopy<true>(ctx, static_cast<char*>(dst), const_cast<char*>(static_cast<const char*>(src_sym)),
-                   nbytes, pe, launch);
+  LaunchCopy<true>(ctx, static_cast<char*>(dst),
+                   const_cast<char*>(static_cast<const char*>(src_sym)), nbytes, pe, launch);
 }
 
 void SignalStressKernel(const DeviceContext& ctx, const SignalStressArgs& a) {
-  MORI_CHECK_ARG(a.peer >= 0 && a.peer < ctx.n_pes && a.peer != ctx.my_pe,
-                 "signal stress: peer ", a.peer, " must be another pe in [0, ", ctx.n_pes, ")");
+  MORI_CHECK_ARG(a.peer >= 0 && a.peer < ctx.n_pes && a.peer != ctx.my_pe, "signal stress: peer ",
+                 a.peer, " must be another pe in [0, ", ctx.n_pes, ")");
   MORI_CHECK_ARG(a.slot_bytes > 0 && a.slot_bytes % 8 == 0, "signal stress: slot_bytes ",
                  a.slot_bytes, " must be a positive multiple of 8");
   MORI_CHECK_ARG(a.slots >= 1, "signal stress: slots ", a.slots, " must be >= 1");
@@ -264,15 +277,21 @@ void SignalStressKernel(const DeviceContext& ctx, const SignalStressArgs& a) {
                  "signal stress: threads per block ", a.threads_per_block,
                  " out of range [32, 1024]");
   internal::ScopedDevice guard(HeapDevice());
-  StressParams p{static_cast<char*>(a.buf_sym), a.flags_sym, a.mismatches, a.slot_bytes, a.slots,
-                 a.rounds, a.peer, a.sender, a.timeout_ns};
+  StressParams p{static_cast<char*>(a.buf_sym),
+                 a.flags_sym,
+                 a.mismatches,
+                 a.slot_bytes,
+                 a.slots,
+                 a.rounds,
+                 a.peer,
+                 a.sender,
+                 a.timeout_ns};
   SignalStressKernelImpl<<<1, a.threads_per_block, 0, reinterpret_cast<cudaStream_t>(a.stream)>>>(
       ctx, p);
   CheckLaunch("shmem signal stress kernel");
 }
 
-void BarrierLoopKernel(const DeviceContext& ctx, int iters, uint64_t timeout_ns,
-                       uintptr_t stream) {
+void BarrierLoopKernel(const DeviceContext& ctx, int iters, uint64_t timeout_ns, uintptr_t stream) {
   MORI_CHECK_ARG(iters >= 0, "barrier loop: iters ", iters, " must be >= 0");
   internal::ScopedDevice guard(HeapDevice());
   BarrierKernel<<<1, BarrierThreads(ctx.n_pes), 0, reinterpret_cast<cudaStream_t>(stream)>>>(

@@ -119,8 +119,15 @@ def test_kernel_put_get(me: int, n: int) -> None:
     tag = 10
     # (bytes, dst offset, src offset): aligned, misaligned alike (8/4/1-byte
     # paths), skewed (byte path), tiny.
-    cases = [(4 << 20, 0, 0), ((1 << 20) + 5, 16, 16), (300001, 8, 24), (65537, 3, 7),
-             (4097, 1, 2), (1, 5, 0), (17, 4, 12)]
+    cases = [
+        (4 << 20, 0, 0),
+        ((1 << 20) + 5, 16, 16),
+        (300001, 8, 24),
+        (65537, 3, 7),
+        (4097, 1, 2),
+        (1, 5, 0),
+        (17, 4, 12),
+    ]
     for scope in SCOPES:
         for blocks, threads in ((1, 64), (7, 256), (32, 1024)):
             for nbytes, doff, soff in cases:
@@ -132,20 +139,39 @@ def test_kernel_put_get(me: int, n: int) -> None:
                 sync_barrier()  # the previous step's gets of my copy are done
                 dst.fill_(0xA5)
                 sync_barrier()
-                _C._shmem_put_kernel(dst.data_ptr() + doff, src.data_ptr() + soff, nbytes, nxt,
-                                     scope, blocks, threads, stream)
+                _C._shmem_put_kernel(
+                    dst.data_ptr() + doff,
+                    src.data_ptr() + soff,
+                    nbytes,
+                    nxt,
+                    scope,
+                    blocks,
+                    threads,
+                    stream,
+                )
                 sync_barrier()
                 what = f"put {scope} blocks={blocks} threads={threads} n={nbytes} doff={doff} soff={soff}"
-                check_equal(dst[doff:doff + nbytes], data_of(prv, tag, nbytes), what)
+                check_equal(dst[doff : doff + nbytes], data_of(prv, tag, nbytes), what)
                 assert int(dst[:doff].ne(0xA5).sum()) == 0, f"{what}: wrote before dst"
-                assert int(dst[doff + nbytes:].ne(0xA5).sum()) == 0, f"{what}: wrote past dst"
+                assert int(dst[doff + nbytes :].ne(0xA5).sum()) == 0, f"{what}: wrote past dst"
                 # get: every pe's dst now holds prv's data; read nxt's (= mine).
                 out = torch.full((nbytes + soff + 1,), 0x5A, dtype=torch.uint8, device="cuda")
-                _C._shmem_get_kernel(out.data_ptr() + soff, dst.data_ptr() + doff, nbytes, nxt,
-                                     scope, blocks, threads, stream)
+                _C._shmem_get_kernel(
+                    out.data_ptr() + soff,
+                    dst.data_ptr() + doff,
+                    nbytes,
+                    nxt,
+                    scope,
+                    blocks,
+                    threads,
+                    stream,
+                )
                 torch.cuda.synchronize()
-                check_equal(out[soff:soff + nbytes], data_of(me, tag, nbytes),
-                            f"get {scope} blocks={blocks} threads={threads} n={nbytes}")
+                check_equal(
+                    out[soff : soff + nbytes],
+                    data_of(me, tag, nbytes),
+                    f"get {scope} blocks={blocks} threads={threads} n={nbytes}",
+                )
                 assert int(out[-1]) == 0x5A, f"get {scope} n={nbytes}: wrote past dst"
         log(f"kernel put/get scope={scope} ok")
     sync_barrier()
@@ -163,9 +189,19 @@ def test_signal_stress(me: int, n: int) -> None:
     start = time.monotonic()
     # Pairs (0,1), (2,3), ...: the even pe sends.
     if me ^ 1 < n:
-        _C._shmem_signal_stress(buf.data_ptr(), flags.data_ptr(), mismatches.data_ptr(),
-                                slot_bytes, slots, rounds, me ^ 1, me % 2 == 0, 256, 120.0,
-                                torch.cuda.current_stream().cuda_stream)
+        _C._shmem_signal_stress(
+            buf.data_ptr(),
+            flags.data_ptr(),
+            mismatches.data_ptr(),
+            slot_bytes,
+            slots,
+            rounds,
+            me ^ 1,
+            me % 2 == 0,
+            256,
+            120.0,
+            torch.cuda.current_stream().cuda_stream,
+        )
     torch.cuda.synchronize()
     elapsed = time.monotonic() - start
     sync_barrier()
@@ -233,8 +269,10 @@ def run_handles() -> None:
         os.environ["MORI_SHMEM_HANDLE"] = choice
         shmem.init(device=dev, heap_size="64M", timeout_s=60)
         info = shmem.info()
-        log(f"MORI_SHMEM_HANDLE={choice}: handle_type={info['handle_type']} "
-            f"notes={info['handle_notes']!r}")
+        log(
+            f"MORI_SHMEM_HANDLE={choice}: handle_type={info['handle_type']} "
+            f"notes={info['handle_notes']!r}"
+        )
         if choice == "auto":
             assert info["handle_type"] in ("fabric", "posix_fd"), info
             if info["handle_type"] == "posix_fd":

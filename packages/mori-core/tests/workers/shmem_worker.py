@@ -65,7 +65,9 @@ if mode == "basic":
     payload = torch.tensor(list(random.Random(seed + me).randbytes(4096)), dtype=torch.uint8)
     shmem.put(buf, payload, right)
     shmem.barrier_all()
-    want_from_left = torch.tensor(list(random.Random(seed + left).randbytes(4096)), dtype=torch.uint8)
+    want_from_left = torch.tensor(
+        list(random.Random(seed + left).randbytes(4096)), dtype=torch.uint8
+    )
     assert torch.equal(buf, want_from_left)
     got = torch.empty(4096, dtype=torch.uint8)
     shmem.get(got, buf, right)  # right's buf holds my payload
@@ -112,7 +114,9 @@ elif mode == "alloc":
     # Fragmentation and reuse: random sizes, free every other block, allocate
     # again; all pes make the same calls so addresses stay symmetric.
     srng = random.Random(seed)
-    blocks = [shmem.malloc(srng.randrange(1, 20000), 1 << srng.randrange(3, 12)) for _ in range(200)]
+    blocks = [
+        shmem.malloc(srng.randrange(1, 20000), 1 << srng.randrange(3, 12)) for _ in range(200)
+    ]
     for b in blocks[::2]:
         shmem.free(b)
     again = [shmem.malloc(srng.randrange(1, 10000)) for _ in range(100)]

@@ -17,24 +17,36 @@ enum class Cmp : int { kEq = 0, kNe, kGt, kGe, kLt, kLe };
 
 MORI_HOST_DEVICE inline bool Compare(uint64_t lhs, Cmp cmp, uint64_t rhs) {
   switch (cmp) {
-    case Cmp::kEq: return lhs == rhs;
-    case Cmp::kNe: return lhs != rhs;
-    case Cmp::kGt: return lhs > rhs;
-    case Cmp::kGe: return lhs >= rhs;
-    case Cmp::kLt: return lhs < rhs;
-    case Cmp::kLe: return lhs <= rhs;
+    case Cmp::kEq:
+      return lhs == rhs;
+    case Cmp::kNe:
+      return lhs != rhs;
+    case Cmp::kGt:
+      return lhs > rhs;
+    case Cmp::kGe:
+      return lhs >= rhs;
+    case Cmp::kLt:
+      return lhs < rhs;
+    case Cmp::kLe:
+      return lhs <= rhs;
   }
   return false;
 }
 
 MORI_HOST_DEVICE inline const char* CmpName(Cmp cmp) {
   switch (cmp) {
-    case Cmp::kEq: return "==";
-    case Cmp::kNe: return "!=";
-    case Cmp::kGt: return ">";
-    case Cmp::kGe: return ">=";
-    case Cmp::kLt: return "<";
-    case Cmp::kLe: return "<=";
+    case Cmp::kEq:
+      return "==";
+    case Cmp::kNe:
+      return "!=";
+    case Cmp::kGt:
+      return ">";
+    case Cmp::kGe:
+      return ">=";
+    case Cmp::kLt:
+      return "<";
+    case Cmp::kLe:
+      return "<=";
   }
   return "?";
 }
@@ -66,9 +78,9 @@ template <typename T>
 MORI_HOST_DEVICE inline T* PeerPtr(const DeviceContext& ctx, T* sym, int pe) {
   char* base = ctx.peer_bases[pe];
   if (base == nullptr) return nullptr;
-  return reinterpret_cast<T*>(base + (reinterpret_cast<char*>(const_cast<void*>(
-                                          static_cast<const void*>(sym))) -
-                                      ctx.my_base));
+  return reinterpret_cast<T*>(
+      base +
+      (reinterpret_cast<char*>(const_cast<void*>(static_cast<const void*>(sym))) - ctx.my_base));
 }
 
 }  // namespace mori::shmem

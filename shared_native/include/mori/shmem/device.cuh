@@ -99,10 +99,11 @@ __device__ __forceinline__ T* PeerOrTrap(const DeviceContext& ctx, T* sym, int p
                                          const char* what) {
   T* p = PeerPtr(ctx, sym, pe);
   if (p == nullptr) {
-    printf("mori shmem %s: pe %d is not load/store reachable from pe %d (sym %p) "
-           "[block (%d,%d,%d) thread (%d,%d,%d)]\n",
-           what, pe, ctx.my_pe, static_cast<const void*>(sym), blockIdx.x, blockIdx.y,
-           blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    printf(
+        "mori shmem %s: pe %d is not load/store reachable from pe %d (sym %p) "
+        "[block (%d,%d,%d) thread (%d,%d,%d)]\n",
+        what, pe, ctx.my_pe, static_cast<const void*>(sym), blockIdx.x, blockIdx.y, blockIdx.z,
+        threadIdx.x, threadIdx.y, threadIdx.z);
     __trap();
   }
   return p;
@@ -130,8 +131,8 @@ __device__ __forceinline__ void CopyWords(char* dst, const char* src, size_t nwo
 }
 
 template <unsigned kWidth>
-__device__ __forceinline__ void CopyAligned(char* dst, const char* src, size_t nbytes,
-                                            unsigned tid, unsigned nthreads) {
+__device__ __forceinline__ void CopyAligned(char* dst, const char* src, size_t nbytes, unsigned tid,
+                                            unsigned nthreads) {
   // dst and src share their misalignment modulo kWidth: peel a head so both are
   // kWidth-aligned, move the body in kWidth words, the tail byte by byte.
   size_t head = (kWidth - (reinterpret_cast<uintptr_t>(dst) & (kWidth - 1))) & (kWidth - 1);
@@ -194,8 +195,7 @@ __device__ __forceinline__ void PutThread(const DeviceContext& ctx, T* dst_sym, 
 template <typename T>
 __device__ __forceinline__ void PutWarp_nbi(const DeviceContext& ctx, T* dst_sym, const T* src,
                                             size_t nbytes, int pe) {
-  detail::CopyBytes(detail::PeerOrTrap(ctx, dst_sym, pe, "put"), src, nbytes, detail::LaneId(),
-                    32);
+  detail::CopyBytes(detail::PeerOrTrap(ctx, dst_sym, pe, "put"), src, nbytes, detail::LaneId(), 32);
 }
 
 template <typename T>
@@ -237,8 +237,7 @@ __device__ __forceinline__ void GetThread(const DeviceContext& ctx, T* dst, cons
 template <typename T>
 __device__ __forceinline__ void GetWarp_nbi(const DeviceContext& ctx, T* dst, const T* src_sym,
                                             size_t nbytes, int pe) {
-  detail::CopyBytes(dst, detail::PeerOrTrap(ctx, src_sym, pe, "get"), nbytes, detail::LaneId(),
-                    32);
+  detail::CopyBytes(dst, detail::PeerOrTrap(ctx, src_sym, pe, "get"), nbytes, detail::LaneId(), 32);
 }
 
 template <typename T>
@@ -294,12 +293,13 @@ __device__ __forceinline__ uint64_t WaitUntil(const uint64_t* local_sig, Cmp cmp
     seen = LoadAcquire(local_sig);
     if (Compare(seen, cmp, value)) return seen;
     if (timeout_ns && GlobalTimerNs() - start > timeout_ns) {
-      printf("mori shmem wait_until timed out after %llu ns: *%p %s %llu expected, last value "
-             "%llu [block (%d,%d,%d) thread (%d,%d,%d)]\n",
-             static_cast<unsigned long long>(timeout_ns), static_cast<const void*>(local_sig),
-             CmpName(cmp), static_cast<unsigned long long>(value),
-             static_cast<unsigned long long>(seen), blockIdx.x, blockIdx.y, blockIdx.z,
-             threadIdx.x, threadIdx.y, threadIdx.z);
+      printf(
+          "mori shmem wait_until timed out after %llu ns: *%p %s %llu expected, last value "
+          "%llu [block (%d,%d,%d) thread (%d,%d,%d)]\n",
+          static_cast<unsigned long long>(timeout_ns), static_cast<const void*>(local_sig),
+          CmpName(cmp), static_cast<unsigned long long>(value),
+          static_cast<unsigned long long>(seen), blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+          threadIdx.y, threadIdx.z);
       __trap();
     }
   }
@@ -331,9 +331,10 @@ __device__ __forceinline__ void BarrierAllBlock(const DeviceContext& ctx, uint64
   const uint64_t e = epoch;
   for (unsigned pe = tid; pe < static_cast<unsigned>(ctx.n_pes); pe += nthreads) {
     if (ctx.peer_bases[pe] == nullptr) {
-      printf("mori shmem barrier: pe %u is not load/store reachable from pe %d; the device "
-             "barrier needs every pe on this node\n",
-             pe, ctx.my_pe);
+      printf(
+          "mori shmem barrier: pe %u is not load/store reachable from pe %d; the device "
+          "barrier needs every pe on this node\n",
+          pe, ctx.my_pe);
       __trap();
     }
     SignalAdd(ctx, &ctx.barrier_arrive[ctx.my_pe], 1, static_cast<int>(pe));

@@ -24,9 +24,9 @@ enum class Scope : int { kThread = 0, kWarp = 1, kBlock = 2 };
 struct CopyLaunch {
   Scope scope = Scope::kBlock;
   bool nbi = false;
-  int blocks = 1;             // the bytes are split evenly (16-byte multiples) across blocks
+  int blocks = 1;  // the bytes are split evenly (16-byte multiples) across blocks
   int threads_per_block = 512;
-  uintptr_t stream = 0;       // cudaStream_t
+  uintptr_t stream = 0;  // cudaStream_t
 };
 
 // Parses "thread", "warp", "block", optionally suffixed "_nbi".
@@ -40,16 +40,16 @@ MORI_API void GetKernel(const DeviceContext& ctx, void* dst, const void* src_sym
                         int pe, const CopyLaunch& launch);
 
 struct SignalStressArgs {
-  void* buf_sym = nullptr;        // symmetric, >= slots * slot_bytes bytes
-  uint64_t* flags_sym = nullptr;  // symmetric, 2 words, zero on both pes before the run
-  uint64_t* mismatches = nullptr; // local device word; the receiver adds mismatching words
-  size_t slot_bytes = 4096;       // multiple of 8
-  int slots = 4;                  // payload ring depth
+  void* buf_sym = nullptr;         // symmetric, >= slots * slot_bytes bytes
+  uint64_t* flags_sym = nullptr;   // symmetric, 2 words, zero on both pes before the run
+  uint64_t* mismatches = nullptr;  // local device word; the receiver adds mismatching words
+  size_t slot_bytes = 4096;        // multiple of 8
+  int slots = 4;                   // payload ring depth
   int64_t rounds = 10000;
   int peer = 1;
   bool sender = true;
   int threads_per_block = 256;
-  uint64_t timeout_ns = 0;        // per wait; 0 waits forever
+  uint64_t timeout_ns = 0;  // per wait; 0 waits forever
   uintptr_t stream = 0;
 };
 

@@ -36,10 +36,12 @@ inline T* CheckedPtr(const DeviceContext& ctx, T* sym, int pe) {
 
 // Copies; no ordering with later signals beyond program order (use Fence or a
 // signal, whose release orders them).
-inline void PutNbi(const DeviceContext& ctx, void* dst_sym, const void* src, size_t nbytes, int pe) {
+inline void PutNbi(const DeviceContext& ctx, void* dst_sym, const void* src, size_t nbytes,
+                   int pe) {
   std::memcpy(CheckedPtr(ctx, static_cast<char*>(dst_sym), pe), src, nbytes);
 }
-inline void GetNbi(const DeviceContext& ctx, void* dst, const void* src_sym, size_t nbytes, int pe) {
+inline void GetNbi(const DeviceContext& ctx, void* dst, const void* src_sym, size_t nbytes,
+                   int pe) {
   std::memcpy(dst, CheckedPtr(ctx, static_cast<const char*>(src_sym), pe), nbytes);
 }
 

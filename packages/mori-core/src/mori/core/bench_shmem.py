@@ -47,8 +47,11 @@ def _fmt_size(n: int) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m mori.core.bench_shmem", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m mori.core.bench_shmem",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", help="write the results here (rank 0)")
     p.add_argument("--min-size", type=_size, default=1 << 10)
     p.add_argument("--max-size", type=_size, default=1 << 30)
@@ -88,8 +91,9 @@ def _table(rows, headers) -> str:
     except ImportError:
         lines = ["  ".join(f"{h:>12}" for h in headers)]
         for r in rows:
-            lines.append("  ".join(f"{c:>12.1f}" if isinstance(c, float) else f"{c!s:>12}"
-                                   for c in r))
+            lines.append(
+                "  ".join(f"{c:>12.1f}" if isinstance(c, float) else f"{c!s:>12}" for c in r)
+            )
         return "\n".join(lines)
 
 
@@ -100,7 +104,6 @@ def worker(args: argparse.Namespace) -> None:
     from mori.core import _C, shmem
 
     rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     ngpu = torch.cuda.device_count()
     if ngpu == 0:
@@ -136,24 +139,42 @@ def worker(args: argparse.Namespace) -> None:
         if me == 0:
             reps = max(1, min(100, (64 << 20) // nbytes))
             rec = {"bytes": nbytes, "put_gbps": {}}
+            dst_ptr = dst.data_ptr()
             for b in block_counts:
                 ms = _median_ms(
-                    lambda b=b: _C._shmem_put_kernel(dst.data_ptr(), src.data_ptr(), nbytes, peer,
-                                                     "block", b, args.threads, stream),
-                    reps, args.iters)
+                    lambda b=b, nbytes=nbytes, dst_ptr=dst_ptr: _C._shmem_put_kernel(
+                        dst_ptr,
+                        src.data_ptr(),
+                        nbytes,
+                        peer,
+                        "block",
+                        b,
+                        args.threads,
+                        stream,
+                    ),
+                    reps,
+                    args.iters,
+                )
                 rec["put_gbps"][str(b)] = nbytes / (ms * 1e-3) / 1e9
-            ms = _median_ms(lambda: peer_dst[:nbytes].copy_(src[:nbytes]), reps, args.iters)
+            view_copy = peer_dst[:nbytes]
+            ms = _median_ms(lambda v=view_copy, s=src[:nbytes]: v.copy_(s), reps, args.iters)
+            del view_copy
             rec["memcpy_peer_view_gbps"] = nbytes / (ms * 1e-3) / 1e9
             if cross is not None:
-                ms = _median_ms(lambda: cross[:nbytes].copy_(src[:nbytes]), reps, args.iters)
+                ms = _median_ms(
+                    lambda c=cross[:nbytes], s=src[:nbytes]: c.copy_(s), reps, args.iters
+                )
                 rec["memcpy_peer_device_gbps"] = nbytes / (ms * 1e-3) / 1e9
             ref = max(rec["memcpy_peer_view_gbps"], rec.get("memcpy_peer_device_gbps", 0.0))
             rec["pct_of_peer_copy"] = 100.0 * rec["put_gbps"][str(args.blocks)] / ref
             records.append(rec)
             row = [_fmt_size(nbytes)]
             row += [rec["put_gbps"][str(b)] for b in block_counts]
-            row += [rec["memcpy_peer_view_gbps"], rec.get("memcpy_peer_device_gbps", float("nan")),
-                    rec["pct_of_peer_copy"]]
+            row += [
+                rec["memcpy_peer_view_gbps"],
+                rec.get("memcpy_peer_device_gbps", float("nan")),
+                rec["pct_of_peer_copy"],
+            ]
             rows.append(row)
         torch.cuda.synchronize()
         shmem.barrier_all()
@@ -176,35 +197,56 @@ def worker(args: argparse.Namespace) -> None:
             shmem.barrier_on_stream()
     torch.cuda.synchronize()
     shmem.barrier_all()
-    graph_ms = _median_ms(g.replay, 1, args.iters,
-                          sync_fn=lambda: (torch.cuda.synchronize(), shmem.barrier_all()))
+    graph_ms = _median_ms(
+        g.replay, 1, args.iters, sync_fn=lambda: (torch.cuda.synchronize(), shmem.barrier_all())
+    )
     graph_us = graph_ms * 1e3 / args.barriers
     # One kernel looping over device barriers (no launch between barriers).
-    loop_ms = _median_ms(lambda: _C._shmem_barrier_loop(args.barriers, stream), 1, args.iters,
-                         sync_fn=lambda: (torch.cuda.synchronize(), shmem.barrier_all()))
+    loop_ms = _median_ms(
+        lambda: _C._shmem_barrier_loop(args.barriers, stream),
+        1,
+        args.iters,
+        sync_fn=lambda: (torch.cuda.synchronize(), shmem.barrier_all()),
+    )
     loop_us = loop_ms * 1e3 / args.barriers
     torch.cuda.synchronize()
     shmem.barrier_all()
 
     if me == 0:
         name = torch.cuda.get_device_name(dev)
-        headers = ["size"] + [f"put {b}blk GB/s" for b in block_counts] + [
-            "memcpy via view GB/s", "memcpyPeer GB/s", f"put {args.blocks}blk % of copy"]
-        print(f"mori shmem bench: {n} pes, pe 0 on GPU {dev} ({name}) -> pe 1 on GPU {peer_dev}; "
-              f"handle {info['handle_type']}; {args.threads} threads/block; median of "
-              f"{args.iters} trials (CUDA events)")
+        headers = (
+            ["size"]
+            + [f"put {b}blk GB/s" for b in block_counts]
+            + ["memcpy via view GB/s", "memcpyPeer GB/s", f"put {args.blocks}blk % of copy"]
+        )
+        print(
+            f"mori shmem bench: {n} pes, pe 0 on GPU {dev} ({name}) -> pe 1 on GPU {peer_dev}; "
+            f"handle {info['handle_type']}; {args.threads} threads/block; median of "
+            f"{args.iters} trials (CUDA events)"
+        )
         print(_table(rows, headers))
         big = [r for r in records if r["bytes"] >= (16 << 20)]
         worst = min((r["pct_of_peer_copy"] for r in big), default=float("nan"))
-        ref_peak = max((max(r["memcpy_peer_view_gbps"], r.get("memcpy_peer_device_gbps", 0.0))
-                        for r in records), default=float("nan"))
-        print(f"physical reference: NVLink 4 NV18 {NVLINK_SPEC_GBPS:.0f} GB/s per direction "
-              f"(spec); measured peer copy peak {ref_peak:.1f} GB/s is the practical limit")
-        print(f"put at >= 16M with {args.blocks} blocks: worst {worst:.1f}% of peer copy "
-              f"(target >= 90%)")
-        print(f"barrier_all (host): {host_us:.1f} us; barrier_on_stream (graph of "
-              f"{args.barriers}): {graph_us:.2f} us/barrier; in-kernel barrier loop: "
-              f"{loop_us:.2f} us/barrier (target <= 5 us)")
+        ref_peak = max(
+            (
+                max(r["memcpy_peer_view_gbps"], r.get("memcpy_peer_device_gbps", 0.0))
+                for r in records
+            ),
+            default=float("nan"),
+        )
+        print(
+            f"physical reference: NVLink 4 NV18 {NVLINK_SPEC_GBPS:.0f} GB/s per direction "
+            f"(spec); measured peer copy peak {ref_peak:.1f} GB/s is the practical limit"
+        )
+        print(
+            f"put at >= 16M with {args.blocks} blocks: worst {worst:.1f}% of peer copy "
+            f"(target >= 90%)"
+        )
+        print(
+            f"barrier_all (host): {host_us:.1f} us; barrier_on_stream (graph of "
+            f"{args.barriers}): {graph_us:.2f} us/barrier; in-kernel barrier loop: "
+            f"{loop_us:.2f} us/barrier (target <= 5 us)"
+        )
         if args.json:
             out = {
                 "device": name,
@@ -238,7 +280,12 @@ def main(argv=None) -> None:
         return
     from mori.core.launch import WorkersFailed, launch_local
 
-    cmd = [sys.executable, "-m", "mori.core.bench_shmem", *(argv if argv is not None else sys.argv[1:])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mori.core.bench_shmem",
+        *(argv if argv is not None else sys.argv[1:]),
+    ]
     try:
         results = launch_local(cmd, 2, timeout_s=args.timeout_s, env=NO_MULTICAST_ENV)
     except WorkersFailed as e:
