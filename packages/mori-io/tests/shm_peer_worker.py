@@ -17,29 +17,13 @@ import dataclasses
 import hashlib
 import os
 import sys
-import time
 
 import numpy as np
+from file_rendezvous import publish, wait_file
 
 from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode
 
 SIZE = (8 << 20) + 5
-
-
-def wait_file(path, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            sys.exit(f"timed out waiting for {path}")
-        time.sleep(0.01)
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def publish(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
 
 
 def check(st):
