@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """mori demo (`nox -s demo`): what this machine has, a bootstrap round among two
-local processes, and one real call into each package's native extension.
+local processes, KV-cache transfer between a prefill and a decode server, and one
+real call into each package's native extension.
 
 Runs on any Linux machine; uses GPUs where present."""
 
@@ -12,6 +13,13 @@ import sys
 
 WORKER_FLAG = "--bootstrap-worker"
 MOE_FLAG = "--moe-worker"
+KV_FLAG = "--kv-worker"
+
+# The KV-cache scene: each server's paged cache is [layers, blocks, block bytes]; a
+# block holds 16 tokens x 8 KV heads x 128 dims x bf16, K and V (64 KiB per layer).
+KV_LAYERS, KV_BLOCKS, KV_BLOCK_BYTES = 8, 64, 64 << 10
+KV_REQUESTS = (4, 9, 16, 5, 12, 7)  # blocks per request
+KV_PULLED = 3  # decode pulls requests 0-2 (reads); prefill pushes the others (writes)
 
 
 def bootstrap_worker() -> None:
@@ -65,11 +73,12 @@ def moe_worker() -> None:
     b = TcpBootstrap.from_env()
     rank, world = b.rank, b.world_size
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))  # GPUs are numbered per host
     cuda = gpus >= world and mc.build_info().get("with_cuda") and mori.ep._C.with_cuda
     if cuda:
-        torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    shmem.init(device=rank if cuda else "cpu", heap_size="64M", bootstrap=b, timeout_s=30)
+        torch.cuda.set_device(local_rank)
+    dev = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    shmem.init(device=dev, heap_size="64M", bootstrap=b, timeout_s=30)
     tokens, hidden, epr, k = 64, 512, 8, 4
     cfg = EpDispatchCombineConfig(
         rank=rank,
@@ -147,11 +156,173 @@ def moe_worker() -> None:
             )
         )
     ok = err < 2e-2
+    if cuda:
+        torch.cuda.synchronize()  # no kernel may still touch the heap when it is freed
     b.barrier()
     op.close()  # drops the op's symmetric block before finalize
     shmem.finalize()
     if not ok:
         raise SystemExit(f"rank {rank}: combine differs from the local reference ({err:.3g})")
+
+
+def _kv_gpu(eng, b):
+    """(CUDA device, "") when both servers have a GPU and the P2P backend, else
+    (None, why): the caches then live in host memory (TCP/SHM backends)."""
+    import mori.core
+    import mori.io
+
+    ok, why = mori.io.backend_availability().get("P2P", (False, "not in this mori-io"))
+    if ok:
+        import torch
+
+        ok, why = torch.cuda.is_available(), "torch sees no CUDA device"
+    if ok:
+        try:
+            eng.create_backend(mori.io.BackendType.P2P)
+        except (mori.core.NotSupportedError, AttributeError) as e:
+            ok, why = False, str(e)
+    whys = [w.decode() for w in b.all_gather(b"" if ok else f"no P2P: {why}".encode())]
+    if any(whys):
+        return None, next(w for w in whys if w)
+    local_rank = int(os.environ.get("LOCAL_RANK", b.rank))
+    return torch.device("cuda", local_rank % torch.cuda.device_count()), ""
+
+
+def kv_worker(seed: int) -> None:
+    """One server of the KV-cache scene: rank 0 prefills, rank 1 decodes.
+
+    Each owns a paged cache; a request's KV lives in the blocks its own server's
+    block table lists (random, different on the two sides). Decode pulls the first
+    requests (session batch_read), prefill pushes the others into decode's blocks
+    (session batch_write; decode sees them land as inbound statuses). Decode then
+    checks its whole cache bit for bit and prints the table."""
+    import ctypes
+    import itertools
+    import random
+    import time
+
+    import msgpack
+
+    from mori.core.bootstrap import TcpBootstrap
+    from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc
+
+    b = TcpBootstrap.from_env()
+    prefill = b.rank == 0
+    role = "prefill" if prefill else "decode"
+    eng = IOEngine(role)
+    eng.create_backend(BackendType.TCP)
+    eng.create_backend(BackendType.SHM)
+    gpu, why_host = _kv_gpu(eng, b)
+
+    # Each cache's bytes before any transfer; decode knows both to check the result.
+    size = KV_LAYERS * KV_BLOCKS * KV_BLOCK_BYTES
+    prefill_kv = random.Random(seed).randbytes(size)
+    decode_kv = None if prefill else random.Random(seed + 1).randbytes(size)
+    start = prefill_kv if prefill else decode_kv
+    if gpu is None:
+        cache = bytearray(start)
+        mem = eng.register_memory(ctypes.addressof(ctypes.c_char.from_buffer(cache)), size)
+    else:
+        import torch
+
+        cache = torch.frombuffer(bytearray(start), dtype=torch.uint8).to(gpu)
+        mem = eng.register_torch_tensor(cache)
+
+    def snapshot():  # the cache's bytes now, on the host
+        if gpu is None:
+            return bytes(cache)
+        host = cache.cpu()
+        return ctypes.string_at(host.data_ptr(), size)
+
+    if prefill:
+        where = f"host memory ({why_host})" if why_host else f"{gpu} memory"
+        print(f"    seed {seed} (MORI_DEMO_SEED={seed} repeats it); caches in {where}")
+
+    # Block tables, and the uids of prefill's pushes, travel with the descriptors.
+    perm = random.Random(seed + 2 + b.rank).sample(range(KV_BLOCKS), KV_BLOCKS)
+    ends = itertools.accumulate(KV_REQUESTS)
+    tables = [perm[end - n : end] for n, end in zip(KV_REQUESTS, ends, strict=True)]
+    uids = [eng.allocate_transfer_uid() for _ in KV_REQUESTS[KV_PULLED:]] if prefill else []
+    mine = msgpack.packb([eng.get_engine_desc().pack(), mem.pack(), tables, uids])
+    peer_desc, peer_mem, peer_tables, peer_uids = msgpack.unpackb(b.all_gather(mine)[1 - b.rank])
+    eng.register_remote_engine(EngineDesc.unpack(peer_desc))
+    sess = eng.create_session(mem, MemoryDesc.unpack(peer_mem))
+    backend, reason = sess.backend()
+
+    deadline = time.monotonic() + 30  # every wait below ends by then
+
+    def left_ms():
+        return max(0, int((deadline - time.monotonic()) * 1000))
+
+    def offset(layer, blk):
+        return (layer * KV_BLOCKS + blk) * KV_BLOCK_BYTES
+
+    def offsets(table):  # a request's blocks in every layer
+        return [offset(layer, blk) for layer in range(KV_LAYERS) for blk in table]
+
+    def transfer(i, uid):  # decode reads request i, prefill writes it
+        n = KV_LAYERS * KV_REQUESTS[i]
+        op = sess.batch_write if prefill else sess.batch_read
+        t0 = time.perf_counter()
+        st = op(offsets(tables[i]), offsets(peer_tables[i]), [KV_BLOCK_BYTES] * n, uid)
+        if not st.WaitFor(left_ms()):
+            raise SystemExit(f"{role}: request {i} still in flight after 30 s")
+        if not st.Succeeded():
+            raise SystemExit(f"{role}: request {i} failed: {st.Message()}")
+        ms = (time.perf_counter() - t0) * 1e3
+        return [i, "prefill writes" if prefill else "decode reads", backend, ms]
+
+    rows = []
+    if not prefill:
+        rows = [transfer(i, eng.allocate_transfer_uid()) for i in range(KV_PULLED)]
+    b.barrier()  # then prefill pushes, decode waits for each push to land
+    if prefill:
+        rows = [transfer(KV_PULLED + j, uid) for j, uid in enumerate(uids)]
+    else:
+        for uid in peer_uids:
+            while (st := eng.pop_inbound_transfer_status("prefill", uid)) is None:
+                if not left_ms():
+                    raise SystemExit(f"decode: prefill's write {uid} did not land within 30 s")
+                time.sleep(0.001)
+            if not st.Succeeded():
+                raise SystemExit(f"decode: prefill's write {uid} failed: {st.Message()}")
+    unchanged = (snapshot() == prefill_kv) if prefill else True
+    reports = b.all_gather(msgpack.packb([rows, unchanged, reason]))
+    eng.close()
+    if prefill:
+        return
+
+    # Decode: every request's blocks hold prefill's bytes, every other block its own.
+    got, expected = snapshot(), bytearray(decode_kv)
+    push_rows, prefill_unchanged, push_reason = msgpack.unpackb(reports[0])
+    verified = []
+    for src_table, dst_table in zip(peer_tables, tables, strict=True):
+        same = True
+        for layer in range(KV_LAYERS):
+            for src, dst in zip(src_table, dst_table, strict=True):
+                s, d = offset(layer, src), offset(layer, dst)
+                block = prefill_kv[s : s + KV_BLOCK_BYTES]
+                expected[d : d + KV_BLOCK_BYTES] = block
+                same &= got[d : d + KV_BLOCK_BYTES] == block
+        verified.append(same)
+    rest_ok = got == expected
+    from tabulate import tabulate
+
+    body = []
+    for i, direction, used, ms in rows + push_rows:
+        nbytes = KV_LAYERS * KV_REQUESTS[i] * KV_BLOCK_BYTES
+        body.append((i, direction, KV_REQUESTS[i], f"{nbytes / 2**20:.1f} MiB", used, ms,
+                     nbytes / ms / 1e6, "yes" if verified[i] else "NO"))  # fmt: skip
+    print(f"    request 0: prefill blocks {peer_tables[0]} -> decode blocks {tables[0]}")
+    print(tabulate(body, headers=["request", "direction", "blocks", "bytes", "backend", "ms",
+                                  "GB/s", "verified"], floatfmt=".2f"))  # fmt: skip
+    why = reason if reason == push_reason else f"{reason} (decode); {push_reason} (prefill)"
+    print(f"    backend: {why}")
+    print(f"    decode cache: {KV_BLOCKS - sum(KV_REQUESTS)} blocks outside the requests "
+          f"unchanged: {'yes' if rest_ok else 'NO'}; prefill cache unchanged: "
+          f"{'yes' if prefill_unchanged else 'NO'}")  # fmt: skip
+    if not (all(verified) and rest_ok and prefill_unchanged):
+        raise SystemExit("decode: the KV cache after the transfers is not what was sent")
 
 
 def main() -> None:
@@ -194,8 +365,17 @@ def main() -> None:
     ]
     print(tabulate(rows, headers=["backend", "available", "why"]))
 
+    print("\n== mori.io: KV-cache transfer from a prefill to a decode server (2 processes;")
+    print(f"   paged caches of {KV_LAYERS} layers x {KV_BLOCKS} blocks x "
+          f"{KV_BLOCK_BYTES >> 10} KiB, one batch per request)")  # fmt: skip
+    seed = int(os.environ.get("MORI_DEMO_SEED") or int.from_bytes(os.urandom(3), "little"))
+    env = {"MORI_BOOTSTRAP_TIMEOUT_S": "30"}
+    for r in launch_local([__file__, KV_FLAG, str(seed)], 2, timeout_s=60, env=env):
+        if r.output.strip():
+            print(r.output.rstrip())
+
     print("\n== mori.ep: routing layout of 8 tokens, top-2 of 8 experts on 4 ranks")
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = "cuda" if torch.cuda.is_available() and mori.ep._C.with_cuda else "cpu"
     gen = torch.Generator().manual_seed(0)
     idx = torch.rand(8, 8, generator=gen).topk(2, dim=1).indices.to(torch.int32)
     tpr, tpe, _ = mori.ep.get_dispatch_layout(idx.to(dev), num_experts=8, world_size=4)
@@ -224,5 +404,7 @@ if __name__ == "__main__":
         bootstrap_worker()
     elif MOE_FLAG in sys.argv:
         moe_worker()
+    elif KV_FLAG in sys.argv:
+        kv_worker(int(sys.argv[sys.argv.index(KV_FLAG) + 1]))
     else:
         main()
