@@ -62,6 +62,14 @@ tests="${MORI_GPU_CHECK_TESTS:-packages/mori-core/tests packages/mori-io/tests p
   --junitxml="$OUT/pytest.xml" 2>&1 | tee "$OUT/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+# Benchmarks: MORI_GPU_CHECK_BENCH holds shell commands (run after the tests, output
+# in $OUT/bench.log), e.g. "python3 -m mori.io.bench --backend p2p --all --json $OUT/p2p.json".
+if [ -n "${MORI_GPU_CHECK_BENCH:-}" ]; then
+  step "benchmarks"
+  bash -c "$MORI_GPU_CHECK_BENCH" 2>&1 | tee "$OUT/bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
 step "summary"
 tail -3 "$OUT/pytest.log"
 exit $status

@@ -28,13 +28,21 @@ BackendChoice ChooseBackend(const BackendChoiceInput& in) {
                          ? "SHM forced but not usable, TCP instead: "
                          : "TCP: ";
   auto tcp = [&](const std::string& why) { return BackendChoice{BackendType::kTcp, lead + why}; };
-  if (in.local_loc != MemoryLocationType::CPU || in.remote_loc != MemoryLocationType::CPU) {
-    return tcp("not host memory on both sides (SHM moves host memory only)");
+  const bool gpu_both =
+      in.local_loc == MemoryLocationType::GPU && in.remote_loc == MemoryLocationType::GPU;
+  if (!gpu_both &&
+      (in.local_loc != MemoryLocationType::CPU || in.remote_loc != MemoryLocationType::CPU)) {
+    return tcp("GPU memory on one side only (P2P needs GPU memory on both, SHM host memory)");
   }
   if (in.remote_host_id.empty()) return tcp("the remote engine's host identity is unknown");
   if (in.local_host_id != in.remote_host_id) {
     return tcp("different hosts (or pid namespaces): '" + in.local_host_id + "' vs '" +
                in.remote_host_id + "'");
+  }
+  if (gpu_both) {
+    if (!in.local_p2p) return tcp("this engine has no P2P backend");
+    if (!in.remote_p2p) return tcp("the remote engine has no P2P backend");
+    return {BackendType::kP2P, "same host, GPU memory on both sides (CUDA IPC)"};
   }
   if (!in.local_shm) return tcp("this engine has no SHM backend");
   if (!in.remote_shm) return tcp("the remote engine has no SHM backend");

@@ -162,6 +162,22 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def_property_readonly("host_id", &IoEngine::host_id)
       .def("create_shm_backend", &IoEngine::CreateShmBackend)
       .def(
+          "create_p2p_backend",
+          [](IoEngine& e, int streams, int blocks, int min_spans, uint64_t max_mean_span) {
+            P2pBackendConfig c;
+            c.num_streams = streams;
+            c.max_blocks = blocks;
+            c.kernel_min_spans = min_spans;
+            c.kernel_max_mean_span = max_mean_span;
+            e.CreateP2pBackend(c);
+          },
+          py::arg("num_streams"), py::arg("max_blocks"), py::arg("kernel_min_spans"),
+          py::arg("kernel_max_mean_span"))
+      .def("p2p_mapping_kind", &IoEngine::P2pMappingKind, py::arg("remote_key"), py::arg("mem_id"),
+           "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
+      .def_static("p2p_unavailable", &P2pBackend::Unavailable,
+                  "Why this build/machine cannot run the P2P backend; '' if it can.")
+      .def(
           "set_backend_override",
           [](IoEngine& e, const std::string& text) {
             e.SetBackendOverride(ParseBackendOverride(text));
@@ -207,7 +223,7 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
       .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("key"),
            py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(), py::arg("pid") = 0,
-           py::arg("remote_shm") = false)
+           py::arg("remote_shm") = false, py::arg("remote_p2p") = false)
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
       .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)
@@ -270,7 +286,7 @@ max_inbound_statuses cap dropped (oldest first).)doc")
       [](const std::string& local_host_id, const std::string& remote_host_id,
          MemoryLocationType local_loc, MemoryLocationType remote_loc, bool local_shm,
          bool remote_shm, bool cma_ok, const std::string& cma_reason,
-         const std::string& override_text) {
+         const std::string& override_text, bool local_p2p, bool remote_p2p) {
         BackendChoiceInput in;
         in.local_host_id = local_host_id;
         in.remote_host_id = remote_host_id;
@@ -281,12 +297,59 @@ max_inbound_statuses cap dropped (oldest first).)doc")
         in.cma_ok = cma_ok;
         in.cma_reason = cma_reason;
         in.override_choice = ParseBackendOverride(override_text);
+        in.local_p2p = local_p2p;
+        in.remote_p2p = remote_p2p;
         return ChoiceTuple(ChooseBackend(in));
       },
       py::arg("local_host_id"), py::arg("remote_host_id"), py::arg("local_loc"),
       py::arg("remote_loc"), py::arg("local_shm"), py::arg("remote_shm"), py::arg("cma_ok") = true,
       py::arg("cma_reason") = std::string(), py::arg("override") = std::string(),
+      py::arg("local_p2p") = false, py::arg("remote_p2p") = false,
       R"doc(The engine's per-pair backend choice as a pure function: (name, reason).)doc");
+
+  // The P2P export's wire form, for tests (hardware independent).
+  m.def(
+      "pack_p2p_export",
+      [](int kind, int pid, const py::bytes& uuid, uint64_t region_addr, uint64_t region_size,
+         uint64_t region_offset, uint64_t map_size, const py::bytes& handle,
+         const std::vector<std::tuple<int, uint64_t, uint64_t>>& pieces) {
+        P2pExport e;
+        e.kind = static_cast<P2pExport::Kind>(kind);
+        e.pid = pid;
+        std::string u = uuid, h = handle;
+        MORI_CHECK_ARG(u.size() == 16 && h.size() == 64, "uuid must be 16 bytes, handle 64");
+        std::memcpy(e.gpu_uuid, u.data(), 16);
+        std::memcpy(e.ipc_handle, h.data(), 64);
+        e.region_addr = region_addr;
+        e.region_size = region_size;
+        e.region_offset = region_offset;
+        e.map_size = map_size;
+        for (const auto& [fd, off, size] : pieces) e.pieces.push_back({fd, off, size});
+        return py::bytes(PackP2pExport(e));
+      },
+      py::arg("kind"), py::arg("pid"), py::arg("uuid"), py::arg("region_addr"),
+      py::arg("region_size"), py::arg("region_offset"), py::arg("map_size"), py::arg("handle"),
+      py::arg("pieces"));
+  m.def(
+      "unpack_p2p_export",
+      [](const py::bytes& data) {
+        std::string d = data;
+        P2pExport e = UnpackP2pExport(d.data(), d.size());
+        py::list pieces;
+        for (const auto& p : e.pieces) pieces.append(py::make_tuple(p.fd, p.offset, p.size));
+        py::dict r;
+        r["kind"] = int(e.kind);
+        r["pid"] = e.pid;
+        r["uuid"] = py::bytes(reinterpret_cast<const char*>(e.gpu_uuid), 16);
+        r["region_addr"] = e.region_addr;
+        r["region_size"] = e.region_size;
+        r["region_offset"] = e.region_offset;
+        r["map_size"] = e.map_size;
+        r["handle"] = py::bytes(reinterpret_cast<const char*>(e.ipc_handle), 64);
+        r["pieces"] = pieces;
+        return r;
+      },
+      py::arg("data"));
 
   // The ledger alone, for tests of its boundary behaviour.
   py::class_<SubmissionLedger>(m, "SubmissionLedger")

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -66,6 +67,8 @@ constexpr uint64_t kDirectRecvMin = 32 << 10;
 constexpr size_t kReadBudget = 8 << 20;
 constexpr int kMaxIov = 512;
 constexpr size_t kLedgerCapacity = 1 << 14;
+constexpr size_t kMaxP2pGrants = 16;
+constexpr uint64_t kMaxP2pGrantBytes = 1 << 22;
 
 bool EnvFlag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
@@ -95,6 +98,12 @@ const char* WireStatusText(wire::WireStatus s) {
       return "the target engine has no SHM backend";
     case wire::WireStatus::kCopyFailed:
       return "the initiator's CMA copy failed";
+    case wire::WireStatus::kNoP2p:
+      return "the target engine has no P2P backend";
+    case wire::WireStatus::kNotGpuMemory:
+      return "the region is host memory, which P2P does not map";
+    case wire::WireStatus::kExportFailed:
+      return "the target could not export the region";
   }
   return "unknown status";
 }
@@ -109,8 +118,11 @@ StatusCode WireStatusCode(wire::WireStatus s) {
       return StatusCode::ERR_OUT_OF_BOUNDS;
     case wire::WireStatus::kNotHostMemory:
     case wire::WireStatus::kNoShm:
+    case wire::WireStatus::kNoP2p:
+    case wire::WireStatus::kNotGpuMemory:
       return StatusCode::ERR_INVALID_ARGS;
     case wire::WireStatus::kCopyFailed:
+    case wire::WireStatus::kExportFailed:
       return StatusCode::ERROR;
   }
   return StatusCode::ERROR;
@@ -198,6 +210,29 @@ bool SendAll(int fd, const char* data, size_t len, int timeout_ms, std::string* 
   return true;
 }
 
+// Receives exactly len bytes with a deadline per wait; false with *error set otherwise.
+bool RecvAll(int fd, char* data, size_t len, int timeout_ms, std::string* error) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = ::recv(fd, data + got, len - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) == 1) continue;
+      *error = StrCat("no answer within ", timeout_ms, " ms");
+      return false;
+    }
+    *error = n == 0 ? std::string("the peer closed the connection")
+                    : "receive failed: " + ErrnoText(errno);
+    return false;
+  }
+  return true;
+}
+
 struct SendItem {
   wire::Header hdr;
   const char* payload;  // not owned: registered memory
@@ -227,7 +262,7 @@ struct Pending {
 
 bool IsWriteType(wire::MsgType t) {
   return t == wire::MsgType::kWrite || t == wire::MsgType::kShmWriteReq ||
-         t == wire::MsgType::kShmWriteDone;
+         t == wire::MsgType::kShmWriteDone || t == wire::MsgType::kP2pWriteDone;
 }
 
 }  // namespace
@@ -297,6 +332,9 @@ struct Conn {
   // Inbound SHM write grants whose kShmWriteDone has not come (entered, in grant order;
   // the initiator answers each granted write with one done, in order).
   std::deque<RegionUse*> shm_write_grants;
+  // Inbound: P2P grants' payloads, alive until the connection closes (a short-lived
+  // connection carries one; more than kMaxP2pGrants is a protocol violation).
+  std::deque<std::string> p2p_grants;
   std::vector<SendItem> out_local;         // responses of one read pass, queued at its end
   std::vector<InboundPart> inbound_local;  // parts of one read pass, recorded at its end
   MemoryRegion region{};                   // the last region a request named...
@@ -657,6 +695,32 @@ class Worker {
         c.out_local.push_back({r, nullptr, 0, 0, nullptr});
         return true;
       }
+      if (type == wire::MsgType::kP2pOpenReq) {
+        if (c.p2p_grants.size() >= kMaxP2pGrants) {
+          *why = StrCat("more than ", kMaxP2pGrants, " P2P open requests on one connection");
+          return false;
+        }
+        std::string payload;
+        wire::WireStatus st = engine_->P2pGrant(h.mem_id, &payload);
+        c.p2p_grants.push_back(std::move(payload));
+        const std::string& g = c.p2p_grants.back();
+        wire::Header r = h;
+        r.type = static_cast<uint8_t>(wire::MsgType::kP2pGrant);
+        r.status = static_cast<uint8_t>(st);
+        r.length = g.size();
+        c.out_local.push_back({r, g.data(), g.size(), 0, nullptr});
+        return true;
+      }
+      if (type == wire::MsgType::kP2pWriteDone) {
+        // The initiator's GPU finished writing transfer `uid` into our memory: record
+        // it (before the acknowledgement leaves, like a TCP write's ack).
+        Account(c, h, static_cast<wire::WireStatus>(h.status));
+        wire::Header r = h;
+        r.type = static_cast<uint8_t>(wire::MsgType::kP2pDoneAck);
+        r.status = static_cast<uint8_t>(wire::WireStatus::kOk);
+        c.out_local.push_back({r, nullptr, 0, 0, nullptr});
+        return true;
+      }
       *why = StrCat("unexpected message type ", int(h.type), " from an initiator");
       return false;
     }
@@ -695,6 +759,9 @@ class Worker {
         (p.type == wire::MsgType::kShmWriteReq || p.type == wire::MsgType::kShmReadReq)) {
       OnShmGrant(c, p, h, status);
       return true;
+    }
+    if (type == wire::MsgType::kP2pDoneAck && p.type == wire::MsgType::kP2pWriteDone) {
+      return true;  // the transfer completed when its copy did; this was the announcement
     }
     if (type == wire::MsgType::kShmDoneAck && p.type == wire::MsgType::kShmWriteDone) {
       if (p.record_id != SubmissionLedger::kNoRecord) {
@@ -1012,6 +1079,7 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
 IoEngine::~IoEngine() { Shutdown(); }
 
 void IoEngine::Shutdown() {
+  p2p_.reset();  // finishes every copy in flight while the ledger and connections exist
   for (auto& w : workers_) w->Stop();
   workers_.clear();  // closes every connection, failing what was pending
   if (listen_fd_ >= 0) ::close(listen_fd_);
@@ -1060,6 +1128,8 @@ BackendChoiceInput IoEngine::ChoiceInput(const Peer& peer, MemoryLocationType lo
   in.remote_loc = remote_loc;
   in.local_shm = shm_created_;
   in.remote_shm = peer.remote_shm && peer.pid > 0;
+  in.local_p2p = p2p_ != nullptr;
+  in.remote_p2p = peer.remote_p2p;
   in.cma_ok = shm_self_ok_;
   in.cma_reason = shm_self_reason_;
   in.override_choice = override_;
@@ -1097,21 +1167,8 @@ std::string IoEngine::ProbeShmPeer(int fd, const Peer& peer) {
     return "the probe request could not be sent: " + error;
   }
   wire::Header ack{};
-  size_t got = 0;
-  while (got < kHdr) {
-    ssize_t n = ::recv(fd, reinterpret_cast<char*>(&ack) + got, kHdr - got, 0);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, timeout) == 1) continue;
-      return StrCat("no answer to the probe within ", timeout, " ms");
-    }
-    return n == 0 ? std::string("the peer closed the connection during the probe")
-                  : "receiving the probe answer failed: " + ErrnoText(errno);
+  if (!RecvAll(fd, reinterpret_cast<char*>(&ack), kHdr, timeout, &error)) {
+    return "the probe got no answer: " + error;
   }
   if (ack.type != static_cast<uint8_t>(wire::MsgType::kShmProbeAck) ||
       ack.version != wire::kVersion) {
@@ -1143,6 +1200,8 @@ MemoryRegion IoEngine::RegisterMemory(uintptr_t addr, uint64_t size, int device_
   MORI_CHECK_ARG(addr != 0 || size == 0, "register_memory: null pointer with size ", size);
   MORI_CHECK_ARG(loc == MemoryLocationType::CPU || loc == MemoryLocationType::GPU,
                  "register_memory: location must be CPU or GPU");
+  MORI_CHECK_ARG(loc != MemoryLocationType::GPU || device_id >= 0,
+                 "register_memory: GPU memory needs its device id (got ", device_id, ")");
   std::unique_lock<std::shared_mutex> lock(mem_mu_);
   MemoryRegion r{next_mem_id_++, addr, size, device_id, loc, std::make_shared<RegionUse>()};
   memory_[r.id] = r;
@@ -1171,6 +1230,7 @@ void IoEngine::DeregisterMemory(uint64_t id) {
   }
   memory_.erase(it);
   memory_epoch_.fetch_add(1, std::memory_order_release);
+  if (p2p_) p2p_->Forget(id);
 }
 
 MemoryRegion IoEngine::LocalRegion(uint64_t id) const {
@@ -1203,7 +1263,8 @@ IoEngine::Lookup IoEngine::CheckTarget(uint64_t mem_id, uint64_t offset, uint64_
 }
 
 void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
-                                    const std::string& host_id, int pid, bool remote_shm) {
+                                    const std::string& host_id, int pid, bool remote_shm,
+                                    bool remote_p2p) {
   MORI_CHECK_ARG(!key.empty(), "register_remote_engine: empty engine key");
   auto peer = std::make_shared<Peer>();
   peer->key = key;
@@ -1212,6 +1273,7 @@ void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& h
   peer->host_id = host_id;
   peer->pid = pid;
   peer->remote_shm = remote_shm;
+  peer->remote_p2p = remote_p2p;
   std::shared_ptr<Peer> old;
   {
     std::unique_lock<std::shared_mutex> lock(peer_mu_);
@@ -1494,10 +1556,14 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
                     StrCat("remote engine '", remote_key, "' is not registered with engine '", key_,
                            "': call register_remote_engine with its EngineDesc"));
   }
-  if (local.loc != MemoryLocationType::CPU) {
-    return Finished(StatusCode::ERR_INVALID_ARGS,
-                    StrCat("local memory ", local.id,
-                           " is GPU memory, which the TCP backend does not move yet"));
+  const bool gpu = local.loc != MemoryLocationType::CPU || remote_loc != MemoryLocationType::CPU;
+  const bool p2p = gpu && UseP2p(*peer, local.loc, remote_loc);
+  if (gpu && !p2p) {
+    return Finished(
+        StatusCode::ERR_INVALID_ARGS,
+        StrCat(verb, " between local memory ", local.id, " and memory ", remote_mem, " of '",
+               remote_key, "' involves GPU memory, which the TCP backend does not move yet (",
+               ChooseBackend(ChoiceInput(*peer, local.loc, remote_loc)).reason, ")"));
   }
   uint64_t chunk = tcp_config_.enable_chunking ? tcp_config_.chunk_size : ~uint64_t{0};
   uint64_t parts = 0;
@@ -1533,6 +1599,7 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
     peer->MarkFailed(connect_error);
     return Finished(StatusCode::ERR_PEER_LOST, connect_error);
   }
+  if (p2p) return SubmitP2p(op, local, peer, pc, remote_mem, spans, n, uid);
   if (parts == 0) return Finished(StatusCode::SUCCESS, {});
   const bool shm = pc->host_choice.backend == BackendType::kShm &&
                    remote_loc == MemoryLocationType::CPU &&
@@ -1610,6 +1677,196 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
                           "; register it again to retry"));
     }
   }
+  return state;
+}
+
+void IoEngine::CreateP2pBackend(const P2pBackendConfig& config) {
+  MORI_CHECK_ARG(p2p_ == nullptr, "engine '", key_, "' already has a P2P backend");
+  auto backend = std::make_unique<P2pBackend>(config);  // throws where CUDA is missing
+  if (workers_.empty()) CreateTcpBackend(TcpBackendConfig{});
+  p2p_ = std::move(backend);
+}
+
+wire::WireStatus IoEngine::P2pGrant(uint64_t mem_id, std::string* payload) {
+  if (!p2p_) return wire::WireStatus::kNoP2p;
+  MemoryRegion r;
+  if (!FindRegion(mem_id, &r)) return wire::WireStatus::kUnknownMemory;
+  if (r.loc != MemoryLocationType::GPU) return wire::WireStatus::kNotGpuMemory;
+  try {
+    *payload = p2p_->Export(r.id, r.addr, r.size, r.device_id);
+  } catch (const std::exception& e) {
+    *payload = e.what();
+    MORI_LOG_WARN(kIo, "engine '", key_, "': P2P export of memory ", mem_id, " failed: ", e.what());
+    return wire::WireStatus::kExportFailed;
+  }
+  // Deregistered meanwhile: do not hand out a mapping of memory the caller may free.
+  if (!FindRegion(mem_id, &r)) {
+    p2p_->Forget(mem_id);
+    payload->clear();
+    return wire::WireStatus::kUnknownMemory;
+  }
+  return wire::WireStatus::kOk;
+}
+
+int IoEngine::P2pMappingKind(const std::string& remote_key, uint64_t mem_id) {
+  std::shared_ptr<Peer> peer = FindPeer(remote_key);
+  if (!peer) return -1;
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  auto it = peer->p2p_maps.find(mem_id);
+  return it == peer->p2p_maps.end() ? -1 : it->second->kind;
+}
+
+bool IoEngine::UseP2p(const Peer& peer, MemoryLocationType local_loc,
+                      MemoryLocationType remote_loc) const {
+  return p2p_ != nullptr && peer.remote_p2p && local_loc == MemoryLocationType::GPU &&
+         remote_loc == MemoryLocationType::GPU && override_ != BackendOverride::kTcp &&
+         !peer.host_id.empty() && peer.host_id == host_id_;
+}
+
+std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>& peer,
+                                                    uint64_t mem_id, int device, StatusCode* code,
+                                                    std::string* error) {
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  auto it = peer->p2p_maps.find(mem_id);
+  if (it != peer->p2p_maps.end()) return it->second;
+  // Ask on a connection of its own: a blocking request/answer, once per remote region.
+  const int timeout = tcp_config_.peer_timeout_ms;
+  std::string why;
+  int fd = ConnectTo(peer->host, peer->port, timeout, &why);
+  auto fail = [&](StatusCode c, const std::string& text) {
+    if (fd >= 0) ::close(fd);
+    *code = c;
+    *error =
+        StrCat("P2P: cannot map memory ", mem_id, " of remote engine '", peer->key, "': ", text);
+    return nullptr;
+  };
+  if (fd < 0) return fail(StatusCode::ERR_PEER_LOST, why);
+  wire::Header h{};
+  h.type = static_cast<uint8_t>(wire::MsgType::kHello);
+  h.version = wire::kVersion;
+  h.length = key_.size();
+  std::string msg(reinterpret_cast<const char*>(&h), kHdr);
+  msg += key_;
+  h = wire::Header{};
+  h.type = static_cast<uint8_t>(wire::MsgType::kP2pOpenReq);
+  h.version = wire::kVersion;
+  h.mem_id = mem_id;
+  msg.append(reinterpret_cast<const char*>(&h), kHdr);
+  wire::Header r{};
+  if (!SendAll(fd, msg.data(), msg.size(), timeout, &why) ||
+      !RecvAll(fd, reinterpret_cast<char*>(&r), kHdr, timeout, &why)) {
+    return fail(StatusCode::ERR_PEER_LOST, why);
+  }
+  if (r.type != static_cast<uint8_t>(wire::MsgType::kP2pGrant) || r.version != wire::kVersion ||
+      r.length > kMaxP2pGrantBytes) {
+    return fail(StatusCode::ERROR, StrCat("unexpected answer (type ", int(r.type), ", version ",
+                                          r.version, ", ", r.length, " bytes)"));
+  }
+  std::string payload(r.length, '\0');
+  if (!RecvAll(fd, payload.data(), payload.size(), timeout, &why)) {
+    return fail(StatusCode::ERR_PEER_LOST, why);
+  }
+  auto status = static_cast<wire::WireStatus>(r.status);
+  if (status != wire::WireStatus::kOk) {
+    std::string text = WireStatusText(status);
+    if (!payload.empty()) text += ": " + payload;
+    return fail(WireStatusCode(status), text);
+  }
+  ::close(fd);
+  fd = -1;
+  std::shared_ptr<P2pMapping> m;
+  try {
+    m = p2p_->Import(UnpackP2pExport(payload.data(), payload.size()), device);
+  } catch (const std::exception& e) {
+    return fail(StatusCode::ERROR, e.what());
+  }
+  peer->p2p_maps.emplace(mem_id, m);
+  return m;
+}
+
+namespace {
+// Announces a completed P2P write to its target (which records the inbound status);
+// dropped if the connection is gone, as the transfer itself already succeeded.
+void NotifyP2pWrite(const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
+                    uint64_t bytes) {
+  Conn& c = *conn;
+  wire::Header d{};
+  d.type = static_cast<uint8_t>(wire::MsgType::kP2pWriteDone);
+  d.status = static_cast<uint8_t>(wire::WireStatus::kOk);
+  d.version = wire::kVersion;
+  d.num_parts = 1;
+  d.uid = uid;
+  d.mem_id = mem_id;
+  d.length = bytes;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.dead) return;
+  if (c.pending.empty()) c.progress_ns = NowNs();
+  c.sendq.push_back({d, nullptr, 0, 0, nullptr});
+  c.pending.push_back({SubmissionLedger::kNoRecord, wire::MsgType::kP2pWriteDone, nullptr, bytes,
+                       mem_id, 0, uid, 1});
+  if (c.worker->FlushLocked(c) != 0) ::shutdown(c.fd, SHUT_RDWR);
+}
+}  // namespace
+
+static_assert(sizeof(TransferSpan) == sizeof(P2pSpan) &&
+                  offsetof(TransferSpan, local_offset) == offsetof(P2pSpan, local_offset) &&
+                  offsetof(TransferSpan, remote_offset) == offsetof(P2pSpan, remote_offset) &&
+                  offsetof(TransferSpan, size) == offsetof(P2pSpan, size),
+              "TransferSpan and P2pSpan share one layout");
+
+std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& local,
+                                                   const std::shared_ptr<Peer>& peer,
+                                                   PeerConnections* pc, uint64_t remote_mem,
+                                                   const TransferSpan* spans, size_t n,
+                                                   uint64_t uid) {
+  StatusCode code = StatusCode::SUCCESS;
+  std::string error;
+  std::shared_ptr<P2pMapping> remote =
+      P2pMappingFor(peer, remote_mem, local.device_id, &code, &error);
+  if (!remote) return Finished(code, std::move(error));
+  // The target's registered size, not the caller's MemoryDesc, bounds the copy: a
+  // forged or stale descriptor cannot reach past what the target exported.
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TransferSpan& s = spans[i];
+    if (s.size > remote->size || s.remote_offset > remote->size - s.size) {
+      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+                      StrCat(op == Op::kWrite ? "write " : "read ", i, ": remote range [",
+                             s.remote_offset, ", +", s.size, ") exceeds memory ", remote_mem,
+                             " as registered with '", peer->key, "' (", remote->size, " bytes)"));
+    }
+    bytes += s.size;
+  }
+  if (bytes == 0) return Finished(StatusCode::SUCCESS, {});
+  RegionUse* use = local.use.get();
+  if (use != nullptr && !use->Enter()) {
+    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
+                                                  " was deregistered from engine '", key_, "'"));
+  }
+  uint64_t rid = ledger_->Admit();
+  if (rid == SubmissionLedger::kNoRecord) {
+    if (use != nullptr) use->Leave();
+    return Finished(StatusCode::ERR_BAD_STATE,
+                    StrCat("too many transfers in flight: ", ledger_->window(),
+                           " records span the submission ledger's admission limit of ",
+                           ledger_->admission_limit(), "; wait for earlier transfers"));
+  }
+  auto state = std::make_shared<TransferState>();
+  state->SetInProgress();
+  TransferRecord* rec = ledger_->Lookup(rid);
+  rec->state = state;
+  rec->local_use = use;
+  rec->parts_left.store(1, std::memory_order_release);
+  std::shared_ptr<Conn> conn;
+  if (op == Op::kWrite) {
+    conn = pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()];
+  }
+  p2p_->Submit(op == Op::kWrite, local.device_id, reinterpret_cast<char*>(local.addr),
+               std::move(remote), reinterpret_cast<const P2pSpan*>(spans), n,
+               [this, rid, conn, uid, remote_mem, bytes](StatusCode c, std::string m) {
+                 CompletePart(rid, c, m);
+                 if (conn && c == StatusCode::SUCCESS) NotifyP2pWrite(conn, uid, remote_mem, bytes);
+               });
   return state;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend_select.hpp"
+#include "p2p_backend.hpp"
 #include "submission_ledger.hpp"
 #include "transfer_state.hpp"
 #include "wire_protocol.hpp"
@@ -103,6 +104,10 @@ struct Peer {
   std::string fail_reason;               // written once before `failed` is set
   std::mutex fail_mu;
   std::atomic<uint32_t> next_conn{0};
+  bool remote_p2p = false;  // its EngineDesc lists P2P
+  // Its GPU regions mapped here (P2P), by its memory id; opened on first use.
+  std::mutex p2p_mu;
+  std::unordered_map<uint64_t, std::shared_ptr<P2pMapping>> p2p_maps;
 
   void MarkFailed(const std::string& reason);
   std::string FailReason();
@@ -179,6 +184,17 @@ class IoEngine {
   // with CMA; without a TCP backend it starts the reactors with the default config.
   void CreateShmBackend();
   bool HasShmBackend() const { return shm_created_; }
+  // P2P moves GPU memory between engines of one host through CUDA IPC; its control
+  // messages ride on the TCP connections (started with defaults if TCP was not).
+  // Throws NotSupportedError where CUDA or a device is missing.
+  void CreateP2pBackend(const P2pBackendConfig& config);
+  bool HasP2pBackend() const { return p2p_ != nullptr; }
+  // Target side of kP2pOpenReq: the packed export of registered GPU region `mem_id`
+  // into *payload, or a refusal (with its text in *payload).
+  wire::WireStatus P2pGrant(uint64_t mem_id, std::string* payload);
+  // How remote region `mem_id` of `remote_key` is mapped here: -1 not (yet), 0 directly
+  // (same process), else the P2pExport::Kind it was imported from.
+  int P2pMappingKind(const std::string& remote_key, uint64_t mem_id);
   const std::string& host_id() const { return host_id_; }
   void SetBackendOverride(BackendOverride o) { override_ = o; }
   BackendOverride backend_override() const { return override_; }
@@ -194,7 +210,8 @@ class IoEngine {
   MemoryRegion LocalRegion(uint64_t id) const;
 
   void RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
-                            const std::string& host_id = {}, int pid = 0, bool remote_shm = false);
+                            const std::string& host_id = {}, int pid = 0, bool remote_shm = false,
+                            bool remote_p2p = false);
   void DeregisterRemoteEngine(const std::string& key);
   bool HasRemoteEngine(const std::string& key) const;
 
@@ -253,6 +270,16 @@ class IoEngine {
   // Asks the peer over `fd` (not yet in a reactor) for its cookie and reads it with
   // CMA; "" when that worked, else why not.
   std::string ProbeShmPeer(int fd, const Peer& peer);
+  // Whether transfers between these locations and `peer` go through P2P.
+  bool UseP2p(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
+  // The mapping of the peer's region `mem_id` for copies by `device`, asking the peer
+  // for its export on first use; nullptr with *code/*error set if refused or failed.
+  std::shared_ptr<P2pMapping> P2pMappingFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id,
+                                            int device, StatusCode* code, std::string* error);
+  std::shared_ptr<TransferState> SubmitP2p(Op op, const MemoryRegion& local,
+                                           const std::shared_ptr<Peer>& peer, PeerConnections* pc,
+                                           uint64_t remote_mem, const TransferSpan* spans, size_t n,
+                                           uint64_t uid);
   void Shutdown();
 
   std::string key_;
@@ -298,6 +325,9 @@ class IoEngine {
 
   std::atomic<uint64_t> next_uid_{1};
   std::unique_ptr<SubmissionLedger> ledger_;
+  // Last: destroyed (its completion thread joined, finishing every copy) before the
+  // ledger and connections its callbacks use; Shutdown resets it first.
+  std::unique_ptr<P2pBackend> p2p_;
 };
 
 }  // namespace mori::io

@@ -18,6 +18,8 @@ PYBIND11_MODULE(_C, m) {
       .value("SHM", mori::io::BackendType::kShm)
       .value("P2P", mori::io::BackendType::kP2P)
       .value("RDMA", mori::io::BackendType::kRdma);
+  // MORI's name for its same-host GPU backend (AMD's XGMI link): the same member.
+  m.attr("BackendType").attr("XGMI") = m.attr("BackendType").attr("P2P");
 
   m.def(
       "probe_backend",

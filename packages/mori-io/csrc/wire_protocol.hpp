@@ -30,6 +30,14 @@ enum class MsgType : uint8_t {
   kShmWriteDone = 11,  // the initiator copied a granted write (status kOk) or failed to
                        // (kCopyFailed); the target accounts the part, answers kShmDoneAck
   kShmDoneAck = 12,
+  // P2P (same host, GPU memory, CUDA IPC): the initiator asks once per remote region,
+  // on a short-lived connection, for the region's export and maps it; its GPU then
+  // copies with no message per transfer. A completed write is announced afterwards.
+  kP2pOpenReq = 13,    // mem_id; answered kP2pGrant
+  kP2pGrant = 14,      // status; payload: the packed P2pExport (kOk) or the refusal's text
+  kP2pWriteDone = 15,  // the bytes of transfer uid are in place in mem_id; answered
+                       // kP2pDoneAck (the target records the inbound status first)
+  kP2pDoneAck = 16,
 };
 
 enum class WireStatus : uint8_t {
@@ -39,9 +47,12 @@ enum class WireStatus : uint8_t {
   kNotHostMemory = 3,  // the region is GPU memory: not served over TCP yet
   kNoShm = 4,          // an SHM request to an engine without the SHM backend
   kCopyFailed = 5,     // kShmWriteDone: the initiator's CMA copy failed
+  kNoP2p = 6,          // a P2P request to an engine without the P2P backend
+  kNotGpuMemory = 7,   // kP2pOpenReq for host memory
+  kExportFailed = 8,   // the region could not be exported (the payload says why)
 };
 
-inline constexpr uint16_t kVersion = 2;  // 2: the kShm* messages
+inline constexpr uint16_t kVersion = 3;  // 2: the kShm* messages; 3: kP2p*
 
 struct Header {
   uint8_t type;

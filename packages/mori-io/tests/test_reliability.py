@@ -120,7 +120,7 @@ def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
 
 
 HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
-VERSION = 2  # mem_id, offset, length
+VERSION = 3  # mem_id, offset, length
 
 
 def _raw_initiator(target, key=b"raw"):

@@ -26,7 +26,12 @@ send/recv (``mori.io._C.raw_socket_stream``); ``RawAckBW`` waits for a one-byte
 answer after each message (one round trip per message, the pattern of a single
 acknowledged write). ``%Raw`` is AvgBW / RawBW. With ``--backend shm`` the limit is
 a native memcpy of the same size in one process (``mori.io._C.memcpy_stream``):
-``RawBW`` is then that memcpy bandwidth and ``RawAckBW`` is not measured.
+``RawBW`` is then that memcpy bandwidth and ``RawAckBW`` is not measured. With
+``--backend p2p`` (GPU memory; the initiator on GPU 0, the target on GPU 1 when there
+is one) the limit is torch's device-to-device copy between the same two GPUs
+(``cudaMemcpyPeerAsync`` across GPUs) in the initiator's process: ``RawBW`` streams the
+iterations' copies with one synchronisation at the end, ``RawAckBW`` synchronises after
+each iteration as the engine's loop waits for its statuses.
 """
 
 from __future__ import annotations
@@ -83,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--preset", choices=sorted(PRESETS), help="MORI's regimes (flags still win)")
     p.add_argument(
-        "--backend", default="tcp", choices=["tcp", "shm"],
-        help="tcp, or shm (same host, CMA; checked to be the backend actually chosen)",
+        "--backend", default="tcp", choices=["tcp", "shm", "p2p", "xgmi"],
+        help="tcp, shm (same host, CMA) or p2p (alias xgmi: same host, GPU memory, CUDA "
+        "IPC); checked to be the backend actually chosen",
     )  # fmt: skip
     p.add_argument("--op-type", default="write", choices=["read", "write"])
     p.add_argument("--buffer-size", type=_size, default=1 << 20, help="bytes per transfer")
@@ -96,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-chunking", action="store_true")
     p.add_argument("--chunk-size", type=_size, default=1 << 20)
     p.add_argument("--sock-buf-bytes", type=_size, default=0, help="0: kernel autotuning")
+    p.add_argument("--p2p-max-blocks", type=int, default=64, help="SMs of a P2P batch kernel")
+    p.add_argument("--p2p-num-streams", type=int, default=4, help="P2P copy streams per GPU")
     p.add_argument("--all", action="store_true", help="sweep the message size (powers of 2)")
     p.add_argument("--sweep-start-size", type=_size, default=8)
     p.add_argument("--sweep-max-size", type=_size, default=1 << 20)
@@ -114,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a bandwidth plot here (needs matplotlib)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the whole run")
     return p
+
+
+def _is_p2p(args) -> bool:
+    return args.backend in ("p2p", "xgmi")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -155,7 +167,7 @@ def machine() -> dict:
 
 
 def _engine(args, rank: int):
-    from mori.io import BackendType, IOEngine, IOEngineConfig, TcpBackendConfig
+    from mori.io import BackendType, IOEngine, IOEngineConfig, P2pBackendConfig, TcpBackendConfig
 
     host = args.host
     if host is None:
@@ -172,6 +184,11 @@ def _engine(args, rank: int):
     eng.create_backend(BackendType.TCP, cfg)
     if args.backend == "shm":
         eng.create_backend(BackendType.SHM)
+    if _is_p2p(args):
+        eng.create_backend(
+            BackendType.P2P,
+            P2pBackendConfig(num_streams=args.p2p_num_streams, max_blocks=args.p2p_max_blocks),
+        )
     return eng
 
 
@@ -239,6 +256,40 @@ def _memcpy(size: int, count: int) -> float:
     return r["bytes"] / r["seconds"] / 1e9
 
 
+def _peer_copy(size: int, batch: int, iters: int, src_dev, dst_dev) -> tuple[float, float]:
+    """(streamed GB/s, GB/s with a synchronisation per iteration) of torch device copies
+    of ``batch`` x ``size`` bytes from ``src_dev`` to ``dst_dev``."""
+    import torch
+
+    src = torch.full((size * batch,), 7, dtype=torch.uint8, device=src_dev)
+    dst = torch.empty((size * batch,), dtype=torch.uint8, device=dst_dev)
+
+    def one():
+        for j in range(batch):
+            dst[j * size : (j + 1) * size].copy_(src[j * size : (j + 1) * size], non_blocking=True)
+
+    with torch.cuda.device(src_dev):
+        for _ in range(4):
+            one()
+        torch.cuda.synchronize(src_dev)
+        torch.cuda.synchronize(dst_dev)
+        count = max(iters, (256 << 20) // (size * batch))
+        t0 = time.perf_counter()
+        for _ in range(count):
+            one()
+        torch.cuda.synchronize(src_dev)
+        torch.cuda.synchronize(dst_dev)
+        streamed = size * batch * count / (time.perf_counter() - t0) / 1e9
+        lat = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            one()
+            torch.cuda.synchronize(src_dev)
+            torch.cuda.synchronize(dst_dev)
+            lat.append(time.perf_counter() - t0)
+    return streamed, size * batch / statistics.fmean(lat) / 1e9
+
+
 def run_worker(args) -> list[dict] | None:
     """Both ranks call this; rank 0 returns the rows, rank 1 None."""
     import numpy as np
@@ -252,10 +303,19 @@ def run_worker(args) -> list[dict] | None:
     rank = bs.rank
     sizes = sizes_of(args)
     batch = args.transfer_batch_size
-    buf = np.zeros(max(sizes) * batch, np.uint8)  # zeros + fill below: pages touched
-    buf.fill(0xFF)
     eng = _engine(args, rank)
-    mem = eng.register_array(buf)
+    if _is_p2p(args):
+        import torch
+
+        ngpu = torch.cuda.device_count()
+        gpus = [torch.device("cuda", 0), torch.device("cuda", min(1, ngpu - 1))]
+        torch.cuda.set_device(gpus[rank])
+        buf = torch.full((max(sizes) * batch,), 0xFF, dtype=torch.uint8, device=gpus[rank])
+        mem = eng.register_torch_tensor(buf)
+    else:
+        buf = np.zeros(max(sizes) * batch, np.uint8)  # zeros + fill below: pages touched
+        buf.fill(0xFF)
+        mem = eng.register_array(buf)
     descs = bs.all_gather(eng.get_engine_desc().pack())
     mems = bs.all_gather(mem.pack())
     peer = EngineDesc.unpack(descs[1 - rank])
@@ -264,7 +324,7 @@ def run_worker(args) -> list[dict] | None:
     sess = eng.create_session(mem, remote) if (rank == 0 and args.enable_sess) else None
     if rank == 0:
         chosen, why = eng.backend_for(mem, remote)
-        if chosen.lower() != args.backend:
+        if chosen.lower() != ("p2p" if _is_p2p(args) else args.backend):
             raise SystemExit(f"--backend {args.backend} asked, but the pair uses {chosen}: {why}")
 
     rows = []
@@ -278,6 +338,8 @@ def run_worker(args) -> list[dict] | None:
         pattern = si % 251
         source = (rank == 0) == (args.op_type == "write")
         buf[:total] = pattern if source else 0xFF
+        if _is_p2p(args):
+            torch.cuda.synchronize()  # the engine's copies run on streams of their own
         bs.barrier()  # both buffers are set before the first transfer
         reps = []
         for _ in range(args.reps):
@@ -309,7 +371,10 @@ def run_worker(args) -> list[dict] | None:
                 "cpu_us_init": cpu / n * 1e6,
                 "cpu_us_target": cpu_target / n * 1e6,
             }
-            if not args.no_baseline and args.backend == "shm":
+            if not args.no_baseline and _is_p2p(args):
+                rep["raw_bw"], rep["raw_ack_bw"] = _peer_copy(size, batch, args.iters, *gpus)
+                rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
+            elif not args.no_baseline and args.backend == "shm":
                 count = min(max(n, (256 << 20) // size), 200_000)
                 rep["raw_bw"] = _memcpy(size, count)
                 rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
@@ -323,7 +388,7 @@ def run_worker(args) -> list[dict] | None:
                 )
                 rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
             reps.append(rep)
-        if not (buf[:total] == pattern).all():
+        if not bool((buf[:total] == pattern).all()):
             raise RuntimeError(f"size {size}: bytes at the destination differ from the source")
         bs.barrier()
         if rank == 0:

@@ -71,6 +71,25 @@ class ShmBackendConfig:
     the TCP backend's connections (created with defaults if TCP was not)."""
 
 
+@dataclasses.dataclass
+class P2pBackendConfig:
+    """P2P backend settings (MORI's XGMI backend; same host, GPU memory, CUDA IPC).
+
+    num_streams: copy streams per GPU, used round robin by transfers. max_blocks: SMs
+    (blocks of 512 threads) one gather/scatter kernel may occupy. A transfer of at least
+    kernel_min_spans spans whose mean span is at most kernel_max_mean_span bytes is moved
+    by one kernel launch; others by one cudaMemcpyAsync per span (copy engines)."""
+
+    num_streams: int = 4
+    max_blocks: int = 64
+    kernel_min_spans: int = 2
+    kernel_max_mean_span: int = 4 << 20
+
+
+#: MORI's name for the same-host GPU backend (AMD's XGMI link) is accepted too.
+XgmiBackendConfig = P2pBackendConfig
+
+
 class _DLTensor(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
@@ -167,15 +186,24 @@ class IOEngine:
 
     # -- engine ----------------------------------------------------------------------
     def create_backend(self, type: BackendType, config: Any = None) -> None:
-        """Start a backend: BackendType.TCP (TcpBackendConfig) or BackendType.SHM
-        (ShmBackendConfig). Create TCP first to configure the connections SHM uses."""
+        """Start a backend: BackendType.TCP (TcpBackendConfig), BackendType.SHM
+        (ShmBackendConfig) or BackendType.P2P (P2pBackendConfig; raises
+        NotSupportedError without CUDA or a GPU). Create TCP first to configure the
+        connections SHM and P2P send their control messages on."""
         if type == BackendType.SHM:
             self._engine.create_shm_backend()
             self._backends.append(type.name)
             return
+        if type == BackendType.P2P:
+            c = config or P2pBackendConfig()
+            self._engine.create_p2p_backend(
+                c.num_streams, c.max_blocks, c.kernel_min_spans, c.kernel_max_mean_span
+            )
+            self._backends.append(type.name)
+            return
         if type != BackendType.TCP:
             raise mori.core.NotSupportedError(
-                f"backend {type.name} is not implemented yet (TCP and SHM are)"
+                f"backend {type.name} is not implemented yet (TCP, SHM and P2P are)"
             )
         c = config or TcpBackendConfig()
         self._engine.create_tcp_backend(
@@ -195,13 +223,14 @@ class IOEngine:
         """Make a remote engine reachable; registering again reconnects (after a failure)."""
         self._engine.register_remote_engine(
             engine_desc.key, engine_desc.host, engine_desc.port, engine_desc.host_id,
-            engine_desc.pid, "SHM" in engine_desc.backends,
+            engine_desc.pid, "SHM" in engine_desc.backends, "P2P" in engine_desc.backends,
         )  # fmt: skip
 
     def backend_for(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> tuple[str, str]:
-        """(backend name, reason) that transfers between these two regions use: SHM for
-        host memory of two engines on one host when both created SHM and CMA works
-        (probed against the peer on first use, connecting if needed), else TCP."""
+        """(backend name, reason) that transfers between these two regions use: P2P for
+        GPU memory of two engines on one host when both created P2P; SHM for host
+        memory of two engines on one host when both created SHM and CMA works (probed
+        against the peer on first use, connecting if needed); else TCP."""
         self._check_local(local_mem)
         return self._engine.backend_for(local_mem.loc, remote_mem.engine_key, remote_mem.loc)
 
@@ -350,7 +379,8 @@ def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) 
 
 __all__: Sequence[str] = [
     "BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession",
-    "MemoryDesc", "MemoryLocationType", "ShmBackendConfig", "StatusCode", "TcpBackendConfig",
+    "MemoryDesc", "MemoryLocationType", "P2pBackendConfig", "ShmBackendConfig", "StatusCode",
+    "TcpBackendConfig", "XgmiBackendConfig",
     "TransferStatus",
     "wait_all",
 ]  # fmt: skip
