@@ -307,6 +307,12 @@ max_inbound_statuses cap dropped (oldest first).)doc")
       py::arg("local_p2p") = false, py::arg("remote_p2p") = false,
       R"doc(The engine's per-pair backend choice as a pure function: (name, reason).)doc");
 
+  m.def("cuda_peer_copy_seconds", &CudaPeerCopySeconds, py::arg("src_dev"), py::arg("dst_dev"),
+        py::arg("size"), py::arg("batch"), py::arg("iters"), py::arg("sync_each"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Seconds for `iters` rounds of `batch` cudaMemcpyPeerAsync copies of `size` bytes "
+        "(the P2P benchmark's reference).");
+
   // The P2P export's wire form, for tests (hardware independent).
   m.def(
       "pack_p2p_export",

@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -47,6 +48,9 @@ std::shared_ptr<P2pMapping> P2pBackend::Import(const P2pExport&, int) {
 void P2pBackend::Submit(bool, int, char*, std::shared_ptr<P2pMapping>, const P2pSpan*, size_t,
                         P2pDone done) {
   done(StatusCode::ERR_BAD_STATE, "P2P backend: " + Unavailable());
+}
+double CudaPeerCopySeconds(int, int, uint64_t, int, int, bool) {
+  MORI_THROW(NotSupportedError, "peer copy baseline: ", P2pBackend::Unavailable());
 }
 
 #else
@@ -132,6 +136,17 @@ int PidfdGetFd(int pid, int fd, std::string* error) {
 #endif
 }
 
+// Makes `device` current for the scope with its primary context bound to this thread:
+// the driver calls below need a current context, which a thread that only ever ran
+// cudaGetDevice (a reactor, the completion thread) does not have.
+class BoundDevice {
+ public:
+  explicit BoundDevice(int device) : scope_(device) { MORI_CUDA_CHECK(cudaSetDevice(device)); }
+
+ private:
+  cuda::ScopedDevice scope_;
+};
+
 // Pinned, device-mapped descriptor buffers, reused by power-of-two capacity.
 class DescPool {
  public:
@@ -204,7 +219,9 @@ struct P2pBackend::Impl {
 
   std::mutex q_mu;
   std::condition_variable q_cv;
-  std::vector<Inflight> queue;  // submitted, not yet taken by the completion thread
+  std::vector<Inflight> queue;      // submitted, not yet taken by the completion thread
+  std::atomic<uint64_t> queued{0};  // pushes so far: the idle spin watches it lock-free
+  bool sleeping = false;            // the completion thread waits on q_cv (under q_mu)
   bool stop = false;
   std::thread poller;
 
@@ -250,17 +267,32 @@ struct P2pBackend::Impl {
     done(code, std::move(message));
   }
 
-  // Polls the events of submitted copies; spins (yielding) while any is outstanding,
-  // sleeps when none is.
+  // Polls the events of submitted copies; spins (yielding) while any is outstanding
+  // and for kIdleSpin after the last, so back-to-back transfers find it awake (no
+  // futex wake-up on their path); sleeps after that.
   void Poll() {
+    static constexpr auto kIdleSpin = std::chrono::microseconds(200);
     std::vector<Inflight> active;
     std::vector<Inflight> incoming;
+    uint64_t seen = 0;
     for (;;) {
+      if (active.empty()) {
+        auto until = std::chrono::steady_clock::now() + kIdleSpin;
+        while (queued.load(std::memory_order_acquire) == seen &&
+               std::chrono::steady_clock::now() < until) {
+          std::this_thread::yield();
+        }
+      }
       {
         std::unique_lock<std::mutex> lock(q_mu);
-        if (active.empty()) q_cv.wait(lock, [&] { return stop || !queue.empty(); });
+        if (active.empty() && queue.empty() && !stop) {
+          sleeping = true;
+          q_cv.wait(lock, [&] { return stop || !queue.empty(); });
+          sleeping = false;
+        }
         if (stop && active.empty() && queue.empty()) return;
         incoming.swap(queue);
+        seen = queued.load(std::memory_order_relaxed);
       }
       for (Inflight& f : incoming) active.push_back(std::move(f));
       incoming.clear();
@@ -345,7 +377,7 @@ std::string P2pBackend::Export(uint64_t region_id, uintptr_t addr, uint64_t size
   }
   MORI_CHECK_ARG(device >= 0 && device < impl_->device_count, "P2P export of memory ", region_id,
                  ": device ", device, " is not a visible GPU (", impl_->device_count, " visible)");
-  cuda::ScopedDevice scope(device);
+  BoundDevice scope(device);
   const Driver& d = GetDriver();
   P2pExport e;
   e.pid = static_cast<int32_t>(::getpid());
@@ -451,7 +483,7 @@ std::shared_ptr<P2pMapping> P2pBackend::Import(const P2pExport& e, int local_dev
                  " (no peer path); use TCP for this pair");
     }
   }
-  cuda::ScopedDevice scope(local_device);
+  BoundDevice scope(local_device);
   if (e.pid == static_cast<int32_t>(::getpid())) {
     // Another engine of this process: the region is addressable as it is.
     if (owner >= 0 && owner != local_device) {
@@ -520,7 +552,8 @@ std::shared_ptr<P2pMapping> P2pBackend::Import(const P2pExport& e, int local_dev
   m->kind = P2pExport::kPosixFd;
   std::vector<P2pExport::Piece> pieces = e.pieces;
   uint64_t map_size = e.map_size;
-  m->unmap = [va, pieces, map_size] {
+  m->unmap = [va, pieces, map_size, local_device] {
+    BoundDevice s(local_device);
     const Driver& drv = GetDriver();
     for (const P2pExport::Piece& p : pieces) drv.MemUnmap(va + p.offset, p.size);
     drv.MemAddressFree(va, map_size);
@@ -589,11 +622,53 @@ void P2pBackend::Submit(bool write, int device, char* local_base,
     f.done(StatusCode::ERROR, StrCat("P2P copy could not be issued: ", ex.what()));
     return;
   }
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(impl_->q_mu);
     impl_->queue.push_back(std::move(f));
+    impl_->queued.fetch_add(1, std::memory_order_release);
+    wake = impl_->sleeping;
   }
-  impl_->q_cv.notify_one();
+  if (wake) impl_->q_cv.notify_one();
+}
+
+double CudaPeerCopySeconds(int src_dev, int dst_dev, uint64_t size, int batch, int iters,
+                           bool sync_each) {
+  MORI_CHECK_ARG(size > 0 && batch > 0 && iters > 0, "peer copy: size ", size, ", batch ", batch,
+                 ", iters ", iters);
+  BoundDevice scope(src_dev);
+  void* src = nullptr;
+  void* dst = nullptr;
+  const size_t bytes = size * static_cast<size_t>(batch);
+  MORI_CUDA_CHECK(cudaMalloc(&src, bytes));
+  {
+    BoundDevice d(dst_dev);
+    MORI_CUDA_CHECK(cudaMalloc(&dst, bytes));
+  }
+  cudaStream_t s;
+  MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto one = [&] {
+    for (int j = 0; j < batch; ++j) {
+      MORI_CUDA_CHECK(cudaMemcpyPeerAsync(static_cast<char*>(dst) + j * size, dst_dev,
+                                          static_cast<char*>(src) + j * size, src_dev, size, s));
+    }
+  };
+  for (int i = 0; i < 4; ++i) one();
+  MORI_CUDA_CHECK(cudaStreamSynchronize(s));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    one();
+    if (sync_each) MORI_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  MORI_CUDA_CHECK(cudaStreamSynchronize(s));
+  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (void)cudaStreamDestroy(s);
+  (void)cudaFree(src);
+  {
+    BoundDevice d(dst_dev);
+    (void)cudaFree(dst);
+  }
+  return sec;
 }
 
 #endif  // MORI_IO_WITH_CUDA

@@ -28,10 +28,11 @@ acknowledged write). ``%Raw`` is AvgBW / RawBW. With ``--backend shm`` the limit
 a native memcpy of the same size in one process (``mori.io._C.memcpy_stream``):
 ``RawBW`` is then that memcpy bandwidth and ``RawAckBW`` is not measured. With
 ``--backend p2p`` (GPU memory; the initiator on GPU 0, the target on GPU 1 when there
-is one) the limit is torch's device-to-device copy between the same two GPUs
-(``cudaMemcpyPeerAsync`` across GPUs) in the initiator's process: ``RawBW`` streams the
+is one) the limit is native ``cudaMemcpyPeerAsync`` between the same two GPUs in the
+initiator's process (``mori.io._C.cuda_peer_copy_seconds``): ``RawBW`` streams the
 iterations' copies with one synchronisation at the end, ``RawAckBW`` synchronises after
-each iteration as the engine's loop waits for its statuses.
+each iteration, as the engine's loop waits for its statuses (what ``cudaMemcpyPeer``,
+the synchronous call, does per copy). ``%Ack`` is AvgBW / RawAckBW.
 """
 
 from __future__ import annotations
@@ -257,37 +258,15 @@ def _memcpy(size: int, count: int) -> float:
 
 
 def _peer_copy(size: int, batch: int, iters: int, src_dev, dst_dev) -> tuple[float, float]:
-    """(streamed GB/s, GB/s with a synchronisation per iteration) of torch device copies
-    of ``batch`` x ``size`` bytes from ``src_dev`` to ``dst_dev``."""
-    import torch
+    """(streamed GB/s, GB/s synchronising after each iteration) of native
+    cudaMemcpyPeerAsync copies of ``batch`` x ``size`` bytes from src_dev to dst_dev."""
+    from mori.io import _C
 
-    src = torch.full((size * batch,), 7, dtype=torch.uint8, device=src_dev)
-    dst = torch.empty((size * batch,), dtype=torch.uint8, device=dst_dev)
-
-    def one():
-        for j in range(batch):
-            dst[j * size : (j + 1) * size].copy_(src[j * size : (j + 1) * size], non_blocking=True)
-
-    with torch.cuda.device(src_dev):
-        for _ in range(4):
-            one()
-        torch.cuda.synchronize(src_dev)
-        torch.cuda.synchronize(dst_dev)
-        count = max(iters, (256 << 20) // (size * batch))
-        t0 = time.perf_counter()
-        for _ in range(count):
-            one()
-        torch.cuda.synchronize(src_dev)
-        torch.cuda.synchronize(dst_dev)
-        streamed = size * batch * count / (time.perf_counter() - t0) / 1e9
-        lat = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            one()
-            torch.cuda.synchronize(src_dev)
-            torch.cuda.synchronize(dst_dev)
-            lat.append(time.perf_counter() - t0)
-    return streamed, size * batch / statistics.fmean(lat) / 1e9
+    count = max(iters, (256 << 20) // (size * batch))
+    s, d = src_dev.index, dst_dev.index
+    streamed = _C.cuda_peer_copy_seconds(s, d, size, batch, count, False)
+    synced = _C.cuda_peer_copy_seconds(s, d, size, batch, iters, True)
+    return size * batch * count / streamed / 1e9, size * batch * iters / synced / 1e9
 
 
 def run_worker(args) -> list[dict] | None:
@@ -387,6 +366,8 @@ def run_worker(args) -> list[dict] | None:
                     size, min(max(n, (8 << 20) // size), 4000), True, args.sock_buf_bytes
                 )
                 rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
+            if rep.get("raw_ack_bw"):
+                rep["pct_raw_ack"] = 100.0 * rep["avg_bw"] / rep["raw_ack_bw"]
             reps.append(rep)
         if not bool((buf[:total] == pattern).all()):
             raise RuntimeError(f"size {size}: bytes at the destination differ from the source")
@@ -430,6 +411,7 @@ COLUMNS = [
     ("RawBW(GB/s)", "raw_bw", ".3f"),
     ("RawAckBW(GB/s)", "raw_ack_bw", ".3f"),
     ("%Raw", "pct_raw", ".0f"),
+    ("%Ack", "pct_raw_ack", ".0f"),
 ]
 
 
