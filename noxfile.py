@@ -81,6 +81,26 @@ def _ensure_gtest(session: nox.Session) -> bool:
     return False
 
 
+def _ensure_ibverbs_headers(session: nox.Session) -> None:
+    """rdma-core's headers, so that mori-io compiles its RDMA backend (which dlopens
+    libibverbs, never links it); installed like GoogleTest. Without them the backend
+    is compiled out and its tests skip what needs it, so failing here only warns."""
+    if glob.glob("/usr/include/infiniband/verbs.h"):
+        return
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        session.log("infiniband/verbs.h missing: installing libibverbs-dev with apt-get")
+        try:
+            session.run("apt-get", "update", "-qq", external=True)
+            session.run(
+                "apt-get", "install", "-y", "-qq", "--no-install-recommends", "libibverbs-dev",
+                external=True, env={"DEBIAN_FRONTEND": "noninteractive"},
+            )  # fmt: skip
+            return
+        except nox.command.CommandFailed:
+            pass
+    session.warn("libibverbs-dev not installed: mori-io's RDMA backend is compiled out")
+
+
 def _cpp_tests(session: nox.Session) -> None:
     if not _ensure_gtest(session):
         return
@@ -121,6 +141,7 @@ def _cpp_tests(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Build all four packages into one venv; run C++ tests, package tests, integration."""
     session.install(TORCH, *TEST_REQUIREMENTS)
+    _ensure_ibverbs_headers(session)
     _install_packages(session, *PACKAGES)
     _cpp_tests(session)
     paths = [str(ROOT / "packages" / p / "tests") for p in PACKAGES]

@@ -9,6 +9,10 @@
 
 namespace py = pybind11;
 
+namespace mori::io {
+void RegisterRdma(py::module_& m);  // rdma_py.cpp
+}  // namespace mori::io
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "mori.io native bindings";
   mori::python::InitExtension(m, "mori.io._C");
@@ -32,4 +36,5 @@ PYBIND11_MODULE(_C, m) {
 
   mori::io::register_engine(m);
   mori::io::register_baseline(m);
+  mori::io::RegisterRdma(m);
 }

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The RDMA payloads of the engine's TCP control messages: a set of QP endpoints (to
+// connect queue pairs) and a region's remote key (to address it with one-sided
+// READ/WRITE). A small versioned binary format, little-endian:
+//
+//   header (8 bytes): magic "mRDM", version (u8, 1), kind (u8: 1 = endpoints,
+//                     2 = region key), count (u16)
+//   endpoints: count entries of 30 bytes: qpn u32, psn u32, lid u16, port u8,
+//              active_mtu u8 (enum ibv_mtu), link_layer u8, reserved u8 (0), gid[16]
+//   region key: count = 1, one entry of 20 bytes: addr u64, length u64, rkey u32
+//
+// Decoding checks the magic, version, kind and the exact length before reading, and
+// the values after (24-bit QPN/PSN, MTU 1..5, a known link layer); anything else is
+// an InvalidArgumentError saying what was wrong, never a partial result.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rdma/qp_attributes.hpp"
+
+namespace mori::io::rdma {
+
+inline constexpr uint8_t kCodecVersion = 1;
+inline constexpr size_t kCodecHeaderBytes = 8;
+inline constexpr size_t kEndpointEntryBytes = 30;
+inline constexpr size_t kRegionKeyEntryBytes = 20;
+inline constexpr size_t kMaxEndpointsPerMessage = 127;  // qp_per_transfer's bound
+
+struct RegionKey {
+  uint64_t addr = 0;    // the virtual address the region was registered at
+  uint64_t length = 0;  // bytes
+  uint32_t rkey = 0;
+};
+
+std::string EncodeEndpoints(const std::vector<EndpointInfo>& endpoints);
+std::vector<EndpointInfo> DecodeEndpoints(const std::string& bytes);
+
+std::string EncodeRegionKey(const RegionKey& key);
+RegionKey DecodeRegionKey(const std::string& bytes);
+
+}  // namespace mori::io::rdma

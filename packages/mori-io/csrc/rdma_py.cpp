@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+// Python bindings of the RDMA backend's pieces: the probe, the loader report, and the
+// hardware-independent functions (plans, encodings, QP transitions, NIC and GID
+// choice) so that tests exercise them without a NIC. The only RDMA file that knows
+// pybind11.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "mori/core/error.hpp"
+#include "rdma/endpoint_codec.hpp"
+#include "rdma/nic_select.hpp"
+#include "rdma/qp_attributes.hpp"
+#include "rdma/rdma_backend.hpp"
+#include "rdma/send_queue.hpp"
+#include "rdma/verbs_loader.hpp"
+#include "rdma/work_request_plan.hpp"
+
+namespace py = pybind11;
+
+namespace mori::io {
+namespace {
+
+using namespace rdma;  // NOLINT: one binding file for the whole area
+
+py::dict TransitionDict(const QpTransition& t) {
+  py::dict av;
+  av["dlid"] = t.av.dlid;
+  av["sl"] = t.av.sl;
+  av["port_num"] = t.av.port_num;
+  av["is_global"] = t.av.is_global;
+  av["dgid"] = py::bytes(reinterpret_cast<const char*>(t.av.dgid.data()), 16);
+  av["sgid_index"] = t.av.sgid_index;
+  av["hop_limit"] = t.av.hop_limit;
+  av["traffic_class"] = t.av.traffic_class;
+  py::dict d;
+  d["state"] = static_cast<int>(t.state);
+  d["attr_mask"] = t.attr_mask;
+  d["access_flags"] = t.access_flags;
+  d["pkey_index"] = t.pkey_index;
+  d["port_num"] = t.port_num;
+  d["path_mtu"] = t.path_mtu;
+  d["dest_qpn"] = t.dest_qpn;
+  d["rq_psn"] = t.rq_psn;
+  d["max_dest_rd_atomic"] = t.max_dest_rd_atomic;
+  d["min_rnr_timer"] = t.min_rnr_timer;
+  d["ah_attr"] = av;
+  d["timeout"] = t.timeout;
+  d["retry_cnt"] = t.retry_cnt;
+  d["rnr_retry"] = t.rnr_retry;
+  d["sq_psn"] = t.sq_psn;
+  d["max_rd_atomic"] = t.max_rd_atomic;
+  return d;
+}
+
+std::array<uint8_t, 16> GidFromBytes(const py::bytes& b) {
+  std::string s = b;
+  MORI_CHECK_ARG(s.size() == 16, "a GID is 16 bytes, got ", s.size());
+  std::array<uint8_t, 16> g{};
+  std::copy(s.begin(), s.end(), g.begin());
+  return g;
+}
+
+py::bytes GidBytes(const std::array<uint8_t, 16>& g) {
+  return py::bytes(reinterpret_cast<const char*>(g.data()), 16);
+}
+
+topology::RdmaDevice DeviceFromDict(const py::dict& d) {
+  topology::RdmaDevice dev;
+  dev.name = d["name"].cast<std::string>();
+  if (d.contains("pci_path")) dev.pci_path = d["pci_path"].cast<std::string>();
+  if (d.contains("numa_node")) dev.numa_node = d["numa_node"].cast<int>();
+  if (d.contains("ports")) {
+    for (const py::handle& h : d["ports"]) {
+      py::dict p = py::reinterpret_borrow<py::dict>(h);
+      topology::RdmaPort port;
+      port.port = p["port"].cast<int>();
+      port.state = p["state"].cast<std::string>();
+      if (p.contains("link_layer")) port.link_layer = p["link_layer"].cast<std::string>();
+      dev.ports.push_back(port);
+    }
+  }
+  return dev;
+}
+
+py::dict PlanDict(const TransferPlan& plan) {
+  py::list qps;
+  for (const QpPlan& q : plan.qps) {
+    py::list wrs;
+    for (const PlannedWr& w : q.wrs) {
+      py::list sges;
+      for (uint32_t k = 0; k < w.sge_count; ++k) {
+        const PlannedSge& s = q.sges[w.sge_begin + k];
+        sges.append(py::make_tuple(s.local_offset, s.length));
+      }
+      py::dict d;
+      d["opcode"] = static_cast<int>(w.opcode);
+      d["send_flags"] = w.send_flags;
+      d["signaled"] = (w.send_flags & send_flag::kSignaled) != 0;
+      d["fence"] = (w.send_flags & send_flag::kFence) != 0;
+      d["remote_offset"] = w.remote_offset;
+      d["length"] = w.length;
+      d["sges"] = sges;
+      d["imm"] = w.imm;
+      d["batch_end"] = w.batch_end;
+      d["retire"] = w.retire;
+      wrs.append(d);
+    }
+    py::dict d;
+    d["wrs"] = wrs;
+    d["bytes"] = q.bytes;
+    d["signaled"] = q.signaled;
+    qps.append(d);
+  }
+  py::dict out;
+  out["qps"] = qps;
+  out["bytes"] = plan.bytes;
+  out["wrs"] = plan.wrs;
+  return out;
+}
+
+}  // namespace
+
+void RegisterRdma(py::module_& m) {
+  m.def(
+      "rdma_probe",
+      [] {
+        RdmaProbe p = ProbeRdma();
+        return py::make_tuple(p.available, p.reason, p.devices);
+      },
+      R"doc(Return (available, reason, devices): whether the RDMA backend can run here
+(built with the ibverbs headers, libibverbs or MORI_IO_IBVERBS_LIB loads with every
+symbol, at least one device), why (not), and the device names libibverbs lists.)doc");
+
+  py::module_ r = m.def_submodule("rdma", "RDMA backend internals (tests, diagnostics)");
+#if MORI_IO_WITH_RDMA
+  r.attr("built_with_verbs") = true;
+#else
+  r.attr("built_with_verbs") = false;
+#endif
+  r.attr("IMM_UID_MASK") = kImmUidMask;
+  r.attr("IMM_MAX_PARTS") = kImmMaxParts;
+  r.attr("MAX_PLANNED_WRS") = kMaxPlannedWrs;
+
+  r.def("verbs_library_path", &VerbsLibraryPath,
+        R"doc(The library the backend dlopens: MORI_IO_IBVERBS_LIB or libibverbs.so.1.)doc");
+  r.def("required_symbols", &RequiredVerbsSymbols);
+  r.def(
+      "try_load_verbs",
+      [](const std::string& path) {
+        VerbsLoadReport rep = TryLoadVerbs(path);
+        py::dict d;
+        d["ok"] = rep.ok;
+        d["path"] = rep.path;
+        d["reason"] = rep.reason;
+        d["missing"] = rep.missing;
+        d["optional"] = rep.optional;
+        return d;
+      },
+      py::arg("path"),
+      R"doc(dlopen ``path``, resolve every verbs symbol, dlclose: {ok, path, reason,
+missing, optional}. Never raises.)doc");
+
+  r.def(
+      "plan_transfer",
+      [](const std::string& op, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& spans,
+         uint64_t local_size, uint64_t remote_size, uint64_t max_message_bytes, uint32_t max_sge,
+         uint32_t signal_interval, uint32_t post_batch_size, uint32_t num_qps, bool notify,
+         uint64_t uid) {
+        MORI_CHECK_ARG(op == "read" || op == "write", "op '", op, "' is not read or write");
+        std::vector<PlanSpan> s;
+        for (const auto& [lo, ro, size] : spans) s.push_back({lo, ro, size});
+        PlanLimits l;
+        l.local_size = local_size;
+        l.remote_size = remote_size;
+        l.max_message_bytes = max_message_bytes;
+        l.max_sge = max_sge;
+        l.signal_interval = signal_interval;
+        l.post_batch_size = post_batch_size;
+        l.num_qps = num_qps;
+        l.notify = notify;
+        return PlanDict(PlanTransfer(op == "write" ? PlanOp::kWrite : PlanOp::kRead, s.data(),
+                                     s.size(), l, uid));
+      },
+      py::arg("op"), py::arg("spans"), py::arg("local_size"), py::arg("remote_size"),
+      py::arg("max_message_bytes") = uint64_t{1} << 30, py::arg("max_sge") = 1,
+      py::arg("signal_interval") = 16, py::arg("post_batch_size") = 32, py::arg("num_qps") = 1,
+      py::arg("notify") = true, py::arg("uid") = 1,
+      R"doc(Plan a transfer: spans are (local_offset, remote_offset, size) in bytes.
+Returns {qps: [{wrs, bytes, signaled}], bytes, wrs}; each WR a dict with opcode
+(0 WRITE, 1 WRITE_WITH_IMM, 4 READ), send_flags, signaled, fence, remote_offset,
+length, sges [(local_offset, length)], imm, batch_end, retire.)doc");
+
+  r.def("encode_imm", &EncodeImm, py::arg("uid"), py::arg("parts"), py::arg("read"));
+  r.def(
+      "decode_imm",
+      [](uint32_t imm) {
+        ImmData d = DecodeImm(imm);
+        return py::make_tuple(d.uid24, d.parts, d.read);
+      },
+      py::arg("imm"), R"doc(-> (uid mod 2^24, parts, read))doc");
+  r.def(
+      "encode_wr_id",
+      [](int kind, uint64_t retire, uint64_t slot) {
+        MORI_CHECK_ARG(kind >= 0 && kind <= 255, "wr_id kind ", kind, " outside [0, 255]");
+        MORI_CHECK_ARG(retire <= 0xFFFFFFFFu, "wr_id retire count ", retire,
+                       " does not fit 24 bits");
+        MORI_CHECK_ARG(slot <= 0xFFFFFFFFu, "wr_id slot ", slot, " does not fit 32 bits");
+        return EncodeWrId({static_cast<WrKind>(kind), static_cast<uint32_t>(retire),
+                           static_cast<uint32_t>(slot)});
+      },
+      py::arg("kind"), py::arg("retire"), py::arg("slot"));
+  r.def(
+      "decode_wr_id",
+      [](uint64_t wr_id) {
+        WrId id = DecodeWrId(wr_id);
+        return py::make_tuple(static_cast<int>(id.kind), id.retire, id.slot);
+      },
+      py::arg("wr_id"), R"doc(-> (kind, retire, slot))doc");
+  r.def("wc_status_name", &WcStatusName, py::arg("status"));
+  r.def("wc_status_hint", &WcStatusHint, py::arg("status"));
+
+  py::class_<QpConfig>(r, "QpConfig", "Per-QP settings (IB spec units).")
+      .def(py::init<>())
+      .def_readwrite("port_num", &QpConfig::port_num)
+      .def_readwrite("pkey_index", &QpConfig::pkey_index)
+      .def_readwrite("timeout", &QpConfig::timeout)
+      .def_readwrite("retry_cnt", &QpConfig::retry_cnt)
+      .def_readwrite("rnr_retry", &QpConfig::rnr_retry)
+      .def_readwrite("min_rnr_timer", &QpConfig::min_rnr_timer)
+      .def_readwrite("max_rd_atomic", &QpConfig::max_rd_atomic)
+      .def_readwrite("max_dest_rd_atomic", &QpConfig::max_dest_rd_atomic)
+      .def_readwrite("max_path_mtu", &QpConfig::max_path_mtu)
+      .def_readwrite("service_level", &QpConfig::service_level)
+      .def_readwrite("traffic_class", &QpConfig::traffic_class)
+      .def_readwrite("hop_limit", &QpConfig::hop_limit)
+      .def_readwrite("force_grh", &QpConfig::force_grh);
+
+  py::class_<EndpointInfo>(r, "EndpointInfo", "What one QP tells its peer.")
+      .def(py::init<>())
+      .def_readwrite("qpn", &EndpointInfo::qpn)
+      .def_readwrite("psn", &EndpointInfo::psn)
+      .def_readwrite("lid", &EndpointInfo::lid)
+      .def_readwrite("port_num", &EndpointInfo::port_num)
+      .def_readwrite("active_mtu", &EndpointInfo::active_mtu)
+      .def_property(
+          "link_layer", [](const EndpointInfo& e) { return static_cast<int>(e.link_layer); },
+          [](EndpointInfo& e, int v) { e.link_layer = static_cast<LinkLayer>(v); })
+      .def_property(
+          "gid", [](const EndpointInfo& e) { return GidBytes(e.gid); },
+          [](EndpointInfo& e, const py::bytes& b) { e.gid = GidFromBytes(b); })
+      .def("__eq__", [](const EndpointInfo& a, const EndpointInfo& b) {
+        return a.qpn == b.qpn && a.psn == b.psn && a.lid == b.lid && a.port_num == b.port_num &&
+               a.active_mtu == b.active_mtu && a.link_layer == b.link_layer && a.gid == b.gid;
+      });
+
+  r.def(
+      "build_init_transition",
+      [](const QpConfig& c) { return TransitionDict(BuildInitTransition(c)); }, py::arg("config"));
+  r.def(
+      "build_rtr_transition",
+      [](const QpConfig& c, int link_layer, int active_mtu, int gid_index,
+         const EndpointInfo& remote) {
+        LocalPortInfo local;
+        local.link_layer = static_cast<LinkLayer>(link_layer);
+        local.active_mtu = static_cast<uint8_t>(active_mtu);
+        local.gid_index = gid_index;
+        return TransitionDict(BuildRtrTransition(c, local, remote));
+      },
+      py::arg("config"), py::arg("link_layer"), py::arg("active_mtu"), py::arg("gid_index"),
+      py::arg("remote"),
+      R"doc(link_layer: 1 InfiniBand, 2 Ethernet; active_mtu: enum ibv_mtu.)doc");
+  r.def(
+      "build_rts_transition",
+      [](const QpConfig& c, uint32_t psn) { return TransitionDict(BuildRtsTransition(c, psn)); },
+      py::arg("config"), py::arg("local_psn"));
+  r.def("mtu_enum_from_bytes", &MtuEnumFromBytes, py::arg("bytes"));
+
+  r.def(
+      "choose_rdma_port",
+      [](const py::list& devices, const py::object& gpu, const std::string& requested,
+         int requested_port) {
+        std::vector<topology::RdmaDevice> devs;
+        for (const py::handle& h : devices)
+          devs.push_back(DeviceFromDict(py::reinterpret_borrow<py::dict>(h)));
+        topology::Gpu g;
+        const topology::Gpu* gp = nullptr;
+        if (!gpu.is_none()) {
+          py::dict d = gpu.cast<py::dict>();
+          g.index = d.contains("index") ? d["index"].cast<int>() : 0;
+          g.pci_path = d["pci_path"].cast<std::string>();
+          g.numa_node = d.contains("numa_node") ? d["numa_node"].cast<int>() : -1;
+          gp = &g;
+        }
+        RdmaPortChoice c = ChooseRdmaPort(devs, gp, requested, requested_port);
+        py::dict out;
+        out["device"] = c.device;
+        out["port"] = c.port;
+        out["link_layer"] = static_cast<int>(c.link_layer);
+        out["distance"] = topology::PciDistanceName(c.distance);
+        out["reason"] = c.reason;
+        return out;
+      },
+      py::arg("devices"), py::arg("gpu") = py::none(), py::arg("requested") = "",
+      py::arg("requested_port") = 0,
+      R"doc(NIC choice on a (synthetic) topology: devices are dicts {name, pci_path,
+numa_node, ports: [{port, state, link_layer}]}, gpu a dict {index, pci_path, numa_node}
+or None. -> {device, port, link_layer, distance, reason}.)doc");
+
+  r.def(
+      "select_gid_index",
+      [](const std::vector<std::tuple<int, std::string, std::string>>& table, int link_layer,
+         int requested) {
+        std::vector<GidEntry> entries;
+        for (const auto& [index, text, type] : table) {
+          GidEntry e;
+          e.index = index;
+          e.gid = ParseGid(text);
+          e.type = type;
+          entries.push_back(e);
+        }
+        GidChoice c = SelectGidIndex(entries, static_cast<LinkLayer>(link_layer), requested);
+        return py::make_tuple(c.index, c.reason);
+      },
+      py::arg("table"), py::arg("link_layer"), py::arg("requested") = -1,
+      R"doc(table: [(index, gid text, type)] with type "RoCE v2", "IB/RoCE v1" or "".)doc");
+  r.def("format_gid", [](const py::bytes& b) { return FormatGid(GidFromBytes(b)); });
+
+  r.def(
+      "encode_endpoints",
+      [](const std::vector<EndpointInfo>& eps) { return py::bytes(EncodeEndpoints(eps)); },
+      py::arg("endpoints"));
+  r.def(
+      "decode_endpoints", [](const py::bytes& b) { return DecodeEndpoints(std::string(b)); },
+      py::arg("data"));
+  r.def(
+      "encode_region_key",
+      [](uint64_t addr, uint64_t length, uint32_t rkey) {
+        return py::bytes(EncodeRegionKey({addr, length, rkey}));
+      },
+      py::arg("addr"), py::arg("length"), py::arg("rkey"));
+  r.def(
+      "decode_region_key",
+      [](const py::bytes& b) {
+        RegionKey k = DecodeRegionKey(std::string(b));
+        return py::make_tuple(k.addr, k.length, k.rkey);
+      },
+      py::arg("data"), R"doc(-> (addr, length, rkey))doc");
+
+  py::class_<SendQueueTracker>(r, "SendQueueTracker",
+                               "Send-queue occupancy and due completions of one QP.")
+      .def(py::init<uint32_t>(), py::arg("depth"))
+      .def_property_readonly("depth", &SendQueueTracker::depth)
+      .def_property_readonly("outstanding", &SendQueueTracker::outstanding)
+      .def_property_readonly("expected_completions", &SendQueueTracker::expected_completions)
+      .def("fits", &SendQueueTracker::Fits, py::arg("n"))
+      .def(
+          "posted",
+          [](SendQueueTracker& t, const std::vector<std::pair<bool, uint32_t>>& wrs,
+             uint32_t slot) {
+            std::vector<PlannedWr> planned(wrs.size());
+            for (size_t i = 0; i < wrs.size(); ++i) {
+              planned[i].send_flags = wrs[i].first ? send_flag::kSignaled : 0;
+              planned[i].retire = wrs[i].second;
+            }
+            t.Posted(planned.data(), planned.size(), slot);
+          },
+          py::arg("wrs"), py::arg("slot"), R"doc(wrs: [(signaled, retire)] of one chain.)doc")
+      .def("completed", &SendQueueTracker::Completed, py::arg("wr_id"))
+      .def("drain", &SendQueueTracker::Drain);
+
+  py::enum_<PollCqMode>(r, "PollCqMode")
+      .value("POLLING", PollCqMode::kPolling)
+      .value("EVENT", PollCqMode::kEvent);
+
+  py::class_<RdmaBackendConfig>(r, "BackendConfig", "The native RdmaBackendConfig.")
+      .def(py::init<>())
+      .def_readwrite("qp_per_transfer", &RdmaBackendConfig::qp_per_transfer)
+      .def_readwrite("post_batch_size", &RdmaBackendConfig::post_batch_size)
+      .def_readwrite("num_worker_threads", &RdmaBackendConfig::num_worker_threads)
+      .def_readwrite("poll_cq_mode", &RdmaBackendConfig::poll_cq_mode)
+      .def_readwrite("enable_notification", &RdmaBackendConfig::enable_notification)
+      .def_readwrite("device_name", &RdmaBackendConfig::device_name)
+      .def_readwrite("port", &RdmaBackendConfig::port)
+      .def_readwrite("gid_index", &RdmaBackendConfig::gid_index)
+      .def_readwrite("gpu_index", &RdmaBackendConfig::gpu_index)
+      .def_readwrite("qp", &RdmaBackendConfig::qp)
+      .def_readwrite("max_send_wr", &RdmaBackendConfig::max_send_wr)
+      .def_readwrite("max_recv_wr", &RdmaBackendConfig::max_recv_wr)
+      .def_readwrite("max_sge", &RdmaBackendConfig::max_sge)
+      .def_readwrite("max_message_bytes", &RdmaBackendConfig::max_message_bytes)
+      .def_readwrite("signal_interval", &RdmaBackendConfig::signal_interval)
+      .def_readwrite("cq_depth", &RdmaBackendConfig::cq_depth)
+      .def("validate", &ValidateRdmaBackendConfig);
+
+  py::class_<RdmaBackend>(r, "Backend", R"doc(The native RDMA backend (engine-facing; the
+engine wires it in). Construction opens the chosen NIC or raises NotSupportedError.)doc")
+      .def(py::init([](const RdmaBackendConfig& c) { return RdmaBackend::Create(c); }),
+           py::arg("config"), py::call_guard<py::gil_scoped_release>())
+      .def("describe", &RdmaBackend::Describe);
+}
+
+}  // namespace mori::io

@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""RDMA backend configuration and probing.
+
+The backend uses ibverbs RC queue pairs: one-sided RDMA READ/WRITE between registered
+regions, WRITE_WITH_IMM to tell the target a transfer landed, the NIC nearest the GPU
+chosen from mori.core's topology. libibverbs is loaded with dlopen, so this module
+imports everywhere; :func:`probe` says whether the backend can run here. It has not
+yet run on a NIC (none on the machines it was built on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import mori.core
+
+from . import _C
+
+
+class PollCqMode(enum.IntEnum):
+    """How the poll threads wait for completions (MORI's names)."""
+
+    POLLING = 0  #: busy-poll the CQ (lowest latency, one core per worker thread)
+    EVENT = 1  #: sleep on the completion channel until the CQ has entries
+
+
+_MTUS = (0, 256, 512, 1024, 2048, 4096)
+
+
+def _bad(field: str, value: object, why: str) -> mori.core.InvalidArgumentError:
+    return mori.core.InvalidArgumentError(f"RdmaBackendConfig.{field}={value!r}: {why}")
+
+
+@dataclasses.dataclass
+class RdmaBackendConfig:
+    """RDMA backend settings; MORI's field names where MORI has them.
+
+    qp_per_transfer: RC QPs per remote engine; a transfer's work requests are spread
+    over them (1..127). post_batch_size: work requests per ibv_post_send, -1 for
+    min(32, max_send_wr). num_worker_threads: completion queues, each polled by its
+    own thread (1..64). poll_cq_mode: PollCqMode.POLLING or EVENT.
+    enable_notification: end each QP's part of a transfer with RDMA WRITE_WITH_IMM so
+    that the target learns it completed (pop_inbound_transfer_status).
+
+    device_name: "" picks the ACTIVE port nearest to GPU gpu_index (PCI distance from
+    the topology; -1: no locality, the first ACTIVE port by name); "mlx5_0" or
+    "mlx5_0:1" names a device (and port). port: 0 any ACTIVE port. gid_index: -1 picks
+    one (RoCE v2 with an IPv4-mapped address first; index 0 on InfiniBand).
+
+    QP settings, in InfiniBand spec units: timeout (0..31; the local ACK timeout is
+    4.096 us * 2**timeout, 14 ~ 67 ms), retry_cnt (0..7), rnr_retry (0..7, 7 retries
+    without limit), min_rnr_timer (0..31), max_rd_atomic / max_dest_rd_atomic (RDMA
+    READs in flight as initiator / responder, 1..255, capped by the device),
+    path_mtu (bytes: 256..4096, or 0 for the smaller active MTU of both ports),
+    service_level (0..15), traffic_class (0..255), hop_limit (1..255), force_grh
+    (InfiniBand: address by GID too, for routed subnets).
+
+    Queues: max_send_wr / max_recv_wr per QP (1..65536), max_sge per work request
+    (0: the device's, at most 16), max_message_bytes per work request (0: the port's
+    maximum, at most 1 GiB), signal_interval (signal every Nth work request and each
+    batch's last; 1..max_send_wr), cq_depth (entries per CQ).
+    """
+
+    qp_per_transfer: int = 1
+    post_batch_size: int = -1
+    num_worker_threads: int = 1
+    poll_cq_mode: PollCqMode = PollCqMode.POLLING
+    enable_notification: bool = True
+    device_name: str = ""
+    port: int = 0
+    gid_index: int = -1
+    gpu_index: int = -1
+    timeout: int = 14
+    retry_cnt: int = 7
+    rnr_retry: int = 7
+    min_rnr_timer: int = 12
+    max_rd_atomic: int = 16
+    max_dest_rd_atomic: int = 16
+    path_mtu: int = 0
+    service_level: int = 0
+    traffic_class: int = 0
+    hop_limit: int = 64
+    force_grh: bool = False
+    max_send_wr: int = 1024
+    max_recv_wr: int = 256
+    max_sge: int = 0
+    max_message_bytes: int = 0
+    signal_interval: int = 16
+    cq_depth: int = 4096
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise mori.core.InvalidArgumentError naming the first bad field and value."""
+        ranges = {
+            "qp_per_transfer": (1, 127),
+            "num_worker_threads": (1, 64),
+            "port": (0, 255),
+            "gid_index": (-1, 255),
+            "timeout": (0, 31),
+            "retry_cnt": (0, 7),
+            "rnr_retry": (0, 7),
+            "min_rnr_timer": (0, 31),
+            "max_rd_atomic": (1, 255),
+            "max_dest_rd_atomic": (1, 255),
+            "service_level": (0, 15),
+            "traffic_class": (0, 255),
+            "hop_limit": (1, 255),
+            "max_send_wr": (1, 1 << 16),
+            "max_recv_wr": (1, 1 << 16),
+            "max_sge": (0, 256),
+            "max_message_bytes": (0, 1 << 31),
+            "cq_depth": (1, 1 << 22),
+        }
+        for field, (lo, hi) in ranges.items():
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _bad(field, value, "must be an int")
+            if not lo <= value <= hi:
+                raise _bad(field, value, f"outside [{lo}, {hi}]")
+        if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int):
+            raise _bad("gpu_index", self.gpu_index, "must be an int")
+        if self.gpu_index < -1:
+            raise _bad("gpu_index", self.gpu_index, "must be >= -1 (-1: no GPU locality)")
+        if not isinstance(self.post_batch_size, int) or not (
+            self.post_batch_size == -1 or 1 <= self.post_batch_size <= self.max_send_wr
+        ):
+            raise _bad(
+                "post_batch_size",
+                self.post_batch_size,
+                f"must be -1 (automatic) or in [1, max_send_wr={self.max_send_wr}]",
+            )
+        if not isinstance(self.signal_interval, int) or not (
+            1 <= self.signal_interval <= self.max_send_wr
+        ):
+            raise _bad(
+                "signal_interval",
+                self.signal_interval,
+                f"outside [1, max_send_wr={self.max_send_wr}]",
+            )
+        if self.path_mtu not in _MTUS:
+            raise _bad(
+                "path_mtu", self.path_mtu, "must be 0 (automatic) or 256..4096, a power of 2"
+            )
+        try:
+            self.poll_cq_mode = PollCqMode(self.poll_cq_mode)
+        except ValueError:
+            raise _bad(
+                "poll_cq_mode", self.poll_cq_mode, "must be PollCqMode.POLLING or EVENT"
+            ) from None
+        if not isinstance(self.device_name, str):
+            raise _bad("device_name", self.device_name, "must be a str")
+        for flag in ("enable_notification", "force_grh"):
+            if not isinstance(getattr(self, flag), bool):
+                raise _bad(flag, getattr(self, flag), "must be a bool")
+
+    def to_native(self):
+        """The native config (``_C.rdma.BackendConfig``), validated again in C++."""
+        self.validate()
+        c = _C.rdma.BackendConfig()
+        for field in (
+            "qp_per_transfer", "post_batch_size", "num_worker_threads", "enable_notification",
+            "device_name", "port", "gid_index", "gpu_index", "max_send_wr", "max_recv_wr",
+            "max_sge", "max_message_bytes", "signal_interval", "cq_depth",
+        ):  # fmt: skip
+            setattr(c, field, getattr(self, field))
+        c.poll_cq_mode = _C.rdma.PollCqMode(int(self.poll_cq_mode))
+        qp = c.qp
+        qp.timeout, qp.retry_cnt, qp.rnr_retry = self.timeout, self.retry_cnt, self.rnr_retry
+        qp.min_rnr_timer = self.min_rnr_timer
+        qp.max_rd_atomic, qp.max_dest_rd_atomic = self.max_rd_atomic, self.max_dest_rd_atomic
+        qp.max_path_mtu = _C.rdma.mtu_enum_from_bytes(self.path_mtu) if self.path_mtu else 5
+        qp.service_level, qp.traffic_class = self.service_level, self.traffic_class
+        qp.hop_limit, qp.force_grh = self.hop_limit, self.force_grh
+        c.qp = qp
+        c.validate()
+        return c
+
+
+def probe() -> tuple[bool, str, list[str]]:
+    """(available, reason, device names): whether the RDMA backend can run here."""
+    return _C.rdma_probe()
+
+
+__all__ = ["PollCqMode", "RdmaBackendConfig", "probe"]
