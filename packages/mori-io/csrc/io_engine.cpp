@@ -1852,6 +1852,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
                            ledger_->admission_limit(), "; wait for earlier transfers"));
   }
   auto state = std::make_shared<TransferState>();
+  state->SetLongSpin();
   state->SetInProgress();
   TransferRecord* rec = ledger_->Lookup(rid);
   rec->state = state;

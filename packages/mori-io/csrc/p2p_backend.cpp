@@ -21,6 +21,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "mori/core/cuda.hpp"
 #include "mori/core/cuda_runtime.hpp"
@@ -637,6 +638,18 @@ double CudaPeerCopySeconds(int src_dev, int dst_dev, uint64_t size, int batch, i
   MORI_CHECK_ARG(size > 0 && batch > 0 && iters > 0, "peer copy: size ", size, ", batch ", batch,
                  ", iters ", iters);
   BoundDevice scope(src_dev);
+  if (src_dev != dst_dev) {
+    // Without peer access the runtime stages peer copies through host memory.
+    for (auto [from, to] : {std::pair{src_dev, dst_dev}, std::pair{dst_dev, src_dev}}) {
+      BoundDevice b(from);
+      cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else {
+        MORI_CUDA_CHECK(e);
+      }
+    }
+  }
   void* src = nullptr;
   void* dst = nullptr;
   const size_t bytes = size * static_cast<size_t>(batch);
