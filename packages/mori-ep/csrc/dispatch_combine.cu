@@ -11,19 +11,27 @@
 //      pe (SignalSet, release.sys); warp 0 of every block waits for all W x W words
 //      of the epoch (WaitUntil, acquire.sys) and checks for rejections;
 //   3. each block scans its chunk tile by tile (ballots per destination) to give
-//      every (token, destination) its row base(me, d) + prefix, then its warps put
-//      the rows (16-byte vectorized) with weights, scales, indices and src_pos;
+//      every (token, destination) its row base(me, d) + prefix, posts the first row
+//      of every token group to each pe (recv_group_row), then its warps move the
+//      rows in 4 KiB segments: one load of each segment from the input, a store to
+//      every destination (16-byte words), weights/indices/scales/src_pos staged
+//      together;
 //   4. Quiet + a grid-completion counter: the last block signals dispatch_done to
 //      every pe, waits for every pe's, advances the epoch in device memory.
-// combine (one kernel, every block co-resident):
-//   1. warps put received rows (and weights) into slot [me][t] of their source pe;
-//   2. Quiet + the completion counter: the last block signals combine_done to every
-//      pe; every block waits for all W combine_done words (acquire);
-//   3. warps reduce tokens over the pes they went to, in ascending pe order, fp32,
-//      rounded once (the CPU implementation's order, hence its bits).
+// combine (one kernel, every block co-resident, no grid-wide wait):
+//   each block walks its tiles of token groups in increasing order; per tile it
+//   1. returns the received rows of those groups (from recv_group_row) to their
+//      sources' slots [me][t] (own rows stay in the input), Quiet, and posts the
+//      groups' combine_done words to every other pe;
+//   2. then, for the tile before, waits for every other pe's words of its groups and
+//      reduces those tokens over the pes they went to, in ascending pe order, fp32,
+//      rounded once (the CPU implementation's order, hence its bits), with several
+//      16-byte loads per lane in flight.
+//   Reductions of early groups overlap the transfers of later ones.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "dispatch_combine_cuda.hpp"
 #include "mori/core/cuda_runtime.hpp"
@@ -41,7 +49,22 @@ namespace {
 
 constexpr int kW = kMaxCudaWorldSize;
 constexpr int kMaxThreads = kMaxWarpsPerBlock * 32;
+// Grids of up to 16 warps per block run a 512-thread build of each kernel, which
+// may use 128 registers per thread (the 1024-thread build gets 64).
+constexpr int kNarrowThreads = 512;
 constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr int64_t kGroupTokens = kCombineGroupTokens;
+// A warp moves a row in segments of kSeg 16-byte words per lane (8 in the 512-thread
+// build: 4 KiB; 4 in the 1024-thread one, which has half the registers): all loads
+// of a segment are issued before its stores, so the copy costs one load latency per
+// segment instead of one per word batch.
+template <int kThreads>
+constexpr int kSegWords = kThreads <= kNarrowThreads ? 8 : 4;  // combine; dispatch: kSeg
+// 16-byte words per lane a combine reduction keeps in flight per pe (two pes at once).
+template <int kThreads>
+constexpr int kReduceWords = kThreads <= kNarrowThreads ? 4 : 1;
+// 32-bit metadata words (weights, indices, scales, src_pos) a lane stages at once.
+constexpr int kMetaWords = 4;
 
 struct Common {
   DeviceContext ctx;
@@ -61,6 +84,9 @@ struct DispatchParams {
   const char* scales;
   const int32_t* indices;
   int64_t num_tokens;
+  bool vec;          // token rows move as 16-byte words
+  bool indices_vec;  // index rows load as int4 (K % 4 == 0, 16-byte aligned)
+  bool meta_staged;  // metadata fits kMetaWords words per lane, 4-byte aligned
 };
 
 struct CombineParams {
@@ -69,15 +95,25 @@ struct CombineParams {
   const char* input;
   int64_t input_row_stride, input_rows;
   bool bfloat16;
+  bool vec;  // rows, slots, input and output all move as 16-byte words
   const float* weights;
   void* out;
   float* out_weights;
   int64_t num_tokens;
+  int steps;   // tiles per block the combine aims for (pipeline depth)
+  bool split;  // half the warps return rows while the other half reduce
 };
 
 template <typename T>
 __device__ __forceinline__ T* At(const Common& c, size_t offset) {
   return reinterpret_cast<T*>(c.block + offset);
+}
+
+// pe's copy of this pe's region at `offset` (every pe is load/store reachable:
+// the constructor checked).
+template <typename T>
+__device__ __forceinline__ T* PeerAt(const Common& c, size_t offset, int pe) {
+  return reinterpret_cast<T*>(c.ctx.peer_bases[pe] + (c.block - c.ctx.my_base) + offset);
 }
 
 __device__ __forceinline__ EpDeviceState* State(const Common& c) {
@@ -114,15 +150,23 @@ __device__ void PostRejectedCounts(const Common& c, uint64_t epoch, unsigned tid
   }
 }
 
-// The set of pes token t goes to, as a bit mask. An id outside [-1, num_experts)
-// rejects the epoch on every pe (so peers fail fast instead of timing out) and traps.
-__device__ uint32_t RankMask(const DispatchParams& p, int64_t t, uint64_t epoch) {
+// Posts `word` as combine_done[me][g] to every pe, for every group (rejections).
+__device__ void PostCombineWords(const Common& c, uint64_t word, unsigned tid, unsigned nthreads) {
+  const int64_t G = CombineGroups(c.max_tokens);
+  uint64_t* done = At<uint64_t>(c, c.layout.combine_done) + c.me * G;
+  for (int64_t i = tid; i < G * c.world; i += nthreads) {
+    dev::SignalSet(c.ctx, &done[i / c.world], word, static_cast<int>(i % c.world));
+  }
+}
+
+// The cold branch of RankMask: names the first bad id of token t, rejects the epoch on every
+// pe (so peers fail fast instead of timing out) and traps.
+__device__ __forceinline__ void ReportBadExpert(const DispatchParams& p, int64_t t,
+                                                uint64_t epoch) {
   const int32_t* row = p.indices + t * p.c.top_k;
-  uint32_t mask = 0;
   for (int j = 0; j < p.c.top_k; ++j) {
     const int32_t e = row[j];
-    if (e == -1) continue;
-    if (e < 0 || e >= p.num_experts) {
+    if (e < -1 || e >= p.num_experts) {
       printf(
           "mori.ep dispatch on rank %d: expert id %d out of range [-1, %d) at token %lld slot "
           "%d\n",
@@ -130,8 +174,34 @@ __device__ uint32_t RankMask(const DispatchParams& p, int64_t t, uint64_t epoch)
       PostRejectedCounts(p.c, epoch, 0, 1);
       __trap();
     }
-    mask |= 1u << ExpertRank(e, p.experts_per_rank);
   }
+}
+
+// The set of pes token t goes to, as a bit mask; any id outside [-1, num_experts)
+// reports and traps. The ids load without a branch per id (int4 when aligned).
+__device__ __forceinline__ uint32_t RankMask(const DispatchParams& p, int64_t t, uint64_t epoch) {
+  const int K = p.c.top_k;
+  const int32_t* row = p.indices + t * K;
+  uint32_t mask = 0;
+  bool bad = false;
+  auto add = [&](int32_t e) {
+    const bool ok = e >= 0 && e < p.num_experts;
+    bad |= !ok && e != -1;
+    mask |= ok ? 1u << ExpertRank(e, p.experts_per_rank) : 0u;
+  };
+  if (p.indices_vec) {
+    const int4* v = reinterpret_cast<const int4*>(row);
+    for (int j = 0; j < K / 4; ++j) {
+      const int4 q = __ldg(v + j);
+      add(q.x);
+      add(q.y);
+      add(q.z);
+      add(q.w);
+    }
+  } else {
+    for (int j = 0; j < K; ++j) add(__ldg(row + j));
+  }
+  if (bad) ReportBadExpert(p, t, epoch);
   return mask;
 }
 
@@ -178,18 +248,123 @@ __device__ bool FinishBlock(uint32_t* blocks_done) {
   return last;
 }
 
-__global__ void __launch_bounds__(kMaxThreads) DispatchKernel(DispatchParams p) {
+// Weights, indices, scales and src_pos of token `tok` into row rows[d] of every
+// destination d (rows[d] < 0: not sent there). Staged: every lane loads its words
+// of all four arrays first, then stores them to each destination.
+__device__ __forceinline__ void PutTokenMeta(const DispatchParams& p, int64_t tok,
+                                             const int32_t* rows, unsigned lane) {
   const Common& c = p.c;
-  const int W = c.world, me = c.me, K = c.top_k;
+  const int W = c.world, K = c.top_k;
+  const int64_t Sb = p.scale_bytes;
+  const int32_t src_pos = EncodeSrcPos(c.me, tok, c.max_tokens);
+  if (!p.meta_staged) {
+    for (int d = 0; d < W; ++d) {
+      const int32_t r = rows[d];
+      if (r < 0) continue;
+      dev::PutWarp_nbi(c.ctx, At<float>(c, c.layout.recv_weights) + static_cast<int64_t>(r) * K,
+                       p.weights + tok * K, K * sizeof(float), d);
+      if (Sb > 0) {
+        dev::PutWarp_nbi(c.ctx, At<char>(c, c.layout.recv_scales) + r * Sb, p.scales + tok * Sb, Sb,
+                         d);
+      }
+      dev::PutWarp_nbi(c.ctx, At<int32_t>(c, c.layout.recv_indices) + static_cast<int64_t>(r) * K,
+                       p.indices + tok * K, K * sizeof(int32_t), d);
+      if (lane == 0) *PeerAt<int32_t>(c, c.layout.recv_src_pos + r * 4, d) = src_pos;
+    }
+    return;
+  }
+  const int sw = static_cast<int>(Sb / 4);
+  uint32_t v[kMetaWords];
+#pragma unroll
+  for (int k = 0; k < kMetaWords; ++k) {
+    const int w = static_cast<int>(lane) + 32 * k;
+    uint32_t x = 0;
+    if (w < K) {
+      x = __float_as_uint(__ldg(p.weights + tok * K + w));
+    } else if (w < 2 * K) {
+      x = static_cast<uint32_t>(__ldg(p.indices + tok * K + (w - K)));
+    } else if (w < 2 * K + sw) {
+      x = __ldg(reinterpret_cast<const uint32_t*>(p.scales + tok * Sb) + (w - 2 * K));
+    } else {
+      x = static_cast<uint32_t>(src_pos);
+    }
+    v[k] = x;
+  }
+  for (int d = 0; d < W; ++d) {
+    const int64_t r = rows[d];
+    if (r < 0) continue;
+#pragma unroll
+    for (int k = 0; k < kMetaWords; ++k) {
+      const int w = static_cast<int>(lane) + 32 * k;
+      size_t off;
+      if (w < K) {
+        off = c.layout.recv_weights + (r * K + w) * 4;
+      } else if (w < 2 * K) {
+        off = c.layout.recv_indices + (r * K + (w - K)) * 4;
+      } else if (w < 2 * K + sw) {
+        off = c.layout.recv_scales + r * Sb + (w - 2 * K) * 4;
+      } else if (w == 2 * K + sw) {
+        off = c.layout.recv_src_pos + r * 4;
+      } else {
+        continue;
+      }
+      *PeerAt<uint32_t>(c, off, d) = v[k];
+    }
+  }
+}
+
+// Segment `seg` of token `tok`'s row (and, with segment 0, its metadata) into row
+// rows[d] of every destination d.
+template <int kSeg>
+__device__ __forceinline__ void PutTokenSegment(const DispatchParams& p, int64_t tok, int seg,
+                                                const int32_t* rows, unsigned lane) {
+  const Common& c = p.c;
+  const int W = c.world;
+  if (p.vec) {
+    const int64_t nwords = p.row_bytes / 16;
+    const int4* src = reinterpret_cast<const int4*>(p.tokens + tok * p.row_bytes);
+    const int64_t w0 = static_cast<int64_t>(seg) * kSeg * 32 + lane;
+    int4 v[kSeg];
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      const int64_t w = w0 + k * 32;
+      v[k] = w < nwords ? __ldg(src + w) : make_int4(0, 0, 0, 0);
+    }
+    for (int d = 0; d < W; ++d) {
+      const int64_t r = rows[d];
+      if (r < 0) continue;
+      int4* dst = PeerAt<int4>(c, c.layout.recv_tokens + r * p.hidden_bytes, d);
+#pragma unroll
+      for (int k = 0; k < kSeg; ++k) {
+        const int64_t w = w0 + k * 32;
+        if (w < nwords) dst[w] = v[k];
+      }
+    }
+  } else {
+    char* recv_tokens = At<char>(c, c.layout.recv_tokens);
+    for (int d = 0; d < W; ++d) {
+      const int64_t r = rows[d];
+      if (r < 0) continue;
+      dev::PutWarp_nbi(c.ctx, recv_tokens + r * p.hidden_bytes, p.tokens + tok * p.row_bytes,
+                       p.row_bytes, d);
+    }
+  }
+  if (seg == 0) PutTokenMeta(p, tok, rows, lane);
+}
+
+template <int kThreads, int kSeg>
+__global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
   const unsigned tid = threadIdx.x, nthreads = blockDim.x;
   const unsigned lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
   EpDeviceState* state = State(c);
   const uint64_t epoch = state->epoch + 1;
 
-  __shared__ uint32_t s_total[kW], s_before[kW], s_run[kW];
+  __shared__ uint32_t s_total[kW], s_before[kW], s_run[kW], s_base[kW];
   __shared__ uint32_t s_counts[kW * kW];
-  __shared__ uint32_t s_warp[kMaxWarpsPerBlock][kW];
-  __shared__ int32_t s_rows[kMaxThreads][kW];
+  __shared__ uint32_t s_warp[kThreads / 32][kW];
+  __shared__ int32_t s_rows[kThreads][kW];
   if (tid < kW) s_total[tid] = s_before[tid] = 0;
   __syncthreads();
 
@@ -232,6 +407,7 @@ __global__ void __launch_bounds__(kMaxThreads) DispatchKernel(DispatchParams p) 
   if (tid < static_cast<unsigned>(W)) {
     uint32_t base = 0;
     for (int s = 0; s < me; ++s) base += s_counts[s * W + tid];
+    s_base[tid] = base;
     s_run[tid] = base + s_before[tid];
   }
   if (blockIdx.x == 0 && tid == 0) {
@@ -241,15 +417,26 @@ __global__ void __launch_bounds__(kMaxThreads) DispatchKernel(DispatchParams p) 
   }
   __syncthreads();
 
+  // recv_group_row[me][g] on every pe: groups past my tokens (and the end entry)
+  // start at the end of my rows there; the others are posted by the block whose
+  // chunk holds the group's first token, in the scan below.
+  const int64_t G = CombineGroups(c.max_tokens);
+  const size_t group_row = c.layout.recv_group_row + static_cast<size_t>(me) * (G + 1) * 4;
+  if (blockIdx.x == 0) {
+    const int64_t g_lo = (n + kGroupTokens - 1) / kGroupTokens;
+    for (int64_t i = tid; i < (G + 1 - g_lo) * W; i += nthreads) {
+      const int d = static_cast<int>(i % W);
+      *PeerAt<int32_t>(c, group_row + (g_lo + i / W) * 4, d) =
+          static_cast<int32_t>(s_base[d] + s_total[d]);
+    }
+  }
+
   // 3. Rows: tiles of `nthreads` tokens of this block's chunk; thread i scans token
-  // lo + tile + i, then the warps put the tile's rows.
+  // lo + tile + i, then the warps put the tile's (token, segment) items.
   uint8_t* token_ranks = At<uint8_t>(c, c.layout.token_ranks);
-  char* recv_tokens = At<char>(c, c.layout.recv_tokens);
-  float* recv_weights = At<float>(c, c.layout.recv_weights);
-  char* recv_scales = At<char>(c, c.layout.recv_scales);
-  int32_t* recv_indices = At<int32_t>(c, c.layout.recv_indices);
-  int32_t* recv_src_pos = At<int32_t>(c, c.layout.recv_src_pos);
-  const int64_t H = p.hidden_bytes, Sb = p.scale_bytes;
+  int32_t* token_self_row = At<int32_t>(c, c.layout.token_self_row);
+  constexpr int64_t kSegBytes = kSeg * 16 * 32;
+  const int nseg = p.vec ? static_cast<int>((p.row_bytes + kSegBytes - 1) / kSegBytes) : 1;
   for (int64_t tile = lo; tile < hi; tile += nthreads) {
     const int64_t t = tile + tid;
     const uint32_t mask = t < hi ? RankMask(p, t, epoch) : 0u;
@@ -264,29 +451,24 @@ __global__ void __launch_bounds__(kMaxThreads) DispatchKernel(DispatchParams p) 
       for (int d = 0; d < W; ++d) token_ranks[t * W + d] = (mask >> d) & 1u;
     }
     __syncthreads();
+    const bool group_first = t < hi && t % kGroupTokens == 0;
 #pragma unroll
     for (int d = 0; d < kW; ++d) {
       if (d >= W) break;
       uint32_t off = s_run[d] + prefix[d];
       for (unsigned w = 0; w < warp; ++w) off += s_warp[w][d];
-      s_rows[tid][d] = ((mask >> d) & 1u) ? static_cast<int32_t>(off) : -1;
+      const bool in = (mask >> d) & 1u;
+      s_rows[tid][d] = in ? static_cast<int32_t>(off) : -1;
+      if (group_first) {
+        *PeerAt<int32_t>(c, group_row + (t / kGroupTokens) * 4, d) = static_cast<int32_t>(off);
+      }
+      if (d == me && t < hi) token_self_row[t] = in ? static_cast<int32_t>(off) : -1;
     }
     __syncthreads();
-    const int64_t in_tile = std::min<int64_t>(nthreads, hi - tile);
-    for (int64_t i = warp; i < in_tile; i += nwarps) {
-      const int64_t tok = tile + i;
-      const int32_t src_pos = EncodeSrcPos(me, tok, c.max_tokens);
-      for (int d = 0; d < W; ++d) {
-        const int32_t r = s_rows[i][d];
-        if (r < 0) continue;
-        dev::PutWarp_nbi(c.ctx, recv_tokens + r * H, p.tokens + tok * p.row_bytes, p.row_bytes, d);
-        dev::PutWarp_nbi(c.ctx, recv_weights + static_cast<int64_t>(r) * K, p.weights + tok * K,
-                         K * sizeof(float), d);
-        if (Sb > 0) dev::PutWarp_nbi(c.ctx, recv_scales + r * Sb, p.scales + tok * Sb, Sb, d);
-        dev::PutWarp_nbi(c.ctx, recv_indices + static_cast<int64_t>(r) * K, p.indices + tok * K,
-                         K * sizeof(int32_t), d);
-        if (lane == 0) *dev::Ptr(c.ctx, recv_src_pos + r, d) = src_pos;
-      }
+    const int64_t items = std::min<int64_t>(nthreads, hi - tile) * nseg;
+    for (int64_t item = warp; item < items; item += nwarps) {
+      const int64_t i = item / nseg;
+      PutTokenSegment<kSeg>(p, tile + i, static_cast<int>(item % nseg), s_rows[i], lane);
     }
     // Advance the running rows past this tile once every thread has read them.
     if (tid < static_cast<unsigned>(W)) {
@@ -321,149 +503,346 @@ __global__ void RejectDispatchKernel(Common c) {
 }
 
 __global__ void RejectCombineKernel(Common c) {
-  const uint64_t epoch = State(c)->epoch;
-  uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
-  for (unsigned pe = threadIdx.x; pe < static_cast<unsigned>(c.world); pe += blockDim.x) {
-    dev::SignalSet(c.ctx, &done[c.me], (epoch << 1) | 1u, static_cast<int>(pe));
+  PostCombineWords(c, (State(c)->epoch << 1) | 1u, threadIdx.x, blockDim.x);
+}
+
+// Segment `seg` of received row i back to its source s, slot [me][t] there (with
+// segment 0, its weights).
+template <int kSeg>
+__device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t i, int s, int seg,
+                                                 unsigned lane) {
+  const Common& c = p.c;
+  const int64_t M = c.max_tokens;
+  const int64_t t = At<int32_t>(c, c.layout.recv_src_pos)[i] % M;
+  const int64_t slot = static_cast<int64_t>(c.me) * M + t;
+  const char* src_row = p.input + i * p.input_row_stride;
+  if (p.vec) {
+    const int64_t nwords = p.row_bytes / 16;
+    const int4* src = reinterpret_cast<const int4*>(src_row);
+    int4* dst = PeerAt<int4>(c, c.layout.comb_tokens + slot * p.combine_row_bytes, s);
+    const int64_t w0 = static_cast<int64_t>(seg) * kSeg * 32 + lane;
+    int4 v[kSeg];
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      const int64_t w = w0 + k * 32;
+      v[k] = w < nwords ? __ldg(src + w) : make_int4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      const int64_t w = w0 + k * 32;
+      if (w < nwords) dst[w] = v[k];
+    }
+  } else {
+    dev::PutWarp_nbi(c.ctx, At<char>(c, c.layout.comb_tokens) + slot * p.combine_row_bytes, src_row,
+                     p.row_bytes, s);
+  }
+  if (seg == 0 && p.out_weights != nullptr) {
+    const int K = c.top_k;
+    float* dst = PeerAt<float>(c, c.layout.comb_weights + slot * K * 4, s);
+    for (int j = static_cast<int>(lane); j < K; j += 32) dst[j] = __ldg(p.weights + i * K + j);
   }
 }
 
-// Sums `ranks`' slots of token t for columns [col, col + kVec) into acc.
-template <int kVec>
-__device__ __forceinline__ void ReduceChunk(const CombineParams& p, const char* slots,
-                                            const uint8_t* ranks, int64_t t, int64_t byte_off,
-                                            float (&acc)[kVec]) {
+// Adds the 16-byte word `raw` (8 bf16 or 4 fp32 values) to acc.
+template <bool kBf16>
+__device__ __forceinline__ void Accumulate(float* acc, const uint4& raw) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (kBf16) {
 #pragma unroll
-  for (int v = 0; v < kVec; ++v) acc[v] = 0.0f;
-  for (int d = 0; d < p.c.world; ++d) {
-    if (!ranks[d]) continue;
-    const char* row = slots + (static_cast<int64_t>(d) * p.c.max_tokens + t) * p.combine_row_bytes;
-    const uint4 raw = *reinterpret_cast<const uint4*>(row + byte_off);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    if constexpr (kVec == 8) {
+    for (int v = 0; v < 4; ++v) {
+      acc[2 * v] += BFloat16ToFloat(w[v] & 0xFFFFu);
+      acc[2 * v + 1] += BFloat16ToFloat(w[v] >> 16);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) acc[v] += __uint_as_float(w[v]);
+  }
+}
+
+// The partial row pe d returned for my token t: my own from the combine input,
+// the others' from their slots.
+__device__ __forceinline__ const char* PartialRow(const CombineParams& p, int d, int64_t t,
+                                                  int64_t self_row) {
+  if (d == p.c.me) return p.input + self_row * p.input_row_stride;
+  return At<char>(p.c, p.c.layout.comb_tokens) +
+         (static_cast<int64_t>(d) * p.c.max_tokens + t) * p.combine_row_bytes;
+}
+
+// Columns [seg * kU * 512 B, ...) of my token t: the sum over the pes it went to,
+// ascending, fp32, rounded once. Pes are taken two at a time so that 2 x kU loads
+// per lane are in flight; the additions keep the ascending order.
+template <int kU, bool kBf16>
+__device__ __forceinline__ void ReduceSegment(const CombineParams& p, int64_t t, int seg,
+                                              unsigned lane) {
+  constexpr int kVals = kBf16 ? 8 : 4;
+  const Common& c = p.c;
+  const int W = c.world;
+  const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * W;
+  const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
+  const int64_t nwords = p.row_bytes / 16;
+  const int64_t w0 = static_cast<int64_t>(seg) * kU * 32 + lane;
+  float acc[kU][kVals];
+#pragma unroll
+  for (int k = 0; k < kU; ++k) {
+#pragma unroll
+    for (int v = 0; v < kVals; ++v) acc[k][v] = 0.0f;
+  }
+#pragma unroll
+  for (int d0 = 0; d0 < kW; d0 += 2) {
+    if (d0 >= W) break;
+    const bool a = ranks[d0] != 0;
+    const bool b = d0 + 1 < W && ranks[d0 + 1] != 0;
+    const uint4* ra = reinterpret_cast<const uint4*>(PartialRow(p, d0, t, self_row));
+    const uint4* rb = reinterpret_cast<const uint4*>(PartialRow(p, d0 + 1, t, self_row));
+    uint4 va[kU], vb[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const int64_t w = w0 + k * 32;
+      va[k] = a && w < nwords ? __ldcg(ra + w) : make_uint4(0, 0, 0, 0);
+      vb[k] = b && w < nwords ? __ldcg(rb + w) : make_uint4(0, 0, 0, 0);
+    }
+    if (a) {
+#pragma unroll
+      for (int k = 0; k < kU; ++k) Accumulate<kBf16>(acc[k], va[k]);
+    }
+    if (b) {
+#pragma unroll
+      for (int k = 0; k < kU; ++k) Accumulate<kBf16>(acc[k], vb[k]);
+    }
+  }
+  uint4* out = reinterpret_cast<uint4*>(static_cast<char*>(p.out) + t * p.row_bytes);
+#pragma unroll
+  for (int k = 0; k < kU; ++k) {
+    const int64_t w = w0 + k * 32;
+    if (w >= nwords) continue;
+    if constexpr (kBf16) {
+      uint32_t o[4];
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        acc[2 * v] += BFloat16ToFloat(w[v] & 0xFFFFu);
-        acc[2 * v + 1] += BFloat16ToFloat(w[v] >> 16);
+        o[v] = FloatToBFloat16(acc[k][2 * v]) |
+               (static_cast<uint32_t>(FloatToBFloat16(acc[k][2 * v + 1])) << 16);
       }
+      out[w] = make_uint4(o[0], o[1], o[2], o[3]);
     } else {
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[v] += __uint_as_float(w[v]);
+      out[w] = make_uint4(__float_as_uint(acc[k][0]), __float_as_uint(acc[k][1]),
+                          __float_as_uint(acc[k][2]), __float_as_uint(acc[k][3]));
     }
   }
 }
 
-__global__ void __launch_bounds__(kMaxThreads) CombineKernel(CombineParams p) {
+// Any row layout: one warp reduces all of token t, element by element.
+__device__ void ReduceTokenScalar(const CombineParams& p, int64_t t, unsigned lane) {
   const Common& c = p.c;
-  const int W = c.world, me = c.me, K = c.top_k;
+  const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * c.world;
+  const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
+  char* out_row = static_cast<char*>(p.out) + t * p.row_bytes;
+  for (int64_t h = lane; h < p.hidden; h += 32) {
+    float acc = 0.0f;
+    for (int d = 0; d < c.world; ++d) {
+      if (!ranks[d]) continue;
+      const char* row = PartialRow(p, d, t, self_row);
+      acc += p.bfloat16 ? BFloat16ToFloat(__ldcg(reinterpret_cast<const uint16_t*>(row) + h))
+                        : __ldcg(reinterpret_cast<const float*>(row) + h);
+    }
+    if (p.bfloat16) {
+      reinterpret_cast<uint16_t*>(out_row)[h] = FloatToBFloat16(acc);
+    } else {
+      reinterpret_cast<float*>(out_row)[h] = acc;
+    }
+  }
+}
+
+__device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t, unsigned lane) {
+  const Common& c = p.c;
+  const int K = c.top_k;
   const int64_t M = c.max_tokens;
+  const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * c.world;
+  const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
+  const float* comb_weights = At<float>(c, c.layout.comb_weights);
+  for (int j = static_cast<int>(lane); j < K; j += 32) {
+    float acc = 0.0f;
+    for (int d = 0; d < c.world; ++d) {
+      if (!ranks[d]) continue;
+      acc += d == c.me ? __ldg(p.weights + self_row * K + j)
+                       : __ldcg(comb_weights + (static_cast<int64_t>(d) * M + t) * K + j);
+    }
+    p.out_weights[t * K + j] = acc;
+  }
+}
+
+// Groups [g0, g1) of the block's tile j: the first `active` groups (those that can
+// hold rows) in tiles of `tg1`, then the rest in at most one tile per block.
+struct Tiling {
+  int64_t active, tg1, tiles1, tg2, tiles;
+  __device__ void Range(int64_t j, int64_t& g0, int64_t& g1, int64_t G) const {
+    if (j < tiles1) {
+      g0 = j * tg1;
+      g1 = std::min(active, g0 + tg1);
+    } else {
+      g0 = active + (j - tiles1) * tg2;
+      g1 = std::min(G, g0 + tg2);
+    }
+  }
+};
+
+// Once every thread's returns of groups [g0, g1) are performed, posts their
+// combine_done words to every other pe.
+__device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, uint64_t epoch,
+                                              int64_t g0, int64_t g1, unsigned tid,
+                                              unsigned nthreads) {
+  const int64_t G = CombineGroups(c.max_tokens);
+  dev::Quiet();
+  __syncthreads();
+  for (int64_t i = tid; i < (g1 - g0) * c.world; i += nthreads) {
+    const int pe = static_cast<int>(i % c.world);
+    if (pe != c.me) dev::SignalSet(c.ctx, &done[c.me * G + g0 + i / c.world], epoch << 1, pe);
+  }
+}
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
+  constexpr int kU = kReduceWords<kThreads>;
+  constexpr int64_t kSegBytes = kSegWords<kThreads> * 16 * 32;
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
+  const int64_t M = c.max_tokens, G = CombineGroups(M);
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const unsigned nwarps = blockDim.x >> 5;
-  const int64_t gwarp = static_cast<int64_t>(blockIdx.x) * nwarps + warp;
-  const int64_t all_warps = static_cast<int64_t>(gridDim.x) * nwarps;
-  EpDeviceState* state = State(c);
-  const uint64_t epoch = state->epoch;
+  const unsigned nthreads = blockDim.x, nwarps = nthreads >> 5;
+  const uint64_t epoch = State(c)->epoch;
   const int64_t total = *At<int32_t>(c, c.layout.total_recv);
   uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
   if (total > p.input_rows) {
     // Reject the combine on every pe (they trap naming this one), then trap; the
     // other blocks leave without touching the short input.
-    if (blockIdx.x == 0 && tid == 0) {
-      printf(
-          "mori.ep combine on rank %d: combine input has %lld rows, fewer than total_recv "
-          "%lld\n",
-          me, static_cast<long long>(p.input_rows), static_cast<long long>(total));
-      for (int pe = 0; pe < W; ++pe) dev::SignalSet(c.ctx, &done[me], (epoch << 1) | 1u, pe);
-      __trap();
+    if (blockIdx.x == 0) {
+      if (tid == 0) {
+        printf(
+            "mori.ep combine on rank %d: combine input has %lld rows, fewer than total_recv "
+            "%lld\n",
+            me, static_cast<long long>(p.input_rows), static_cast<long long>(total));
+      }
+      PostCombineWords(c, (epoch << 1) | 1u, tid, nthreads);
+      dev::Quiet();
+      __syncthreads();
+      if (tid == 0) __trap();
     }
     return;
   }
 
-  // 1. Rows back to their sources: row i into slot [me][t] of pe s.
-  char* comb_tokens = At<char>(c, c.layout.comb_tokens);
-  float* comb_weights = At<float>(c, c.layout.comb_weights);
-  const int32_t* src_pos = At<int32_t>(c, c.layout.recv_src_pos);
-  const bool with_weights = p.out_weights != nullptr;
-  for (int64_t i = gwarp; i < total; i += all_warps) {
-    const int s = static_cast<int>(src_pos[i] / M);
-    const int64_t slot = static_cast<int64_t>(me) * M + src_pos[i] % M;
-    dev::PutWarp_nbi(c.ctx, comb_tokens + slot * p.combine_row_bytes,
-                     p.input + i * p.input_row_stride, p.row_bytes, s);
-    if (with_weights) {
-      dev::PutWarp_nbi(c.ctx, comb_weights + slot * K, p.weights + i * K, K * sizeof(float), s);
-    }
-  }
+  // Tiles: the groups that can hold rows (estimated from my tokens and my received
+  // rows; a wrong estimate costs balance, not correctness) spread over the grid,
+  // p.steps tiles per block; the rest (signals only) one tile per block.
+  const int64_t n = p.num_tokens;
+  const int64_t my_groups = (n + kGroupTokens - 1) / kGroupTokens;
+  Tiling tl;
+  tl.active =
+      std::min<int64_t>(G, std::max<int64_t>(my_groups, (total + kGroupTokens - 1) / kGroupTokens));
+  const int64_t per_tile = static_cast<int64_t>(gridDim.x) * p.steps;
+  tl.tg1 = std::max<int64_t>(1, (tl.active + per_tile - 1) / per_tile);
+  tl.tiles1 = (tl.active + tl.tg1 - 1) / tl.tg1;
+  const int64_t rest = G - tl.active;
+  tl.tg2 = std::max<int64_t>(1, (rest + gridDim.x - 1) / gridDim.x);
+  tl.tiles = tl.tiles1 + (rest + tl.tg2 - 1) / tl.tg2;
 
-  // 2. The last block signals every pe; every block waits for every pe.
-  if (FinishBlock(&state->combine_blocks_done) && warp == 0) {
-    for (unsigned pe = lane; pe < static_cast<unsigned>(W); pe += 32) {
-      dev::SignalSet(c.ctx, &done[me], epoch << 1, static_cast<int>(pe));
+  __shared__ int32_t s_lo[kW], s_cnt[kW];
+  const int32_t* group_row = At<int32_t>(c, c.layout.recv_group_row);
+  const int nseg_ret = p.vec ? static_cast<int>((p.row_bytes + kSegBytes - 1) / kSegBytes) : 1;
+  const int64_t nwords = p.row_bytes / 16;
+  const int nseg_red = p.vec ? static_cast<int>((nwords + kU * 32 - 1) / (kU * 32)) : 1;
+  // With p.split, the first half of the warps returns tile j while the second half
+  // reduces tile j - 1, so a block keeps NVLink busy during its reductions.
+  const bool split = p.split && nwarps >= 2;
+  const unsigned push_warps = split ? nwarps / 2 : nwarps;
+  const bool pusher = !split || warp < push_warps;
+  const unsigned rwarp = split ? warp - push_warps : warp;
+  const unsigned rwarps = split ? nwarps - push_warps : nwarps;
+  int64_t prev = -1;
+  for (int64_t j = blockIdx.x;; j += gridDim.x) {
+    const bool have = j < tl.tiles;
+    int64_t g0 = 0, g1 = 0;
+    if (have) {
+      // 1. Return the rows of this tile's groups (words posted below).
+      tl.Range(j, g0, g1, G);
+      if (tid < static_cast<unsigned>(W)) {
+        const int s = static_cast<int>(tid);
+        const int32_t a = s == me ? 0 : __ldcg(group_row + s * (G + 1) + g0);
+        const int32_t b = s == me ? 0 : __ldcg(group_row + s * (G + 1) + g1);
+        s_lo[s] = a;
+        s_cnt[s] = b - a;
+      }
+      __syncthreads();
+      if (pusher) {
+        int64_t rows = 0;
+        for (int s = 0; s < W; ++s) rows += s_cnt[s];
+        for (int64_t item = warp; item < rows * nseg_ret; item += push_warps) {
+          int64_t r = item / nseg_ret;
+          int s = 0;
+          while (r >= s_cnt[s]) r -= s_cnt[s++];
+          ReturnRowSegment<kSegWords<kThreads>>(p, s_lo[s] + r, s,
+                                                static_cast<int>(item % nseg_ret), lane);
+        }
+      }
     }
+    // Without the split, post tile j's words before reducing the tile before.
+    if (have && !split) PostTileWords(c, done, epoch, g0, g1, tid, nthreads);
+    if (prev >= 0 && (!split || !pusher)) {
+      // 2. The tile before: wait for its groups' rows from every other pe, reduce.
+      int64_t h0, h1;
+      tl.Range(prev, h0, h1, G);
+      const int64_t t0 = h0 * kGroupTokens, t1 = std::min(h1 * kGroupTokens, n);
+      if (t0 < t1) {
+        const int64_t gw = (t1 - t0 + kGroupTokens - 1) / kGroupTokens;
+        // Split: each reducing warp waits itself (then __syncwarp); else the block.
+        const unsigned wid = split ? lane : tid, wn = split ? 32 : nthreads;
+        for (int64_t i = wid; i < gw * W; i += wn) {
+          const int d = static_cast<int>(i % W);
+          if (d == me) continue;
+          const uint64_t v =
+              dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, epoch << 1, c.timeout_ns);
+          if (v & 1u) {
+            printf(
+                "mori.ep combine on rank %d: combine rejected by rank %d (its inputs failed "
+                "validation; see its error)\n",
+                me, d);
+            __trap();
+          }
+        }
+        if (split) {
+          __syncwarp();
+        } else {
+          __syncthreads();
+        }
+        const int64_t items = (t1 - t0) * nseg_red;
+        for (int64_t item = rwarp; item < items; item += rwarps) {
+          const int64_t t = t0 + item / nseg_red;
+          const int seg = static_cast<int>(item % nseg_red);
+          if (!p.vec) {
+            ReduceTokenScalar(p, t, lane);
+          } else if (p.bfloat16) {
+            ReduceSegment<kU, true>(p, t, seg, lane);
+          } else {
+            ReduceSegment<kU, false>(p, t, seg, lane);
+          }
+          if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
+        }
+      }
+    }
+    if (!have) break;
+    if (split) PostTileWords(c, done, epoch, g0, g1, tid, nthreads);
+    prev = j;
   }
-  if (warp == 0) {
-    for (unsigned d = lane; d < static_cast<unsigned>(W); d += 32) {
-      const uint64_t v = dev::WaitUntil(&done[d], Cmp::kGe, epoch << 1, c.timeout_ns);
+  // A pe with no tokens waits for nothing above; it still must see a rejection
+  // posted in this epoch (every group carries it), so block 0 checks the last group.
+  if (n == 0 && blockIdx.x == 0 && warp == 0) {
+    for (int d = static_cast<int>(lane); d < W; d += 32) {
+      if (d == me) continue;
+      const uint64_t v = dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, epoch << 1, c.timeout_ns);
       if (v & 1u) {
         printf(
-            "mori.ep combine on rank %d: combine rejected by rank %u (its inputs failed "
+            "mori.ep combine on rank %d: combine rejected by rank %d (its inputs failed "
             "validation; see its error)\n",
             me, d);
         __trap();
-      }
-    }
-  }
-  __syncthreads();
-
-  // 3. Reduce my tokens over the pes they went to, ascending pe order.
-  const uint8_t* token_ranks = At<uint8_t>(c, c.layout.token_ranks);
-  const int64_t hidden = p.hidden;
-  const int elem = p.bfloat16 ? 2 : 4;
-  const bool vec = (p.row_bytes % 16) == 0 && (p.combine_row_bytes % 16) == 0 &&
-                   (reinterpret_cast<uintptr_t>(p.out) % 16) == 0;
-  for (int64_t t = gwarp; t < p.num_tokens; t += all_warps) {
-    const uint8_t* ranks = token_ranks + t * W;
-    char* out_row = static_cast<char*>(p.out) + t * hidden * elem;
-    if (vec && p.bfloat16) {
-      for (int64_t off = static_cast<int64_t>(lane) * 16; off < p.row_bytes; off += 32 * 16) {
-        float acc[8];
-        ReduceChunk<8>(p, comb_tokens, ranks, t, off, acc);
-        uint32_t w[4];
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          w[v] = FloatToBFloat16(acc[2 * v]) |
-                 (static_cast<uint32_t>(FloatToBFloat16(acc[2 * v + 1])) << 16);
-        }
-        *reinterpret_cast<uint4*>(out_row + off) = make_uint4(w[0], w[1], w[2], w[3]);
-      }
-    } else if (vec) {
-      for (int64_t off = static_cast<int64_t>(lane) * 16; off < p.row_bytes; off += 32 * 16) {
-        float acc[4];
-        ReduceChunk<4>(p, comb_tokens, ranks, t, off, acc);
-        *reinterpret_cast<float4*>(out_row + off) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      }
-    } else {
-      for (int64_t h = lane; h < hidden; h += 32) {
-        float acc = 0.0f;
-        for (int d = 0; d < W; ++d) {
-          if (!ranks[d]) continue;
-          const char* row = comb_tokens + (static_cast<int64_t>(d) * M + t) * p.combine_row_bytes;
-          acc += p.bfloat16 ? BFloat16ToFloat(reinterpret_cast<const uint16_t*>(row)[h])
-                            : reinterpret_cast<const float*>(row)[h];
-        }
-        if (p.bfloat16) {
-          reinterpret_cast<uint16_t*>(out_row)[h] = FloatToBFloat16(acc);
-        } else {
-          reinterpret_cast<float*>(out_row)[h] = acc;
-        }
-      }
-    }
-    if (with_weights) {
-      for (int j = static_cast<int>(lane); j < K; j += 32) {
-        float acc = 0.0f;
-        for (int d = 0; d < W; ++d) {
-          if (ranks[d]) acc += comb_weights[(static_cast<int64_t>(d) * M + t) * K + j];
-        }
-        p.out_weights[t * K + j] = acc;
       }
     }
   }
@@ -495,6 +874,14 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
                  "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
     }
   }
+  // Tuning knobs for measurements: combine tiles per block (pipeline depth),
+  if (const char* v = std::getenv("MORI_EP_COMBINE_STEPS"))
+    combine_steps_ = std::max(1, std::atoi(v));
+  // and 16-byte words per lane a dispatch warp moves at once (4 or 8).
+  if (const char* v = std::getenv("MORI_EP_DISPATCH_SEG"))
+    dispatch_seg_ = std::atoi(v) == 4 ? 4 : 8;
+  // and whether combine splits each block's warps between returning and reducing.
+  if (const char* v = std::getenv("MORI_EP_COMBINE_SPLIT")) combine_split_ = std::atoi(v) != 0;
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   MORI_CUDA_CHECK(cudaMemset(block_, 0, SignalBytes(layout_)));
@@ -508,13 +895,16 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
   int& cached = max_blocks_[dispatch ? 1 : 0][warps];
   if (cached == 0) {
     int per_sm = 0;
-    if (dispatch) {
-      MORI_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, DispatchKernel, warps * 32, 0));
-    } else {
-      MORI_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CombineKernel, warps * 32, 0));
-    }
+    const bool narrow = warps * 32 <= kNarrowThreads;
+    const void* kernel =
+        dispatch
+            ? (narrow ? (dispatch_seg_ == 4
+                             ? reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 4>)
+                             : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8>))
+                      : reinterpret_cast<const void*>(DispatchKernel<kMaxThreads, 4>))
+            : (narrow ? reinterpret_cast<const void*>(CombineKernel<kNarrowThreads>)
+                      : reinterpret_cast<const void*>(CombineKernel<kMaxThreads>));
+    MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, 0));
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
                warps, " warps per block on device ", device_);
     cached = per_sm * sm_count_;
@@ -554,8 +944,22 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.scales = static_cast<const char*>(a.scales);
   p.indices = a.indices;
   p.num_tokens = a.num_tokens;
-  DispatchKernel<<<launch.block_num, launch.warp_per_block * 32, 0,
-                   reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  auto aligned = [](const void* ptr, uintptr_t a) {
+    return reinterpret_cast<uintptr_t>(ptr) % a == 0;
+  };
+  p.vec = p.row_bytes % 16 == 0 && p.hidden_bytes % 16 == 0 && aligned(p.tokens, 16);
+  p.indices_vec = shape_.top_k % 4 == 0 && aligned(p.indices, 16);
+  p.meta_staged = p.scale_bytes % 4 == 0 && aligned(p.scales, 4) &&
+                  2 * shape_.top_k + p.scale_bytes / 4 + 1 <= 32 * kMetaWords;
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  const unsigned threads = launch.warp_per_block * 32;
+  if (threads > kNarrowThreads) {
+    DispatchKernel<kMaxThreads, 4><<<launch.block_num, threads, 0, s>>>(p);
+  } else if (dispatch_seg_ == 4) {
+    DispatchKernel<kNarrowThreads, 4><<<launch.block_num, threads, 0, s>>>(p);
+  } else {
+    DispatchKernel<kNarrowThreads, 8><<<launch.block_num, threads, 0, s>>>(p);
+  }
   MORI_CUDA_CHECK(cudaGetLastError());
   ++epoch_;
   num_tokens_ = a.num_tokens;
@@ -603,8 +1007,19 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   p.out = a.out;
   p.out_weights = a.out_weights;
   p.num_tokens = num_tokens_;
-  CombineKernel<<<launch.block_num, launch.warp_per_block * 32, 0,
-                  reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  auto aligned = [](const void* ptr, uintptr_t a) {
+    return reinterpret_cast<uintptr_t>(ptr) % a == 0;
+  };
+  p.vec = row_bytes % 16 == 0 && p.combine_row_bytes % 16 == 0 && p.input_row_stride % 16 == 0 &&
+          aligned(p.input, 16) && aligned(p.out, 16);
+  p.steps = combine_steps_;
+  p.split = combine_split_;
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (launch.warp_per_block * 32 <= kNarrowThreads) {
+    CombineKernel<kNarrowThreads><<<launch.block_num, launch.warp_per_block * 32, 0, s>>>(p);
+  } else {
+    CombineKernel<kMaxThreads><<<launch.block_num, launch.warp_per_block * 32, 0, s>>>(p);
+  }
   MORI_CUDA_CHECK(cudaGetLastError());
   combine_pending_ = false;
 }

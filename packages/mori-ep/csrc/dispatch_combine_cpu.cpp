@@ -168,9 +168,22 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
   int32_t* recv_src_pos = At<int32_t>(layout_.recv_src_pos);
   const char* tokens = static_cast<const char*>(a.tokens);
   const char* scales = static_cast<const char*>(a.scales);
+  int32_t* recv_group_row = At<int32_t>(layout_.recv_group_row);
+  int32_t* token_self_row = At<int32_t>(layout_.token_self_row);
+  const int64_t G = CombineGroups(M);
+  // Where the rows of my token group g start on pe d: the next row there when the
+  // group's first token comes up (entries past my tokens, and entry G: the end).
+  auto post_group_row = [&](int64_t g) {
+    for (int d = 0; d < W; ++d) {
+      const int32_t row = static_cast<int32_t>(next_row[d]);
+      hs::PutNbi(ctx_, recv_group_row + me * (G + 1) + g, &row, sizeof(row), d);
+    }
+  };
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     const uint8_t* ranks = token_ranks + t * W;
     const int32_t src_pos = EncodeSrcPos(me, t, M);
+    if (t % kCombineGroupTokens == 0) post_group_row(t / kCombineGroupTokens);
+    token_self_row[t] = ranks[me] ? static_cast<int32_t>(next_row[me]) : -1;
     for (int d = 0; d < W; ++d) {
       if (!ranks[d]) continue;
       const int64_t r = next_row[d]++;
@@ -180,6 +193,9 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
       hs::PutNbi(ctx_, recv_indices + r * K, a.indices + t * K, K * sizeof(int32_t), d);
       hs::PutNbi(ctx_, recv_src_pos + r, &src_pos, sizeof(int32_t), d);
     }
+  }
+  for (int64_t g = (a.num_tokens + kCombineGroupTokens - 1) / kCombineGroupTokens; g <= G; ++g) {
+    post_group_row(g);
   }
   FinishDispatchEpoch(epoch);
 
@@ -192,14 +208,20 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
 
 void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
   const int W = shape_.world_size, me = shape_.rank;
+  const int64_t G = CombineGroups(shape_.max_tokens);
   uint64_t* done = At<uint64_t>(layout_.combine_done);
-  // Low bit: this pe rejected its combine inputs (its rows are missing).
+  // Low bit: this pe rejected its combine inputs (its rows are missing). Every
+  // group's word, as the CUDA kernels post them group by group.
   const uint64_t mine = (epoch << 1) | (rejected ? 1 : 0);
-  for (int s = 0; s < W; ++s) hs::SignalSet(ctx_, &done[me], mine, s);
+  for (int s = 0; s < W; ++s) {
+    for (int64_t g = 0; g < G; ++g) hs::SignalSet(ctx_, &done[me * G + g], mine, s);
+  }
   int rejected_by = -1;
   for (int d = 0; d < W; ++d) {
-    uint64_t v = hs::WaitUntil(&done[d], Cmp::kGe, epoch << 1, timeout_);
-    if ((v & 1) && rejected_by < 0) rejected_by = d;
+    for (int64_t g = 0; g < G; ++g) {
+      uint64_t v = hs::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, timeout_);
+      if ((v & 1) && rejected_by < 0) rejected_by = d;
+    }
   }
   combine_pending_ = false;
   if (rejected_by >= 0 && !rejected) {
@@ -238,11 +260,13 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   float* comb_weights = At<float>(layout_.comb_weights);
   const int32_t* src_pos = At<int32_t>(layout_.recv_src_pos);
   const char* input = static_cast<const char*>(a.input);
-  // Row i goes back to its source pe s, into slot [me][t] there. No pe writes these
-  // slots of s again before s has finished reducing them: the next combine needs a
-  // next dispatch, whose count exchange waits for s to enter it.
+  // Row i goes back to its source pe s, into slot [me][t] there; my own rows stay in
+  // the input (token_self_row). No pe writes these slots of s again before s has
+  // finished reducing them: the next combine needs a next dispatch, whose count
+  // exchange waits for s to enter it.
   for (int64_t i = 0; i < total_recv_; ++i) {
     const int s = static_cast<int>(src_pos[i] / M);
+    if (s == me) continue;
     const int64_t t = src_pos[i] % M;
     const size_t slot = static_cast<size_t>(me) * M + t;
     hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
@@ -253,6 +277,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
   // order, accumulated in fp32 and rounded once.
   const uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
+  const int32_t* token_self_row = At<int32_t>(layout_.token_self_row);
   const int64_t hidden = shape_.hidden_dim;
   std::vector<float> acc(hidden);
   std::vector<float> wacc(K);
@@ -263,7 +288,8 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
     for (int d = 0; d < W; ++d) {
       if (!ranks[d]) continue;
       const size_t slot = static_cast<size_t>(d) * M + t;
-      const char* row = comb_tokens + slot * Hc;
+      const int64_t self_row = token_self_row[t];
+      const char* row = d == me ? input + self_row * a.input_row_stride : comb_tokens + slot * Hc;
       if (a.dtype == CombineDtype::kBFloat16) {
         const uint16_t* v = reinterpret_cast<const uint16_t*>(row);
         for (int64_t h = 0; h < hidden; ++h) acc[h] += BFloat16ToFloat(v[h]);
@@ -272,7 +298,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
         for (int64_t h = 0; h < hidden; ++h) acc[h] += v[h];
       }
       if (with_weights) {
-        const float* w = comb_weights + slot * K;
+        const float* w = d == me ? a.weights + self_row * K : comb_weights + slot * K;
         for (int j = 0; j < K; ++j) wacc[j] += w[j];
       }
     }

@@ -55,10 +55,12 @@ void register_dispatch_combine(py::module_& m) {
         d["recv_scales"] = l.recv_scales;
         d["recv_indices"] = l.recv_indices;
         d["recv_src_pos"] = l.recv_src_pos;
+        d["recv_group_row"] = l.recv_group_row;
         d["comb_tokens"] = l.comb_tokens;
         d["comb_weights"] = l.comb_weights;
         d["total_recv"] = l.total_recv;
         d["token_ranks"] = l.token_ranks;
+        d["token_self_row"] = l.token_self_row;
         d["total_bytes"] = l.total_bytes;
         return d;
       },
@@ -67,6 +69,7 @@ void register_dispatch_combine(py::module_& m) {
       py::arg("num_experts_per_rank"),
       R"doc(Byte offsets of the regions of an op's symmetric block (protocol.hpp).)doc");
   m.attr("ep_max_tokens_per_rank") = kMaxTokensPerRank;
+  m.attr("ep_combine_group_tokens") = kCombineGroupTokens;
 
   py::class_<IntraNodeCpu>(m, "IntraNodeCpu",
                            R"doc(Intra-node dispatch/combine on a host symmetric heap.)doc")

@@ -18,7 +18,9 @@
 //     count_words    u64 [W][W]   row s, column d: (epoch << kCountBits) | count(s -> d),
 //                                 written by pe s into every pe (its routing row)
 //     dispatch_done  u64 [W]      entry s = epoch once pe s has written all its rows here
-//     combine_done   u64 [W]      entry d = epoch once pe d has returned all its rows here
+//     combine_done   u64 [W][G]   entry [d][g] = (epoch << 1) | rejected once pe d has
+//                                 returned here every row of this pe's tokens in group g
+//                                 (G = ceil(M / kCombineGroupTokens) token groups)
 //   private to the pe, zeroed with the signals (the CUDA kernels' state; unused on CPU)
 //     state          EpDeviceState
 //   dispatch receive buffers (written by peers; rows [0, total_recv) valid)
@@ -27,20 +29,31 @@
 //     recv_scales    u8  [C][S]
 //     recv_indices   i32 [C][K]
 //     recv_src_pos   i32 [C]      src_pe * M + src_token (MORI's encoding)
-//   combine receive buffers (written by peers; slot [d][t]: pe d's partial row for
-//   this pe's token t)
+//     recv_group_row i32 [W][G+1] row s, entry g: where the rows of pe s's tokens of group g
+//                                 (tokens [g * kCombineGroupTokens, ...)) start here;
+//                                 entry G = the end of pe s's rows. Written by pe s.
+//   combine receive buffers (written by peers; slot [d][t], d != this pe: pe d's
+//   partial row for this pe's token t; a pe's own partial row is read from its
+//   combine input, row token_self_row[t], and never copied)
 //     comb_tokens    u8  [W][M][Hc]
 //     comb_weights   f32 [W][M][K]
 //   private to the pe (in the block so device code can reach it; never written by
 //   peers)
 //     total_recv     i32 [1]
 //     token_ranks    u8  [M][W]   1 where the pe's token t went to pe d (last dispatch)
+//     token_self_row i32 [M]      the row of the pe's token t in its own receive buffer,
+//                                 -1 when t did not go to this pe
 //
 // Ordering: rows from pe s land at d in the contiguous range
 // [sum_{s' < s} count(s' -> d), + count(s -> d)), in the source's token order.
 // Row order is therefore a function of the routing alone (not of timing), which
 // makes dispatch reproducible bit for bit and fixes combine's reduction order
 // (ascending destination pe).
+//
+// Combine signals per token group rather than once per pe, so a pe can reduce the
+// groups whose rows have arrived while later groups are still in flight. A pe
+// returns group g's rows only after waiting for groups < g at most, so every group
+// is eventually returned (no cycle of waits), whatever each pe's grid or tiling.
 
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +73,8 @@ inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
 inline constexpr uint64_t kRejectedCount = kCountMask;
 inline constexpr int64_t kMaxTokensPerRank = static_cast<int64_t>(kCountMask) - 1;
 inline constexpr uint64_t kEpochMask = (uint64_t{1} << (64 - kCountBits)) - 1;
+// Tokens per combine signal group (combine_done, recv_group_row).
+inline constexpr int kCombineGroupTokens = 8;
 
 MORI_HOST_DEVICE inline uint64_t CountWord(uint64_t epoch, uint64_t count) {
   return ((epoch & kEpochMask) << kCountBits) | (count & kCountMask);
@@ -71,12 +86,12 @@ MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountB
 MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
 
 // State the CUDA kernels keep in device memory, so that CUDA-graph replays advance
-// it: the epoch of the last dispatch and the grid-completion counters (each reset
-// to 0 by the last block of its kernel, before the kernel ends).
+// it: the epoch of the last dispatch and dispatch's grid-completion counter (reset
+// to 0 by the last block, before the kernel ends).
 struct EpDeviceState {
   uint64_t epoch;
   uint32_t dispatch_blocks_done;
-  uint32_t combine_blocks_done;
+  uint32_t unused;
 };
 
 struct EpShape {
@@ -95,16 +110,21 @@ struct EpShape {
 // vectorized (16-byte) device copies of a row are aligned whenever the row size is.
 struct EpBufferLayout {
   size_t count_words, dispatch_done, combine_done, state;
-  size_t recv_tokens, recv_weights, recv_scales, recv_indices, recv_src_pos;
+  size_t recv_tokens, recv_weights, recv_scales, recv_indices, recv_src_pos, recv_group_row;
   size_t comb_tokens, comb_weights;
-  size_t total_recv, token_ranks;
+  size_t total_recv, token_ranks, token_self_row;
   size_t total_bytes;
 };
 
 MORI_HOST_DEVICE inline size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+MORI_HOST_DEVICE inline int64_t CombineGroups(int64_t max_tokens) {
+  return (max_tokens + kCombineGroupTokens - 1) / kCombineGroupTokens;
+}
+
 inline EpBufferLayout MakeLayout(const EpShape& s) {
   const size_t W = s.world_size, M = s.max_tokens, C = W * M, K = s.top_k;
+  const size_t G = static_cast<size_t>(CombineGroups(s.max_tokens));
   EpBufferLayout l{};
   size_t off = 0;
   auto take = [&off](size_t bytes) {
@@ -114,17 +134,19 @@ inline EpBufferLayout MakeLayout(const EpShape& s) {
   };
   l.count_words = take(W * W * 8);
   l.dispatch_done = take(W * 8);
-  l.combine_done = take(W * 8);
+  l.combine_done = take(W * G * 8);
   l.state = take(sizeof(EpDeviceState));
   l.recv_tokens = take(C * s.hidden_bytes);
   l.recv_weights = take(C * K * 4);
   l.recv_scales = take(C * s.scale_bytes);
   l.recv_indices = take(C * K * 4);
   l.recv_src_pos = take(C * 4);
+  l.recv_group_row = take(W * (G + 1) * 4);
   l.comb_tokens = take(W * M * s.combine_row_bytes);
   l.comb_weights = take(W * M * K * 4);
   l.total_recv = take(8);
   l.token_ranks = take(M * W);
+  l.token_self_row = take(M * 4);
   l.total_bytes = off;
   return l;
 }

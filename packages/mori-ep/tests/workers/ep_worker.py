@@ -17,6 +17,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor
 
 import mori.core as mc
 from mori.core import shmem
@@ -30,8 +31,8 @@ shmem.init(device="cpu", heap_size="64M", timeout_s=60)
 
 HIDDEN, M, EPR, K = 256, 48, 4, 4
 E = EPR * world
-FP8 = torch.float8_e4m3fn
-ROUTINGS = ["random", "zero", "one_expert", "one_rank", "round_robin", "one_token", "max", "dup"]
+REF = Routing(world, rank, M, EPR, K)
+routing, gather, padded = REF.routing, REF.gather, REF.padded
 
 
 def make_op(fp8: bool) -> EpDispatchCombineOp:
@@ -50,77 +51,13 @@ def make_op(fp8: bool) -> EpDispatchCombineOp:
     return EpDispatchCombineOp(cfg, timeout_s=30)
 
 
-def routing(kind: str, n: int, gen: torch.Generator, it: int) -> torch.Tensor:
-    if kind == "random":
-        idx = torch.rand(n, E, generator=gen).topk(K, dim=1).indices.to(torch.int32)
-        idx[torch.rand(n, K, generator=gen) < 0.2] = -1
-        return idx
-    idx = torch.full((n, K), -1, dtype=torch.int32)
-    if kind == "one_expert":
-        idx[:, 0] = it % E
-    elif kind == "one_rank":
-        r = it % world
-        idx[:] = torch.arange(r * EPR, r * EPR + K, dtype=torch.int32)
-    elif kind == "round_robin":
-        for t in range(n):
-            idx[t] = torch.tensor([(t + j * EPR) % E for j in range(K)], dtype=torch.int32)
-    elif kind == "dup":  # the same expert twice, and a token with no expert at all
-        idx[:, 0] = idx[:, 1] = (torch.arange(n) * 3 % E).to(torch.int32)
-        if n:
-            idx[0] = -1
-    else:  # zero / one_token / max: random routing, the count is what varies
-        return routing("random", n, gen, it)
-    return idx
-
-
-def num_tokens(kind: str, gen: torch.Generator, r: int, it: int) -> int:
-    if kind == "zero":
-        return 0 if (r + it) % 2 == 0 else int(torch.randint(1, M + 1, (1,), generator=gen))
-    if kind == "one_token":
-        return 1
-    if kind == "max":
-        return M
-    return int(torch.randint(0, M + 1, (1,), generator=gen))
-
-
-def gather(t: torch.Tensor) -> list[torch.Tensor]:
-    """All-gather a [M, ...] tensor through an int32 view (gloo-safe dtypes)."""
-    raw = t.contiguous().view(torch.uint8).reshape(M, -1)
-    pad = (-raw.size(1)) % 4
-    raw = torch.nn.functional.pad(raw, (0, pad)).view(torch.int32)
-    outs = [torch.empty_like(raw) for _ in range(world)]
-    dist.all_gather(outs, raw)
-    cols = t.contiguous().view(torch.uint8).reshape(M, -1).size(1)
-    return [o.view(torch.uint8)[:, :cols].contiguous().view(t.dtype).reshape(t.shape) for o in outs]
-
-
-def padded(t: torch.Tensor, n: int, fill: int = 0) -> torch.Tensor:
-    """t's n rows, padded to M rows (for all-gathers of equal shapes)."""
-    p = torch.zeros((M, *t.shape[1:]), dtype=torch.uint8 if t.dtype == FP8 else t.dtype)
-    p = p.view(FP8) if t.dtype == FP8 else p.fill_(fill)
-    p[:n] = t
-    return p
-
-
-def factor(d: int) -> float:
-    return 1.0 + 0.375 * d  # the "expert" of rank d scales its rows by this
-
-
-def expert(x: torch.Tensor, scales: torch.Tensor | None, d: int) -> torch.Tensor:
-    """What rank d's experts return for received rows: bf16 of dequant(x) * factor."""
-    xf = x.float()
-    if scales is not None:
-        xf = xf * scales.repeat_interleave(128, dim=1)
-    return (xf * factor(d)).to(torch.bfloat16)
-
-
 def run_random(fp8: bool, base_seed: int) -> float:
     op = make_op(fp8)
     spent = 0.0
     for it in range(iters):
         kind = ROUTINGS[it % len(ROUTINGS)]
         gen = torch.Generator().manual_seed(base_seed * 1009 + it * 31 + rank)
-        n = num_tokens(kind, gen, rank, it)
+        n = REF.num_tokens(kind, gen, it)
         x = torch.randn(n, HIDDEN, generator=gen)
         x = x.to(FP8) if fp8 else x.to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)

@@ -29,6 +29,7 @@ def dispatch_layout_cuda(
 ) -> None: ...
 
 ep_max_tokens_per_rank: int
+ep_combine_group_tokens: int
 
 def ep_buffer_layout(
     world_size: int,
