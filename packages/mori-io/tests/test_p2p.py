@@ -260,10 +260,10 @@ def test_two_engines_of_one_process_bit_exact():
         time.sleep(0.01)
     assert inbound is not None and inbound.Succeeded()
     # A forged descriptor larger than the target registered: refused by size, no copy.
-    forged = MemoryDesc("b", mb.id, 0, mb.addr, size * 2, GPU)
+    forged = MemoryDesc("b", mb.id, 0, mb.data, size * 2, GPU)
     st = a.write(ma, 0, forged, size, 16, a.allocate_transfer_uid())
     assert st.Code() == StatusCode.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
-    unknown = MemoryDesc("b", 9999, 0, mb.addr, size, GPU)
+    unknown = MemoryDesc("b", 9999, 0, mb.data, size, GPU)
     st = a.read(ma, 0, unknown, 0, 16, a.allocate_transfer_uid())
     assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
     a.close()
