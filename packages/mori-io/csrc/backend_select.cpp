@@ -24,29 +24,35 @@ BackendChoice ChooseBackend(const BackendChoiceInput& in) {
   if (in.override_choice == BackendOverride::kTcp) {
     return {BackendType::kTcp, "TCP forced (MORI_IO_BACKEND / IOEngineConfig.backend)"};
   }
+  // Where neither same-host path applies: RDMA when both engines have it, else TCP;
+  // the reason says why the same-host path did not.
+  const bool rdma = in.local_rdma && in.remote_rdma;
   const char* lead = in.override_choice == BackendOverride::kShm
-                         ? "SHM forced but not usable, TCP instead: "
-                         : "TCP: ";
-  auto tcp = [&](const std::string& why) { return BackendChoice{BackendType::kTcp, lead + why}; };
+                         ? (rdma ? "SHM forced but not usable, RDMA instead: "
+                                 : "SHM forced but not usable, TCP instead: ")
+                         : (rdma ? "RDMA: " : "TCP: ");
+  auto other = [&](const std::string& why) {
+    return BackendChoice{rdma ? BackendType::kRdma : BackendType::kTcp, lead + why};
+  };
   const bool gpu_both =
       in.local_loc == MemoryLocationType::GPU && in.remote_loc == MemoryLocationType::GPU;
   if (!gpu_both &&
       (in.local_loc != MemoryLocationType::CPU || in.remote_loc != MemoryLocationType::CPU)) {
-    return tcp("GPU memory on one side only (P2P needs GPU memory on both, SHM host memory)");
+    return other("GPU memory on one side only (P2P needs GPU memory on both, SHM host memory)");
   }
-  if (in.remote_host_id.empty()) return tcp("the remote engine's host identity is unknown");
+  if (in.remote_host_id.empty()) return other("the remote engine's host identity is unknown");
   if (in.local_host_id != in.remote_host_id) {
-    return tcp("different hosts (or pid namespaces): '" + in.local_host_id + "' vs '" +
-               in.remote_host_id + "'");
+    return other("different hosts (or pid namespaces): '" + in.local_host_id + "' vs '" +
+                 in.remote_host_id + "'");
   }
   if (gpu_both) {
-    if (!in.local_p2p) return tcp("this engine has no P2P backend");
-    if (!in.remote_p2p) return tcp("the remote engine has no P2P backend");
+    if (!in.local_p2p) return other("this engine has no P2P backend");
+    if (!in.remote_p2p) return other("the remote engine has no P2P backend");
     return {BackendType::kP2P, "same host, GPU memory on both sides (CUDA IPC)"};
   }
-  if (!in.local_shm) return tcp("this engine has no SHM backend");
-  if (!in.remote_shm) return tcp("the remote engine has no SHM backend");
-  if (!in.cma_ok) return tcp("CMA not permitted: " + in.cma_reason);
+  if (!in.local_shm) return other("this engine has no SHM backend");
+  if (!in.remote_shm) return other("the remote engine has no SHM backend");
+  if (!in.cma_ok) return other("CMA not permitted: " + in.cma_reason);
   return {BackendType::kShm, in.override_choice == BackendOverride::kShm
                                  ? "SHM forced; same host, host memory, CMA permitted"
                                  : "same host, host memory on both sides, CMA permitted"};

@@ -25,12 +25,14 @@ struct BackendChoiceInput {
   std::string remote_host_id;  // the remote EngineDesc's host_id ("" if unknown)
   MemoryLocationType local_loc = MemoryLocationType::CPU;
   MemoryLocationType remote_loc = MemoryLocationType::CPU;
-  bool local_shm = false;   // this engine created the SHM backend
-  bool remote_shm = false;  // the remote EngineDesc lists SHM
-  bool local_p2p = false;   // this engine created the P2P backend
-  bool remote_p2p = false;  // the remote EngineDesc lists P2P
-  bool cma_ok = true;       // CMA permitted for this pair (probe, or first use)
-  std::string cma_reason;   // why not, when !cma_ok
+  bool local_shm = false;    // this engine created the SHM backend
+  bool remote_shm = false;   // the remote EngineDesc lists SHM
+  bool local_p2p = false;    // this engine created the P2P backend
+  bool remote_p2p = false;   // the remote EngineDesc lists P2P
+  bool local_rdma = false;   // this engine created the RDMA backend
+  bool remote_rdma = false;  // the remote EngineDesc lists RDMA
+  bool cma_ok = true;        // CMA permitted for this pair (probe, or first use)
+  std::string cma_reason;    // why not, when !cma_ok
   BackendOverride override_choice = BackendOverride::kAuto;
 };
 
@@ -41,9 +43,9 @@ struct BackendChoice {
 
 // Same host + GPU memory on both sides -> P2P (when both engines created it); same
 // host + host memory on both sides -> SHM (when both engines created it and CMA works
-// for the pair); else TCP. An override of TCP always holds; an override of SHM holds
-// only where SHM can work and otherwise falls back to TCP, saying why. (RDMA joins
-// here when it is wired into the engine.)
+// for the pair); otherwise RDMA when both engines created it (a NIC on each side),
+// else TCP. An override of TCP always holds; an override of SHM holds only where SHM
+// can work and otherwise falls back, saying why.
 BackendChoice ChooseBackend(const BackendChoiceInput& in);
 
 // "<hostname>/<boot_id>/<pid namespace>": two processes with equal identities run on

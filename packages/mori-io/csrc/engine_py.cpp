@@ -175,6 +175,8 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           py::arg("kernel_max_mean_span"))
       .def("p2p_mapping_kind", &IoEngine::P2pMappingKind, py::arg("remote_key"), py::arg("mem_id"),
            "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
+      .def("create_rdma_backend", &IoEngine::CreateRdmaBackend, py::arg("config"),
+           py::call_guard<py::gil_scoped_release>())
       .def_static("p2p_unavailable", &P2pBackend::Unavailable,
                   "Why this build/machine cannot run the P2P backend; '' if it can.")
       .def(
@@ -223,7 +225,8 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
       .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("key"),
            py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(), py::arg("pid") = 0,
-           py::arg("remote_shm") = false, py::arg("remote_p2p") = false)
+           py::arg("remote_shm") = false, py::arg("remote_p2p") = false,
+           py::arg("remote_rdma") = false)
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
       .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)
@@ -286,7 +289,8 @@ max_inbound_statuses cap dropped (oldest first).)doc")
       [](const std::string& local_host_id, const std::string& remote_host_id,
          MemoryLocationType local_loc, MemoryLocationType remote_loc, bool local_shm,
          bool remote_shm, bool cma_ok, const std::string& cma_reason,
-         const std::string& override_text, bool local_p2p, bool remote_p2p) {
+         const std::string& override_text, bool local_p2p, bool remote_p2p, bool local_rdma,
+         bool remote_rdma) {
         BackendChoiceInput in;
         in.local_host_id = local_host_id;
         in.remote_host_id = remote_host_id;
@@ -299,12 +303,15 @@ max_inbound_statuses cap dropped (oldest first).)doc")
         in.override_choice = ParseBackendOverride(override_text);
         in.local_p2p = local_p2p;
         in.remote_p2p = remote_p2p;
+        in.local_rdma = local_rdma;
+        in.remote_rdma = remote_rdma;
         return ChoiceTuple(ChooseBackend(in));
       },
       py::arg("local_host_id"), py::arg("remote_host_id"), py::arg("local_loc"),
       py::arg("remote_loc"), py::arg("local_shm"), py::arg("remote_shm"), py::arg("cma_ok") = true,
       py::arg("cma_reason") = std::string(), py::arg("override") = std::string(),
-      py::arg("local_p2p") = false, py::arg("remote_p2p") = false,
+      py::arg("local_p2p") = false, py::arg("remote_p2p") = false, py::arg("local_rdma") = false,
+      py::arg("remote_rdma") = false,
       R"doc(The engine's per-pair backend choice as a pure function: (name, reason).)doc");
 
   m.def("cuda_peer_copy_seconds", &CudaPeerCopySeconds, py::arg("src_dev"), py::arg("dst_dev"),

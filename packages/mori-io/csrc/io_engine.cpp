@@ -23,9 +23,11 @@
 #include <random>
 
 #include "cma_copy.hpp"
+#include "gpu_staging.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/telemetry.hpp"
+#include "rdma/loopback_backend.hpp"
 
 namespace mori::io {
 
@@ -68,6 +70,10 @@ constexpr size_t kReadBudget = 8 << 20;
 constexpr int kMaxIov = 512;
 constexpr size_t kLedgerCapacity = 1 << 14;
 constexpr size_t kMaxP2pGrants = 16;
+// GPU memory over TCP: parts of at most kGpuChunk are staged by initiators; a target
+// refuses to stage a single part larger than kMaxStagedPart.
+constexpr uint64_t kGpuChunk = 4 << 20;
+constexpr uint64_t kMaxStagedPart = 256 << 20;
 constexpr uint64_t kMaxP2pGrantBytes = 1 << 22;
 
 bool EnvFlag(const char* name, bool fallback) {
@@ -93,7 +99,9 @@ const char* WireStatusText(wire::WireStatus s) {
     case wire::WireStatus::kOutOfBounds:
       return "out of bounds of the registered region";
     case wire::WireStatus::kNotHostMemory:
-      return "the region is GPU memory, which the TCP backend does not serve yet";
+      return "the region is GPU memory, which this path cannot move (CMA moves host memory "
+             "only; over TCP the target stages GPU memory only when built with CUDA and a "
+             "GPU is visible, and at most kMaxStagedPart bytes per part)";
     case wire::WireStatus::kNoShm:
       return "the target engine has no SHM backend";
     case wire::WireStatus::kCopyFailed:
@@ -104,6 +112,8 @@ const char* WireStatusText(wire::WireStatus s) {
       return "the region is host memory, which P2P does not map";
     case wire::WireStatus::kExportFailed:
       return "the target could not export the region";
+    case wire::WireStatus::kNoRdma:
+      return "the target engine has no RDMA backend";
   }
   return "unknown status";
 }
@@ -120,6 +130,7 @@ StatusCode WireStatusCode(wire::WireStatus s) {
     case wire::WireStatus::kNoShm:
     case wire::WireStatus::kNoP2p:
     case wire::WireStatus::kNotGpuMemory:
+    case wire::WireStatus::kNoRdma:
       return StatusCode::ERR_INVALID_ARGS;
     case wire::WireStatus::kCopyFailed:
     case wire::WireStatus::kExportFailed:
@@ -239,6 +250,7 @@ struct SendItem {
   uint64_t len;         // payload bytes to send after the header
   uint64_t sent;        // bytes of header + payload already sent
   RegionUse* use;       // a target's read response: entered, left once sent or dropped
+  std::shared_ptr<char> staged = nullptr;  // payload's staging buffer (GPU memory), if any
 };
 
 void LeaveAll(std::deque<SendItem>& q) {
@@ -258,6 +270,7 @@ struct Pending {
   uint64_t offset;
   uint64_t uid;
   uint32_t num_parts;
+  int gpu_device = -1;  // a read into GPU memory of this device: received via staging
 };
 
 bool IsWriteType(wire::MsgType t) {
@@ -329,12 +342,18 @@ struct Conn {
   std::string hello;
   int64_t rx_ns = 0;             // last readiness event (reactor only)
   RegionUse* cur_use = nullptr;  // inbound write mid-payload: its region, entered
+  // The current payload is received into stage_in and then copied to stage_dst, GPU
+  // memory of stage_dev (reads into local GPU memory; inbound writes into it).
+  std::shared_ptr<char> stage_in;
+  char* stage_dst = nullptr;
+  int stage_dev = -1;
   // Inbound SHM write grants whose kShmWriteDone has not come (entered, in grant order;
   // the initiator answers each granted write with one done, in order).
   std::deque<RegionUse*> shm_write_grants;
   // Inbound: P2P grants' payloads, alive until the connection closes (a short-lived
   // connection carries one; more than kMaxP2pGrants is a protocol violation).
   std::deque<std::string> p2p_grants;
+  std::string side_in;                     // inbound kRdmaConnect: the initiator's endpoints
   std::vector<SendItem> out_local;         // responses of one read pass, queued at its end
   std::vector<InboundPart> inbound_local;  // parts of one read pass, recorded at its end
   MemoryRegion region{};                   // the last region a request named...
@@ -531,11 +550,39 @@ class Worker {
     if (length == 0) FinishPayload(c);
   }
 
+  // Receives the next payload of `length` bytes for GPU memory at dst (device dev) into a
+  // staging buffer; FinishPayload copies it over.
+  void StagePayload(Conn& c, uint64_t length, char* dst, int dev) {
+    c.stage_in = staging::Buffer(length);
+    c.stage_dst = dst;
+    c.stage_dev = dev;
+    StartPayload(c, length, c.stage_in.get());
+  }
+
+  // Copies a staged payload to its GPU destination; "" or why it failed.
+  std::string Unstage(Conn& c, uint64_t length) {
+    if (c.stage_dst == nullptr) return {};
+    std::string error;
+    try {
+      staging::ToDevice(c.stage_dst, c.stage_in.get(), length, c.stage_dev);
+    } catch (const std::exception& e) {
+      error =
+          StrCat("copying ", length, " staged bytes to GPU ", c.stage_dev, " failed: ", e.what());
+    }
+    c.stage_in.reset();
+    c.stage_dst = nullptr;
+    c.stage_dev = -1;
+    return error;
+  }
+
   void FinishPayload(Conn& c) {
     c.in_payload = false;
     const wire::Header& h = c.cur;
+    std::string stage_error = Unstage(c, c.cur.length);
     if (c.outbound) {
-      engine_->CompletePart(c.cur_pending.record_id, StatusCode::SUCCESS, {});
+      engine_->CompletePart(c.cur_pending.record_id,
+                            stage_error.empty() ? StatusCode::SUCCESS : StatusCode::ERROR,
+                            stage_error);
       return;
     }
     if (!c.hello_done) {
@@ -544,6 +591,18 @@ class Worker {
       MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
                      "'");
       return;
+    }
+    if (static_cast<wire::MsgType>(h.type) == wire::MsgType::kRdmaConnect) {
+      std::string answer;
+      wire::WireStatus st = engine_->RdmaAccept(c.remote_key, c.side_in, &answer);
+      std::string().swap(c.side_in);
+      SideAnswer(c, h, wire::MsgType::kRdmaConnectAck, st, std::move(answer));
+      return;
+    }
+    if (!stage_error.empty()) {
+      MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': inbound write from '", c.remote_key,
+                    "': ", stage_error);
+      c.cur_status = wire::WireStatus::kCopyFailed;
     }
     if (c.cur_use != nullptr) {
       c.cur_use->Leave();
@@ -569,9 +628,9 @@ class Worker {
   // epoch moves, so a run of parts into one region takes no lock and no lookup.
   // With `enter`, a kOk lookup has entered the region's use count (the caller leaves
   // it once its bytes moved); a region being deregistered reads as unknown.
-  IoEngine::Lookup Target(Conn& c, const wire::Header& h, bool enter) {
+  IoEngine::Lookup Target(Conn& c, const wire::Header& h, bool enter, bool allow_gpu = false) {
     if (!engine_->options().target_batching) {
-      return engine_->CheckTarget(h.mem_id, h.offset, h.length, enter);
+      return engine_->CheckTarget(h.mem_id, h.offset, h.length, enter, allow_gpu);
     }
     uint64_t epoch = engine_->memory_epoch();
     if (c.region_epoch != epoch || c.region.id != h.mem_id) {
@@ -581,13 +640,7 @@ class Worker {
       }
       c.region_epoch = epoch;
     }
-    const MemoryRegion& r = c.region;
-    if (r.loc != MemoryLocationType::CPU) return {wire::WireStatus::kNotHostMemory, nullptr};
-    if (h.length > r.size || h.offset > r.size - h.length) {
-      return {wire::WireStatus::kOutOfBounds, nullptr};
-    }
-    if (enter && !r.use->Enter()) return {wire::WireStatus::kUnknownMemory, nullptr};
-    return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr), enter ? r.use.get() : nullptr};
+    return IoEngine::CheckRegion(c.region, h.offset, h.length, enter, allow_gpu);
   }
 
   void Account(Conn& c, const wire::Header& h, wire::WireStatus status) {
@@ -613,6 +666,18 @@ class Worker {
                   "' refused by the target: ", WireStatusText(s));
   }
 
+  // The answer to a side request, its payload kept alive by the connection.
+  void SideAnswer(Conn& c, const wire::Header& h, wire::MsgType type, wire::WireStatus st,
+                  std::string payload) {
+    c.p2p_grants.push_back(std::move(payload));
+    const std::string& g = c.p2p_grants.back();
+    wire::Header r = h;
+    r.type = static_cast<uint8_t>(type);
+    r.status = static_cast<uint8_t>(st);
+    r.length = g.size();
+    c.out_local.push_back({r, g.data(), g.size(), 0, nullptr});
+  }
+
   // Returns false on a protocol violation (the connection is then closed).
   bool HandleHeader(Conn& c, std::string* why) {
     const wire::Header& h = c.cur;
@@ -632,21 +697,40 @@ class Worker {
         return true;
       }
       if (type == wire::MsgType::kWrite) {
-        IoEngine::Lookup lk = Target(c, h, true);
+        IoEngine::Lookup lk = Target(c, h, true, true);
         c.cur_use = lk.use;
         c.cur_status = lk.status;
+        if (lk.status == wire::WireStatus::kOk && lk.gpu_device >= 0) {
+          StagePayload(c, h.length, lk.base + h.offset, lk.gpu_device);
+          return true;
+        }
         StartPayload(c, h.length,
                      lk.status == wire::WireStatus::kOk ? lk.base + h.offset : nullptr);
         return true;
       }
       if (type == wire::MsgType::kRead) {
-        IoEngine::Lookup lk = Target(c, h, true);
+        IoEngine::Lookup lk = Target(c, h, true, true);
+        std::shared_ptr<char> staged;
+        if (lk.status == wire::WireStatus::kOk && lk.gpu_device >= 0) {
+          // Served from a host copy: the region is free again once it is taken.
+          try {
+            staged = staging::Buffer(h.length);
+            staging::ToHost(staged.get(), lk.base + h.offset, h.length, lk.gpu_device);
+          } catch (const std::exception& e) {
+            MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': read by '", c.remote_key,
+                          "' of GPU memory ", h.mem_id, ": ", e.what());
+            lk.status = wire::WireStatus::kCopyFailed;
+          }
+          lk.use->Leave();
+          lk.use = nullptr;
+        }
         bool ok = lk.status == wire::WireStatus::kOk;
         wire::Header r = h;
         r.type = static_cast<uint8_t>(wire::MsgType::kReadData);
         r.status = static_cast<uint8_t>(lk.status);
         r.length = ok ? h.length : 0;
-        c.out_local.push_back({r, ok ? lk.base + h.offset : nullptr, ok ? h.length : 0, 0, lk.use});
+        const char* src = !ok ? nullptr : staged ? staged.get() : lk.base + h.offset;
+        c.out_local.push_back({r, src, ok ? h.length : 0, 0, lk.use, std::move(staged)});
         Account(c, h, lk.status);
         return true;
       }
@@ -702,13 +786,26 @@ class Worker {
         }
         std::string payload;
         wire::WireStatus st = engine_->P2pGrant(h.mem_id, &payload);
-        c.p2p_grants.push_back(std::move(payload));
-        const std::string& g = c.p2p_grants.back();
-        wire::Header r = h;
-        r.type = static_cast<uint8_t>(wire::MsgType::kP2pGrant);
-        r.status = static_cast<uint8_t>(st);
-        r.length = g.size();
-        c.out_local.push_back({r, g.data(), g.size(), 0, nullptr});
+        SideAnswer(c, h, wire::MsgType::kP2pGrant, st, std::move(payload));
+        return true;
+      }
+      if (type == wire::MsgType::kRdmaConnect) {
+        if (h.length > (1u << 16) || c.p2p_grants.size() >= kMaxP2pGrants) {
+          *why = StrCat("an RDMA connect request of ", h.length, " bytes (or too many)");
+          return false;
+        }
+        c.side_in.resize(h.length);
+        StartPayload(c, h.length, c.side_in.data());
+        return true;
+      }
+      if (type == wire::MsgType::kRdmaRegionReq) {
+        if (c.p2p_grants.size() >= kMaxP2pGrants) {
+          *why = StrCat("more than ", kMaxP2pGrants, " side requests on one connection");
+          return false;
+        }
+        std::string payload;
+        wire::WireStatus st = engine_->RdmaRegionKey(h.mem_id, &payload);
+        SideAnswer(c, h, wire::MsgType::kRdmaRegionKey, st, std::move(payload));
         return true;
       }
       if (type == wire::MsgType::kP2pWriteDone) {
@@ -752,7 +849,11 @@ class Worker {
         c.in_payload = true;  // so Close fails this part too
         return false;
       }
-      StartPayload(c, h.length, p.local);
+      if (p.gpu_device >= 0) {
+        StagePayload(c, h.length, p.local, p.gpu_device);
+      } else {
+        StartPayload(c, h.length, p.local);
+      }
       return true;
     }
     if (type == wire::MsgType::kShmGrant &&
@@ -1130,6 +1231,8 @@ BackendChoiceInput IoEngine::ChoiceInput(const Peer& peer, MemoryLocationType lo
   in.remote_shm = peer.remote_shm && peer.pid > 0;
   in.local_p2p = p2p_ != nullptr;
   in.remote_p2p = peer.remote_p2p;
+  in.local_rdma = rdma_ != nullptr;
+  in.remote_rdma = peer.remote_rdma;
   in.cma_ok = shm_self_ok_;
   in.cma_reason = shm_self_reason_;
   in.override_choice = override_;
@@ -1203,7 +1306,9 @@ MemoryRegion IoEngine::RegisterMemory(uintptr_t addr, uint64_t size, int device_
   MORI_CHECK_ARG(loc != MemoryLocationType::GPU || device_id >= 0,
                  "register_memory: GPU memory needs its device id (got ", device_id, ")");
   std::unique_lock<std::shared_mutex> lock(mem_mu_);
-  MemoryRegion r{next_mem_id_++, addr, size, device_id, loc, std::make_shared<RegionUse>()};
+  MemoryRegion r{next_mem_id_, addr, size, device_id, loc, std::make_shared<RegionUse>()};
+  if (rdma_) rdma_keys_[r.id] = rdma_->RegisterRegion(r.id, addr, size);  // may throw
+  ++next_mem_id_;
   memory_[r.id] = r;
   memory_epoch_.fetch_add(1, std::memory_order_release);
   return r;
@@ -1221,6 +1326,8 @@ void IoEngine::DeregisterMemory(uint64_t id) {
   RegionUse& use = *it->second.use;
   use.withdrawn.store(true, std::memory_order_seq_cst);
   uint64_t inflight = use.inflight.load(std::memory_order_seq_cst);
+  // Remote RDMA reads and writes into the region are the NIC's: its count says.
+  if (inflight == 0 && rdma_) inflight = rdma_->InFlight(id);
   if (inflight > 0) {
     use.withdrawn.store(false, std::memory_order_seq_cst);
     MORI_THROW(InvalidStateError, "deregister_memory: memory ", id, " of engine '", key_, "' has ",
@@ -1231,6 +1338,10 @@ void IoEngine::DeregisterMemory(uint64_t id) {
   memory_.erase(it);
   memory_epoch_.fetch_add(1, std::memory_order_release);
   if (p2p_) p2p_->Forget(id);
+  if (rdma_) {
+    rdma_keys_.erase(id);
+    rdma_->DeregisterRegion(id);
+  }
 }
 
 MemoryRegion IoEngine::LocalRegion(uint64_t id) const {
@@ -1251,20 +1362,31 @@ bool IoEngine::FindRegion(uint64_t id, MemoryRegion* out) const {
 }
 
 IoEngine::Lookup IoEngine::CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length,
-                                       bool enter) const {
+                                       bool enter, bool allow_gpu) const {
   std::shared_lock<std::shared_mutex> lock(mem_mu_);
   auto it = memory_.find(mem_id);
   if (it == memory_.end()) return {wire::WireStatus::kUnknownMemory, nullptr};
-  const MemoryRegion& r = it->second;
-  if (r.loc != MemoryLocationType::CPU) return {wire::WireStatus::kNotHostMemory, nullptr};
+  return CheckRegion(it->second, offset, length, enter, allow_gpu);
+}
+
+IoEngine::Lookup IoEngine::CheckRegion(const MemoryRegion& r, uint64_t offset, uint64_t length,
+                                       bool enter, bool allow_gpu) {
+  int gpu = -1;
+  if (r.loc != MemoryLocationType::CPU) {
+    if (!allow_gpu || !staging::Unavailable().empty() || length > kMaxStagedPart) {
+      return {wire::WireStatus::kNotHostMemory, nullptr};
+    }
+    gpu = r.device_id;
+  }
   if (length > r.size || offset > r.size - length) return {wire::WireStatus::kOutOfBounds, nullptr};
   if (enter && !r.use->Enter()) return {wire::WireStatus::kUnknownMemory, nullptr};
-  return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr), enter ? r.use.get() : nullptr};
+  return {wire::WireStatus::kOk, reinterpret_cast<char*>(r.addr), enter ? r.use.get() : nullptr,
+          gpu};
 }
 
 void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
                                     const std::string& host_id, int pid, bool remote_shm,
-                                    bool remote_p2p) {
+                                    bool remote_p2p, bool remote_rdma) {
   MORI_CHECK_ARG(!key.empty(), "register_remote_engine: empty engine key");
   auto peer = std::make_shared<Peer>();
   peer->key = key;
@@ -1274,6 +1396,7 @@ void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& h
   peer->pid = pid;
   peer->remote_shm = remote_shm;
   peer->remote_p2p = remote_p2p;
+  peer->remote_rdma = remote_rdma;
   std::shared_ptr<Peer> old;
   {
     std::unique_lock<std::shared_mutex> lock(peer_mu_);
@@ -1283,6 +1406,7 @@ void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& h
     slot = peer;
     peer_epoch_.fetch_add(1, std::memory_order_release);
   }
+  if (old && rdma_) rdma_->DisconnectPeer(key, "the remote engine was registered again");
   if (old) {
     // Its reactors see the shutdown as a hang-up and fail what was pending on it.
     if (PeerConnections* pc = old->published.load(std::memory_order_acquire)) {
@@ -1308,6 +1432,7 @@ void IoEngine::DeregisterRemoteEngine(const std::string& key) {
     peer_epoch_.fetch_add(1, std::memory_order_release);
   }
   old->MarkFailed("the remote engine was deregistered");
+  if (rdma_) rdma_->DisconnectPeer(key, "the remote engine was deregistered");
   if (PeerConnections* pc = old->published.load(std::memory_order_acquire)) {
     for (auto& c : pc->conns) {
       std::lock_guard<std::mutex> lock(c->mu);
@@ -1457,6 +1582,8 @@ std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::str
   auto it = inbound_.find(remote_key);
   if (it == inbound_.end()) return nullptr;
   auto e = it->second.find(uid);
+  // RDMA notifications carry the uid's low 24 bits (the immediate data's room).
+  if (e == it->second.end() && rdma_) e = it->second.find(uid & rdma::kImmUidMask);
   if (e == it->second.end() || e->second.seen < e->second.total) return nullptr;
   auto state = std::make_shared<TransferState>();
   state->Finish(e->second.failed ? StatusCode::ERROR : StatusCode::SUCCESS, e->second.message);
@@ -1558,14 +1685,18 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   }
   const bool gpu = local.loc != MemoryLocationType::CPU || remote_loc != MemoryLocationType::CPU;
   const bool p2p = gpu && UseP2p(*peer, local.loc, remote_loc);
-  if (gpu && !p2p) {
-    return Finished(
-        StatusCode::ERR_INVALID_ARGS,
-        StrCat(verb, " between local memory ", local.id, " and memory ", remote_mem, " of '",
-               remote_key, "' involves GPU memory, which the TCP backend does not move yet (",
-               ChooseBackend(ChoiceInput(*peer, local.loc, remote_loc)).reason, ")"));
+  const bool rdma = !p2p && UseRdma(*peer, local.loc, remote_loc);
+  // GPU memory over TCP: local GPU bytes are staged here (parts of at most kGpuChunk),
+  // the target stages its own GPU memory (or refuses where it cannot).
+  const bool local_gpu = local.loc == MemoryLocationType::GPU && !p2p && !rdma;
+  if (local_gpu && !staging::Unavailable().empty()) {
+    return Finished(StatusCode::ERR_INVALID_ARGS,
+                    StrCat(verb, " from/into local GPU memory ", local.id,
+                           " over TCP needs staging, and ", staging::Unavailable(), " (",
+                           ChooseBackend(ChoiceInput(*peer, local.loc, remote_loc)).reason, ")"));
   }
   uint64_t chunk = tcp_config_.enable_chunking ? tcp_config_.chunk_size : ~uint64_t{0};
+  if (gpu && !p2p && !rdma) chunk = std::min(chunk, kGpuChunk);
   uint64_t parts = 0;
   for (size_t i = 0; i < n; ++i) {
     const TransferSpan& s = spans[i];
@@ -1600,9 +1731,10 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
     return Finished(StatusCode::ERR_PEER_LOST, connect_error);
   }
   if (p2p) return SubmitP2p(op, local, peer, pc, remote_mem, spans, n, uid);
+  if (rdma) return SubmitRdma(op, local, peer, remote_mem, spans, n, uid);
   if (parts == 0) return Finished(StatusCode::SUCCESS, {});
   const bool shm = pc->host_choice.backend == BackendType::kShm &&
-                   remote_loc == MemoryLocationType::CPU &&
+                   local.loc == MemoryLocationType::CPU && remote_loc == MemoryLocationType::CPU &&
                    !peer->shm_refused.load(std::memory_order_relaxed);
 
   RegionUse* use = local.use.get();
@@ -1640,8 +1772,10 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   for (size_t k = 0; k < nconn && k < parts; ++k) {
     Conn& c = *pc->conns[(start + k) % nconn];
     uint32_t refused = 0;
+    uint32_t unstaged = 0;
     int err = 0;
     std::string dead_reason;
+    std::string stage_error;
     {
       std::lock_guard<std::mutex> lock(c.mu);
       if (c.pending.empty()) c.progress_ns = NowNs();  // the stall clock starts now
@@ -1658,8 +1792,22 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
           h.offset = s.remote_offset + off;
           h.length = len;
           char* local_ptr = local_base + s.local_offset + off;
-          c.sendq.push_back({h, payload ? local_ptr : nullptr, payload ? len : 0, 0, nullptr});
-          c.pending.push_back({rid, type, local_ptr, len, remote_mem, h.offset, uid, h.num_parts});
+          std::shared_ptr<char> staged;
+          if (payload && local_gpu) {
+            try {
+              staged = staging::Buffer(len);
+              staging::ToHost(staged.get(), local_ptr, len, local.device_id);
+            } catch (const std::exception& e) {
+              ++unstaged;
+              stage_error = StrCat("staging ", len, " bytes of local GPU memory ", local.id,
+                                   " failed: ", e.what());
+              continue;
+            }
+          }
+          const char* src = staged ? staged.get() : local_ptr;
+          c.sendq.push_back({h, payload ? src : nullptr, payload ? len : 0, 0, nullptr, staged});
+          c.pending.push_back({rid, type, local_ptr, len, remote_mem, h.offset, uid, h.num_parts,
+                               local_gpu ? local.device_id : -1});
         }
       }
       if (c.dead) {
@@ -1676,6 +1824,7 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
                    StrCat("connection to remote engine '", remote_key, "' lost: ", dead_reason,
                           "; register it again to retry"));
     }
+    for (uint32_t r = 0; r < unstaged; ++r) CompletePart(rid, StatusCode::ERROR, stage_error);
   }
   return state;
 }
@@ -1723,22 +1872,17 @@ bool IoEngine::UseP2p(const Peer& peer, MemoryLocationType local_loc,
          !peer.host_id.empty() && peer.host_id == host_id_;
 }
 
-std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>& peer,
-                                                    uint64_t mem_id, int device, StatusCode* code,
-                                                    std::string* error) {
-  std::lock_guard<std::mutex> lock(peer->p2p_mu);
-  auto it = peer->p2p_maps.find(mem_id);
-  if (it != peer->p2p_maps.end()) return it->second;
-  // Ask on a connection of its own: a blocking request/answer, once per remote region.
+bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type,
+                           uint64_t mem_id, const std::string& payload, std::string* answer,
+                           StatusCode* code, std::string* error) {
   const int timeout = tcp_config_.peer_timeout_ms;
   std::string why;
-  int fd = ConnectTo(peer->host, peer->port, timeout, &why);
+  int fd = ConnectTo(peer.host, peer.port, timeout, &why);
   auto fail = [&](StatusCode c, const std::string& text) {
     if (fd >= 0) ::close(fd);
     *code = c;
-    *error =
-        StrCat("P2P: cannot map memory ", mem_id, " of remote engine '", peer->key, "': ", text);
-    return nullptr;
+    *error = text;
+    return false;
   };
   if (fd < 0) return fail(StatusCode::ERR_PEER_LOST, why);
   wire::Header h{};
@@ -1748,40 +1892,189 @@ std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>&
   std::string msg(reinterpret_cast<const char*>(&h), kHdr);
   msg += key_;
   h = wire::Header{};
-  h.type = static_cast<uint8_t>(wire::MsgType::kP2pOpenReq);
+  h.type = static_cast<uint8_t>(type);
   h.version = wire::kVersion;
   h.mem_id = mem_id;
+  h.length = payload.size();
   msg.append(reinterpret_cast<const char*>(&h), kHdr);
+  msg += payload;
   wire::Header r{};
   if (!SendAll(fd, msg.data(), msg.size(), timeout, &why) ||
       !RecvAll(fd, reinterpret_cast<char*>(&r), kHdr, timeout, &why)) {
     return fail(StatusCode::ERR_PEER_LOST, why);
   }
-  if (r.type != static_cast<uint8_t>(wire::MsgType::kP2pGrant) || r.version != wire::kVersion ||
+  if (r.type != static_cast<uint8_t>(answer_type) || r.version != wire::kVersion ||
       r.length > kMaxP2pGrantBytes) {
     return fail(StatusCode::ERROR, StrCat("unexpected answer (type ", int(r.type), ", version ",
                                           r.version, ", ", r.length, " bytes)"));
   }
-  std::string payload(r.length, '\0');
-  if (!RecvAll(fd, payload.data(), payload.size(), timeout, &why)) {
+  answer->assign(r.length, '\0');
+  if (!RecvAll(fd, answer->data(), answer->size(), timeout, &why)) {
     return fail(StatusCode::ERR_PEER_LOST, why);
   }
   auto status = static_cast<wire::WireStatus>(r.status);
   if (status != wire::WireStatus::kOk) {
     std::string text = WireStatusText(status);
-    if (!payload.empty()) text += ": " + payload;
+    if (!answer->empty()) text += ": " + *answer;
     return fail(WireStatusCode(status), text);
   }
   ::close(fd);
-  fd = -1;
+  return true;
+}
+
+std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>& peer,
+                                                    uint64_t mem_id, int device, StatusCode* code,
+                                                    std::string* error) {
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  auto it = peer->p2p_maps.find(mem_id);
+  if (it != peer->p2p_maps.end()) return it->second;
+  const std::string what =
+      StrCat("P2P: cannot map memory ", mem_id, " of remote engine '", peer->key, "': ");
+  std::string payload;
+  if (!SideRequest(*peer, wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant, mem_id, {},
+                   &payload, code, error)) {
+    *error = what + *error;
+    return nullptr;
+  }
   std::shared_ptr<P2pMapping> m;
   try {
     m = p2p_->Import(UnpackP2pExport(payload.data(), payload.size()), device);
   } catch (const std::exception& e) {
-    return fail(StatusCode::ERROR, e.what());
+    *code = StatusCode::ERROR;
+    *error = what + e.what();
+    return nullptr;
   }
   peer->p2p_maps.emplace(mem_id, m);
   return m;
+}
+
+void IoEngine::CreateRdmaBackend(const rdma::RdmaBackendConfig& config) {
+  MORI_CHECK_ARG(rdma_ == nullptr, "engine '", key_, "' already has an RDMA backend");
+  std::unique_ptr<rdma::RdmaBackend> backend = rdma::LoopbackBackendRequested()
+                                                   ? rdma::CreateLoopbackBackend(config)
+                                                   : rdma::RdmaBackend::Create(config);
+  if (workers_.empty()) CreateTcpBackend(TcpBackendConfig{});
+  // Completed inbound RDMA transfers: `parts` notifications per (peer, uid & 24 bits).
+  backend->SetInboundHandler(
+      [this](const std::string& peer_key, uint32_t uid24, uint32_t parts, bool) {
+        InboundPart part{uid24, parts, wire::WireStatus::kOk, 0, 0, 0};
+        RecordInboundParts(peer_key, &part, 1);
+      });
+  std::unique_lock<std::shared_mutex> lock(mem_mu_);
+  for (const auto& [id, r] : memory_) rdma_keys_[id] = backend->RegisterRegion(id, r.addr, r.size);
+  rdma_ = std::move(backend);
+  MORI_LOG_INFO(kIo, "engine '", key_, "': RDMA backend on ", rdma_->Describe());
+}
+
+wire::WireStatus IoEngine::RdmaAccept(const std::string& initiator_key, const std::string& request,
+                                      std::string* answer) {
+  if (!rdma_) return wire::WireStatus::kNoRdma;
+  try {
+    *answer = rdma_->AcceptInitiator(initiator_key, request);
+  } catch (const std::exception& e) {
+    *answer = e.what();
+    MORI_LOG_WARN(kIo, "engine '", key_, "': RDMA connect from '", initiator_key,
+                  "' refused: ", e.what());
+    return wire::WireStatus::kExportFailed;
+  }
+  return wire::WireStatus::kOk;
+}
+
+wire::WireStatus IoEngine::RdmaRegionKey(uint64_t mem_id, std::string* answer) {
+  if (!rdma_) return wire::WireStatus::kNoRdma;
+  std::shared_lock<std::shared_mutex> lock(mem_mu_);
+  auto it = rdma_keys_.find(mem_id);
+  if (it == rdma_keys_.end()) return wire::WireStatus::kUnknownMemory;
+  *answer = it->second;
+  return wire::WireStatus::kOk;
+}
+
+bool IoEngine::UseRdma(const Peer& peer, MemoryLocationType local_loc,
+                       MemoryLocationType remote_loc) const {
+  if (rdma_ == nullptr || !peer.remote_rdma || override_ == BackendOverride::kTcp) return false;
+  return ChooseBackend(ChoiceInput(peer, local_loc, remote_loc)).backend == BackendType::kRdma;
+}
+
+std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& local,
+                                                    const std::shared_ptr<Peer>& peer,
+                                                    uint64_t remote_mem, const TransferSpan* spans,
+                                                    size_t n, uint64_t uid) {
+  rdma::RegionKey key;
+  {
+    std::lock_guard<std::mutex> lock(peer->rdma_mu);
+    StatusCode code = StatusCode::SUCCESS;
+    std::string error;
+    if (!peer->rdma_connected) {
+      std::string reply;
+      try {
+        std::string request = rdma_->OpenInitiator(peer->key);
+        if (!SideRequest(*peer, wire::MsgType::kRdmaConnect, wire::MsgType::kRdmaConnectAck, 0,
+                         request, &reply, &code, &error)) {
+          return Finished(
+              code, StrCat("RDMA: cannot connect to remote engine '", peer->key, "': ", error));
+        }
+        rdma_->CompleteInitiator(peer->key, reply);
+      } catch (const std::exception& e) {
+        return Finished(StatusCode::ERROR, StrCat("RDMA: cannot connect to remote engine '",
+                                                  peer->key, "': ", e.what()));
+      }
+      peer->rdma_connected = true;
+    }
+    auto it = peer->rdma_keys.find(remote_mem);
+    if (it == peer->rdma_keys.end()) {
+      std::string blob;
+      if (!SideRequest(*peer, wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
+                       remote_mem, {}, &blob, &code, &error)) {
+        return Finished(code, StrCat("RDMA: no key for memory ", remote_mem, " of remote engine '",
+                                     peer->key, "': ", error));
+      }
+      try {
+        it = peer->rdma_keys.emplace(remote_mem, rdma::DecodeRegionKey(blob)).first;
+      } catch (const std::exception& e) {
+        return Finished(StatusCode::ERROR, e.what());
+      }
+    }
+    key = it->second;
+  }
+  // The target's registered length (from its key) bounds the transfer, not the
+  // caller's MemoryDesc; the NIC enforces it again (remote access error).
+  for (size_t i = 0; i < n; ++i) {
+    const TransferSpan& s = spans[i];
+    if (s.size > key.length || s.remote_offset > key.length - s.size) {
+      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+                      StrCat(op == Op::kWrite ? "write " : "read ", i, ": remote range [",
+                             s.remote_offset, ", +", s.size, ") exceeds memory ", remote_mem,
+                             " as registered with '", peer->key, "' (", key.length, " bytes)"));
+    }
+  }
+  RegionUse* use = local.use.get();
+  if (use != nullptr && !use->Enter()) {
+    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
+                                                  " was deregistered from engine '", key_, "'"));
+  }
+  uint64_t rid = ledger_->Admit();
+  if (rid == SubmissionLedger::kNoRecord) {
+    if (use != nullptr) use->Leave();
+    return Finished(StatusCode::ERR_BAD_STATE,
+                    StrCat("too many transfers in flight: ", ledger_->window(),
+                           " records span the submission ledger's admission limit of ",
+                           ledger_->admission_limit(), "; wait for earlier transfers"));
+  }
+  auto state = std::make_shared<TransferState>();
+  state->SetInProgress();
+  TransferRecord* rec = ledger_->Lookup(rid);
+  rec->state = state;
+  rec->local_use = use;
+  rec->parts_left.store(1, std::memory_order_release);
+  static_assert(sizeof(TransferSpan) == sizeof(rdma::PlanSpan), "one span layout");
+  try {
+    rdma_->Submit(op == Op::kWrite ? rdma::RdmaOp::kWrite : rdma::RdmaOp::kRead, local.id,
+                  peer->key, key, reinterpret_cast<const rdma::PlanSpan*>(spans), n, uid,
+                  [this, rid](StatusCode c, const std::string& m) { CompletePart(rid, c, m); });
+  } catch (const std::exception& e) {
+    CompletePart(rid, StatusCode::ERR_INVALID_ARGS, StrCat("RDMA: ", e.what()));
+  }
+  return state;
 }
 
 namespace {

@@ -15,6 +15,7 @@
 
 #include "backend_select.hpp"
 #include "p2p_backend.hpp"
+#include "rdma/rdma_backend.hpp"
 #include "submission_ledger.hpp"
 #include "transfer_state.hpp"
 #include "wire_protocol.hpp"
@@ -108,6 +109,11 @@ struct Peer {
   // Its GPU regions mapped here (P2P), by its memory id; opened on first use.
   std::mutex p2p_mu;
   std::unordered_map<uint64_t, std::shared_ptr<P2pMapping>> p2p_maps;
+  bool remote_rdma = false;  // its EngineDesc lists RDMA
+  // RDMA: QPs connected (under rdma_mu), and the keys of its regions used so far.
+  std::mutex rdma_mu;
+  bool rdma_connected = false;
+  std::unordered_map<uint64_t, rdma::RegionKey> rdma_keys;
 
   void MarkFailed(const std::string& reason);
   std::string FailReason();
@@ -192,6 +198,16 @@ class IoEngine {
   // Target side of kP2pOpenReq: the packed export of registered GPU region `mem_id`
   // into *payload, or a refusal (with its text in *payload).
   wire::WireStatus P2pGrant(uint64_t mem_id, std::string* payload);
+  // RDMA: one-sided verbs between engines with an RDMA NIC each (never run on a NIC
+  // here); connection and rkeys over the TCP control path. MORI_IO_RDMA_LOOPBACK=1
+  // substitutes the in-process test double (rdma/loopback_backend.hpp).
+  void CreateRdmaBackend(const rdma::RdmaBackendConfig& config);
+  bool HasRdmaBackend() const { return rdma_ != nullptr; }
+  // Target side of kRdmaConnect / kRdmaRegionReq: the answer payload, or a refusal
+  // with its text in *answer.
+  wire::WireStatus RdmaAccept(const std::string& initiator_key, const std::string& request,
+                              std::string* answer);
+  wire::WireStatus RdmaRegionKey(uint64_t mem_id, std::string* answer);
   // How remote region `mem_id` of `remote_key` is mapped here: -1 not (yet), 0 directly
   // (same process), else the P2pExport::Kind it was imported from.
   int P2pMappingKind(const std::string& remote_key, uint64_t mem_id);
@@ -211,7 +227,7 @@ class IoEngine {
 
   void RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
                             const std::string& host_id = {}, int pid = 0, bool remote_shm = false,
-                            bool remote_p2p = false);
+                            bool remote_p2p = false, bool remote_rdma = false);
   void DeregisterRemoteEngine(const std::string& key);
   bool HasRemoteEngine(const std::string& key) const;
 
@@ -242,8 +258,14 @@ class IoEngine {
     wire::WireStatus status;
     char* base;
     RegionUse* use = nullptr;  // entered (when `enter` and kOk): Leave once done with it
+    int gpu_device = -1;       // >= 0: GPU memory of this device, moved through staging
   };
-  Lookup CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length, bool enter) const;
+  // `allow_gpu`: a GPU region is served through staging buffers (TCP) where this build
+  // can; otherwise (and for SHM) it is refused as kNotHostMemory.
+  Lookup CheckTarget(uint64_t mem_id, uint64_t offset, uint64_t length, bool enter,
+                     bool allow_gpu) const;
+  static Lookup CheckRegion(const MemoryRegion& r, uint64_t offset, uint64_t length, bool enter,
+                            bool allow_gpu);
   // Copies region `id` into *out; false if it is not registered.
   bool FindRegion(uint64_t id, MemoryRegion* out) const;
   // Moves on every register/deregister: a cached region is valid while it stays put.
@@ -270,6 +292,16 @@ class IoEngine {
   // Asks the peer over `fd` (not yet in a reactor) for its cookie and reads it with
   // CMA; "" when that worked, else why not.
   std::string ProbeShmPeer(int fd, const Peer& peer);
+  // One request and its answer on a connection of its own (P2P open, RDMA connect and
+  // region keys: rare, blocking, bounded by peer_timeout_ms). False with *code/*error
+  // when the peer refused or could not be reached.
+  bool SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type, uint64_t mem_id,
+                   const std::string& payload, std::string* answer, StatusCode* code,
+                   std::string* error);
+  bool UseRdma(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
+  std::shared_ptr<TransferState> SubmitRdma(Op op, const MemoryRegion& local,
+                                            const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
+                                            const TransferSpan* spans, size_t n, uint64_t uid);
   // Whether transfers between these locations and `peer` go through P2P.
   bool UseP2p(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
   // The mapping of the peer's region `mem_id` for copies by `device`, asking the peer
@@ -299,6 +331,7 @@ class IoEngine {
 
   mutable std::shared_mutex mem_mu_;
   std::unordered_map<uint64_t, MemoryRegion> memory_;
+  std::unordered_map<uint64_t, std::string> rdma_keys_;  // region id -> its RDMA key blob
   uint64_t next_mem_id_ = 1;
   std::atomic<uint64_t> memory_epoch_{0};
 
@@ -328,6 +361,7 @@ class IoEngine {
   // Last: destroyed (its completion thread joined, finishing every copy) before the
   // ledger and connections its callbacks use; Shutdown resets it first.
   std::unique_ptr<P2pBackend> p2p_;
+  std::unique_ptr<rdma::RdmaBackend> rdma_;
 };
 
 }  // namespace mori::io

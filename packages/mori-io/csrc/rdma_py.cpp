@@ -7,8 +7,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include "mori/core/error.hpp"
 #include "rdma/endpoint_codec.hpp"
+#include "rdma/loopback_backend.hpp"
 #include "rdma/nic_select.hpp"
 #include "rdma/qp_attributes.hpp"
 #include "rdma/rdma_backend.hpp"
@@ -81,6 +88,50 @@ topology::RdmaDevice DeviceFromDict(const py::dict& d) {
     }
   }
   return dev;
+}
+
+// The holder of Backend: a backend's destructor joins its threads, which may be waiting
+// for the GIL to run a Python callback, so it runs without the GIL.
+struct DeleteWithoutGil {
+  void operator()(RdmaBackend* backend) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete backend;
+    } else {
+      delete backend;
+    }
+  }
+};
+using BackendHolder = std::unique_ptr<RdmaBackend, DeleteWithoutGil>;
+
+// A Python callable kept by a backend, called and dropped on its threads: every touch
+// takes the GIL. An exception it raises is reported as unraisable (a backend thread
+// has no caller to raise it to).
+class PyCallback {
+ public:
+  explicit PyCallback(py::function fn)
+      : fn_(new py::function(std::move(fn)), [](py::function* f) {
+          py::gil_scoped_acquire gil;
+          delete f;
+        }) {}
+  template <typename... Args>
+  void operator()(Args&&... args) const {
+    py::gil_scoped_acquire gil;
+    try {
+      (*fn_)(std::forward<Args>(args)...);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("mori.io._C.rdma.Backend callback");
+    }
+  }
+
+ private:
+  std::shared_ptr<py::function> fn_;
+};
+
+template <typename F>
+auto WithoutGil(F&& f) {
+  py::gil_scoped_release nogil;
+  return f();
 }
 
 py::dict PlanDict(const TransferPlan& plan) {
@@ -393,11 +444,99 @@ or None. -> {device, port, link_layer, distance, reason}.)doc");
       .def_readwrite("cq_depth", &RdmaBackendConfig::cq_depth)
       .def("validate", &ValidateRdmaBackendConfig);
 
-  py::class_<RdmaBackend>(r, "Backend", R"doc(The native RDMA backend (engine-facing; the
-engine wires it in). Construction opens the chosen NIC or raises NotSupportedError.)doc")
-      .def(py::init([](const RdmaBackendConfig& c) { return RdmaBackend::Create(c); }),
+  r.attr("LOOPBACK_ENV_VAR") = kLoopbackEnvVar;
+  r.def("loopback_requested", &LoopbackBackendRequested,
+        R"doc(Whether MORI_IO_RDMA_LOOPBACK is "1" (the engine then creates the loopback
+test double instead of the RDMA backend).)doc");
+
+  py::class_<RdmaBackend, BackendHolder>(r, "Backend", R"doc(The native RDMA backend
+(engine-facing; the engine wires it in). Construction opens the chosen NIC or raises
+NotSupportedError; ``Backend.loopback(config)`` makes the in-process test double.
+Peer keys are str; region keys and connect payloads are the codec's bytes.)doc")
+      .def(py::init([](const RdmaBackendConfig& c) { return RdmaBackend::Create(c).release(); }),
            py::arg("config"), py::call_guard<py::gil_scoped_release>())
-      .def("describe", &RdmaBackend::Describe);
+      .def_static(
+          "loopback",
+          [](const RdmaBackendConfig& c) {
+            return WithoutGil([&] { return CreateLoopbackBackend(c).release(); });
+          },
+          py::arg("config"), py::return_value_policy::take_ownership,
+          R"doc(The loopback TEST DOUBLE (loopback_backend.hpp): the same interface, bytes
+moved with memmove between loopback backends of this process, no NIC.)doc")
+      .def("describe", &RdmaBackend::Describe)
+      .def(
+          "register_region",
+          [](RdmaBackend& b, uint64_t mem_id, uintptr_t addr, uint64_t size) {
+            return py::bytes(WithoutGil([&] { return b.RegisterRegion(mem_id, addr, size); }));
+          },
+          py::arg("mem_id"), py::arg("addr"), py::arg("size"),
+          R"doc(Register [addr, addr+size) (bytes) as mem_id; -> its encoded region key.)doc")
+      .def("deregister_region", &RdmaBackend::DeregisterRegion, py::arg("mem_id"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("in_flight", &RdmaBackend::InFlight, py::arg("mem_id"),
+           py::call_guard<py::gil_scoped_release>(),
+           R"doc(Transfers in flight from or into the region.)doc")
+      .def(
+          "open_initiator",
+          [](RdmaBackend& b, const std::string& peer_key) {
+            return py::bytes(WithoutGil([&] { return b.OpenInitiator(peer_key); }));
+          },
+          py::arg("peer_key"), R"doc(-> the request payload (encoded endpoints).)doc")
+      .def(
+          "accept_initiator",
+          [](RdmaBackend& b, const std::string& peer_key, const std::string& request) {
+            return py::bytes(WithoutGil([&] { return b.AcceptInitiator(peer_key, request); }));
+          },
+          py::arg("peer_key"), py::arg("request"), R"doc(-> the reply payload.)doc")
+      .def("complete_initiator", &RdmaBackend::CompleteInitiator, py::arg("peer_key"),
+           py::arg("reply"), py::call_guard<py::gil_scoped_release>())
+      .def("peer_ready", &RdmaBackend::PeerReady, py::arg("peer_key"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("disconnect_peer", &RdmaBackend::DisconnectPeer, py::arg("peer_key"), py::arg("reason"),
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "submit",
+          [](RdmaBackend& b, const std::string& op, uint64_t local_mem, const std::string& peer_key,
+             const std::string& remote_key,
+             const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& spans, uint64_t uid,
+             const py::function& done) {
+            MORI_CHECK_ARG(op == "read" || op == "write", "op '", op, "' is not read or write");
+            RegionKey remote = DecodeRegionKey(remote_key);
+            std::vector<PlanSpan> s;
+            s.reserve(spans.size());
+            for (const auto& [lo, ro, size] : spans) s.push_back({lo, ro, size});
+            PyCallback cb(done);
+            WithoutGil([&] {
+              b.Submit(op == "write" ? RdmaOp::kWrite : RdmaOp::kRead, local_mem, peer_key, remote,
+                       s.data(), s.size(), uid,
+                       [cb](StatusCode code, const std::string& message) { cb(code, message); });
+              return 0;
+            });
+          },
+          py::arg("op"), py::arg("local_mem"), py::arg("peer_key"), py::arg("remote_key"),
+          py::arg("spans"), py::arg("uid"), py::arg("done"),
+          R"doc(One-sided transfer: spans are (local_offset, remote_offset, size) in bytes
+of local region local_mem and the region remote_key (encoded) names. done(StatusCode,
+message) runs once, on a backend thread. Raises before anything moves for an unknown
+region or peer or a bad span.)doc")
+      .def(
+          "set_inbound_handler",
+          [](RdmaBackend& b, const py::object& handler) {
+            RdmaInboundHandler h;
+            if (!handler.is_none()) {
+              PyCallback cb(handler.cast<py::function>());
+              h = [cb](const std::string& peer_key, uint32_t uid24, uint32_t parts, bool read) {
+                cb(peer_key, uid24, parts, read);
+              };
+            }
+            WithoutGil([&] {
+              b.SetInboundHandler(std::move(h));
+              return 0;
+            });
+          },
+          py::arg("handler"),
+          R"doc(handler(peer_key, uid24, parts, read) per notification received, on a backend
+thread; None removes it.)doc");
 }
 
 }  // namespace mori::io

@@ -38,6 +38,13 @@ enum class MsgType : uint8_t {
   kP2pWriteDone = 15,  // the bytes of transfer uid are in place in mem_id; answered
                        // kP2pDoneAck (the target records the inbound status first)
   kP2pDoneAck = 16,
+  // RDMA: connecting QPs and learning a region's rkey, on a short-lived connection
+  // (like kP2pOpenReq); the bytes then move by one-sided verbs, the notifications by
+  // WRITE_WITH_IMM.
+  kRdmaConnect = 17,     // payload: the initiator's endpoints; answered kRdmaConnectAck
+  kRdmaConnectAck = 18,  // status; payload: the target's endpoints (kOk) or the refusal
+  kRdmaRegionReq = 19,   // mem_id; answered kRdmaRegionKey
+  kRdmaRegionKey = 20,   // status; payload: the region's key blob (kOk) or the refusal
 };
 
 enum class WireStatus : uint8_t {
@@ -50,9 +57,10 @@ enum class WireStatus : uint8_t {
   kNoP2p = 6,          // a P2P request to an engine without the P2P backend
   kNotGpuMemory = 7,   // kP2pOpenReq for host memory
   kExportFailed = 8,   // the region could not be exported (the payload says why)
+  kNoRdma = 9,         // an RDMA request to an engine without the RDMA backend
 };
 
-inline constexpr uint16_t kVersion = 3;  // 2: the kShm* messages; 3: kP2p*
+inline constexpr uint16_t kVersion = 3;  // 2: the kShm* messages; 3: kP2p*, kRdma*
 
 struct Header {
   uint8_t type;

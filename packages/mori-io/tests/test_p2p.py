@@ -132,7 +132,8 @@ def test_p2p_backend_without_a_gpu_is_a_clear_error():
     eng.close()
 
 
-def test_gpu_memory_without_p2p_is_refused_before_any_byte_moves():
+@pytest.mark.skipif(_gpus() > 0, reason="checks the refusals where GPU memory cannot be staged")
+def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves():
     a, b = IOEngine("a"), IOEngine("b")
     for e in (a, b):
         e.create_backend(BackendType.TCP)
@@ -141,11 +142,19 @@ def test_gpu_memory_without_p2p_is_refused_before_any_byte_moves():
         a.register_memory(0x1000, 64, -1, GPU)
     host = np.zeros(64, np.uint8)
     local = a.register_array(host)
-    # A descriptor of GPU memory (never dereferenced: the transfer is refused first).
-    remote = MemoryDesc("b", 1, 0, 0x7F0000000000, 64, GPU)
+    # "GPU" regions at addresses nothing may touch: every transfer must be refused
+    # before a byte moves (the target cannot stage; the initiator cannot either).
+    remote = b.register_memory(0x7F0000000000, 64, 0, GPU)
     st = a.write(local, 0, remote, 0, 64, a.allocate_transfer_uid())
+    assert st.WaitFor(5000) and st.Code() == StatusCode.ERR_INVALID_ARGS, st.Message()
+    assert "GPU memory, which this path cannot move" in st.Message()
+    st = a.read(local, 0, remote, 0, 64, a.allocate_transfer_uid())
+    assert st.WaitFor(5000) and st.Code() == StatusCode.ERR_INVALID_ARGS, st.Message()
+    fake_gpu = a.register_memory(0x7E0000000000, 64, 0, GPU)
+    st = a.write(fake_gpu, 0, b.register_array(np.zeros(64, np.uint8)), 0, 64,
+                 a.allocate_transfer_uid())  # fmt: skip
     assert st.Failed() and st.Code() == StatusCode.ERR_INVALID_ARGS
-    assert "GPU memory" in st.Message() and "one side only" in st.Message()
+    assert "needs staging" in st.Message() and "one side only" in st.Message()
     a.close()
     b.close()
 
@@ -306,3 +315,44 @@ def test_two_processes_bit_exact(tmp_path, alloc):
         assert "export kind 2" in outs[1]
     else:
         assert "export kind 1" in outs[1]
+
+
+@needs_gpu
+def test_gpu_memory_over_tcp_is_staged_bit_exact():
+    import torch
+
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    g = torch.Generator().manual_seed(seed)
+    dev = torch.device("cuda", 0)
+    a, b = IOEngine("a"), IOEngine("b")
+    for e in (a, b):  # no P2P: GPU memory goes over TCP through pinned staging buffers
+        e.create_backend(BackendType.TCP)
+    a.register_remote_engine(b.get_engine_desc())
+    size = (9 << 20) + 123  # several 4 MiB staged parts and a ragged tail
+    ga = torch.zeros(size, dtype=torch.uint8, device=dev)
+    gb = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
+    host = np.zeros(size, np.uint8)
+    ma, mb, mh = a.register_torch_tensor(ga), b.register_torch_tensor(gb), a.register_array(host)
+    assert a.backend_for(ma, mb)[0] == "TCP"
+    torch.cuda.synchronize()
+    st = a.read(ma, 0, mb, 0, size, a.allocate_transfer_uid())  # GPU <- GPU
+    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert torch.equal(ga, gb)
+    st = a.read(mh, 0, mb, 0, size, a.allocate_transfer_uid())  # host <- GPU
+    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert np.array_equal(host, gb.cpu().numpy())
+    new = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
+    ga.copy_(new)
+    torch.cuda.synchronize()
+    st = a.write(ma, 5, mb, 7, size - 7, a.allocate_transfer_uid())  # GPU -> GPU, unaligned
+    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    expect = gb.clone()
+    expect[7:] = new[5 : size - 2]
+    assert torch.equal(gb, expect)
+    host[:] = np.arange(size, dtype=np.uint64).astype(np.uint8)
+    st = a.write(mh, 0, mb, 0, 4096, a.allocate_transfer_uid())  # host -> GPU
+    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert np.array_equal(gb[:4096].cpu().numpy(), host[:4096])
+    a.close()
+    b.close()

@@ -27,6 +27,7 @@ from .engine import (
     XgmiBackendConfig,
     wait_all,
 )
+from .rdma import RdmaBackendConfig
 
 
 def backend_availability() -> dict[str, tuple[bool, str]]:
@@ -56,6 +57,7 @@ __all__ = [
     "MemoryDesc",
     "MemoryLocationType",
     "P2pBackendConfig",
+    "RdmaBackendConfig",
     "ShmBackendConfig",
     "StatusCode",
     "TcpBackendConfig",

@@ -187,9 +187,11 @@ class IOEngine:
     # -- engine ----------------------------------------------------------------------
     def create_backend(self, type: BackendType, config: Any = None) -> None:
         """Start a backend: BackendType.TCP (TcpBackendConfig), BackendType.SHM
-        (ShmBackendConfig) or BackendType.P2P (P2pBackendConfig; raises
-        NotSupportedError without CUDA or a GPU). Create TCP first to configure the
-        connections SHM and P2P send their control messages on."""
+        (ShmBackendConfig), BackendType.P2P (P2pBackendConfig; raises
+        NotSupportedError without CUDA or a GPU) or BackendType.RDMA (RdmaBackendConfig
+        from mori.io.rdma; raises NotSupportedError naming why where libibverbs or an
+        active RDMA port is missing). Create TCP first to configure the connections the
+        other backends send their control messages on."""
         if type == BackendType.SHM:
             self._engine.create_shm_backend()
             self._backends.append(type.name)
@@ -201,10 +203,15 @@ class IOEngine:
             )
             self._backends.append(type.name)
             return
+        if type == BackendType.RDMA:
+            from .rdma import RdmaBackendConfig
+
+            c = config or RdmaBackendConfig()
+            self._engine.create_rdma_backend(c.to_native())
+            self._backends.append(type.name)
+            return
         if type != BackendType.TCP:
-            raise mori.core.NotSupportedError(
-                f"backend {type.name} is not implemented yet (TCP, SHM and P2P are)"
-            )
+            raise mori.core.InvalidArgumentError(f"unknown backend {type!r}")
         c = config or TcpBackendConfig()
         self._engine.create_tcp_backend(
             c.num_worker_threads, c.qp_per_transfer, c.enable_chunking, c.chunk_size,
@@ -224,6 +231,7 @@ class IOEngine:
         self._engine.register_remote_engine(
             engine_desc.key, engine_desc.host, engine_desc.port, engine_desc.host_id,
             engine_desc.pid, "SHM" in engine_desc.backends, "P2P" in engine_desc.backends,
+            "RDMA" in engine_desc.backends,
         )  # fmt: skip
 
     def backend_for(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> tuple[str, str]:
