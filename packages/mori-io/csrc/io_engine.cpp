@@ -588,6 +588,7 @@ class Worker {
     if (!c.hello_done) {
       c.remote_key = c.hello;
       c.hello_done = true;
+      engine_->NoteInbound(c.remote_key, SharedOf(c));
       MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
                      "'");
       return;
@@ -785,7 +786,7 @@ class Worker {
           return false;
         }
         std::string payload;
-        wire::WireStatus st = engine_->P2pGrant(h.mem_id, &payload);
+        wire::WireStatus st = engine_->P2pGrant(h.mem_id, c.remote_key, &payload);
         SideAnswer(c, h, wire::MsgType::kP2pGrant, st, std::move(payload));
         return true;
       }
@@ -808,6 +809,10 @@ class Worker {
         SideAnswer(c, h, wire::MsgType::kRdmaRegionKey, st, std::move(payload));
         return true;
       }
+      if (type == wire::MsgType::kP2pRevokeAck) {
+        engine_->OnP2pRevokeAck(c.remote_key, h.mem_id);
+        return true;  // not answered
+      }
       if (type == wire::MsgType::kP2pWriteDone) {
         // The initiator's GPU finished writing transfer `uid` into our memory: record
         // it (before the acknowledgement leaves, like a TCP write's ack).
@@ -820,6 +825,11 @@ class Worker {
       }
       *why = StrCat("unexpected message type ", int(h.type), " from an initiator");
       return false;
+    }
+    // Outbound: the target's request to let go of a P2P mapping (answers nothing).
+    if (type == wire::MsgType::kP2pRevoke) {
+      engine_->OnP2pRevoke(c.remote_key, h.mem_id, SharedOf(c));
+      return true;
     }
     // Outbound: a response to our oldest pending request.
     Pending p;
@@ -1105,6 +1115,12 @@ class Worker {
     }
   }
 
+  std::shared_ptr<Conn> SharedOf(Conn& c) {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    auto it = conns_.find(&c);
+    return it == conns_.end() ? nullptr : it->second;
+  }
+
   void CloseAll(const std::string& reason) {
     std::vector<Conn*> all;
     {
@@ -1334,6 +1350,22 @@ void IoEngine::DeregisterMemory(uint64_t id) {
                inflight,
                " transfer(s) in flight (this engine's transfers using it, or remote reads and "
                "writes being served from it); wait for them to finish or fail first");
+  }
+  if (p2p_) {
+    // Peers that mapped it copy with their own GPUs: ask each to let go and wait for
+    // the confirmations, without the registry lock (reactors need it meanwhile; the
+    // region is withdrawn, so nothing new reaches it).
+    std::shared_ptr<RegionUse> hold = it->second.use;
+    lock.unlock();
+    try {
+      RevokeP2pGrants(id);
+    } catch (...) {
+      hold->withdrawn.store(false, std::memory_order_seq_cst);
+      throw;
+    }
+    lock.lock();
+    it = memory_.find(id);
+    if (it == memory_.end()) return;  // a concurrent deregistration finished it
   }
   memory_.erase(it);
   memory_epoch_.fetch_add(1, std::memory_order_release);
@@ -1836,10 +1868,21 @@ void IoEngine::CreateP2pBackend(const P2pBackendConfig& config) {
   p2p_ = std::move(backend);
 }
 
-wire::WireStatus IoEngine::P2pGrant(uint64_t mem_id, std::string* payload) {
+wire::WireStatus IoEngine::P2pGrant(uint64_t mem_id, const std::string& initiator_key,
+                                    std::string* payload) {
   if (!p2p_) return wire::WireStatus::kNoP2p;
   MemoryRegion r;
-  if (!FindRegion(mem_id, &r)) return wire::WireStatus::kUnknownMemory;
+  if (!FindRegion(mem_id, &r) || r.use->withdrawn.load(std::memory_order_seq_cst)) {
+    return wire::WireStatus::kUnknownMemory;
+  }
+  {
+    // Recorded before the export leaves: a deregistration from here on revokes it.
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    auto& keys = p2p_granted_[mem_id];
+    if (std::find(keys.begin(), keys.end(), initiator_key) == keys.end()) {
+      keys.push_back(initiator_key);
+    }
+  }
   if (r.loc != MemoryLocationType::GPU) return wire::WireStatus::kNotGpuMemory;
   try {
     *payload = p2p_->Export(r.id, r.addr, r.size, r.device_id);
@@ -1849,12 +1892,127 @@ wire::WireStatus IoEngine::P2pGrant(uint64_t mem_id, std::string* payload) {
     return wire::WireStatus::kExportFailed;
   }
   // Deregistered meanwhile: do not hand out a mapping of memory the caller may free.
-  if (!FindRegion(mem_id, &r)) {
+  if (!FindRegion(mem_id, &r) || r.use->withdrawn.load(std::memory_order_seq_cst)) {
     p2p_->Forget(mem_id);
     payload->clear();
     return wire::WireStatus::kUnknownMemory;
   }
   return wire::WireStatus::kOk;
+}
+
+void IoEngine::NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn) {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  // Drop entries of closed connections as they accumulate.
+  for (auto it = inbound_by_key_.begin(); it != inbound_by_key_.end();) {
+    it = it->second.expired() ? inbound_by_key_.erase(it) : std::next(it);
+  }
+  inbound_by_key_.emplace(initiator_key, std::move(conn));
+}
+
+void IoEngine::RevokeP2pGrants(uint64_t id) {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    auto it = p2p_granted_.find(id);
+    if (it == p2p_granted_.end()) return;
+    keys = it->second;
+  }
+  std::vector<std::string> unreachable;
+  for (const std::string& key : keys) {
+    std::shared_ptr<Conn> conn;
+    {
+      std::lock_guard<std::mutex> lock(p2p_mu_);
+      auto range = inbound_by_key_.equal_range(key);
+      for (auto it = range.first; it != range.second && !conn; ++it) {
+        std::shared_ptr<Conn> c = it->second.lock();
+        if (c) {
+          std::lock_guard<std::mutex> cl(c->mu);
+          if (!c->dead) conn = c;
+        }
+      }
+      if (conn) p2p_revoking_.emplace_back(key, id);
+    }
+    if (!conn) {
+      // No connection from it is left: its engine is gone or disconnected, and its
+      // transfers to us have failed; a process that died holds no mapping.
+      unreachable.push_back(key);
+      continue;
+    }
+    wire::Header h{};
+    h.type = static_cast<uint8_t>(wire::MsgType::kP2pRevoke);
+    h.version = wire::kVersion;
+    h.mem_id = id;
+    std::lock_guard<std::mutex> cl(conn->mu);
+    conn->sendq.push_back({h, nullptr, 0, 0, nullptr});
+    if (conn->worker->FlushLocked(*conn) != 0) ::shutdown(conn->fd, SHUT_RDWR);
+  }
+  for (const std::string& key : unreachable) {
+    MORI_LOG_WARN(kIo, "engine '", key_, "': deregistering memory ", id, ": '", key,
+                  "' mapped it over P2P but has no connection left to be asked to unmap it");
+  }
+  std::unique_lock<std::mutex> lock(p2p_mu_);
+  auto pending = [&] {
+    return std::any_of(p2p_revoking_.begin(), p2p_revoking_.end(),
+                       [&](const auto& r) { return r.second == id; });
+  };
+  const auto limit = std::chrono::milliseconds(tcp_config_.transfer_timeout_ms);
+  if (!p2p_cv_.wait_for(lock, limit, [&] { return !pending(); })) {
+    std::string late;
+    for (auto it = p2p_revoking_.begin(); it != p2p_revoking_.end();) {
+      if (it->second == id) {
+        late += (late.empty() ? "'" : ", '") + it->first + "'";
+        it = p2p_revoking_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    MORI_THROW(TimeoutError, "deregister_memory: memory ", id, " of engine '", key_,
+               "' is still mapped over P2P by ", late,
+               ", which did not confirm unmapping it within ", tcp_config_.transfer_timeout_ms,
+               " ms; it stays registered");
+  }
+  p2p_granted_.erase(id);
+}
+
+void IoEngine::OnP2pRevokeAck(const std::string& initiator_key, uint64_t mem_id) {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto it = std::find(p2p_revoking_.begin(), p2p_revoking_.end(),
+                      std::pair<std::string, uint64_t>(initiator_key, mem_id));
+  if (it == p2p_revoking_.end()) return;  // late (after a timeout) or unasked
+  p2p_revoking_.erase(it);
+  p2p_cv_.notify_all();
+}
+
+void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
+                           std::weak_ptr<Conn> conn) {
+  auto ack = [conn, mem_id] {
+    std::shared_ptr<Conn> c = conn.lock();
+    if (!c) return;
+    wire::Header h{};
+    h.type = static_cast<uint8_t>(wire::MsgType::kP2pRevokeAck);
+    h.version = wire::kVersion;
+    h.mem_id = mem_id;
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->dead) return;
+    c->sendq.push_back({h, nullptr, 0, 0, nullptr});
+    if (c->worker->FlushLocked(*c) != 0) ::shutdown(c->fd, SHUT_RDWR);
+  };
+  std::shared_ptr<P2pMapping> m;
+  if (std::shared_ptr<Peer> peer = FindPeer(target_key)) {
+    std::lock_guard<std::mutex> lock(peer->p2p_mu);
+    auto it = peer->p2p_maps.find(mem_id);
+    if (it != peer->p2p_maps.end()) {
+      m = std::move(it->second);
+      peer->p2p_maps.erase(it);
+    }
+  }
+  if (!m) {
+    ack();
+    return;
+  }
+  // Acknowledged by the mapping itself, once the last copy holding it ended and it is
+  // unmapped: here if none is in flight, else on the completion thread.
+  m->released = std::move(ack);
 }
 
 int IoEngine::P2pMappingKind(const std::string& remote_key, uint64_t mem_id) {

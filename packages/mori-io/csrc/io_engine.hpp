@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -197,7 +198,14 @@ class IoEngine {
   bool HasP2pBackend() const { return p2p_ != nullptr; }
   // Target side of kP2pOpenReq: the packed export of registered GPU region `mem_id`
   // into *payload, or a refusal (with its text in *payload).
-  wire::WireStatus P2pGrant(uint64_t mem_id, std::string* payload);
+  wire::WireStatus P2pGrant(uint64_t mem_id, const std::string& initiator_key,
+                            std::string* payload);
+  // Initiator side of kP2pRevoke from `target_key`'s connection `conn`: drops the
+  // mapping and acknowledges once no copy uses it (at once if none).
+  void OnP2pRevoke(const std::string& target_key, uint64_t mem_id, std::weak_ptr<Conn> conn);
+  void OnP2pRevokeAck(const std::string& initiator_key, uint64_t mem_id);
+  // Reactors note each inbound connection once its hello named the initiator.
+  void NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn);
   // RDMA: one-sided verbs between engines with an RDMA NIC each (never run on a NIC
   // here); connection and rkeys over the TCP control path. MORI_IO_RDMA_LOOPBACK=1
   // substitutes the in-process test double (rdma/loopback_backend.hpp).
@@ -332,6 +340,16 @@ class IoEngine {
   mutable std::shared_mutex mem_mu_;
   std::unordered_map<uint64_t, MemoryRegion> memory_;
   std::unordered_map<uint64_t, std::string> rdma_keys_;  // region id -> its RDMA key blob
+
+  // P2P grants: which initiators mapped which region, and the revokes awaited.
+  std::mutex p2p_mu_;
+  std::condition_variable p2p_cv_;
+  std::unordered_map<uint64_t, std::vector<std::string>> p2p_granted_;
+  std::vector<std::pair<std::string, uint64_t>> p2p_revoking_;  // (initiator, region)
+  std::unordered_multimap<std::string, std::weak_ptr<Conn>> inbound_by_key_;
+  // Revokes the region's P2P grants and waits (bounded) for every acknowledgement;
+  // throws TimeoutError naming the initiators that did not confirm.
+  void RevokeP2pGrants(uint64_t id);
   uint64_t next_mem_id_ = 1;
   std::atomic<uint64_t> memory_epoch_{0};
 

@@ -61,8 +61,10 @@ struct P2pMapping {
   int owner_device = -1;   // the local ordinal of the GPU holding it (-1: not visible here)
   int kind = 0;            // P2pExport::Kind it was imported from; 0: same process, direct
   std::function<void()> unmap;
+  std::function<void()> released;  // after unmapping (a revoke's acknowledgement)
   ~P2pMapping() {
     if (unmap) unmap();
+    if (released) released();
   }
 };
 

@@ -45,6 +45,13 @@ enum class MsgType : uint8_t {
   kRdmaConnectAck = 18,  // status; payload: the target's endpoints (kOk) or the refusal
   kRdmaRegionReq = 19,   // mem_id; answered kRdmaRegionKey
   kRdmaRegionKey = 20,   // status; payload: the region's key blob (kOk) or the refusal
+  // P2P deregistration: the target asks each initiator it granted the region to let go
+  // of its mapping, on that initiator's connection (target -> initiator, the one
+  // message in that direction that answers no request); the initiator answers
+  // kP2pRevokeAck (not answered) once its last copy using the mapping ended and it is
+  // unmapped.
+  kP2pRevoke = 21,     // mem_id
+  kP2pRevokeAck = 22,  // mem_id
 };
 
 enum class WireStatus : uint8_t {

@@ -58,6 +58,11 @@ def main():
                     break
                 torch.cuda._sleep(1000)
             assert st is not None and st.Succeeded(), (uid, st)
+        # The initiator still holds its mapping: deregistering asks it to unmap and
+        # waits for its confirmation.
+        eng.deregister_memory(mem)
+        publish(f"{d}/deregistered", b"1")
+        wait_file(f"{d}/after", 120)
         print("target verified", SIZE, "bytes")
         eng.close()
         return
@@ -113,6 +118,11 @@ def main():
     torch.cuda.synchronize()
     publish(f"{d}/uids", " ".join(map(str, uids)).encode())
     publish(f"{d}/done", hashlib.sha256(expect.cpu().numpy().tobytes()).hexdigest().encode())
+    wait_file(f"{d}/deregistered", 120)
+    assert eng._engine.p2p_mapping_kind("target", remote.id) == -1, "still mapped after revoke"
+    st = eng.read(mem, 0, remote, 0, 16, eng.allocate_transfer_uid())
+    assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    publish(f"{d}/after", b"1")
     print("initiator verified", SIZE, "bytes")
     eng.close()
 

@@ -275,6 +275,12 @@ def test_two_engines_of_one_process_bit_exact():
     unknown = MemoryDesc("b", 9999, 0, mb.data, size, GPU)
     st = a.read(ma, 0, unknown, 0, 16, a.allocate_transfer_uid())
     assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    # Deregistration revokes a's mapping (a confirms once unmapped); a's next transfer
+    # asks again and is refused.
+    b.deregister_memory(mb)
+    assert a._engine.p2p_mapping_kind("b", mb.id) == -1
+    st = a.read(ma, 0, mb, 0, 16, a.allocate_transfer_uid())
+    assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
     a.close()
     b.close()
 
