@@ -80,3 +80,20 @@ def test_bench_smoke(tmp_path):
                 assert mori[rank]["dispatch_us"] > 0 and mori[rank]["combine_us"] > 0
             if tokens == 0:
                 assert all(r["recv_rows"] == 0 for r in case)
+
+
+def test_replot_draws_from_an_earlier_json_without_running(tmp_path, capsys):
+    import json
+
+    from mori.ep import bench
+
+    meta = {"world_size": 2, "device": "cpu", "peer_copy_gbps": None}
+    rec = {"impl": "mori", "dtype": "bf16", "block_num": 24, "tokens": 128, "rank": 0,
+           "dispatch_cross_gbps": 1.0, "combine_cross_gbps": 2.0}  # fmt: skip
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps({"meta": meta, "records": [rec]}))
+    with pytest.raises(SystemExit, match="--replot needs --plot"):
+        bench.main(["--replot", str(src)])
+    bench.main(["--replot", str(src), "--plot", str(tmp_path / "p.png")])
+    out = capsys.readouterr().out
+    assert ("wrote" in out) or ("matplotlib is not installed" in out)

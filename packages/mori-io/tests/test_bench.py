@@ -100,3 +100,20 @@ def test_chunking_off_moves_every_byte(size):
     st = a.read(mb, 0, md, 0, size, a.allocate_transfer_uid())
     assert st.WaitFor(10000) and st.Succeeded(), st.Message()
     assert np.array_equal(back, src)
+
+
+def test_replot_draws_from_an_earlier_json_without_running(tmp_path, capsys):
+    import json
+
+    from mori.io import bench
+
+    rows = [{"total_size": 1 << 20, "avg_bw": 1.0, "avg_bw_sd": 0.1, "raw_bw": 2.0}]
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps({"rows": rows}))
+    with pytest.raises(SystemExit, match="--replot needs --plot"):
+        bench.main(["--replot", str(src)])
+    assert bench.main(["--replot", str(src), "--plot", str(tmp_path / "p.png")]) == 0
+    out = capsys.readouterr().out
+    # Drawn where matplotlib is installed, a clear skip where it is not; never a run.
+    assert ("plot written to" in out) or ("matplotlib is not installed" in out)
+    assert "MsgSize" not in out

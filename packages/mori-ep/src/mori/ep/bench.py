@@ -109,6 +109,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the results here (rank 0)")
     p.add_argument("--plot", help="PNG of bandwidth vs tokens per rank (needs matplotlib)")
+    p.add_argument(
+        "--replot", metavar="JSON",
+        help="no run: draw --plot from a --json file of an earlier run (e.g. from a GPU host)",
+    )  # fmt: skip
     p.add_argument("--timeout-s", type=float, default=600.0)
     args = p.parse_args(argv)
     args.tokens = args.tokens or [args.max_tokens]
@@ -642,6 +646,13 @@ def _plot(path, meta, records) -> None:
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            raise SystemExit("--replot needs --plot PATH")
+        with open(args.replot) as f:
+            doc = json.load(f)
+        _plot(args.plot, doc["meta"], doc["records"])
+        return
     if "RANK" in os.environ:
         worker(args)
         return

@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="address this engine listens on (default: loopback if local)")
     p.add_argument("--json", help="write config, machine and rows here")
     p.add_argument("--plot", help="write a bandwidth plot here (needs matplotlib)")
+    p.add_argument("--replot", metavar="JSON", help="no run: draw --plot from an earlier --json")
     p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the whole run")
     return p
 
@@ -462,7 +463,14 @@ def write_plot(rows: list[dict], path: str) -> None:
     ax.errorbar(x, [r["avg_bw"] for r in rows], yerr=[r["avg_bw_sd"] for r in rows],
                 marker="o", label="mori.io AvgBW")  # fmt: skip
     if "raw_bw" in rows[0]:
-        ax.plot(x, [r["raw_bw"] for r in rows], "k--", label="raw socket stream")
+        ax.plot(x, [r["raw_bw"] for r in rows], "k--", label="RawBW: limit, streamed (same run)")
+    if "raw_ack_bw" in rows[0]:
+        ax.plot(
+            x,
+            [r["raw_ack_bw"] for r in rows],
+            "k:",
+            label="RawAckBW: limit, one wait per iteration",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes per iteration")
     ax.set_ylabel("GB/s")
@@ -495,6 +503,12 @@ def report(args, rows: list[dict]) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            raise SystemExit("--replot needs --plot PATH")
+        with open(args.replot) as f:
+            write_plot(json.load(f)["rows"], args.plot)
+        return 0
     argv = sys.argv[1:] if argv is None else list(argv)
     if "RANK" not in os.environ and CHILD_ENV not in os.environ:
         from mori.core.launch import WorkersFailed, launch_local
