@@ -1677,6 +1677,49 @@ std::shared_ptr<TransferState> Finished(StatusCode code, std::string message) {
 }
 }  // namespace
 
+std::shared_ptr<TransferState> IoEngine::RemoteBoundsError(Op op, const TransferSpan* spans,
+                                                           size_t n, uint64_t limit,
+                                                           uint64_t remote_mem,
+                                                           const std::string& peer_key) {
+  for (size_t i = 0; i < n; ++i) {
+    const TransferSpan& s = spans[i];
+    if (s.size > limit || s.remote_offset > limit - s.size) {
+      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+                      StrCat(op == Op::kWrite ? "write " : "read ", i, ": remote range [",
+                             s.remote_offset, ", +", s.size, ") exceeds memory ", remote_mem,
+                             " as registered with '", peer_key, "' (", limit, " bytes)"));
+    }
+  }
+  return nullptr;
+}
+
+std::shared_ptr<TransferState> IoEngine::BeginTransfer(const MemoryRegion& local, uint32_t parts,
+                                                       bool long_spin, uint64_t* rid) {
+  *rid = SubmissionLedger::kNoRecord;
+  RegionUse* use = local.use.get();
+  if (use != nullptr && !use->Enter()) {
+    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
+                                                  " was deregistered from engine '", key_, "'"));
+  }
+  uint64_t id = ledger_->Admit();
+  if (id == SubmissionLedger::kNoRecord) {
+    if (use != nullptr) use->Leave();
+    return Finished(StatusCode::ERR_BAD_STATE,
+                    StrCat("too many transfers in flight: ", ledger_->window(),
+                           " records span the submission ledger's admission limit of ",
+                           ledger_->admission_limit(), "; wait for earlier transfers"));
+  }
+  auto state = std::make_shared<TransferState>();
+  if (long_spin) state->SetLongSpin();
+  state->SetInProgress();
+  TransferRecord* rec = ledger_->Lookup(id);
+  rec->state = state;
+  rec->local_use = use;
+  rec->parts_left.store(parts, std::memory_order_release);
+  *rid = id;
+  return state;
+}
+
 std::shared_ptr<TransferState> IoEngine::Transfer(Op op, uint64_t local_mem,
                                                   const std::string& remote_key,
                                                   uint64_t remote_mem, uint64_t remote_size,
@@ -1769,25 +1812,10 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
                    local.loc == MemoryLocationType::CPU && remote_loc == MemoryLocationType::CPU &&
                    !peer->shm_refused.load(std::memory_order_relaxed);
 
-  RegionUse* use = local.use.get();
-  if (use != nullptr && !use->Enter()) {
-    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
-                                                  " was deregistered from engine '", key_, "'"));
-  }
-  uint64_t rid = ledger_->Admit();
-  if (rid == SubmissionLedger::kNoRecord) {
-    if (use != nullptr) use->Leave();
-    return Finished(StatusCode::ERR_BAD_STATE,
-                    StrCat("too many transfers in flight: ", ledger_->window(),
-                           " records span the submission ledger's admission limit of ",
-                           ledger_->admission_limit(), "; wait for earlier transfers"));
-  }
-  auto state = std::make_shared<TransferState>();
-  state->SetInProgress();
-  TransferRecord* rec = ledger_->Lookup(rid);
-  rec->state = state;
-  rec->local_use = use;
-  rec->parts_left.store(static_cast<uint32_t>(parts), std::memory_order_release);
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state =
+      BeginTransfer(local, static_cast<uint32_t>(parts), false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
 
   const size_t nconn = pc->conns.size();
   const uint32_t start = peer->next_conn.fetch_add(1, std::memory_order_relaxed);
@@ -2196,34 +2224,10 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
   }
   // The target's registered length (from its key) bounds the transfer, not the
   // caller's MemoryDesc; the NIC enforces it again (remote access error).
-  for (size_t i = 0; i < n; ++i) {
-    const TransferSpan& s = spans[i];
-    if (s.size > key.length || s.remote_offset > key.length - s.size) {
-      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
-                      StrCat(op == Op::kWrite ? "write " : "read ", i, ": remote range [",
-                             s.remote_offset, ", +", s.size, ") exceeds memory ", remote_mem,
-                             " as registered with '", peer->key, "' (", key.length, " bytes)"));
-    }
-  }
-  RegionUse* use = local.use.get();
-  if (use != nullptr && !use->Enter()) {
-    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
-                                                  " was deregistered from engine '", key_, "'"));
-  }
-  uint64_t rid = ledger_->Admit();
-  if (rid == SubmissionLedger::kNoRecord) {
-    if (use != nullptr) use->Leave();
-    return Finished(StatusCode::ERR_BAD_STATE,
-                    StrCat("too many transfers in flight: ", ledger_->window(),
-                           " records span the submission ledger's admission limit of ",
-                           ledger_->admission_limit(), "; wait for earlier transfers"));
-  }
-  auto state = std::make_shared<TransferState>();
-  state->SetInProgress();
-  TransferRecord* rec = ledger_->Lookup(rid);
-  rec->state = state;
-  rec->local_use = use;
-  rec->parts_left.store(1, std::memory_order_release);
+  if (auto err = RemoteBoundsError(op, spans, n, key.length, remote_mem, peer->key)) return err;
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state = BeginTransfer(local, 1, false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
   static_assert(sizeof(TransferSpan) == sizeof(rdma::PlanSpan), "one span layout");
   try {
     rdma_->Submit(op == Op::kWrite ? rdma::RdmaOp::kWrite : rdma::RdmaOp::kRead, local.id,
@@ -2277,38 +2281,13 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
   if (!remote) return Finished(code, std::move(error));
   // The target's registered size, not the caller's MemoryDesc, bounds the copy: a
   // forged or stale descriptor cannot reach past what the target exported.
+  if (auto err = RemoteBoundsError(op, spans, n, remote->size, remote_mem, peer->key)) return err;
   uint64_t bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const TransferSpan& s = spans[i];
-    if (s.size > remote->size || s.remote_offset > remote->size - s.size) {
-      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
-                      StrCat(op == Op::kWrite ? "write " : "read ", i, ": remote range [",
-                             s.remote_offset, ", +", s.size, ") exceeds memory ", remote_mem,
-                             " as registered with '", peer->key, "' (", remote->size, " bytes)"));
-    }
-    bytes += s.size;
-  }
+  for (size_t i = 0; i < n; ++i) bytes += spans[i].size;
   if (bytes == 0) return Finished(StatusCode::SUCCESS, {});
-  RegionUse* use = local.use.get();
-  if (use != nullptr && !use->Enter()) {
-    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
-                                                  " was deregistered from engine '", key_, "'"));
-  }
-  uint64_t rid = ledger_->Admit();
-  if (rid == SubmissionLedger::kNoRecord) {
-    if (use != nullptr) use->Leave();
-    return Finished(StatusCode::ERR_BAD_STATE,
-                    StrCat("too many transfers in flight: ", ledger_->window(),
-                           " records span the submission ledger's admission limit of ",
-                           ledger_->admission_limit(), "; wait for earlier transfers"));
-  }
-  auto state = std::make_shared<TransferState>();
-  state->SetLongSpin();
-  state->SetInProgress();
-  TransferRecord* rec = ledger_->Lookup(rid);
-  rec->state = state;
-  rec->local_use = use;
-  rec->parts_left.store(1, std::memory_order_release);
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state = BeginTransfer(local, 1, true, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
   std::shared_ptr<Conn> conn;
   if (op == Op::kWrite) {
     conn = pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()];

@@ -307,6 +307,17 @@ class IoEngine {
                    const std::string& payload, std::string* answer, StatusCode* code,
                    std::string* error);
   bool UseRdma(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
+  // Enters the local region and admits a ledger record of `parts` parts: on success
+  // *rid names it and the state is in progress; otherwise *rid is kNoRecord and the
+  // returned state is already finished with the reason.
+  std::shared_ptr<TransferState> BeginTransfer(const MemoryRegion& local, uint32_t parts,
+                                               bool long_spin, uint64_t* rid);
+  // A finished ERR_OUT_OF_BOUNDS naming the first span past `limit` bytes of the target's
+  // region, or nullptr when every span fits.
+  static std::shared_ptr<TransferState> RemoteBoundsError(Op op, const TransferSpan* spans,
+                                                          size_t n, uint64_t limit,
+                                                          uint64_t remote_mem,
+                                                          const std::string& peer_key);
   std::shared_ptr<TransferState> SubmitRdma(Op op, const MemoryRegion& local,
                                             const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
                                             const TransferSpan* spans, size_t n, uint64_t uid);
