@@ -117,3 +117,24 @@ def test_replot_draws_from_an_earlier_json_without_running(tmp_path, capsys):
     # Drawn where matplotlib is installed, a clear skip where it is not; never a run.
     assert ("plot written to" in out) or ("matplotlib is not installed" in out)
     assert "MsgSize" not in out
+
+
+def test_lanes_spread_transfers_round_robin():
+    from mori.io.bench import lanes_of
+
+    assert lanes_of(4, 1, 1) == {(0, 0): [0, 1, 2, 3]}
+    lanes = lanes_of(7, 2, 3)
+    assert sorted(j for js in lanes.values() for j in js) == list(range(7))
+    assert all(li == j % 2 and ri == j % 3 for (li, ri), js in lanes.items() for j in js)
+
+
+def test_several_buffers_per_side_are_verified(capsys):
+    from mori.io import bench
+
+    # Host buffers here (GPUs with --backend p2p); the run checks every destination range.
+    assert bench.main(["--num-initiator-dev", "2", "--num-target-dev", "3", "--buffer-size",
+                       "4K", "--transfer-batch-size", "6", "--enable-batch-transfer",
+                       "--enable-sess", "--iters", "4", "--warmup", "1", "--no-baseline"]) == 0  # fmt: skip
+    assert "| 4K" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--num-target-dev", "0"])

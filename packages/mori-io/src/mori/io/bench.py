@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-chunking", action="store_true")
     p.add_argument("--chunk-size", type=_size, default=1 << 20)
     p.add_argument("--sock-buf-bytes", type=_size, default=0, help="0: kernel autotuning")
+    p.add_argument(
+        "--num-initiator-dev", type=int, default=1,
+        help="buffers (GPUs with --backend p2p: cuda:0..N-1) the initiator spreads transfers over",
+    )  # fmt: skip
+    p.add_argument(
+        "--num-target-dev", type=int, default=1,
+        help="buffers of the target (GPUs with p2p: the next M GPUs, modulo the count)",
+    )  # fmt: skip
     p.add_argument("--p2p-max-blocks", type=int, default=64, help="SMs of a P2P batch kernel")
     p.add_argument("--p2p-num-streams", type=int, default=4, help="P2P copy streams per GPU")
     p.add_argument("--all", action="store_true", help="sweep the message size (powers of 2)")
@@ -138,6 +146,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.transfer_batch_size < 1 or args.iters < 1 or args.reps < 1:
         parser.error("--transfer-batch-size, --iters and --reps must be >= 1")
+    if args.num_initiator_dev < 1 or args.num_target_dev < 1:
+        parser.error(
+            f"--num-initiator-dev {args.num_initiator_dev} / --num-target-dev "
+            f"{args.num_target_dev}: each must be >= 1"
+        )
     return args
 
 
@@ -202,6 +215,23 @@ def _routable_address() -> str:
         return s.getsockname()[0]
 
 
+def lanes_of(batch: int, n_init: int, n_target: int) -> dict[tuple[int, int], list[int]]:
+    """Transfer j of an iteration goes from initiator buffer j % n_init to target buffer
+    j % n_target at offset j * size in both: {(initiator buffer, target buffer): [j...]}."""
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for j in range(batch):
+        lanes.setdefault((j % n_init, j % n_target), []).append(j)
+    return lanes
+
+
+def _issue_lanes(args, eng, lanes, size):
+    """One iteration over every (local, remote) lane; returns all statuses."""
+    out = []
+    for local, remote, sess, offsets in lanes:
+        out += _issue(args, eng, sess, local, remote, size, offsets)
+    return out
+
+
 def _issue(args, eng, sess, local, remote, size, offsets):
     """One iteration: submit the batch and return its statuses."""
     write = args.op_type == "write"
@@ -234,6 +264,16 @@ def _sizes(size: int, n: int, kind: type):
 
             _SIZES[key] = np.full(n, size, np.uint64)
     return _SIZES[key]
+
+
+def _unpack_descs(blob: bytes, cls) -> list:
+    """Descriptors packed back to back, each after its 4-byte little-endian length."""
+    out, i = [], 0
+    while i < len(blob):
+        n = int.from_bytes(blob[i : i + 4], "little")
+        out.append(cls.unpack(blob[i + 4 : i + 4 + n]))
+        i += 4 + n
+    return out
 
 
 def _wait(statuses) -> None:
@@ -284,40 +324,58 @@ def run_worker(args) -> list[dict] | None:
     sizes = sizes_of(args)
     batch = args.transfer_batch_size
     eng = _engine(args, rank)
+    n_init, n_target = args.num_initiator_dev, args.num_target_dev
+    nbuf = n_init if rank == 0 else n_target
+    bufs, mems = [], []
     if _is_p2p(args):
         import torch
 
         ngpu = torch.cuda.device_count()
-        gpus = [torch.device("cuda", 0), torch.device("cuda", min(1, ngpu - 1))]
-        torch.cuda.set_device(gpus[rank])
-        buf = torch.full((max(sizes) * batch,), 0xFF, dtype=torch.uint8, device=gpus[rank])
-        mem = eng.register_torch_tensor(buf)
+        # Initiator on cuda:0..N-1, target on the next M GPUs (modulo the count).
+        first = 0 if rank == 0 else n_init
+        devs = [torch.device("cuda", (first + i) % ngpu) for i in range(nbuf)]
+        gpus = [torch.device("cuda", 0), torch.device("cuda", n_init % ngpu)]
+        torch.cuda.set_device(devs[0])
+        for d in devs:
+            bufs.append(torch.full((max(sizes) * batch,), 0xFF, dtype=torch.uint8, device=d))
+            mems.append(eng.register_torch_tensor(bufs[-1]))
     else:
-        buf = np.zeros(max(sizes) * batch, np.uint8)  # zeros + fill below: pages touched
-        buf.fill(0xFF)
-        mem = eng.register_array(buf)
+        for _ in range(nbuf):
+            bufs.append(np.zeros(max(sizes) * batch, np.uint8))  # zeros + fill: pages touched
+            bufs[-1].fill(0xFF)
+            mems.append(eng.register_array(bufs[-1]))
     descs = bs.all_gather(eng.get_engine_desc().pack())
-    mems = bs.all_gather(mem.pack())
+    all_mems = bs.all_gather(b"".join(len(m.pack()).to_bytes(4, "little") + m.pack() for m in mems))
     peer = EngineDesc.unpack(descs[1 - rank])
     eng.register_remote_engine(peer)
-    remote = MemoryDesc.unpack(mems[1 - rank])
-    sess = eng.create_session(mem, remote) if (rank == 0 and args.enable_sess) else None
+    remotes = _unpack_descs(all_mems[1 - rank], MemoryDesc)
+    lane_js = lanes_of(batch, n_init, n_target)
     if rank == 0:
-        chosen, why = eng.backend_for(mem, remote)
-        if chosen.lower() != ("p2p" if _is_p2p(args) else args.backend):
-            raise SystemExit(f"--backend {args.backend} asked, but the pair uses {chosen}: {why}")
+        for li, ri in lane_js:
+            chosen, why = eng.backend_for(mems[li], remotes[ri])
+            if chosen.lower() != ("p2p" if _is_p2p(args) else args.backend):
+                raise SystemExit(
+                    f"--backend {args.backend} asked, but the pair uses {chosen}: {why}"
+                )
 
     rows = []
+    sessions = {}
+    if rank == 0 and args.enable_sess:
+        sessions = {lane: eng.create_session(mems[lane[0]], remotes[lane[1]]) for lane in lane_js}
     for si, size in enumerate(sizes):
-        offsets = [j * size for j in range(batch)]
-        if args.enable_batch_transfer and args.offsets_as == "array":
-            offsets = np.asarray(offsets, np.uint64)  # read in place by the binding
+        lanes = []  # the initiator's (local, remote, session, offsets) per lane
+        for (li, ri), js in lane_js.items() if rank == 0 else ():
+            offsets = [j * size for j in js]
+            if args.enable_batch_transfer and args.offsets_as == "array":
+                offsets = np.asarray(offsets, np.uint64)  # read in place by the binding
+            lanes.append((mems[li], remotes[ri], sessions.get((li, ri)), offsets))
         total = size * batch
         # The side that is read from (target for reads, initiator for writes) holds the
         # byte pattern; the other side checks it after the run.
         pattern = si % 251
         source = (rank == 0) == (args.op_type == "write")
-        buf[:total] = pattern if source else 0xFF
+        for buf in bufs:
+            buf[:total] = pattern if source else 0xFF
         if _is_p2p(args):
             torch.cuda.synchronize()  # the engine's copies run on streams of their own
         bs.barrier()  # both buffers are set before the first transfer
@@ -325,14 +383,14 @@ def run_worker(args) -> list[dict] | None:
         for _ in range(args.reps):
             if rank == 0:
                 for _ in range(args.warmup):
-                    _wait(_issue(args, eng, sess, mem, remote, size, offsets))
+                    _wait(_issue_lanes(args, eng, lanes, size))
             bs.barrier()
             cpu0 = time.process_time()
             lat = []
             if rank == 0:
                 for _ in range(args.iters):
                     t0 = time.perf_counter()
-                    _wait(_issue(args, eng, sess, mem, remote, size, offsets))
+                    _wait(_issue_lanes(args, eng, lanes, size))
                     lat.append(time.perf_counter() - t0)
                 cpu = time.process_time() - cpu0
             bs.barrier()
@@ -370,8 +428,14 @@ def run_worker(args) -> list[dict] | None:
             if rep.get("raw_ack_bw"):
                 rep["pct_raw_ack"] = 100.0 * rep["avg_bw"] / rep["raw_ack_bw"]
             reps.append(rep)
-        if not bool((buf[:total] == pattern).all()):
-            raise RuntimeError(f"size {size}: bytes at the destination differ from the source")
+        # Every transfer's destination range holds the pattern (its buffer: its lane's).
+        for (li, ri), js in lane_js.items():
+            buf = bufs[li if rank == 0 else ri]
+            for j in js:
+                if not bool((buf[j * size : (j + 1) * size] == pattern).all()):
+                    raise RuntimeError(
+                        f"size {size}, transfer {j}: bytes at the destination differ from the source"
+                    )
         bs.barrier()
         if rank == 0:
             row = {"msg_size": size, "batch_size": batch, "total_size": total}
