@@ -2025,30 +2025,36 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
     c->sendq.push_back({h, nullptr, 0, 0, nullptr});
     if (c->worker->FlushLocked(*c) != 0) ::shutdown(c->fd, SHUT_RDWR);
   };
-  std::shared_ptr<P2pMapping> m;
+  std::vector<std::shared_ptr<P2pMapping>> maps;  // one per local GPU that mapped it
   if (std::shared_ptr<Peer> peer = FindPeer(target_key)) {
     std::lock_guard<std::mutex> lock(peer->p2p_mu);
-    auto it = peer->p2p_maps.find(mem_id);
-    if (it != peer->p2p_maps.end()) {
-      m = std::move(it->second);
-      peer->p2p_maps.erase(it);
+    for (auto it = peer->p2p_maps.begin(); it != peer->p2p_maps.end();) {
+      if (it->first.first == mem_id) {
+        maps.push_back(std::move(it->second));
+        it = peer->p2p_maps.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
-  if (!m) {
+  if (maps.empty()) {
     ack();
     return;
   }
-  // Acknowledged by the mapping itself, once the last copy holding it ended and it is
-  // unmapped: here if none is in flight, else on the completion thread.
-  m->released = std::move(ack);
+  // Acknowledged once every mapping is gone — the last copy holding one ended and all
+  // are unmapped: here if none is in flight, else on the completion thread.
+  auto all_released = std::shared_ptr<void>(nullptr, [ack](void*) { ack(); });
+  for (auto& m : maps) m->released = [all_released] {};
 }
 
 int IoEngine::P2pMappingKind(const std::string& remote_key, uint64_t mem_id) {
   std::shared_ptr<Peer> peer = FindPeer(remote_key);
   if (!peer) return -1;
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
-  auto it = peer->p2p_maps.find(mem_id);
-  return it == peer->p2p_maps.end() ? -1 : it->second->kind;
+  for (const auto& [key, m] : peer->p2p_maps) {
+    if (key.first == mem_id) return m->kind;
+  }
+  return -1;
 }
 
 bool IoEngine::UseP2p(const Peer& peer, MemoryLocationType local_loc,
@@ -2112,7 +2118,7 @@ std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>&
                                                     uint64_t mem_id, int device, StatusCode* code,
                                                     std::string* error) {
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
-  auto it = peer->p2p_maps.find(mem_id);
+  auto it = peer->p2p_maps.find({mem_id, device});
   if (it != peer->p2p_maps.end()) return it->second;
   const std::string what =
       StrCat("P2P: cannot map memory ", mem_id, " of remote engine '", peer->key, "': ");
@@ -2130,7 +2136,7 @@ std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>&
     *error = what + e.what();
     return nullptr;
   }
-  peer->p2p_maps.emplace(mem_id, m);
+  peer->p2p_maps.emplace(std::make_pair(mem_id, device), m);
   return m;
 }
 

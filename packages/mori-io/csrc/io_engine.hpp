@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -107,9 +108,10 @@ struct Peer {
   std::mutex fail_mu;
   std::atomic<uint32_t> next_conn{0};
   bool remote_p2p = false;  // its EngineDesc lists P2P
-  // Its GPU regions mapped here (P2P), by its memory id; opened on first use.
+  // Its GPU regions mapped here (P2P), by (its memory id, the local GPU copying); opened
+  // on first use by each local GPU.
   std::mutex p2p_mu;
-  std::unordered_map<uint64_t, std::shared_ptr<P2pMapping>> p2p_maps;
+  std::map<std::pair<uint64_t, int>, std::shared_ptr<P2pMapping>> p2p_maps;
   bool remote_rdma = false;  // its EngineDesc lists RDMA
   // RDMA: QPs connected (under rdma_mu), and the keys of its regions used so far.
   std::mutex rdma_mu;
