@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -66,6 +67,9 @@ def launch_local(
         argv = [sys.executable, *argv]
     master_port, mori_port = free_port(), free_port()
     procs = []
+    # Output goes to files, not pipes: a worker printing more than a pipe holds would
+    # otherwise block on write while we wait for it to exit.
+    logs = [tempfile.TemporaryFile(mode="w+b") for _ in range(world_size)]
     for rank in range(world_size):
         wenv = dict(os.environ)
         wenv.update(env or {})
@@ -79,11 +83,7 @@ def launch_local(
             MORI_BOOTSTRAP_PORT=str(mori_port),
             PYTHONUNBUFFERED="1",
         )
-        procs.append(
-            subprocess.Popen(
-                argv, env=wenv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
+        procs.append(subprocess.Popen(argv, env=wenv, stdout=logs[rank], stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout_s
     failed_at: float | None = None
     reason = ""
@@ -106,8 +106,11 @@ def launch_local(
             p.kill()
     results = []
     for rank, p in enumerate(procs):
-        out, _ = p.communicate()
-        results.append(WorkerResult(rank, p.returncode, out or ""))
+        p.wait()
+        logs[rank].seek(0)
+        out = logs[rank].read().decode(errors="replace")
+        logs[rank].close()
+        results.append(WorkerResult(rank, p.returncode, out))
     if reason or any(r.returncode != 0 for r in results):
         msg = reason or "worker(s) exited non-zero"
         raise WorkersFailed(f"{msg}: {' '.join(argv)}\n{_format(results)}", results)

@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""mori.core.launch.launch_local: output, failures, timeouts — and workers that print
+more than a pipe holds never block."""
+
+import sys
+
+import pytest
+
+from mori.core.launch import WorkersFailed, launch_local
+
+
+def test_large_output_does_not_block_the_workers():
+    # 4 MiB per worker: far more than a pipe buffer (64 KiB).
+    code = "import os,sys; sys.stdout.write(('x' * 1023 + '\\n') * 4096); print('rank', os.environ['RANK'])"
+    results = launch_local([sys.executable, "-c", code], 2, timeout_s=60)
+    for r in results:
+        assert r.returncode == 0
+        assert len(r.output) > 4 << 20
+        assert r.output.rstrip().endswith(f"rank {r.rank}")
+
+
+def test_failure_and_timeout_are_reported_with_output():
+    code = "import os,sys,time; print('hello', os.environ['RANK']); sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(60)"
+    with pytest.raises(WorkersFailed, match="a worker failed") as e:
+        launch_local([sys.executable, "-c", code], 2, timeout_s=30, grace_s=0.5)
+    assert [r.returncode for r in e.value.results][1] == 3
+    assert "hello 1" in e.value.results[1].output
+    with pytest.raises(WorkersFailed, match="timed out"):
+        launch_local([sys.executable, "-c", "import time; time.sleep(60)"], 1, timeout_s=1)
