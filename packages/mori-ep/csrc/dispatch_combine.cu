@@ -28,6 +28,12 @@
 //      rounded once (the CPU implementation's order, hence its bits), with several
 //      16-byte loads per lane in flight.
 //   Reductions of early groups overlap the transfers of later ones.
+//   With few received rows per block (num_tokens x world <= MORI_EP_COMBINE_ONEPASS_ROWS,
+//   default 16, x blocks) the tiles would leave most of the grid idle, so a one-pass
+//   kernel spreads (row, segment) returns over every warp of the grid, the last block
+//   (completion counter) posts every group's word, and every warp then reduces
+//   (token, segment) items once its token's group words arrived. Same words, same
+//   reduction order: a pe on either path works with a peer on the other.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -699,36 +705,31 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
   }
 }
 
+// Traps when pe d's combine word `v` carries a rejection.
+__device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_t v) {
+  if (v & 1u) {
+    printf(
+        "mori.ep combine on rank %d: combine rejected by rank %d (its inputs failed "
+        "validation; see its error)\n",
+        c.me, d);
+    __trap();
+  }
+}
+
+// The tiled path: each block walks tiles of token groups in increasing order,
+// returning tile j's rows, posting its groups' words, then reducing tile j - 1 once
+// the peers' words of it arrived, so reductions of early groups overlap the
+// transfers of later ones.
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
+__device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t total) {
   constexpr int kU = kReduceWords<kThreads>;
   constexpr int64_t kSegBytes = kSegWords<kThreads> * 16 * 32;
   const Common& c = p.c;
   const int W = c.world, me = c.me;
-  const int64_t M = c.max_tokens, G = CombineGroups(M);
-  const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t G = CombineGroups(c.max_tokens);
+  const unsigned tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const unsigned nthreads = blockDim.x, nwarps = nthreads >> 5;
-  const uint64_t epoch = State(c)->epoch;
-  const int64_t total = *At<int32_t>(c, c.layout.total_recv);
   uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
-  if (total > p.input_rows) {
-    // Reject the combine on every pe (they trap naming this one), then trap; the
-    // other blocks leave without touching the short input.
-    if (blockIdx.x == 0) {
-      if (tid == 0) {
-        printf(
-            "mori.ep combine on rank %d: combine input has %lld rows, fewer than total_recv "
-            "%lld\n",
-            me, static_cast<long long>(p.input_rows), static_cast<long long>(total));
-      }
-      PostCombineWords(c, (epoch << 1) | 1u, tid, nthreads);
-      dev::Quiet();
-      __syncthreads();
-      if (tid == 0) __trap();
-    }
-    return;
-  }
-
   // Tiles: the groups that can hold rows (estimated from my tokens and my received
   // rows; a wrong estimate costs balance, not correctness) spread over the grid,
   // p.steps tiles per block; the rest (signals only) one tile per block.
@@ -797,15 +798,8 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
         for (int64_t i = wid; i < gw * W; i += wn) {
           const int d = static_cast<int>(i % W);
           if (d == me) continue;
-          const uint64_t v =
-              dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, epoch << 1, c.timeout_ns);
-          if (v & 1u) {
-            printf(
-                "mori.ep combine on rank %d: combine rejected by rank %d (its inputs failed "
-                "validation; see its error)\n",
-                me, d);
-            __trap();
-          }
+          CheckCombineWord(
+              c, d, dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, epoch << 1, c.timeout_ns));
         }
         if (split) {
           __syncwarp();
@@ -831,19 +825,125 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
     if (split) PostTileWords(c, done, epoch, g0, g1, tid, nthreads);
     prev = j;
   }
+}
+
+// The one-pass path, for few received rows per block: there the tiles would leave
+// most of the grid idle (at 128 tokens per rank and W = 2 the rows fall in 16
+// groups, so 16 blocks returned and reduced everything, one SM's bandwidth and
+// latency chain each). Here every warp of the grid takes (row, segment) items of all
+// received rows, the grid's last block posts every group's word once every block's
+// returns are performed, then every warp takes (token, segment) items of the
+// reduction, waiting only for its token's group. The words mean what the tiled
+// path's mean, so a peer on either path reads them unchanged, and the reduction is
+// ReduceSegment's: the bits are the tiled path's.
+template <int kThreads>
+__device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t total) {
+  constexpr int kU = kReduceWords<kThreads>;
+  constexpr int64_t kSegBytes = kSegWords<kThreads> * 16 * 32;
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
+  const int64_t M = c.max_tokens, G = CombineGroups(M);
+  const unsigned tid = threadIdx.x, lane = tid & 31;
+  const int64_t nwarps = blockDim.x >> 5;
+  const int64_t gwarp = blockIdx.x * nwarps + (tid >> 5);
+  const int64_t gwarps = gridDim.x * nwarps;
+  uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
+
+  // 1. Return every received row but mine (rows from one pe are contiguous; mine,
+  // [own_lo, own_hi), stay in the input).
+  const int32_t* own = At<int32_t>(c, c.layout.recv_group_row) + static_cast<int64_t>(me) * (G + 1);
+  const int64_t own_lo = __ldcg(own), own_hi = __ldcg(own + G);
+  const int32_t* src_pos = At<int32_t>(c, c.layout.recv_src_pos);
+  const int nseg_ret = p.vec ? static_cast<int>((p.row_bytes + kSegBytes - 1) / kSegBytes) : 1;
+  const int64_t ret_items = (total - (own_hi - own_lo)) * nseg_ret;
+  for (int64_t item = gwarp; item < ret_items; item += gwarps) {
+    int64_t i = item / nseg_ret;
+    if (i >= own_lo) i += own_hi - own_lo;
+    const int s = static_cast<int>(src_pos[i] / M);
+    ReturnRowSegment<kSegWords<kThreads>>(p, i, s, static_cast<int>(item % nseg_ret), lane);
+  }
+
+  // 2. The last block to finish (it sees every block's returns as performed) posts
+  // every group's word to every other pe.
+  if (FinishBlock(&State(c)->combine_blocks_done)) {
+    for (int64_t i = tid; i < G * W; i += blockDim.x) {
+      const int pe = static_cast<int>(i % W);
+      if (pe != me) dev::SignalSet(c.ctx, &done[me * G + i / W], epoch << 1, pe);
+    }
+  }
+
+  // 3. Reduce: a warp waits (lane d for pe d) for the group of its item's token.
+  const int64_t n = p.num_tokens;
+  const int64_t nwords = p.row_bytes / 16;
+  const int nseg_red = p.vec ? static_cast<int>((nwords + kU * 32 - 1) / (kU * 32)) : 1;
+  int64_t waited = -1;
+  for (int64_t item = gwarp; item < n * nseg_red; item += gwarps) {
+    const int64_t t = item / nseg_red;
+    const int seg = static_cast<int>(item % nseg_red);
+    const int64_t g = t / kGroupTokens;
+    if (g != waited) {
+      for (int d = static_cast<int>(lane); d < W; d += 32) {
+        if (d == me) continue;
+        CheckCombineWord(c, d,
+                         dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
+      }
+      __syncwarp();
+      waited = g;
+    }
+    if (!p.vec) {
+      ReduceTokenScalar(p, t, lane);
+    } else if (p.bfloat16) {
+      ReduceSegment<kU, true>(p, t, seg, lane);
+    } else {
+      ReduceSegment<kU, false>(p, t, seg, lane);
+    }
+    if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
+  }
+}
+
+// kOnePass picks the path on the host (IntraNodeCuda::Combine): one kernel per path
+// keeps each path's register allocation its own (both in one kernel spilled 248 B
+// in the 512-thread build).
+template <int kThreads, bool kOnePass>
+__global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
+  const int64_t G = CombineGroups(c.max_tokens);
+  const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned nthreads = blockDim.x;
+  const uint64_t epoch = State(c)->epoch;
+  const int64_t total = *At<int32_t>(c, c.layout.total_recv);
+  uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
+  if (total > p.input_rows) {
+    // Reject the combine on every pe (they trap naming this one), then trap; the
+    // other blocks leave without touching the short input.
+    if (blockIdx.x == 0) {
+      if (tid == 0) {
+        printf(
+            "mori.ep combine on rank %d: combine input has %lld rows, fewer than total_recv "
+            "%lld\n",
+            me, static_cast<long long>(p.input_rows), static_cast<long long>(total));
+      }
+      PostCombineWords(c, (epoch << 1) | 1u, tid, nthreads);
+      dev::Quiet();
+      __syncthreads();
+      if (tid == 0) __trap();
+    }
+    return;
+  }
+
+  if constexpr (kOnePass) {
+    CombineOnePass<kThreads>(p, epoch, total);
+  } else {
+    CombineTiles<kThreads>(p, epoch, total);
+  }
   // A pe with no tokens waits for nothing above; it still must see a rejection
   // posted in this epoch (every group carries it), so block 0 checks the last group.
-  if (n == 0 && blockIdx.x == 0 && warp == 0) {
+  if (p.num_tokens == 0 && blockIdx.x == 0 && warp == 0) {
     for (int d = static_cast<int>(lane); d < W; d += 32) {
       if (d == me) continue;
-      const uint64_t v = dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, epoch << 1, c.timeout_ns);
-      if (v & 1u) {
-        printf(
-            "mori.ep combine on rank %d: combine rejected by rank %d (its inputs failed "
-            "validation; see its error)\n",
-            me, d);
-        __trap();
-      }
+      CheckCombineWord(c, d,
+                       dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, epoch << 1, c.timeout_ns));
     }
   }
 }
@@ -882,6 +982,9 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
     dispatch_seg_ = std::atoi(v) == 4 ? 4 : 8;
   // and whether combine splits each block's warps between returning and reducing.
   if (const char* v = std::getenv("MORI_EP_COMBINE_SPLIT")) combine_split_ = std::atoi(v) != 0;
+  // and up to how many received rows per block combine takes the one-pass path (0: never).
+  if (const char* v = std::getenv("MORI_EP_COMBINE_ONEPASS_ROWS"))
+    combine_onepass_rows_ = std::max(0, std::atoi(v));
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   MORI_CUDA_CHECK(cudaMemset(block_, 0, SignalBytes(layout_)));
@@ -902,9 +1005,18 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
                              ? reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 4>)
                              : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8>))
                       : reinterpret_cast<const void*>(DispatchKernel<kMaxThreads, 4>))
-            : (narrow ? reinterpret_cast<const void*>(CombineKernel<kNarrowThreads>)
-                      : reinterpret_cast<const void*>(CombineKernel<kMaxThreads>));
+            : (narrow ? reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, false>)
+                      : reinterpret_cast<const void*>(CombineKernel<kMaxThreads, false>));
     MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, 0));
+    if (!dispatch) {  // either combine path may run on the grid: the smaller bound holds
+      int onepass_per_sm = 0;
+      const void* onepass = narrow
+                                ? reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, true>)
+                                : reinterpret_cast<const void*>(CombineKernel<kMaxThreads, true>);
+      MORI_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&onepass_per_sm, onepass, warps * 32, 0));
+      per_sm = std::min(per_sm, onepass_per_sm);
+    }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
                warps, " warps per block on device ", device_);
     cached = per_sm * sm_count_;
@@ -1014,11 +1126,25 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
           aligned(p.input, 16) && aligned(p.out, 16);
   p.steps = combine_steps_;
   p.split = combine_split_;
+  // Few rows per block: the one-pass path. total_recv is only on the device, so the
+  // host bounds it by num_tokens x world (balanced ranks); either path reads the other
+  // path's words, so a wrong guess costs time, never correctness, and pes need not
+  // agree.
+  const bool onepass = combine_onepass_rows_ > 0 &&
+                       num_tokens_ * shape_.world_size <=
+                           static_cast<int64_t>(combine_onepass_rows_) * launch.block_num;
   const auto s = reinterpret_cast<cudaStream_t>(stream);
-  if (launch.warp_per_block * 32 <= kNarrowThreads) {
-    CombineKernel<kNarrowThreads><<<launch.block_num, launch.warp_per_block * 32, 0, s>>>(p);
+  const unsigned threads = launch.warp_per_block * 32;
+  if (threads <= kNarrowThreads) {
+    if (onepass) {
+      CombineKernel<kNarrowThreads, true><<<launch.block_num, threads, 0, s>>>(p);
+    } else {
+      CombineKernel<kNarrowThreads, false><<<launch.block_num, threads, 0, s>>>(p);
+    }
+  } else if (onepass) {
+    CombineKernel<kMaxThreads, true><<<launch.block_num, threads, 0, s>>>(p);
   } else {
-    CombineKernel<kMaxThreads><<<launch.block_num, launch.warp_per_block * 32, 0, s>>>(p);
+    CombineKernel<kMaxThreads, false><<<launch.block_num, threads, 0, s>>>(p);
   }
   MORI_CUDA_CHECK(cudaGetLastError());
   combine_pending_ = false;

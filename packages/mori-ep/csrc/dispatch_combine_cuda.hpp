@@ -66,9 +66,10 @@ class IntraNodeCuda {
   char* block_;
   int device_;
   int sm_count_ = 0;
-  int combine_steps_ = 4;       // MORI_EP_COMBINE_STEPS
-  int dispatch_seg_ = 8;        // MORI_EP_DISPATCH_SEG
-  bool combine_split_ = false;  // MORI_EP_COMBINE_SPLIT (off: BENCHMARKS.md)
+  int combine_steps_ = 4;          // MORI_EP_COMBINE_STEPS
+  int dispatch_seg_ = 8;           // MORI_EP_DISPATCH_SEG
+  bool combine_split_ = false;     // MORI_EP_COMBINE_SPLIT (off: BENCHMARKS.md)
+  int combine_onepass_rows_ = 16;  // MORI_EP_COMBINE_ONEPASS_ROWS (rows per block; 0: off)
   uint64_t timeout_ns_;
   shmem::DeviceContext ctx_;
   int max_blocks_[2][kMaxWarpsPerBlock + 1] = {};

@@ -54,6 +54,9 @@
 // groups whose rows have arrived while later groups are still in flight. A pe
 // returns group g's rows only after waiting for groups < g at most, so every group
 // is eventually returned (no cycle of waits), whatever each pe's grid or tiling.
+// How a pe orders its returns and posts is its own choice (the CUDA kernel's
+// one-pass path returns every row before posting every group's word at once): a
+// word means the same either way, so pes need not agree on a path.
 
 #include <cstddef>
 #include <cstdint>
@@ -86,12 +89,13 @@ MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountB
 MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
 
 // State the CUDA kernels keep in device memory, so that CUDA-graph replays advance
-// it: the epoch of the last dispatch and dispatch's grid-completion counter (reset
-// to 0 by the last block, before the kernel ends).
+// it: the epoch of the last dispatch and the grid-completion counters of dispatch
+// and of combine's one-pass path (each reset to 0 by the last block, before the
+// kernel ends).
 struct EpDeviceState {
   uint64_t epoch;
   uint32_t dispatch_blocks_done;
-  uint32_t unused;
+  uint32_t combine_blocks_done;
 };
 
 struct EpShape {

@@ -2,6 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """EpDispatchCombineOp's CUDA kernels among real processes: world 1, world 2 with
 one process per GPU and with 2 processes on 1 GPU, bf16 and fp8, a CUDA graph.
+Combine has two paths (tiled, one-pass for few rows per block) that each rank picks
+for itself: by default the launch shapes and ragged token counts mix them across
+calls and ranks; test_two_gpus also forces each path on every call.
 
 Skipped without a CUDA GPU or a mori build without CUDA. Each scenario runs in
 fresh worker processes (tests/workers/ep_gpu_worker.py) with a bounded wall time.
@@ -41,11 +44,14 @@ def _gpus() -> int:
     return n
 
 
-def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 240):
+def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 240, env=None):
     seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
+    print(f"seed={seed} env={env}")
     results = launch_local(
-        [WORKER, mode, placement, str(seed), str(iters)], world, timeout_s=timeout_s, env=ENV
+        [WORKER, mode, placement, str(seed), str(iters)],
+        world,
+        timeout_s=timeout_s,
+        env={**ENV, **(env or {})},
     )
     for r in results:
         print(f"----- rank {r.rank} -----\n{r.output}")
@@ -58,10 +64,13 @@ def test_world_one():
     _run("random", "shared", 1, 8)
 
 
-def test_two_gpus():
+# Combine's one-pass path: rows per block up to which a rank takes it ("0": never).
+@pytest.mark.parametrize("onepass_rows", [None, "0", "1000000"], ids=["mixed", "tiled", "onepass"])
+def test_two_gpus(onepass_rows):
     if _gpus() < 2:
         pytest.skip("needs 2 GPUs")
-    _run("random", "per_gpu", 2, 16)
+    env = {"MORI_EP_COMBINE_ONEPASS_ROWS": onepass_rows} if onepass_rows else None
+    _run("random", "per_gpu", 2, 16, env=env)
 
 
 def test_two_processes_one_gpu():
