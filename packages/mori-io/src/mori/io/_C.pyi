@@ -4,6 +4,7 @@
 
 import enum
 from collections.abc import Sequence
+from typing import Any
 
 __mori_core_version_compiled__: str
 
@@ -80,6 +81,13 @@ class Engine:
     ) -> int: ...
     def deregister_memory(self, id: int) -> None: ...
     def create_shm_backend(self) -> None: ...
+    def create_p2p_backend(
+        self, num_streams: int, max_blocks: int, kernel_min_spans: int, kernel_max_mean_span: int
+    ) -> None: ...
+    @staticmethod
+    def p2p_unavailable() -> str: ...
+    def p2p_mapping_kind(self, remote_key: str, mem_id: int) -> int: ...
+    def create_rdma_backend(self, config: Any) -> None: ...  # config: rdma.BackendConfig
     def set_backend_override(self, backend: str) -> None: ...
     def backend_for(
         self, local_loc: MemoryLocationType, remote_key: str, remote_loc: MemoryLocationType
@@ -92,6 +100,8 @@ class Engine:
         host_id: str = "",
         pid: int = 0,
         remote_shm: bool = False,
+        remote_p2p: bool = False,
+        remote_rdma: bool = False,
     ) -> None: ...
     def deregister_remote_engine(self, key: str) -> None: ...
     def has_remote_engine(self, key: str) -> bool: ...
@@ -159,4 +169,28 @@ def choose_backend(
     cma_ok: bool = True,
     cma_reason: str = "",
     override: str = "",
+    local_p2p: bool = False,
+    remote_p2p: bool = False,
+    local_rdma: bool = False,
+    remote_rdma: bool = False,
 ) -> tuple[str, str]: ...
+def cuda_peer_copy_seconds(
+    src_dev: int, dst_dev: int, size: int, batch: int, iters: int, sync_each: bool
+) -> float: ...
+def pack_p2p_export(
+    kind: int,
+    pid: int,
+    uuid: bytes,
+    region_addr: int,
+    region_size: int,
+    region_offset: int,
+    map_size: int,
+    handle: bytes,
+    pieces: Sequence[tuple[int, int, int]],
+) -> bytes: ...
+def unpack_p2p_export(data: bytes) -> dict[str, Any]: ...
+def rdma_probe() -> tuple[bool, str, list[str]]: ...
+
+# RDMA internals (planner, encodings, QP attributes, NIC/GID choice, the backend and its
+# loopback test double): see csrc/rdma_py.cpp.
+rdma: Any
