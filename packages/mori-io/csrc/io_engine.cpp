@@ -2236,9 +2236,23 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
   if (rid == SubmissionLedger::kNoRecord) return state;
   static_assert(sizeof(TransferSpan) == sizeof(rdma::PlanSpan), "one span layout");
   try {
-    rdma_->Submit(op == Op::kWrite ? rdma::RdmaOp::kWrite : rdma::RdmaOp::kRead, local.id,
-                  peer->key, key, reinterpret_cast<const rdma::PlanSpan*>(spans), n, uid,
-                  [this, rid](StatusCode c, const std::string& m) { CompletePart(rid, c, m); });
+    rdma_->Submit(
+        op == Op::kWrite ? rdma::RdmaOp::kWrite : rdma::RdmaOp::kRead, local.id, peer->key, key,
+        reinterpret_cast<const rdma::PlanSpan*>(spans), n, uid,
+        [this, rid, weak = std::weak_ptr<Peer>(peer)](StatusCode c, const std::string& m) {
+          if (c != StatusCode::SUCCESS) {
+            // A failed work request leaves its RC QP in the error state (a stale
+            // key after the target deregistered, a lost link): forget the QPs
+            // and keys so the next transfer reconnects instead of every later
+            // transfer to this peer failing behind the one bad request.
+            if (std::shared_ptr<Peer> p = weak.lock()) {
+              std::lock_guard<std::mutex> lock(p->rdma_mu);
+              p->rdma_connected = false;
+              p->rdma_keys.clear();
+            }
+          }
+          CompletePart(rid, c, m);
+        });
   } catch (const std::exception& e) {
     CompletePart(rid, StatusCode::ERR_INVALID_ARGS, StrCat("RDMA: ", e.what()));
   }

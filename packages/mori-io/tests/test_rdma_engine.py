@@ -146,3 +146,22 @@ def test_peer_loss_and_reregistration(pair):
     st = _wait(a.read(ma, 0, mb, 0, 4096, a.allocate_transfer_uid()))
     assert st.Failed(), st.Message()
     assert not la.any()
+
+
+def test_a_stale_key_fails_one_transfer_and_the_peer_recovers(pair):
+    a, b = pair
+    x, y = np.arange(4096, dtype=np.uint16).view(np.uint8), np.full(8192, 7, np.uint8)
+    mx, my = b.register_array(x), b.register_array(y)
+    local = np.zeros(8192, np.uint8)
+    ml = a.register_array(local)
+    assert _wait(a.read(ml, 0, mx, 0, 8192, a.allocate_transfer_uid())).Succeeded()
+    b.deregister_memory(mx)  # a still caches x's key
+    st = _wait(a.read(ml, 0, mx, 0, 64, a.allocate_transfer_uid()))
+    assert st.Failed(), st.Message()
+    # The failure took the QPs down; the engine reconnects on the next transfer, which
+    # succeeds, and the withdrawn region is now refused by the target's registry.
+    st = _wait(a.read(ml, 0, my, 0, 8192, a.allocate_transfer_uid()))
+    assert st.Succeeded(), st.Message()
+    assert np.array_equal(local, y)
+    st = _wait(a.read(ml, 0, mx, 0, 64, a.allocate_transfer_uid()))
+    assert st.Code() == StatusCode.NOT_FOUND, st.Message()
