@@ -350,6 +350,7 @@ struct Conn {
   // Inbound SHM write grants whose kShmWriteDone has not come (entered, in grant order;
   // the initiator answers each granted write with one done, in order).
   std::deque<RegionUse*> shm_write_grants;
+  std::deque<RegionUse*> shm_read_grants;  // likewise, until each kShmReadDone
   // Inbound: P2P grants' payloads, alive until the connection closes (a short-lived
   // connection carries one; more than kMaxP2pGrants is a protocol violation).
   std::deque<std::string> p2p_grants;
@@ -511,8 +512,8 @@ class Worker {
         Conn& c = *kv.second;
         std::lock_guard<std::mutex> clock(c.mu);
         if (c.dead) continue;
-        bool busy =
-            !c.pending.empty() || !c.sendq.empty() || c.in_payload || !c.shm_write_grants.empty();
+        bool busy = !c.pending.empty() || !c.sendq.empty() || c.in_payload ||
+                    !c.shm_write_grants.empty() || !c.shm_read_grants.empty();
         int64_t idle = now - std::max(c.progress_ns, c.rx_ns);
         if (!busy || idle < timeout_ns) continue;
         stuck.emplace_back(&c, StrCat("no progress for ", idle / 1000000, " ms with ",
@@ -749,13 +750,13 @@ class Worker {
       if (type == wire::MsgType::kShmWriteReq || type == wire::MsgType::kShmReadReq) {
         // The same check as a TCP request; the grant names the absolute address, so
         // the initiator's copy lands only where this registry allowed it.
-        // A write grant holds the region until its kShmWriteDone. A read grant holds
-        // nothing: no message says when the initiator's copy out of it ended.
+        // A grant holds the region (deregistration waits) until the initiator's
+        // kShmWriteDone / kShmReadDone says its copy into / out of it ended.
         const bool write = type == wire::MsgType::kShmWriteReq;
         IoEngine::Lookup lk = engine_->HasShmBackend()
-                                  ? Target(c, h, write)
+                                  ? Target(c, h, true)
                                   : IoEngine::Lookup{wire::WireStatus::kNoShm, nullptr};
-        if (lk.use != nullptr) c.shm_write_grants.push_back(lk.use);
+        if (lk.use != nullptr) (write ? c.shm_write_grants : c.shm_read_grants).push_back(lk.use);
         bool ok = lk.status == wire::WireStatus::kOk;
         wire::Header r = h;
         r.type = static_cast<uint8_t>(wire::MsgType::kShmGrant);
@@ -765,6 +766,15 @@ class Worker {
         // A granted write is accounted when its kShmWriteDone says the bytes are in place.
         if (type == wire::MsgType::kShmReadReq || !ok) Account(c, h, lk.status);
         return true;
+      }
+      if (type == wire::MsgType::kShmReadDone) {
+        if (c.shm_read_grants.empty()) {
+          *why = "an SHM read done without a granted read";
+          return false;
+        }
+        c.shm_read_grants.front()->Leave();
+        c.shm_read_grants.pop_front();
+        return true;  // not answered
       }
       if (type == wire::MsgType::kShmWriteDone) {
         if (c.shm_write_grants.empty()) {
@@ -916,6 +926,18 @@ class Worker {
     }
     StatusCode code = err == ESRCH ? StatusCode::ERR_PEER_LOST : StatusCode::ERROR;
     if (!write) {
+      // Our copy out of the region has ended (either way): the target may release its
+      // hold (the done leaves at the end of this read pass).
+      wire::Header d{};
+      d.type = static_cast<uint8_t>(wire::MsgType::kShmReadDone);
+      d.version = wire::kVersion;
+      d.uid = p.uid;
+      d.mem_id = p.mem_id;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        c.sendq.push_back({d, nullptr, 0, 0, nullptr});
+        c.need_flush = true;
+      }
       engine_->CompletePart(p.record_id, err == 0 ? StatusCode::SUCCESS : code, error);
       return;
     }
@@ -1071,6 +1093,8 @@ class Worker {
     // gone, the target cannot learn when it stops (a known limit of CMA).
     for (RegionUse* u : c.shm_write_grants) u->Leave();
     c.shm_write_grants.clear();
+    for (RegionUse* u : c.shm_read_grants) u->Leave();
+    c.shm_read_grants.clear();
     std::deque<Pending> orphans;
     {
       std::lock_guard<std::mutex> lock(c.mu);

@@ -52,6 +52,8 @@ enum class MsgType : uint8_t {
   // unmapped.
   kP2pRevoke = 21,     // mem_id
   kP2pRevokeAck = 22,  // mem_id
+  kShmReadDone = 23,   // the initiator's CMA read of its oldest granted read ended (copied
+                       // or failed); not answered. The target held the region until then.
 };
 
 enum class WireStatus : uint8_t {

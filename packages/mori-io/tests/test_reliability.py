@@ -232,3 +232,29 @@ def test_unpopped_inbound_statuses_are_capped_oldest_first():
     assert b._engine.inbound_stats() == {"held": 0, "evicted": 2 * cap + 1}
     a.close()
     b.close()
+
+
+def test_shm_read_grant_holds_the_region_until_the_read_is_done():
+    """A granted SHM read holds the target's region until the initiator says its CMA
+    copy out of it ended (kShmReadDone): deregistration cannot free memory a peer is
+    still reading. Spoken by hand so the window is exact."""
+    target = _engine("target")
+    target.create_backend(BackendType.SHM)
+    buf = np.ones(4096, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    try:
+        s.settimeout(5)
+        s.sendall(HDR.pack(9, 0, VERSION, 1, 3, mem.id, 0, 16))  # kShmReadReq
+        t, status, *_ = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert (t, status) == (10, 0)  # kShmGrant, ok
+        with pytest.raises(mc.InvalidStateError, match="has 1 transfer"):
+            target.deregister_memory(mem)
+        s.sendall(HDR.pack(23, 0, VERSION, 1, 3, mem.id, 0, 0))  # kShmReadDone
+        assert _deregister_when_free(target, mem) < BOUND_S
+        # A done with no granted read is a protocol violation: the connection closes.
+        s.sendall(HDR.pack(23, 0, VERSION, 1, 4, mem.id, 0, 0))
+        assert s.recv(1) == b""
+    finally:
+        s.close()
+        target.close()
