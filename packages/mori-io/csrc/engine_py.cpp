@@ -175,6 +175,8 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           py::arg("kernel_max_mean_span"))
       .def("p2p_mapping_kind", &IoEngine::P2pMappingKind, py::arg("remote_key"), py::arg("mem_id"),
            "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
+      .def("shm_mapping_state", &IoEngine::ShmMappingState, py::arg("remote_key"),
+           py::arg("mem_id"), "-1: not asked yet; 0: not shareable (CMA); 1: mapped (memcpy).")
       .def("create_rdma_backend", &IoEngine::CreateRdmaBackend, py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_static("p2p_unavailable", &P2pBackend::Unavailable,
@@ -319,6 +321,35 @@ max_inbound_statuses cap dropped (oldest first).)doc")
         py::call_guard<py::gil_scoped_release>(),
         "Seconds for `iters` rounds of `batch` cudaMemcpyPeerAsync copies of `size` bytes "
         "(the P2P benchmark's reference).");
+
+  // Shared host memory (memfd): same-host peers map a region inside it and copy with
+  // memcpy instead of CMA. Freed when the last Python reference goes.
+  struct SharedHostBuffer {
+    uintptr_t addr = 0;
+    uint64_t size = 0;
+    SharedHostBuffer() = default;
+    SharedHostBuffer(const SharedHostBuffer&) = delete;
+    SharedHostBuffer& operator=(const SharedHostBuffer&) = delete;
+    ~SharedHostBuffer() {
+      if (addr != 0) FreeSharedHost(addr);
+    }
+  };
+  py::class_<SharedHostBuffer>(m, "SharedHostBuffer", py::buffer_protocol(),
+                               "Host memory in a memfd that same-host mori-io peers can map.")
+      .def(py::init([](uint64_t size) {
+             auto b = std::make_unique<SharedHostBuffer>();
+             b->addr = AllocateSharedHost(size);
+             b->size = size;
+             return b;
+           }),
+           py::arg("size"))
+      .def_property_readonly("address", [](const SharedHostBuffer& b) { return b.addr; })
+      .def_property_readonly("size", [](const SharedHostBuffer& b) { return b.size; })
+      .def_buffer([](SharedHostBuffer& b) {
+        return py::buffer_info(reinterpret_cast<void*>(b.addr), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size)}, {py::ssize_t{1}});
+      });
 
   // The P2P export's wire form, for tests (hardware independent).
   m.def(

@@ -114,6 +114,8 @@ const char* WireStatusText(wire::WireStatus s) {
       return "the target could not export the region";
     case wire::WireStatus::kNoRdma:
       return "the target engine has no RDMA backend";
+    case wire::WireStatus::kNotShareable:
+      return "the region is not in shared host memory";
   }
   return "unknown status";
 }
@@ -131,6 +133,7 @@ StatusCode WireStatusCode(wire::WireStatus s) {
     case wire::WireStatus::kNoP2p:
     case wire::WireStatus::kNotGpuMemory:
     case wire::WireStatus::kNoRdma:
+    case wire::WireStatus::kNotShareable:
       return StatusCode::ERR_INVALID_ARGS;
     case wire::WireStatus::kCopyFailed:
     case wire::WireStatus::kExportFailed:
@@ -287,6 +290,7 @@ HotPathOptions HotPathOptions::FromEnv() {
   const char* ledger = std::getenv("MORI_IO_LEDGER");
   o.ledger_ring = !(ledger != nullptr && std::strcmp(ledger, "map") == 0);
   o.target_batching = EnvFlag("MORI_IO_TARGET_BATCHING", true);
+  o.shm_map = EnvFlag("MORI_IO_SHM_MAP", true);
   return o;
 }
 
@@ -798,6 +802,16 @@ class Worker {
         std::string payload;
         wire::WireStatus st = engine_->P2pGrant(h.mem_id, c.remote_key, &payload);
         SideAnswer(c, h, wire::MsgType::kP2pGrant, st, std::move(payload));
+        return true;
+      }
+      if (type == wire::MsgType::kShmMapReq) {
+        if (c.p2p_grants.size() >= kMaxP2pGrants) {
+          *why = StrCat("more than ", kMaxP2pGrants, " side requests on one connection");
+          return false;
+        }
+        std::string payload;
+        wire::WireStatus st = engine_->ShmMapGrantFor(h.mem_id, c.remote_key, &payload);
+        SideAnswer(c, h, wire::MsgType::kShmMapGrant, st, std::move(payload));
         return true;
       }
       if (type == wire::MsgType::kRdmaConnect) {
@@ -1375,10 +1389,10 @@ void IoEngine::DeregisterMemory(uint64_t id) {
                " transfer(s) in flight (this engine's transfers using it, or remote reads and "
                "writes being served from it); wait for them to finish or fail first");
   }
-  if (p2p_) {
-    // Peers that mapped it copy with their own GPUs: ask each to let go and wait for
-    // the confirmations, without the registry lock (reactors need it meanwhile; the
-    // region is withdrawn, so nothing new reaches it).
+  if (HasP2pGrants(id)) {
+    // Peers that mapped it (P2P, shared host memory) copy on their own: ask each to let go and wait
+    // for the confirmations, without the registry lock (reactors need it meanwhile; the region is
+    // withdrawn, so nothing new reaches it).
     std::shared_ptr<RegionUse> hold = it->second.use;
     lock.unlock();
     try {
@@ -1835,6 +1849,11 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   const bool shm = pc->host_choice.backend == BackendType::kShm &&
                    local.loc == MemoryLocationType::CPU && remote_loc == MemoryLocationType::CPU &&
                    !peer->shm_refused.load(std::memory_order_relaxed);
+  if (shm && options_.shm_map) {
+    if (std::shared_ptr<ShmMapping> m = ShmMappingFor(peer, remote_mem)) {
+      return SubmitShmMapped(op, local, peer, pc, remote_mem, std::move(m), spans, n, uid);
+    }
+  }
 
   uint64_t rid = SubmissionLedger::kNoRecord;
   std::shared_ptr<TransferState> state =
@@ -1920,6 +1939,41 @@ void IoEngine::CreateP2pBackend(const P2pBackendConfig& config) {
   p2p_ = std::move(backend);
 }
 
+void IoEngine::RecordGrant(uint64_t mem_id, const std::string& initiator_key) {
+  // Recorded before the grant leaves: a deregistration from here on revokes it.
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto& keys = p2p_granted_[mem_id];
+  if (std::find(keys.begin(), keys.end(), initiator_key) == keys.end()) {
+    keys.push_back(initiator_key);
+  }
+}
+
+bool IoEngine::HasP2pGrants(uint64_t id) {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  return p2p_granted_.count(id) != 0;
+}
+
+wire::WireStatus IoEngine::ShmMapGrantFor(uint64_t mem_id, const std::string& initiator_key,
+                                          std::string* payload) {
+  if (!shm_created_) return wire::WireStatus::kNoShm;
+  MemoryRegion r;
+  if (!FindRegion(mem_id, &r) || r.use->withdrawn.load(std::memory_order_seq_cst)) {
+    return wire::WireStatus::kUnknownMemory;
+  }
+  if (r.loc != MemoryLocationType::CPU) return wire::WireStatus::kNotHostMemory;
+  SharedHostBlock b;
+  if (!FindSharedHost(r.addr, r.size, &b)) return wire::WireStatus::kNotShareable;
+  RecordGrant(mem_id, initiator_key);
+  ShmMapGrant g;
+  g.pid = static_cast<int32_t>(::getpid());
+  g.fd = b.fd;
+  g.block_size = b.size;
+  g.region_offset = r.addr - b.addr;
+  g.region_size = r.size;
+  *payload = PackShmMapGrant(g);
+  return wire::WireStatus::kOk;
+}
+
 wire::WireStatus IoEngine::P2pGrant(uint64_t mem_id, const std::string& initiator_key,
                                     std::string* payload) {
   if (!p2p_) return wire::WireStatus::kNoP2p;
@@ -1927,14 +1981,7 @@ wire::WireStatus IoEngine::P2pGrant(uint64_t mem_id, const std::string& initiato
   if (!FindRegion(mem_id, &r) || r.use->withdrawn.load(std::memory_order_seq_cst)) {
     return wire::WireStatus::kUnknownMemory;
   }
-  {
-    // Recorded before the export leaves: a deregistration from here on revokes it.
-    std::lock_guard<std::mutex> lock(p2p_mu_);
-    auto& keys = p2p_granted_[mem_id];
-    if (std::find(keys.begin(), keys.end(), initiator_key) == keys.end()) {
-      keys.push_back(initiator_key);
-    }
-  }
+  RecordGrant(mem_id, initiator_key);
   if (r.loc != MemoryLocationType::GPU) return wire::WireStatus::kNotGpuMemory;
   try {
     *payload = p2p_->Export(r.id, r.addr, r.size, r.device_id);
@@ -2050,6 +2097,7 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
     if (c->worker->FlushLocked(*c) != 0) ::shutdown(c->fd, SHUT_RDWR);
   };
   std::vector<std::shared_ptr<P2pMapping>> maps;  // one per local GPU that mapped it
+  std::shared_ptr<ShmMapping> shm;                // shared host memory mapped here
   if (std::shared_ptr<Peer> peer = FindPeer(target_key)) {
     std::lock_guard<std::mutex> lock(peer->p2p_mu);
     for (auto it = peer->p2p_maps.begin(); it != peer->p2p_maps.end();) {
@@ -2060,8 +2108,13 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
         ++it;
       }
     }
+    auto sit = peer->shm_maps.find(mem_id);
+    if (sit != peer->shm_maps.end()) {
+      shm = std::move(sit->second);
+      peer->shm_maps.erase(sit);
+    }
   }
-  if (maps.empty()) {
+  if (maps.empty() && !shm) {
     ack();
     return;
   }
@@ -2069,6 +2122,15 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
   // are unmapped: here if none is in flight, else on the completion thread.
   auto all_released = std::shared_ptr<void>(nullptr, [ack](void*) { ack(); });
   for (auto& m : maps) m->released = [all_released] {};
+  if (shm) shm->released = [all_released] {};
+}
+
+int IoEngine::ShmMappingState(const std::string& remote_key, uint64_t mem_id) {
+  std::shared_ptr<Peer> peer = FindPeer(remote_key);
+  if (!peer) return -1;
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  auto it = peer->shm_maps.find(mem_id);
+  return it == peer->shm_maps.end() ? -1 : (it->second ? 1 : 0);
 }
 
 int IoEngine::P2pMappingKind(const std::string& remote_key, uint64_t mem_id) {
@@ -2090,7 +2152,7 @@ bool IoEngine::UseP2p(const Peer& peer, MemoryLocationType local_loc,
 
 bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type,
                            uint64_t mem_id, const std::string& payload, std::string* answer,
-                           StatusCode* code, std::string* error) {
+                           StatusCode* code, std::string* error, wire::WireStatus* status_out) {
   const int timeout = tcp_config_.peer_timeout_ms;
   std::string why;
   int fd = ConnectTo(peer.host, peer.port, timeout, &why);
@@ -2129,6 +2191,7 @@ bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType a
     return fail(StatusCode::ERR_PEER_LOST, why);
   }
   auto status = static_cast<wire::WireStatus>(r.status);
+  if (status_out != nullptr) *status_out = status;
   if (status != wire::WireStatus::kOk) {
     std::string text = WireStatusText(status);
     if (!answer->empty()) text += ": " + *answer;
@@ -2342,6 +2405,69 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
                  CompletePart(rid, c, m);
                  if (conn && c == StatusCode::SUCCESS) NotifyP2pWrite(conn, uid, remote_mem, bytes);
                });
+  return state;
+}
+
+std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>& peer,
+                                                    uint64_t mem_id) {
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  auto it = peer->shm_maps.find(mem_id);
+  if (it != peer->shm_maps.end()) return it->second;
+  std::string answer, error;
+  StatusCode code = StatusCode::SUCCESS;
+  wire::WireStatus status = wire::WireStatus::kOk;
+  if (!SideRequest(*peer, wire::MsgType::kShmMapReq, wire::MsgType::kShmMapGrant, mem_id, {},
+                   &answer, &code, &error, &status)) {
+    // Not shareable: CMA from now on for this region. Anything else (unknown memory,
+    // an unreachable peer) is left to the CMA path to report, and asked again later.
+    if (status == wire::WireStatus::kNotShareable) peer->shm_maps.emplace(mem_id, nullptr);
+    return nullptr;
+  }
+  std::shared_ptr<ShmMapping> m;
+  try {
+    m = MapPeerRegion(UnpackShmMapGrant(answer), &error);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!m) {
+    MORI_LOG_WARN(kIo, "engine '", key_, "': mapping memory ", mem_id, " of '", peer->key,
+                  "' failed (", error, "); CMA moves it");
+  }
+  peer->shm_maps.emplace(mem_id, m);
+  return m;
+}
+
+std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegion& local,
+                                                         const std::shared_ptr<Peer>& peer,
+                                                         PeerConnections* pc, uint64_t remote_mem,
+                                                         std::shared_ptr<ShmMapping> remote,
+                                                         const TransferSpan* spans, size_t n,
+                                                         uint64_t uid) {
+  MORI_SCOPED_TIMER(kIo, "io.shm.memcpy");
+  if (auto err = RemoteBoundsError(op, spans, n, remote->size, remote_mem, peer->key)) return err;
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state = BeginTransfer(local, 1, false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
+  // One copy, on this thread, into or out of the target's pages mapped here; the
+  // mapping (held by `remote`) cannot be unmapped by a revoke meanwhile.
+  char* l = reinterpret_cast<char*>(local.addr);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TransferSpan& s = spans[i];
+    if (op == Op::kWrite) {
+      std::memcpy(remote->region + s.remote_offset, l + s.local_offset, s.size);
+    } else {
+      std::memcpy(l + s.local_offset, remote->region + s.remote_offset, s.size);
+    }
+    bytes += s.size;
+  }
+  remote.reset();
+  CompletePart(rid, StatusCode::SUCCESS, {});
+  if (op == Op::kWrite) {
+    NotifyP2pWrite(
+        pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()], uid,
+        remote_mem, bytes);
+  }
   return state;
 }
 

@@ -18,6 +18,7 @@
 #include "backend_select.hpp"
 #include "p2p_backend.hpp"
 #include "rdma/rdma_backend.hpp"
+#include "shared_host.hpp"
 #include "submission_ledger.hpp"
 #include "transfer_state.hpp"
 #include "wire_protocol.hpp"
@@ -73,6 +74,8 @@ struct HotPathOptions {
   bool lockfree_endpoint = true;  // MORI_IO_LOCKFREE_ENDPOINT=0: connections under a mutex
   bool epoch_snapshot = true;     // MORI_IO_EPOCH_SNAPSHOT=0: sessions look the peer up per op
   bool ledger_ring = true;        // MORI_IO_LEDGER=map: hash map records
+  bool shm_map = true;            // MORI_IO_SHM_MAP=0: SHM always copies with CMA, even for
+                                  // regions in the target's shared host memory
   bool target_batching = true;    // MORI_IO_TARGET_BATCHING=0: the target looks the region
                                   // up and records inbound parts under a lock per part
   static HotPathOptions FromEnv();
@@ -112,6 +115,9 @@ struct Peer {
   // on first use by each local GPU.
   std::mutex p2p_mu;
   std::map<std::pair<uint64_t, int>, std::shared_ptr<P2pMapping>> p2p_maps;
+  // Its host regions mapped here (SHM over shared host memory), by its memory id;
+  // nullptr: the region is not shareable, CMA moves it (under p2p_mu).
+  std::unordered_map<uint64_t, std::shared_ptr<ShmMapping>> shm_maps;
   bool remote_rdma = false;  // its EngineDesc lists RDMA
   // RDMA: QPs connected (under rdma_mu), and the keys of its regions used so far.
   std::mutex rdma_mu;
@@ -218,9 +224,15 @@ class IoEngine {
   wire::WireStatus RdmaAccept(const std::string& initiator_key, const std::string& request,
                               std::string* answer);
   wire::WireStatus RdmaRegionKey(uint64_t mem_id, std::string* answer);
+  // Target side of kShmMapReq.
+  wire::WireStatus ShmMapGrantFor(uint64_t mem_id, const std::string& initiator_key,
+                                  std::string* payload);
   // How remote region `mem_id` of `remote_key` is mapped here: -1 not (yet), 0 directly
   // (same process), else the P2pExport::Kind it was imported from.
   int P2pMappingKind(const std::string& remote_key, uint64_t mem_id);
+  // Remote host region `mem_id` of `remote_key`: -1 not asked yet, 0 not shareable (CMA),
+  // 1 mapped here (memcpy).
+  int ShmMappingState(const std::string& remote_key, uint64_t mem_id);
   const std::string& host_id() const { return host_id_; }
   void SetBackendOverride(BackendOverride o) { override_ = o; }
   BackendOverride backend_override() const { return override_; }
@@ -307,8 +319,18 @@ class IoEngine {
   // when the peer refused or could not be reached.
   bool SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type, uint64_t mem_id,
                    const std::string& payload, std::string* answer, StatusCode* code,
-                   std::string* error);
+                   std::string* error, wire::WireStatus* status_out = nullptr);
   bool UseRdma(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
+  // The peer's region mapped here when it lies in its shared host memory; nullptr when
+  // it does not (CMA then) or could not be mapped (logged; CMA then).
+  std::shared_ptr<ShmMapping> ShmMappingFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id);
+  std::shared_ptr<TransferState> SubmitShmMapped(Op op, const MemoryRegion& local,
+                                                 const std::shared_ptr<Peer>& peer,
+                                                 PeerConnections* pc, uint64_t remote_mem,
+                                                 std::shared_ptr<ShmMapping> remote,
+                                                 const TransferSpan* spans, size_t n, uint64_t uid);
+  bool HasP2pGrants(uint64_t id);
+  void RecordGrant(uint64_t mem_id, const std::string& initiator_key);
   // Enters the local region and admits a ledger record of `parts` parts: on success
   // *rid names it and the state is in progress; otherwise *rid is kNoRecord and the
   // returned state is already finished with the reason.

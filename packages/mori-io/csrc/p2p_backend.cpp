@@ -27,6 +27,7 @@
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/telemetry.hpp"
 #include "p2p_kernels.hpp"
+#include "shared_host.hpp"
 #endif
 
 namespace mori::io {
@@ -112,30 +113,6 @@ void CheckCu(CUresult r, const char* call) {
 }
 
 #define P2P_CU(call) CheckCu((call), #call)
-
-int PidfdGetFd(int pid, int fd, std::string* error) {
-#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
-  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) {
-    *error = StrCat("pidfd_open(", pid, "): ", std::strerror(errno));
-    return -1;
-  }
-  int local = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
-  int err = errno;
-  ::close(pidfd);
-  if (local < 0) {
-    *error =
-        StrCat("pidfd_getfd(pid ", pid, ", fd ", fd, "): ", std::strerror(err),
-               err == EPERM ? " (ptrace rules: kernel.yama.ptrace_scope, or another user)" : "");
-  }
-  return local;
-#else
-  (void)pid;
-  (void)fd;
-  *error = "pidfd_getfd is not available in this build";
-  return -1;
-#endif
-}
 
 // Makes `device` current for the scope with its primary context bound to this thread:
 // the driver calls below need a current context, which a thread that only ever ran

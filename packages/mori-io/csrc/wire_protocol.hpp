@@ -54,6 +54,11 @@ enum class MsgType : uint8_t {
   kP2pRevokeAck = 22,  // mem_id
   kShmReadDone = 23,   // the initiator's CMA read of its oldest granted read ended (copied
                        // or failed); not answered. The target held the region until then.
+  // SHM over shared host memory: a region inside a memfd allocation of the target
+  // (allocate_shared_host_memory) is mapped by the initiator once, on a short-lived
+  // connection like kP2pOpenReq, and copied with memcpy; revoked like P2P grants.
+  kShmMapReq = 24,    // mem_id; answered kShmMapGrant
+  kShmMapGrant = 25,  // status (kNotShareable: use CMA); payload: ShmMapGrant (32 bytes)
 };
 
 enum class WireStatus : uint8_t {
@@ -67,6 +72,7 @@ enum class WireStatus : uint8_t {
   kNotGpuMemory = 7,   // kP2pOpenReq for host memory
   kExportFailed = 8,   // the region could not be exported (the payload says why)
   kNoRdma = 9,         // an RDMA request to an engine without the RDMA backend
+  kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
 inline constexpr uint16_t kVersion = 3;  // 2: the kShm* messages; 3: kP2p*, kRdma*

@@ -129,17 +129,24 @@ def test_old_engine_desc_version_is_a_clear_error():
         EngineDesc.unpack(old)
 
 
-@pytest.mark.parametrize("refuse", [False, True], ids=["shm", "cma-refused-by-peer"])
-def test_two_processes_bit_exact(tmp_path, refuse):
+@pytest.mark.parametrize(
+    "mode", ["shm", "cma-refused-by-peer", "shared-host"]
+)  # shared-host: the target's region lies in allocate_shared_host_memory -> memcpy
+def test_two_processes_bit_exact(tmp_path, mode):
     seed = random.randrange(1 << 30)
     print("seed", seed)
-    env = {"MORI_IO_TEST_CMA_REFUSE": "peer"} if refuse else {}
-    expect = "TCP" if refuse else "SHM"
+    env = {"MORI_IO_TEST_CMA_REFUSE": "peer"} if mode == "cma-refused-by-peer" else {}
+    if mode == "shared-host":
+        env["MORI_TEST_SHARED_HOST"] = "1"
+    expect = "TCP" if mode == "cma-refused-by-peer" else "SHM"
     results = launch_local([WORKER, str(tmp_path), str(seed), expect], 2, timeout_s=90, env=env)
     assert "target verified" in results[0].output
     assert f"initiator verified {(8 << 20) + 5} bytes over {expect}" in results[1].output
-    if refuse:
+    if mode == "cma-refused-by-peer":
         assert "CMA not permitted: process_vm_readv of pid" in results[1].output
+    state = {"shm": 0, "shared-host": 1}.get(mode)  # 0: CMA, 1: mapped (memcpy)
+    if state is not None:
+        assert f"shm mapping state {state}" in results[1].output
 
 
 def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
@@ -183,3 +190,51 @@ def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
     finally:
         target.kill()
         target.wait(10)
+
+
+def test_shared_host_memory_is_mapped_copied_and_revoked():
+    from mori.io import allocate_shared_host_memory
+
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    a, b = IOEngine("a"), IOEngine("b")
+    for e in (a, b):
+        e.create_backend(BackendType.TCP)
+        e.create_backend(BackendType.SHM)
+    a.register_remote_engine(b.get_engine_desc())
+    b.register_remote_engine(a.get_engine_desc())
+    block = allocate_shared_host_memory(1 << 20)
+    region = block[100 : 100 + 65536]  # a region inside the block, at an odd offset
+    mb = b.register_array(region)
+    local = rng.integers(0, 256, 65536, dtype=np.uint8)
+    ma = a.register_array(local)
+    assert a._engine.shm_mapping_state("b", mb.id) == -1
+    uid = a.allocate_transfer_uid()
+    st = a.write(ma, 0, mb, 0, 65536, uid)
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert a._engine.shm_mapping_state("b", mb.id) == 1  # mapped: memcpy, no CMA
+    assert np.array_equal(region, local)
+    assert not block[:100].any() and not block[100 + 65536 :].any()
+    deadline = time.monotonic() + 10
+    while (inbound := b.pop_inbound_transfer_status("a", uid)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert inbound.Succeeded()
+    local[:] = 0
+    st = a.read(ma, 7, mb, 9, 1000, a.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert np.array_equal(local[7:1007], region[9:1009])
+    # A region outside shared memory is copied with CMA (and remembered as such).
+    plain = np.zeros(4096, np.uint8)
+    mp = b.register_array(plain)
+    st = a.write(ma, 0, mp, 0, 4096, a.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert a._engine.shm_mapping_state("b", mp.id) == 0
+    # Deregistration revokes a's mapping (a confirms at once: nothing in flight).
+    b.deregister_memory(mb)
+    assert a._engine.shm_mapping_state("b", mb.id) == -1
+    st = a.read(ma, 0, mb, 0, 16, a.allocate_transfer_uid())
+    assert st.WaitFor(10000) and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    a.close()
+    b.close()

@@ -25,6 +25,7 @@ from .engine import (
     TcpBackendConfig,
     TransferStatus,
     XgmiBackendConfig,
+    allocate_shared_host_memory,
     wait_all,
 )
 from .rdma import RdmaBackendConfig
@@ -64,6 +65,7 @@ __all__ = [
     "TransferStatus",
     "XgmiBackendConfig",
     "__version__",
+    "allocate_shared_host_memory",
     "backend_availability",
     "backend_from_name",
     "wait_all",

@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-target-dev", type=int, default=1,
         help="buffers of the target (GPUs with p2p: the next M GPUs, modulo the count)",
     )  # fmt: skip
+    p.add_argument(
+        "--host-alloc", choices=["numpy", "shared"], default="numpy",
+        help="host buffers: numpy arrays (SHM copies with CMA) or allocate_shared_host_memory "
+        "(SHM maps the target's region and copies with memcpy)",
+    )  # fmt: skip
     p.add_argument("--p2p-max-blocks", type=int, default=64, help="SMs of a P2P batch kernel")
     p.add_argument("--p2p-num-streams", type=int, default=4, help="P2P copy streams per GPU")
     p.add_argument("--all", action="store_true", help="sweep the message size (powers of 2)")
@@ -340,9 +345,15 @@ def run_worker(args) -> list[dict] | None:
             bufs.append(torch.full((max(sizes) * batch,), 0xFF, dtype=torch.uint8, device=d))
             mems.append(eng.register_torch_tensor(bufs[-1]))
     else:
+        from mori.io import allocate_shared_host_memory
+
         for _ in range(nbuf):
-            bufs.append(np.zeros(max(sizes) * batch, np.uint8))  # zeros + fill: pages touched
-            bufs[-1].fill(0xFF)
+            n = max(sizes) * batch
+            if args.host_alloc == "shared":
+                bufs.append(allocate_shared_host_memory(n))
+            else:
+                bufs.append(np.zeros(n, np.uint8))
+            bufs[-1].fill(0xFF)  # pages touched before the first transfer
             mems.append(eng.register_array(bufs[-1]))
     descs = bs.all_gather(eng.get_engine_desc().pack())
     all_mems = bs.all_gather(b"".join(len(m.pack()).to_bytes(4, "little") + m.pack() for m in mems))

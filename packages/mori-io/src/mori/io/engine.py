@@ -373,6 +373,20 @@ class IOEngine:
         self.close()
 
 
+def allocate_shared_host_memory(nbytes: int) -> Any:
+    """Host memory (a memfd) that same-host peers can map: an SHM transfer into or out of
+    a region registered inside it is one ``memcpy`` by the initiator instead of a CMA
+    copy (which pins pages on every call). Returns a 1-D uint8 numpy array (a
+    ``memoryview`` without numpy); the memory is freed with the last reference to it.
+    Register it (or a slice) with ``register_array`` / ``register_memory`` as usual."""
+    buf = _C.SharedHostBuffer(int(nbytes))
+    try:
+        import numpy as np
+    except ImportError:
+        return memoryview(buf)
+    return np.frombuffer(buf, dtype=np.uint8)  # the array keeps ``buf`` alive
+
+
 def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) -> bool:
     """Wait for every status; True when all finished within ``timeout_ms`` (None: no limit,
     still bounded by the peers' timeouts)."""
@@ -388,7 +402,7 @@ def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) 
 __all__: Sequence[str] = [
     "BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession",
     "MemoryDesc", "MemoryLocationType", "P2pBackendConfig", "ShmBackendConfig", "StatusCode",
-    "TcpBackendConfig", "XgmiBackendConfig",
+    "TcpBackendConfig", "XgmiBackendConfig", "allocate_shared_host_memory",
     "TransferStatus",
     "wait_all",
 ]  # fmt: skip

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// Host memory that other processes of this host can map. An allocation is a memfd
+// mapped MAP_SHARED here; a peer engine that is granted a region inside one fetches the
+// fd (pidfd_getfd), maps it and moves bytes with a plain memcpy — one copy, no page
+// pinning per transfer (what CMA costs). Regions elsewhere keep using CMA.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace mori::io {
+
+// Duplicates fd `fd` of process `pid` into this process (pidfd_getfd, Linux >= 5.6,
+// ptrace access as for CMA); -1 with *error set otherwise.
+int PidfdGetFd(int pid, int fd, std::string* error);
+
+// Process-wide registry of shared host allocations; they outlive engines.
+uintptr_t AllocateSharedHost(uint64_t size);  // throws OutOfMemoryError / InternalError
+void FreeSharedHost(uintptr_t addr);          // the address AllocateSharedHost returned
+struct SharedHostBlock {
+  uintptr_t addr = 0;
+  uint64_t size = 0;
+  int fd = -1;
+};
+// The allocation that contains [addr, addr + size), if any.
+bool FindSharedHost(uintptr_t addr, uint64_t size, SharedHostBlock* out);
+
+// What a target sends for a region inside a shared allocation (fixed 32 bytes).
+struct ShmMapGrant {
+  int32_t pid = 0;
+  int32_t fd = 0;              // in the target's fd table
+  uint64_t block_size = 0;     // bytes of the whole allocation
+  uint64_t region_offset = 0;  // the region's first byte within it
+  uint64_t region_size = 0;
+};
+std::string PackShmMapGrant(const ShmMapGrant& g);
+ShmMapGrant UnpackShmMapGrant(const std::string& bytes);  // InvalidArgumentError if malformed
+
+// A peer's region mapped here; unmapped when the last reference goes (copies in
+// progress hold one), then `released` runs (a revoke's acknowledgement).
+struct ShmMapping {
+  char* region = nullptr;
+  uint64_t size = 0;
+  void* base = nullptr;
+  uint64_t map_len = 0;
+  std::function<void()> released;
+  ~ShmMapping();
+};
+std::shared_ptr<ShmMapping> MapPeerRegion(const ShmMapGrant& g, std::string* error);
+
+}  // namespace mori::io
