@@ -2347,8 +2347,11 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
 }
 
 namespace {
-// Announces a completed P2P write to its target (which records the inbound status);
-// dropped if the connection is gone, as the transfer itself already succeeded.
+// Announces a completed P2P or mapped-SHM write to its target (which records the
+// inbound status); dropped if the connection is gone, as the transfer itself already
+// succeeded. The send is left to the connection's reactor (EPOLLOUT armed once; later
+// announcements queue behind it and leave in the same sendmsg), so the submitting or
+// completion thread does not run a loopback TCP send per transfer.
 void NotifyP2pWrite(const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
                     uint64_t bytes) {
   Conn& c = *conn;
@@ -2366,7 +2369,10 @@ void NotifyP2pWrite(const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t me
   c.sendq.push_back({d, nullptr, 0, 0, nullptr});
   c.pending.push_back({SubmissionLedger::kNoRecord, wire::MsgType::kP2pWriteDone, nullptr, bytes,
                        mem_id, 0, uid, 1});
-  if (c.worker->FlushLocked(c) != 0) ::shutdown(c.fd, SHUT_RDWR);
+  if (!c.out_armed) {
+    c.worker->ArmOut(c, true);
+    c.out_armed = true;
+  }
 }
 }  // namespace
 
