@@ -676,6 +676,21 @@ __device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t,
   }
 }
 
+// One reduce item: segment `seg` of token t's row (the whole row without vector
+// access), and with segment 0 the token's weights. Shared by both combine paths.
+template <int kU>
+__device__ __forceinline__ void ReduceItem(const CombineParams& p, int64_t t, int seg,
+                                           unsigned lane) {
+  if (!p.vec) {
+    ReduceTokenScalar(p, t, lane);
+  } else if (p.bfloat16) {
+    ReduceSegment<kU, true>(p, t, seg, lane);
+  } else {
+    ReduceSegment<kU, false>(p, t, seg, lane);
+  }
+  if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
+}
+
 // Groups [g0, g1) of the block's tile j: the first `active` groups (those that can
 // hold rows) in tiles of `tg1`, then the rest in at most one tile per block.
 struct Tiling {
@@ -810,14 +825,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
         for (int64_t item = rwarp; item < items; item += rwarps) {
           const int64_t t = t0 + item / nseg_red;
           const int seg = static_cast<int>(item % nseg_red);
-          if (!p.vec) {
-            ReduceTokenScalar(p, t, lane);
-          } else if (p.bfloat16) {
-            ReduceSegment<kU, true>(p, t, seg, lane);
-          } else {
-            ReduceSegment<kU, false>(p, t, seg, lane);
-          }
-          if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
+          ReduceItem<kU>(p, t, seg, lane);
         }
       }
     }
@@ -890,14 +898,7 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
       __syncwarp();
       waited = g;
     }
-    if (!p.vec) {
-      ReduceTokenScalar(p, t, lane);
-    } else if (p.bfloat16) {
-      ReduceSegment<kU, true>(p, t, seg, lane);
-    } else {
-      ReduceSegment<kU, false>(p, t, seg, lane);
-    }
-    if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
+    ReduceItem<kU>(p, t, seg, lane);
   }
 }
 

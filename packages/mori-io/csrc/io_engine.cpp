@@ -1184,6 +1184,35 @@ class Worker {
 
 // ---------------------------------------------------------------------------------------
 
+namespace {
+// A header of `type` in this build's wire version, other fields zero.
+wire::Header MakeHeader(wire::MsgType type, uint64_t mem_id = 0) {
+  wire::Header h{};
+  h.type = static_cast<uint8_t>(type);
+  h.version = wire::kVersion;
+  h.mem_id = mem_id;
+  return h;
+}
+
+// Queues a header-only message on `c` for its reactor to send (EPOLLOUT armed once;
+// messages queued meanwhile leave in the same sendmsg), so the calling thread runs no
+// socket send. `answer`: the response the peer will send, or null for a message that
+// answers nothing. Dropped when the connection is dead.
+void PostOnConn(Conn& c, const wire::Header& h, const Pending* answer) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.dead) return;
+  if (answer != nullptr) {
+    if (c.pending.empty()) c.progress_ns = NowNs();
+    c.pending.push_back(*answer);
+  }
+  c.sendq.push_back({h, nullptr, 0, 0, nullptr});
+  if (!c.out_armed) {
+    c.worker->ArmOut(c, true);
+    c.out_armed = true;
+  }
+}
+}  // namespace
+
 IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
     : key_(std::move(key)), host_(std::move(host)), options_(HotPathOptions::FromEnv()) {
   MORI_CHECK_ARG(!key_.empty(), "engine key must not be empty");
@@ -1519,6 +1548,12 @@ std::shared_ptr<Peer> IoEngine::FindPeer(const std::string& key) const {
   return it == peers_.end() ? nullptr : it->second;
 }
 
+std::string IoEngine::HelloMessage() const {
+  wire::Header hello = MakeHeader(wire::MsgType::kHello);
+  hello.length = key_.size();
+  return std::string(reinterpret_cast<const char*>(&hello), kHdr) + key_;
+}
+
 PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::string* error) {
   Peer& peer = *peer_ptr;
   std::lock_guard<std::mutex> lock(peer.connect_mu);
@@ -1526,12 +1561,7 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
   auto pc = std::make_unique<PeerConnections>();
   int timeout = tcp_config_.peer_timeout_ms;
   std::string addr = StrCat(peer.host, ":", peer.port);
-  wire::Header hello{};
-  hello.type = static_cast<uint8_t>(wire::MsgType::kHello);
-  hello.version = wire::kVersion;
-  hello.length = key_.size();
-  std::string msg(reinterpret_cast<const char*>(&hello), kHdr);
-  msg += key_;
+  const std::string msg = HelloMessage();
   for (int i = 0; i < tcp_config_.qp_per_transfer; ++i) {
     int fd = ConnectTo(peer.host, peer.port, timeout, error);
     if (fd < 0 || !SendAll(fd, msg.data(), msg.size(), timeout, error)) {
@@ -2037,13 +2067,7 @@ void IoEngine::RevokeP2pGrants(uint64_t id) {
       unreachable.push_back(key);
       continue;
     }
-    wire::Header h{};
-    h.type = static_cast<uint8_t>(wire::MsgType::kP2pRevoke);
-    h.version = wire::kVersion;
-    h.mem_id = id;
-    std::lock_guard<std::mutex> cl(conn->mu);
-    conn->sendq.push_back({h, nullptr, 0, 0, nullptr});
-    if (conn->worker->FlushLocked(*conn) != 0) ::shutdown(conn->fd, SHUT_RDWR);
+    PostOnConn(*conn, MakeHeader(wire::MsgType::kP2pRevoke, id), nullptr);
   }
   for (const std::string& key : unreachable) {
     MORI_LOG_WARN(kIo, "engine '", key_, "': deregistering memory ", id, ": '", key,
@@ -2085,16 +2109,9 @@ void IoEngine::OnP2pRevokeAck(const std::string& initiator_key, uint64_t mem_id)
 void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
                            std::weak_ptr<Conn> conn) {
   auto ack = [conn, mem_id] {
-    std::shared_ptr<Conn> c = conn.lock();
-    if (!c) return;
-    wire::Header h{};
-    h.type = static_cast<uint8_t>(wire::MsgType::kP2pRevokeAck);
-    h.version = wire::kVersion;
-    h.mem_id = mem_id;
-    std::lock_guard<std::mutex> lock(c->mu);
-    if (c->dead) return;
-    c->sendq.push_back({h, nullptr, 0, 0, nullptr});
-    if (c->worker->FlushLocked(*c) != 0) ::shutdown(c->fd, SHUT_RDWR);
+    if (std::shared_ptr<Conn> c = conn.lock()) {
+      PostOnConn(*c, MakeHeader(wire::MsgType::kP2pRevokeAck, mem_id), nullptr);
+    }
   };
   std::vector<std::shared_ptr<P2pMapping>> maps;  // one per local GPU that mapped it
   std::shared_ptr<ShmMapping> shm;                // shared host memory mapped here
@@ -2163,16 +2180,8 @@ bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType a
     return false;
   };
   if (fd < 0) return fail(StatusCode::ERR_PEER_LOST, why);
-  wire::Header h{};
-  h.type = static_cast<uint8_t>(wire::MsgType::kHello);
-  h.version = wire::kVersion;
-  h.length = key_.size();
-  std::string msg(reinterpret_cast<const char*>(&h), kHdr);
-  msg += key_;
-  h = wire::Header{};
-  h.type = static_cast<uint8_t>(type);
-  h.version = wire::kVersion;
-  h.mem_id = mem_id;
+  std::string msg = HelloMessage();
+  wire::Header h = MakeHeader(type, mem_id);
   h.length = payload.size();
   msg.append(reinterpret_cast<const char*>(&h), kHdr);
   msg += payload;
@@ -2271,7 +2280,19 @@ wire::WireStatus IoEngine::RdmaRegionKey(uint64_t mem_id, std::string* answer) {
 bool IoEngine::UseRdma(const Peer& peer, MemoryLocationType local_loc,
                        MemoryLocationType remote_loc) const {
   if (rdma_ == nullptr || !peer.remote_rdma || override_ == BackendOverride::kTcp) return false;
-  return ChooseBackend(ChoiceInput(peer, local_loc, remote_loc)).backend == BackendType::kRdma;
+  // ChooseBackend copies host ids and builds reason strings: decide once per (peer,
+  // location pair, override) instead of on every submission.
+  const uint32_t pair = (local_loc == MemoryLocationType::GPU ? 2u : 0u) |
+                        (remote_loc == MemoryLocationType::GPU ? 1u : 0u);
+  const uint32_t ov = static_cast<uint32_t>(override_) + 1;
+  const uint32_t cached = peer.rdma_cache.load(std::memory_order_acquire);
+  const bool same_override = (cached >> 8) == ov;
+  if (same_override && (cached & (1u << pair)) != 0) return (cached & (16u << pair)) != 0;
+  const bool use =
+      ChooseBackend(ChoiceInput(peer, local_loc, remote_loc)).backend == BackendType::kRdma;
+  const uint32_t base = same_override ? cached : ov << 8;
+  peer.rdma_cache.store(base | (1u << pair) | (use ? 16u << pair : 0u), std::memory_order_release);
+  return use;
 }
 
 std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& local,
@@ -2349,30 +2370,17 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
 namespace {
 // Announces a completed P2P or mapped-SHM write to its target (which records the
 // inbound status); dropped if the connection is gone, as the transfer itself already
-// succeeded. The send is left to the connection's reactor (EPOLLOUT armed once; later
-// announcements queue behind it and leave in the same sendmsg), so the submitting or
+// succeeded. Sent by the connection's reactor (PostOnConn), so the submitting or
 // completion thread does not run a loopback TCP send per transfer.
 void NotifyP2pWrite(const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
                     uint64_t bytes) {
-  Conn& c = *conn;
-  wire::Header d{};
-  d.type = static_cast<uint8_t>(wire::MsgType::kP2pWriteDone);
-  d.status = static_cast<uint8_t>(wire::WireStatus::kOk);
-  d.version = wire::kVersion;
+  wire::Header d = MakeHeader(wire::MsgType::kP2pWriteDone, mem_id);
   d.num_parts = 1;
   d.uid = uid;
-  d.mem_id = mem_id;
   d.length = bytes;
-  std::lock_guard<std::mutex> lock(c.mu);
-  if (c.dead) return;
-  if (c.pending.empty()) c.progress_ns = NowNs();
-  c.sendq.push_back({d, nullptr, 0, 0, nullptr});
-  c.pending.push_back({SubmissionLedger::kNoRecord, wire::MsgType::kP2pWriteDone, nullptr, bytes,
-                       mem_id, 0, uid, 1});
-  if (!c.out_armed) {
-    c.worker->ArmOut(c, true);
-    c.out_armed = true;
-  }
+  const Pending ack{
+      SubmissionLedger::kNoRecord, wire::MsgType::kP2pWriteDone, nullptr, bytes, mem_id, 0, uid, 1};
+  PostOnConn(*conn, d, &ack);
 }
 }  // namespace
 

@@ -119,6 +119,9 @@ struct Peer {
   // nullptr: the region is not shareable, CMA moves it (under p2p_mu).
   std::unordered_map<uint64_t, std::shared_ptr<ShmMapping>> shm_maps;
   bool remote_rdma = false;  // its EngineDesc lists RDMA
+  // UseRdma's decisions: bit p (0..3) = pair p decided, bit 4 + p = RDMA, bits 8+ = the
+  // override they were decided under + 1 (a different override decides again).
+  mutable std::atomic<uint32_t> rdma_cache{0};
   // RDMA: QPs connected (under rdma_mu), and the keys of its regions used so far.
   std::mutex rdma_mu;
   bool rdma_connected = false;
@@ -308,6 +311,8 @@ class IoEngine {
 
  private:
   PeerConnections* Connect(const std::shared_ptr<Peer>& peer, std::string* error);
+  // The first message on every connection this engine opens: a hello naming its key.
+  std::string HelloMessage() const;
   PeerConnections* Connected(const std::shared_ptr<Peer>& peer, std::string* error);
   BackendChoiceInput ChoiceInput(const Peer& peer, MemoryLocationType local_loc,
                                  MemoryLocationType remote_loc) const;

@@ -79,27 +79,23 @@ struct Driver {
   CUresult (*MemRelease)(CUmemGenericAllocationHandle);
 };
 
-template <typename Fn>
-void Resolve(Fn*& fn, const char* symbol) {
-  fn = reinterpret_cast<Fn*>(cuda::DriverEntryPoint(symbol, 12000));
-}
-
 const Driver& GetDriver() {
   static const Driver driver = [] {
     Driver d{};
-    Resolve(d.GetErrorName, "cuGetErrorName");
-    Resolve(d.PointerGetAttribute, "cuPointerGetAttribute");
-    Resolve(d.MemGetAddressRange, "cuMemGetAddressRange");
-    Resolve(d.MemRetainAllocationHandle, "cuMemRetainAllocationHandle");
-    Resolve(d.MemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle");
-    Resolve(d.MemExportToShareableHandle, "cuMemExportToShareableHandle");
-    Resolve(d.MemImportFromShareableHandle, "cuMemImportFromShareableHandle");
-    Resolve(d.MemAddressReserve, "cuMemAddressReserve");
-    Resolve(d.MemAddressFree, "cuMemAddressFree");
-    Resolve(d.MemMap, "cuMemMap");
-    Resolve(d.MemUnmap, "cuMemUnmap");
-    Resolve(d.MemSetAccess, "cuMemSetAccess");
-    Resolve(d.MemRelease, "cuMemRelease");
+    cuda::ResolveDriver(d.GetErrorName, "cuGetErrorName");
+    cuda::ResolveDriver(d.PointerGetAttribute, "cuPointerGetAttribute");
+    cuda::ResolveDriver(d.MemGetAddressRange, "cuMemGetAddressRange");
+    cuda::ResolveDriver(d.MemRetainAllocationHandle, "cuMemRetainAllocationHandle");
+    cuda::ResolveDriver(d.MemGetAllocationPropertiesFromHandle,
+                        "cuMemGetAllocationPropertiesFromHandle");
+    cuda::ResolveDriver(d.MemExportToShareableHandle, "cuMemExportToShareableHandle");
+    cuda::ResolveDriver(d.MemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+    cuda::ResolveDriver(d.MemAddressReserve, "cuMemAddressReserve");
+    cuda::ResolveDriver(d.MemAddressFree, "cuMemAddressFree");
+    cuda::ResolveDriver(d.MemMap, "cuMemMap");
+    cuda::ResolveDriver(d.MemUnmap, "cuMemUnmap");
+    cuda::ResolveDriver(d.MemSetAccess, "cuMemSetAccess");
+    cuda::ResolveDriver(d.MemRelease, "cuMemRelease");
     return d;
   }();
   return driver;

@@ -52,27 +52,22 @@ struct Driver {
   CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
 };
 
-template <typename Fn>
-void Resolve(Fn*& fn, const char* symbol) {
-  fn = reinterpret_cast<Fn*>(cuda::DriverEntryPoint(symbol, 12000));
-}
-
 const Driver& GetDriver() {
   static const Driver driver = [] {
     Driver d{};
-    Resolve(d.GetErrorName, "cuGetErrorName");
-    Resolve(d.DeviceGet, "cuDeviceGet");
-    Resolve(d.DeviceGetAttribute, "cuDeviceGetAttribute");
-    Resolve(d.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
-    Resolve(d.MemCreate, "cuMemCreate");
-    Resolve(d.MemRelease, "cuMemRelease");
-    Resolve(d.MemExportToShareableHandle, "cuMemExportToShareableHandle");
-    Resolve(d.MemImportFromShareableHandle, "cuMemImportFromShareableHandle");
-    Resolve(d.MemAddressReserve, "cuMemAddressReserve");
-    Resolve(d.MemAddressFree, "cuMemAddressFree");
-    Resolve(d.MemMap, "cuMemMap");
-    Resolve(d.MemUnmap, "cuMemUnmap");
-    Resolve(d.MemSetAccess, "cuMemSetAccess");
+    cuda::ResolveDriver(d.GetErrorName, "cuGetErrorName");
+    cuda::ResolveDriver(d.DeviceGet, "cuDeviceGet");
+    cuda::ResolveDriver(d.DeviceGetAttribute, "cuDeviceGetAttribute");
+    cuda::ResolveDriver(d.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+    cuda::ResolveDriver(d.MemCreate, "cuMemCreate");
+    cuda::ResolveDriver(d.MemRelease, "cuMemRelease");
+    cuda::ResolveDriver(d.MemExportToShareableHandle, "cuMemExportToShareableHandle");
+    cuda::ResolveDriver(d.MemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+    cuda::ResolveDriver(d.MemAddressReserve, "cuMemAddressReserve");
+    cuda::ResolveDriver(d.MemAddressFree, "cuMemAddressFree");
+    cuda::ResolveDriver(d.MemMap, "cuMemMap");
+    cuda::ResolveDriver(d.MemUnmap, "cuMemUnmap");
+    cuda::ResolveDriver(d.MemSetAccess, "cuMemSetAccess");
     return d;
   }();
   return driver;

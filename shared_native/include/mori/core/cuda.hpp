@@ -25,4 +25,11 @@ MORI_API std::string UnavailableReason();
 // Throws NotSupportedError naming the symbol and the driver's answer.
 MORI_API void* DriverEntryPoint(const char* symbol, int cuda_version);
 
+// Typed DriverEntryPoint: sets `fn` to the driver's `symbol` for the ABI of
+// `cuda_version` (the version `Fn`'s signature was written for). Throws like it.
+template <typename Fn>
+void ResolveDriver(Fn*& fn, const char* symbol, int cuda_version = 12000) {
+  fn = reinterpret_cast<Fn*>(DriverEntryPoint(symbol, cuda_version));
+}
+
 }  // namespace mori::cuda
