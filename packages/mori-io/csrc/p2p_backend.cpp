@@ -173,6 +173,7 @@ struct Inflight {
   DescPool::Buf descs;  // p == nullptr: none
   std::shared_ptr<P2pMapping> remote;
   P2pDone done;
+  uint64_t issued_ns = 0;  // telemetry only: when the copy and its event were issued
 };
 
 }  // namespace
@@ -280,6 +281,11 @@ struct P2pBackend::Impl {
           continue;
         }
         progressed = true;
+        if (MORI_UNLIKELY(active[i].issued_ns != 0)) {
+          // Issue to noticed: the copy itself plus this thread's detection delay.
+          static telemetry::TimerSite site{log::Module::kIo, "io.p2p.issue_to_seen"};
+          telemetry::Record(site, telemetry::NowNs() - active[i].issued_ns);
+        }
         if (e == cudaSuccess) {
           Finish(active[i], StatusCode::SUCCESS, {});
         } else {
@@ -575,6 +581,7 @@ void P2pBackend::Submit(bool write, int device, char* local_base,
         MORI_CUDA_CHECK(LaunchP2pCopy(f.descs.p, k, blocks, stream));
       }
     } else {
+      MORI_SCOPED_TIMER(kIo, "io.p2p.ce_copy_issue");
       for (size_t i = 0; i < n; ++i) {
         const P2pSpan& s = spans[i];
         if (s.size == 0) continue;
@@ -585,7 +592,11 @@ void P2pBackend::Submit(bool write, int device, char* local_base,
       }
     }
     f.event = impl_->Event(r);
-    MORI_CUDA_CHECK(cudaEventRecord(f.event, stream));
+    {
+      MORI_SCOPED_TIMER(kIo, "io.p2p.event_record");
+      MORI_CUDA_CHECK(cudaEventRecord(f.event, stream));
+    }
+    if (MORI_UNLIKELY(telemetry::Enabled(log::Module::kIo))) f.issued_ns = telemetry::NowNs();
   } catch (const std::exception& ex) {
     if (f.descs.p != nullptr) impl_->descs.Put(f.descs);
     if (f.event != nullptr) {
