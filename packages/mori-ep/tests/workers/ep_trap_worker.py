@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the device-side failure tests (2 ranks). argv: case placement
+
+case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: its
+                   dispatch kernel prints the id and traps, rank 1's traps naming rank 0
+      host_reject  rank 0 passes more tokens than max_num_inp_token_per_rank: it raises
+                   InvalidArgumentError on the host, rank 1's kernel traps naming rank 0
+      absent_peer  rank 1 never calls dispatch: rank 0's kernel traps after timeout_s
+Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
+timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
+os._exit (no teardown that would touch the device again).
+"""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import mori.core as mc
+from mori.core import shmem
+from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
+
+case, placement = sys.argv[1], sys.argv[2]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = 0 if placement == "shared" else rank
+torch.cuda.set_device(dev)
+dist.init_process_group("gloo", init_method="env://")
+shmem.init(device=dev, heap_size="256M", timeout_s=60)
+
+HIDDEN, M, EPR, K = 1024, 32, 4, 4
+E = EPR * world
+cfg = EpDispatchCombineConfig(
+    rank=rank,
+    world_size=world,
+    hidden_dim=HIDDEN,
+    scale_dim=0,
+    scale_type_size=4,
+    max_token_type_size=2,
+    max_num_inp_token_per_rank=M,
+    num_experts_per_rank=EPR,
+    num_experts_per_token=K,
+    warp_num_per_block=8,
+    block_num=16,
+    data_type=torch.bfloat16,
+)
+op = EpDispatchCombineOp(cfg, timeout_s=3.0)
+n = M + 1 if (case == "host_reject" and rank == 0) else 16
+x = torch.randn(n, HIDDEN, device="cuda").to(torch.bfloat16)
+w = torch.rand(n, K, device="cuda")
+idx = torch.stack([torch.randperm(E)[:K] for _ in range(n)]).to(torch.int32).cuda()
+if case == "bad_expert" and rank == 0:
+    idx[3, 2] = E
+dist.barrier()
+
+
+def done(outcome: str) -> None:
+    print(f"rank {rank} outcome: {outcome}", flush=True)
+    print(f"rank {rank} ok", flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if case == "absent_peer" and rank == 1:
+    time.sleep(8.0)  # longer than rank 0's timeout_s: rank 0 must not wait for it
+    done("stayed away")
+t0 = time.monotonic()
+try:
+    op.dispatch(x, w, None, idx)
+    torch.cuda.synchronize()
+except mc.InvalidArgumentError as e:
+    torch.cuda.synchronize()  # the rejection it posted for the peers has left the GPU
+    done(f"InvalidArgumentError after {time.monotonic() - t0:.1f}s: {e}")
+except RuntimeError as e:  # torch.AcceleratorError: the kernel trapped
+    done(f"CUDA error after {time.monotonic() - t0:.1f}s: {str(e).splitlines()[0]}")
+done("dispatch completed")
