@@ -64,6 +64,15 @@ tests="${MORI_GPU_CHECK_TESTS:-packages/mori-core/tests packages/mori-io/tests p
 
 # Benchmarks: MORI_GPU_CHECK_BENCH holds shell commands (run after the tests, output
 # in $OUT/bench.log), e.g. "python3 -m mori.io.bench --backend p2p --all --json $OUT/p2p.json".
+# Unset: mori-ep's bench at the machine's world size (every visible GPU: 2, 4 or 8) over
+# the EP8 table's token counts, and the symmetric heap's; set to "" for none.
+if [ -z "${MORI_GPU_CHECK_BENCH+x}" ]; then
+  ngpu="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+  MORI_GPU_CHECK_BENCH=""
+  if [ "$ngpu" -ge 2 ]; then
+    MORI_GPU_CHECK_BENCH="$PY -m mori.ep.bench --world-size $ngpu --tokens 128,512,1024,2048,4096 --json $OUT/ep_bench.json; $PY -m mori.core.bench_shmem --max-size 256M --json $OUT/shmem_bench.json"
+  fi
+fi
 if [ -n "${MORI_GPU_CHECK_BENCH:-}" ]; then
   step "benchmarks"
   bash -c "$MORI_GPU_CHECK_BENCH" 2>&1 | tee "$OUT/bench.log"
