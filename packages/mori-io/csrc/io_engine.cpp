@@ -838,13 +838,10 @@ class Worker {
         return true;  // not answered
       }
       if (type == wire::MsgType::kP2pWriteDone) {
-        // The initiator's GPU finished writing transfer `uid` into our memory: record
-        // it (before the acknowledgement leaves, like a TCP write's ack).
+        // The initiator finished writing transfer `uid` into our memory (its transfer
+        // completed then): record it. Not answered, so an announcement costs each side
+        // one message, not two.
         Account(c, h, static_cast<wire::WireStatus>(h.status));
-        wire::Header r = h;
-        r.type = static_cast<uint8_t>(wire::MsgType::kP2pDoneAck);
-        r.status = static_cast<uint8_t>(wire::WireStatus::kOk);
-        c.out_local.push_back({r, nullptr, 0, 0, nullptr});
         return true;
       }
       *why = StrCat("unexpected message type ", int(h.type), " from an initiator");
@@ -894,9 +891,6 @@ class Worker {
         (p.type == wire::MsgType::kShmWriteReq || p.type == wire::MsgType::kShmReadReq)) {
       OnShmGrant(c, p, h, status);
       return true;
-    }
-    if (type == wire::MsgType::kP2pDoneAck && p.type == wire::MsgType::kP2pWriteDone) {
-      return true;  // the transfer completed when its copy did; this was the announcement
     }
     if (type == wire::MsgType::kShmDoneAck && p.type == wire::MsgType::kShmWriteDone) {
       if (p.record_id != SubmissionLedger::kNoRecord) {
@@ -2378,9 +2372,7 @@ void NotifyP2pWrite(const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t me
   d.num_parts = 1;
   d.uid = uid;
   d.length = bytes;
-  const Pending ack{
-      SubmissionLedger::kNoRecord, wire::MsgType::kP2pWriteDone, nullptr, bytes, mem_id, 0, uid, 1};
-  PostOnConn(*conn, d, &ack);
+  PostOnConn(*conn, d, nullptr);  // not answered
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include "baseline_py.hpp"
 #include "engine_py.hpp"
 #include "mori/python/extension.hpp"
+#include "wire_protocol.hpp"
 
 namespace py = pybind11;
 
@@ -24,6 +25,8 @@ PYBIND11_MODULE(_C, m) {
       .value("RDMA", mori::io::BackendType::kRdma);
   // MORI's name for its same-host GPU backend (AMD's XGMI link): the same member.
   m.attr("BackendType").attr("XGMI") = m.attr("BackendType").attr("P2P");
+  // The control protocol's version (raw-protocol tests speak it).
+  m.attr("wire_version") = mori::io::wire::kVersion;
 
   m.def(
       "probe_backend",

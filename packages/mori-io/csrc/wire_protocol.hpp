@@ -35,9 +35,9 @@ enum class MsgType : uint8_t {
   // copies with no message per transfer. A completed write is announced afterwards.
   kP2pOpenReq = 13,    // mem_id; answered kP2pGrant
   kP2pGrant = 14,      // status; payload: the packed P2pExport (kOk) or the refusal's text
-  kP2pWriteDone = 15,  // the bytes of transfer uid are in place in mem_id; answered
-                       // kP2pDoneAck (the target records the inbound status first)
-  kP2pDoneAck = 16,
+  kP2pWriteDone = 15,  // the bytes of transfer uid are in place in mem_id (P2P and mapped
+                       // SHM writes); not answered: the target records the inbound status
+  kP2pDoneAck = 16,    // unused since version 4 (kP2pWriteDone was answered before)
   // RDMA: connecting QPs and learning a region's rkey, on a short-lived connection
   // (like kP2pOpenReq); the bytes then move by one-sided verbs, the notifications by
   // WRITE_WITH_IMM.
@@ -75,7 +75,7 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 3;  // 2: the kShm* messages; 3: kP2p*, kRdma*
+inline constexpr uint16_t kVersion = 4;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone unanswered
 
 struct Header {
   uint8_t type;

@@ -19,7 +19,15 @@ import numpy as np
 import pytest
 
 import mori.core as mc
-from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode, TcpBackendConfig
+from mori.io import (
+    _C,
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    MemoryDesc,
+    StatusCode,
+    TcpBackendConfig,
+)
 
 WORKER = str(Path(__file__).with_name("io_peer_worker.py"))
 TIMEOUT_MS = 1000  # transfer_timeout_ms of the engines under test
@@ -120,7 +128,7 @@ def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
 
 
 HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
-VERSION = 3  # mem_id, offset, length
+VERSION = _C.wire_version  # mem_id, offset, length
 
 
 def _raw_initiator(target, key=b"raw"):

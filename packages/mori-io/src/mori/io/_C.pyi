@@ -8,6 +8,8 @@ from typing import Any
 
 __mori_core_version_compiled__: str
 
+wire_version: int  # the control protocol's version
+
 class BackendType(enum.IntEnum):
     TCP = 0
     SHM = 1
