@@ -4,11 +4,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "engine_py.hpp"
 #include "io_engine.hpp"
 #include "mori/core/error.hpp"
+#include "notice_ring.hpp"
 
 namespace py = pybind11;
 
@@ -177,6 +181,9 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
            "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
       .def("shm_mapping_state", &IoEngine::ShmMappingState, py::arg("remote_key"),
            py::arg("mem_id"), "-1: not asked yet; 0: not shareable (CMA); 1: mapped (memcpy).")
+      .def("notice_ring_state", &IoEngine::NoticeRingState, py::arg("remote_key"),
+           "Write announcements to remote_key: 1 its notice ring; 0 not asked yet; -1 TCP.")
+      .def_property_readonly("notice_rings_granted", &IoEngine::notice_rings_granted)
       .def("create_rdma_backend", &IoEngine::CreateRdmaBackend, py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_static("p2p_unavailable", &P2pBackend::Unavailable,
@@ -280,11 +287,85 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
 max_inbound_statuses cap dropped (oldest first).)doc")
       .def_property_readonly("hot_path_options", [](IoEngine& e) {
         const HotPathOptions& o = e.options();
-        return py::dict(py::arg("lockfree_endpoint") = o.lockfree_endpoint,
-                        py::arg("epoch_snapshot") = o.epoch_snapshot,
-                        py::arg("ledger_ring") = o.ledger_ring,
-                        py::arg("target_batching") = o.target_batching);
+        return py::dict(
+            py::arg("lockfree_endpoint") = o.lockfree_endpoint,
+            py::arg("epoch_snapshot") = o.epoch_snapshot, py::arg("ledger_ring") = o.ledger_ring,
+            py::arg("target_batching") = o.target_batching, py::arg("notice_ring") = o.notice_ring,
+            py::arg("notice_ring_slots") = o.notice_ring_slots);
       });
+
+  m.def(
+      "notice_ring_stress",
+      [](uint32_t capacity, int producers, uint64_t per_producer) {
+        // `producers` threads push records (uid = producer << 40 | i) into one ring while
+        // this thread drains it; a full ring is retried. Then every record must have
+        // arrived exactly once, each producer's in its own order.
+        MORI_CHECK_ARG(producers >= 1 && producers <= 64, "producers ", producers);
+        const uint64_t bytes = NoticeRing::BytesFor(capacity);
+        std::vector<uint64_t> mem(bytes / 8 + 1, 0);
+        void* base = mem.data();
+        NoticeRing::Init(base, bytes, capacity);
+        uint64_t full = 0;
+        std::vector<NoticeRecord> got;
+        {
+          py::gil_scoped_release nogil;
+          std::atomic<uint64_t> refusals{0};
+          std::vector<std::thread> threads;
+          for (int p = 0; p < producers; ++p) {
+            threads.emplace_back([&, p] {
+              for (uint64_t i = 0; i < per_producer; ++i) {
+                NoticeRecord r{(uint64_t(p) << 40) | i, uint64_t(p), i * 7};
+                while (!NoticeRing::Push(base, r)) {
+                  refusals.fetch_add(1, std::memory_order_relaxed);
+                  std::this_thread::yield();
+                }
+              }
+            });
+          }
+          uint64_t head = 0;
+          const uint64_t total = per_producer * static_cast<uint64_t>(producers);
+          while (got.size() < total) {
+            if (NoticeRing::Drain(base, capacity, &head, 1024, &got) == 0)
+              std::this_thread::yield();
+          }
+          for (auto& t : threads) t.join();
+          NoticeRing::Drain(base, capacity, &head, 1024, &got);  // nothing more may come
+          full = refusals.load();
+        }
+        std::vector<uint64_t> next(static_cast<size_t>(producers), 0);
+        uint64_t out_of_order = 0, malformed = 0;
+        for (const NoticeRecord& r : got) {
+          const uint64_t p = r.uid >> 40, i = r.uid & ((uint64_t{1} << 40) - 1);
+          if (p >= static_cast<uint64_t>(producers) || r.mem_id != p || r.bytes != i * 7) {
+            ++malformed;
+            continue;
+          }
+          if (i != next[p]) ++out_of_order;
+          next[p] = i + 1;
+        }
+        return py::dict(py::arg("received") = got.size(), py::arg("malformed") = malformed,
+                        py::arg("out_of_order") = out_of_order, py::arg("full_refusals") = full);
+      },
+      py::arg("capacity"), py::arg("producers"), py::arg("per_producer"),
+      R"doc(Test support: many threads push into one notice ring while one drains it.)doc");
+  m.def(
+      "notice_ring_fill",
+      [](uint32_t capacity, uint64_t pushes) {
+        // Single-threaded: how many of `pushes` records a ring of `capacity` takes before
+        // a drain, how many it gives back, and how many it takes after.
+        const uint64_t bytes = NoticeRing::BytesFor(capacity);
+        std::vector<uint64_t> mem(bytes / 8 + 1, 0);
+        NoticeRing::Init(mem.data(), bytes, capacity);
+        uint64_t accepted = 0;
+        for (uint64_t i = 0; i < pushes; ++i) accepted += NoticeRing::Push(mem.data(), {i, 1, 2});
+        std::vector<NoticeRecord> got;
+        uint64_t head = 0;
+        NoticeRing::Drain(mem.data(), capacity, &head, pushes + 1, &got);
+        uint64_t again = 0;
+        for (uint64_t i = 0; i < pushes; ++i) again += NoticeRing::Push(mem.data(), {i, 1, 2});
+        return py::make_tuple(accepted, got.size(), again);
+      },
+      py::arg("capacity"), py::arg("pushes"));
 
   m.def(
       "choose_backend",

@@ -27,6 +27,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/telemetry.hpp"
+#include "notice_ring.hpp"
 #include "rdma/loopback_backend.hpp"
 
 namespace mori::io {
@@ -291,6 +292,16 @@ HotPathOptions HotPathOptions::FromEnv() {
   o.ledger_ring = !(ledger != nullptr && std::strcmp(ledger, "map") == 0);
   o.target_batching = EnvFlag("MORI_IO_TARGET_BATCHING", true);
   o.shm_map = EnvFlag("MORI_IO_SHM_MAP", true);
+  o.notice_ring = EnvFlag("MORI_IO_NOTICE_RING", true);
+  if (const char* slots = std::getenv("MORI_IO_NOTICE_RING_SLOTS")) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(slots, &end, 10);
+    if (end == slots || *end != '\0' || (v != 0 && (v < 2 || v > (1u << 20) || (v & (v - 1))))) {
+      MORI_THROW(InvalidArgumentError, "MORI_IO_NOTICE_RING_SLOTS='", slots,
+                 "': expected 0 or a power of two in [2, 1048576]");
+    }
+    o.notice_ring_slots = static_cast<uint32_t>(v);
+  }
   return o;
 }
 
@@ -804,14 +815,19 @@ class Worker {
         SideAnswer(c, h, wire::MsgType::kP2pGrant, st, std::move(payload));
         return true;
       }
-      if (type == wire::MsgType::kShmMapReq) {
+      if (type == wire::MsgType::kShmMapReq || type == wire::MsgType::kNoticeRingReq) {
         if (c.p2p_grants.size() >= kMaxP2pGrants) {
           *why = StrCat("more than ", kMaxP2pGrants, " side requests on one connection");
           return false;
         }
         std::string payload;
-        wire::WireStatus st = engine_->ShmMapGrantFor(h.mem_id, c.remote_key, &payload);
-        SideAnswer(c, h, wire::MsgType::kShmMapGrant, st, std::move(payload));
+        if (type == wire::MsgType::kShmMapReq) {
+          wire::WireStatus st = engine_->ShmMapGrantFor(h.mem_id, c.remote_key, &payload);
+          SideAnswer(c, h, wire::MsgType::kShmMapGrant, st, std::move(payload));
+        } else {
+          wire::WireStatus st = engine_->NoticeRingFor(c.remote_key, &payload);
+          SideAnswer(c, h, wire::MsgType::kNoticeRingGrant, st, std::move(payload));
+        }
         return true;
       }
       if (type == wire::MsgType::kRdmaConnect) {
@@ -1262,6 +1278,7 @@ void IoEngine::Shutdown() {
   workers_.clear();  // closes every connection, failing what was pending
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
+  FreeNoticeRings();
 }
 
 void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
@@ -1672,6 +1689,7 @@ void IoEngine::RecordInboundParts(const std::string& remote_key, const InboundPa
 
 std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::string& remote_key,
                                                                   uint64_t uid) {
+  DrainNotices(&remote_key);
   std::lock_guard<std::mutex> lock(inbound_mu_);
   auto it = inbound_.find(remote_key);
   if (it == inbound_.end()) return nullptr;
@@ -1722,8 +1740,119 @@ void IoEngine::EvictInboundLocked(size_t cap) {
 }
 
 size_t IoEngine::inbound_held() {
+  DrainNotices(nullptr);
   std::lock_guard<std::mutex> lock(inbound_mu_);
   return inbound_count_;
+}
+
+void IoEngine::DrainNoticesLocked(const std::string& key, GrantedRing& ring) {
+  std::vector<NoticeRecord> records;
+  while (NoticeRing::Drain(reinterpret_cast<void*>(ring.addr), ring.capacity, &ring.head, 4096,
+                           &records) > 0) {
+    std::vector<InboundPart> parts;
+    parts.reserve(records.size());
+    for (const NoticeRecord& r : records) {
+      parts.push_back({r.uid, 1, wire::WireStatus::kOk, r.mem_id, 0, r.bytes});
+    }
+    RecordInboundParts(key, parts.data(), parts.size());
+    records.clear();
+  }
+}
+
+void IoEngine::DrainNotices(const std::string* key) {
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  if (notice_rings_.empty()) return;
+  if (key != nullptr) {
+    auto it = notice_rings_.find(*key);
+    if (it != notice_rings_.end()) DrainNoticesLocked(it->first, it->second);
+    return;
+  }
+  for (auto& [k, ring] : notice_rings_) DrainNoticesLocked(k, ring);
+}
+
+void IoEngine::FreeNoticeRings() {
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  for (auto& [k, ring] : notice_rings_) FreeSharedHost(ring.addr);  // peers keep their pages
+  notice_rings_.clear();
+}
+
+size_t IoEngine::notice_rings_granted() {
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  return notice_rings_.size();
+}
+
+wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::string* payload) {
+  const uint32_t slots = options_.notice_ring_slots;
+  if (slots == 0) return wire::WireStatus::kNotShareable;
+  const uint64_t bytes = NoticeRing::BytesFor(slots);
+  uintptr_t addr = 0;
+  try {
+    addr = AllocateSharedHost(bytes);
+  } catch (const std::exception& e) {
+    MORI_LOG_WARN(kIo, "engine '", key_, "': no notice ring for '", initiator_key, "' (", e.what(),
+                  "): its announcements come over TCP");
+    return wire::WireStatus::kNotShareable;
+  }
+  NoticeRing::Init(reinterpret_cast<void*>(addr), bytes, slots);
+  SharedHostBlock b;
+  if (!FindSharedHost(addr, bytes, &b)) {
+    FreeSharedHost(addr);
+    return wire::WireStatus::kNotShareable;
+  }
+  ShmMapGrant g;
+  g.pid = static_cast<int32_t>(::getpid());
+  g.fd = b.fd;
+  g.block_size = b.size;
+  g.region_offset = 0;
+  g.region_size = b.size;
+  *payload = PackShmMapGrant(g);
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  auto it = notice_rings_.find(initiator_key);
+  if (it != notice_rings_.end()) {
+    // The same engine key asks again (it re-registered us, or restarted): what its
+    // previous ring holds is recorded before the ring goes.
+    DrainNoticesLocked(it->first, it->second);
+    FreeSharedHost(it->second.addr);
+    notice_rings_.erase(it);
+  }
+  notice_rings_.emplace(initiator_key, GrantedRing{addr, slots, 0});
+  return wire::WireStatus::kOk;
+}
+
+std::shared_ptr<ShmMapping> IoEngine::NoticeRingOf(const std::shared_ptr<Peer>& peer) {
+  if (!options_.notice_ring) return nullptr;
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  if (peer->notice_state != 0) return peer->notice_ring;
+  peer->notice_state = -1;
+  std::string answer, error;
+  StatusCode code = StatusCode::SUCCESS;
+  wire::WireStatus status = wire::WireStatus::kOk;
+  std::shared_ptr<ShmMapping> m;
+  if (SideRequest(*peer, wire::MsgType::kNoticeRingReq, wire::MsgType::kNoticeRingGrant, 0, {},
+                  &answer, &code, &error, &status)) {
+    try {
+      m = MapPeerRegion(UnpackShmMapGrant(answer), &error);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (m && !NoticeRing::Check(m->region, m->size, &error)) m.reset();
+  }
+  if (!m) {
+    MORI_LOG_INFO(kIo, "engine '", key_, "': write announcements to '", peer->key,
+                  "' go over TCP (no notice ring: ", error.empty() ? "not granted" : error, ")");
+    return nullptr;
+  }
+  peer->notice_ring = m;
+  peer->notice_state = 1;
+  return m;
+}
+
+int IoEngine::NoticeRingState(const std::string& remote_key) {
+  if (!options_.notice_ring) return -1;
+  std::shared_ptr<Peer> peer = FindPeer(remote_key);
+  if (!peer) return 0;
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  return peer->notice_state;
 }
 
 uint64_t IoEngine::inbound_evicted() {
@@ -2366,8 +2495,11 @@ namespace {
 // inbound status); dropped if the connection is gone, as the transfer itself already
 // succeeded. Sent by the connection's reactor (PostOnConn), so the submitting or
 // completion thread does not run a loopback TCP send per transfer.
-void NotifyP2pWrite(const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
-                    uint64_t bytes) {
+// After a same-host write's bytes are in place: through the target's notice ring when
+// it granted one and it has room, else as a message.
+void NotifyP2pWrite(ShmMapping* ring, const std::shared_ptr<Conn>& conn, uint64_t uid,
+                    uint64_t mem_id, uint64_t bytes) {
+  if (ring != nullptr && NoticeRing::Push(ring->region, NoticeRecord{uid, mem_id, bytes})) return;
   wire::Header d = MakeHeader(wire::MsgType::kP2pWriteDone, mem_id);
   d.num_parts = 1;
   d.uid = uid;
@@ -2402,14 +2534,17 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
   std::shared_ptr<TransferState> state = BeginTransfer(local, 1, true, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
   std::shared_ptr<Conn> conn;
+  std::shared_ptr<ShmMapping> ring;
   if (op == Op::kWrite) {
     conn = pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()];
+    ring = NoticeRingOf(peer);
   }
   p2p_->Submit(op == Op::kWrite, local.device_id, reinterpret_cast<char*>(local.addr),
                std::move(remote), reinterpret_cast<const P2pSpan*>(spans), n,
-               [this, rid, conn, uid, remote_mem, bytes](StatusCode c, std::string m) {
+               [this, rid, conn, ring, uid, remote_mem, bytes](StatusCode c, std::string m) {
                  CompletePart(rid, c, m);
-                 if (conn && c == StatusCode::SUCCESS) NotifyP2pWrite(conn, uid, remote_mem, bytes);
+                 if (conn && c == StatusCode::SUCCESS)
+                   NotifyP2pWrite(ring.get(), conn, uid, remote_mem, bytes);
                });
   return state;
 }
@@ -2451,6 +2586,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
                                                          uint64_t uid) {
   MORI_SCOPED_TIMER(kIo, "io.shm.memcpy");
   if (auto err = RemoteBoundsError(op, spans, n, remote->size, remote_mem, peer->key)) return err;
+  std::shared_ptr<ShmMapping> ring = op == Op::kWrite ? NoticeRingOf(peer) : nullptr;
   uint64_t rid = SubmissionLedger::kNoRecord;
   std::shared_ptr<TransferState> state = BeginTransfer(local, 1, false, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
@@ -2471,6 +2607,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
   CompletePart(rid, StatusCode::SUCCESS, {});
   if (op == Op::kWrite) {
     NotifyP2pWrite(
+        ring.get(),
         pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()], uid,
         remote_mem, bytes);
   }

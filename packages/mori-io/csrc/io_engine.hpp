@@ -71,13 +71,17 @@ struct MemoryRegion {
 
 // Ablation switches, read once per engine from the environment.
 struct HotPathOptions {
-  bool lockfree_endpoint = true;  // MORI_IO_LOCKFREE_ENDPOINT=0: connections under a mutex
-  bool epoch_snapshot = true;     // MORI_IO_EPOCH_SNAPSHOT=0: sessions look the peer up per op
-  bool ledger_ring = true;        // MORI_IO_LEDGER=map: hash map records
-  bool shm_map = true;            // MORI_IO_SHM_MAP=0: SHM always copies with CMA, even for
-                                  // regions in the target's shared host memory
-  bool target_batching = true;    // MORI_IO_TARGET_BATCHING=0: the target looks the region
-                                  // up and records inbound parts under a lock per part
+  bool lockfree_endpoint = true;      // MORI_IO_LOCKFREE_ENDPOINT=0: connections under a mutex
+  bool epoch_snapshot = true;         // MORI_IO_EPOCH_SNAPSHOT=0: sessions look the peer up per op
+  bool ledger_ring = true;            // MORI_IO_LEDGER=map: hash map records
+  bool shm_map = true;                // MORI_IO_SHM_MAP=0: SHM always copies with CMA, even for
+                                      // regions in the target's shared host memory
+  bool target_batching = true;        // MORI_IO_TARGET_BATCHING=0: the target looks the region
+                                      // up and records inbound parts under a lock per part
+  bool notice_ring = true;            // MORI_IO_NOTICE_RING=0: same-host write announcements
+                                      // go over TCP instead of a shared-memory ring
+  uint32_t notice_ring_slots = 4096;  // MORI_IO_NOTICE_RING_SLOTS: slots of the rings this
+                                      // engine grants (a power of two; 0: grants none)
   static HotPathOptions FromEnv();
 };
 
@@ -126,6 +130,10 @@ struct Peer {
   std::mutex rdma_mu;
   bool rdma_connected = false;
   std::unordered_map<uint64_t, rdma::RegionKey> rdma_keys;
+  // The ring it granted for this engine's write announcements, mapped here (under
+  // p2p_mu); notice_state 0: not asked yet, 1: mapped, -1: none (TCP announcements).
+  std::shared_ptr<ShmMapping> notice_ring;
+  int notice_state = 0;
 
   void MarkFailed(const std::string& reason);
   std::string FailReason();
@@ -230,6 +238,16 @@ class IoEngine {
   // Target side of kShmMapReq.
   wire::WireStatus ShmMapGrantFor(uint64_t mem_id, const std::string& initiator_key,
                                   std::string* payload);
+  // Target side of kNoticeRingReq: a fresh ring for `initiator_key` (an older one of
+  // that key is drained, then dropped).
+  wire::WireStatus NoticeRingFor(const std::string& initiator_key, std::string* payload);
+  // Initiator side: the ring `peer` granted for our announcements, asked for once;
+  // nullptr: announce over TCP.
+  std::shared_ptr<ShmMapping> NoticeRingOf(const std::shared_ptr<Peer>& peer);
+  // 1: announcements to `remote_key` go through its ring; 0: not asked yet; -1: TCP.
+  int NoticeRingState(const std::string& remote_key);
+  // Rings this engine granted (one per initiator engine).
+  size_t notice_rings_granted();
   // How remote region `mem_id` of `remote_key` is mapped here: -1 not (yet), 0 directly
   // (same process), else the P2pExport::Kind it was imported from.
   int P2pMappingKind(const std::string& remote_key, uint64_t mem_id);
@@ -413,6 +431,20 @@ class IoEngine {
   uint64_t inbound_evicted_ = 0;
   bool InboundLive(const InboundOrder& o) const;
   void EvictInboundLocked(size_t cap);  // with inbound_mu_ held
+
+  // Rings granted to same-host initiators for their write announcements, by their key;
+  // drained into inbound_ (under notice_mu_, taken before inbound_mu_) when the
+  // application asks for inbound statuses.
+  struct GrantedRing {
+    uintptr_t addr = 0;  // AllocateSharedHost'd
+    uint32_t capacity = 0;
+    uint64_t head = 0;  // the consumer's position: ours, not in shared memory
+  };
+  std::mutex notice_mu_;
+  std::unordered_map<std::string, GrantedRing> notice_rings_;
+  void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
+  void DrainNotices(const std::string* key);                           // nullptr: every ring
+  void FreeNoticeRings();
 
   std::atomic<uint64_t> next_uid_{1};
   std::unique_ptr<SubmissionLedger> ledger_;

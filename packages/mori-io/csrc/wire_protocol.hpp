@@ -59,6 +59,12 @@ enum class MsgType : uint8_t {
   // connection like kP2pOpenReq, and copied with memcpy; revoked like P2P grants.
   kShmMapReq = 24,    // mem_id; answered kShmMapGrant
   kShmMapGrant = 25,  // status (kNotShareable: use CMA); payload: ShmMapGrant (32 bytes)
+  // Write announcements through shared memory (notice_ring.hpp): the initiator asks once
+  // per target engine of its host, on a short-lived connection; the target allocates a
+  // ring for it in shared host memory and grants it like a region. kP2pWriteDone stays
+  // the fallback (ring full, or not granted).
+  kNoticeRingReq = 26,    // answered kNoticeRingGrant
+  kNoticeRingGrant = 27,  // status (kNotShareable: none); payload: ShmMapGrant of the ring
 };
 
 enum class WireStatus : uint8_t {
@@ -75,7 +81,8 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 4;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone unanswered
+inline constexpr uint16_t kVersion = 5;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
+                                         // unanswered; 5: kNoticeRing*
 
 struct Header {
   uint8_t type;
