@@ -856,7 +856,10 @@ class Worker {
       if (type == wire::MsgType::kP2pWriteDone) {
         // The initiator finished writing transfer `uid` into our memory (its transfer
         // completed then): record it. Not answered, so an announcement costs each side
-        // one message, not two.
+        // one message, not two. From a same-host initiator it means that its notice ring
+        // was full (our application is not popping): take the ring's records now, so
+        // the initiator's next announcements find room there again.
+        engine_->DrainNotices(&c.remote_key);
         Account(c, h, static_cast<wire::WireStatus>(h.status));
         return true;
       }

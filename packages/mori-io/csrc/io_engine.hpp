@@ -241,6 +241,9 @@ class IoEngine {
   // Target side of kNoticeRingReq: a fresh ring for `initiator_key` (an older one of
   // that key is drained, then dropped).
   wire::WireStatus NoticeRingFor(const std::string& initiator_key, std::string* payload);
+  // Records what the notice ring granted to `key` holds (every ring: nullptr) as
+  // inbound statuses.
+  void DrainNotices(const std::string* key);
   // Initiator side: the ring `peer` granted for our announcements, asked for once;
   // nullptr: announce over TCP.
   std::shared_ptr<ShmMapping> NoticeRingOf(const std::shared_ptr<Peer>& peer);
@@ -443,7 +446,6 @@ class IoEngine {
   std::mutex notice_mu_;
   std::unordered_map<std::string, GrantedRing> notice_rings_;
   void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
-  void DrainNotices(const std::string* key);                           // nullptr: every ring
   void FreeNoticeRings();
 
   std::atomic<uint64_t> next_uid_{1};
