@@ -133,11 +133,8 @@ def test_p2p_backend_without_a_gpu_is_a_clear_error():
 
 
 @pytest.mark.skipif(_gpus() > 0, reason="checks the refusals where GPU memory cannot be staged")
-def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves():
-    a, b = IOEngine("a"), IOEngine("b")
-    for e in (a, b):
-        e.create_backend(BackendType.TCP)
-    a.register_remote_engine(b.get_engine_desc())
+def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves(engine_pair):
+    a, b = engine_pair(BackendType.TCP, mutual=False)
     with pytest.raises(mc.InvalidArgumentError, match="needs its device id"):
         a.register_memory(0x1000, 64, -1, GPU)
     host = np.zeros(64, np.uint8)
@@ -155,8 +152,6 @@ def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves():
                  a.allocate_transfer_uid())  # fmt: skip
     assert st.Failed() and st.Code() == StatusCode.ERR_INVALID_ARGS
     assert "needs staging" in st.Message() and "one side only" in st.Message()
-    a.close()
-    b.close()
 
 
 def _raw(target, key=b"raw"):
@@ -225,7 +220,7 @@ def test_target_side_of_the_p2p_messages():
 
 
 @needs_gpu
-def test_two_engines_of_one_process_bit_exact():
+def test_two_engines_of_one_process_bit_exact(engine_pair):
     import torch
 
     seed = random.randrange(1 << 30)
@@ -233,12 +228,7 @@ def test_two_engines_of_one_process_bit_exact():
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     dev = torch.device("cuda", 0)
-    a, b = IOEngine("a"), IOEngine("b")
-    for e in (a, b):
-        e.create_backend(BackendType.TCP)
-        e.create_backend(BackendType.P2P)
-    a.register_remote_engine(b.get_engine_desc())
-    b.register_remote_engine(a.get_engine_desc())
+    a, b = engine_pair(BackendType.TCP, BackendType.P2P)
     size = 8 << 20
     # Sub-regions of larger allocations, as torch's caching allocator hands out.
     big_a = torch.zeros(size + 8192, dtype=torch.uint8, device=dev)
@@ -295,7 +285,7 @@ def test_two_engines_of_one_process_bit_exact():
 
 
 @needs_gpu
-def test_single_spans_bit_exact_at_any_alignment():
+def test_single_spans_bit_exact_at_any_alignment(engine_pair):
     """Single reads and writes (one copy-engine copy each) of random sizes at offsets of
     equal and of different alignment: every byte lands, nothing outside the span moves."""
     import torch
@@ -305,12 +295,7 @@ def test_single_spans_bit_exact_at_any_alignment():
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     dev = torch.device("cuda", 0)
-    a, b = IOEngine("a"), IOEngine("b")
-    for e in (a, b):
-        e.create_backend(BackendType.TCP)
-        e.create_backend(BackendType.P2P)
-    a.register_remote_engine(b.get_engine_desc())
-    b.register_remote_engine(a.get_engine_desc())
+    a, b = engine_pair(BackendType.TCP, BackendType.P2P)
     size = 6 << 20
     la = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
     rb = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
@@ -376,17 +361,16 @@ def test_two_processes_bit_exact(tmp_path, alloc):
 
 
 @needs_gpu
-def test_gpu_memory_over_tcp_is_staged_bit_exact():
+def test_gpu_memory_over_tcp_is_staged_bit_exact(engine_pair):
     import torch
 
     seed = random.randrange(1 << 30)
     print("seed", seed)
     g = torch.Generator().manual_seed(seed)
     dev = torch.device("cuda", 0)
-    a, b = IOEngine("a"), IOEngine("b")
-    for e in (a, b):  # no P2P: GPU memory goes over TCP through pinned staging buffers
-        e.create_backend(BackendType.TCP)
-    a.register_remote_engine(b.get_engine_desc())
+    a, b = engine_pair(
+        BackendType.TCP, mutual=False
+    )  # no P2P: GPU memory goes over TCP through pinned staging buffers
     size = (9 << 20) + 123  # several 4 MiB staged parts and a ragged tail
     ga = torch.zeros(size, dtype=torch.uint8, device=dev)
     gb = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
@@ -412,5 +396,3 @@ def test_gpu_memory_over_tcp_is_staged_bit_exact():
     st = a.write(mh, 0, mb, 0, 4096, a.allocate_transfer_uid())  # host -> GPU
     assert st.WaitFor(30000) and st.Succeeded(), st.Message()
     assert np.array_equal(gb[:4096].cpu().numpy(), host[:4096])
-    a.close()
-    b.close()

@@ -192,18 +192,13 @@ def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
         target.wait(10)
 
 
-def test_shared_host_memory_is_mapped_copied_and_revoked():
+def test_shared_host_memory_is_mapped_copied_and_revoked(engine_pair):
     from mori.io import allocate_shared_host_memory
 
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = np.random.default_rng(seed)
-    a, b = IOEngine("a"), IOEngine("b")
-    for e in (a, b):
-        e.create_backend(BackendType.TCP)
-        e.create_backend(BackendType.SHM)
-    a.register_remote_engine(b.get_engine_desc())
-    b.register_remote_engine(a.get_engine_desc())
+    a, b = engine_pair(BackendType.TCP, BackendType.SHM)
     block = allocate_shared_host_memory(1 << 20)
     region = block[100 : 100 + 65536]  # a region inside the block, at an odd offset
     mb = b.register_array(region)
@@ -236,8 +231,6 @@ def test_shared_host_memory_is_mapped_copied_and_revoked():
     assert a._engine.shm_mapping_state("b", mb.id) == -1
     st = a.read(ma, 0, mb, 0, 16, a.allocate_transfer_uid())
     assert st.WaitFor(10000) and st.Code() == StatusCode.NOT_FOUND, st.Message()
-    a.close()
-    b.close()
 
 
 def test_notice_ring_many_producers_one_consumer():
@@ -258,7 +251,7 @@ def test_notice_ring_boundary():
 
 
 @pytest.mark.parametrize("ring", ["on", "off", "two-slots"])
-def test_write_announcements_through_the_notice_ring(monkeypatch, ring):
+def test_write_announcements_through_the_notice_ring(monkeypatch, ring, engine_pair):
     """Same-host writes into shared host memory are announced through the target's
     notice ring (no message); with the ring off, or full, over TCP. Either way every
     write's inbound status reaches the target once."""
@@ -271,12 +264,7 @@ def test_write_announcements_through_the_notice_ring(monkeypatch, ring):
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = np.random.default_rng(seed)
-    a, b = IOEngine("a"), IOEngine("b")
-    for e in (a, b):
-        e.create_backend(BackendType.TCP)
-        e.create_backend(BackendType.SHM)
-    a.register_remote_engine(b.get_engine_desc())
-    b.register_remote_engine(a.get_engine_desc())
+    a, b = engine_pair(BackendType.TCP, BackendType.SHM)
     block = allocate_shared_host_memory(64 << 10)
     mb = b.register_array(block)
     local = rng.integers(0, 256, 64 << 10, dtype=np.uint8)
@@ -302,5 +290,3 @@ def test_write_announcements_through_the_notice_ring(monkeypatch, ring):
     st = a.read(ma, 0, mb, 0, 1024, a.allocate_transfer_uid())
     assert st.WaitFor(10000) and st.Succeeded()
     assert b._engine.inbound_stats()["held"] == 0
-    a.close()
-    b.close()
