@@ -18,7 +18,13 @@
 //      together;
 //   4. Quiet + a grid-completion counter: the last block signals dispatch_done to
 //      every pe, waits for every pe's, advances the epoch in device memory.
-// combine (one kernel, every block co-resident, no grid-wide wait):
+// combine, streaming path (the default; CombineStream): block b owns a range of token
+//   groups; its return warps return the range's received rows step by step and post
+//   each step's combine_done words once every return warp's stores of it are
+//   performed, while its other warps reduce the range's tokens as the peers' words
+//   arrive (return warps join once their rows are out). No barrier ties the roles.
+// combine, tiled path (MORI_EP_COMBINE_STREAM=0, and blocks of one warp; one kernel,
+//   every block co-resident, no grid-wide wait):
 //   each block walks its tiles of token groups in increasing order; per tile it
 //   1. returns the received rows of those groups (from recv_group_row) to their
 //      sources' slots [me][t] (own rows stay in the input), Quiet, and posts the
@@ -37,7 +43,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "dispatch_combine_cuda.hpp"
 #include "mori/core/cuda_runtime.hpp"
@@ -93,6 +102,7 @@ struct DispatchParams {
   bool vec;          // token rows move as 16-byte words
   bool indices_vec;  // index rows load as int4 (K % 4 == 0, 16-byte aligned)
   bool meta_staged;  // metadata fits kMetaWords words per lane, 4-byte aligned
+  uint64_t* stamps;  // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
 };
 
 struct CombineParams {
@@ -106,8 +116,13 @@ struct CombineParams {
   void* out;
   float* out_weights;
   int64_t num_tokens;
-  int steps;   // tiles per block the combine aims for (pipeline depth)
-  bool split;  // half the warps return rows while the other half reduce
+  int steps;          // tiles per block the combine aims for (pipeline depth)
+  bool split;         // half the warps return rows while the other half reduce
+  int ret_seg_words;  // 16-byte words per lane of a returned row segment (SplitRow)
+  int nseg_ret;       // segments per returned row
+  int return_warps;   // streaming path: warps per block that return rows (1 .. nwarps - 1)
+  int step_groups;    // streaming path: groups a block's return warps post at once
+  uint64_t* stamps;   // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
 };
 
 template <typename T>
@@ -124,6 +139,15 @@ __device__ __forceinline__ T* PeerAt(const Common& c, size_t offset, int pe) {
 
 __device__ __forceinline__ EpDeviceState* State(const Common& c) {
   return At<EpDeviceState>(c, c.layout.state);
+}
+
+// MORI_EP_TIMELINE: the calling thread (by default thread 0 of the block) records when
+// it reaches phase k (globaltimer, ns) in the launch's stamp buffer; off, one uniform
+// branch.
+__device__ __forceinline__ void Stamp(uint64_t* stamps, int k, bool who = threadIdx.x == 0) {
+  if (stamps != nullptr && who && blockIdx.x < kTimelineBlocks) {
+    stamps[blockIdx.x * kTimelineStamps + k] = dev::GlobalTimerNs();
+  }
 }
 
 __device__ __forceinline__ unsigned LaneMaskLt() {
@@ -379,6 +403,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
   const int64_t chunk = (n + gridDim.x - 1) / gridDim.x;
   const int64_t lo = std::min<int64_t>(chunk * blockIdx.x, n);
   const int64_t hi = std::min<int64_t>(lo + chunk, n);
+  Stamp(p.stamps, 0);
   uint32_t total[kW] = {}, before[kW] = {};
   for (int64_t t = tid; t < n; t += nthreads) {
     const uint32_t mask = RankMask(p, t, epoch);
@@ -399,6 +424,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
     }
   }
   __syncthreads();
+  Stamp(p.stamps, 1);
 
   // 2. Exchange: post my row everywhere (block 0), wait for every row (each block).
   uint64_t* count_words = At<uint64_t>(c, c.layout.count_words);
@@ -422,6 +448,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
     *At<int32_t>(c, c.layout.total_recv) = recv;
   }
   __syncthreads();
+  Stamp(p.stamps, 2);
 
   // recv_group_row[me][g] on every pe: groups past my tokens (and the end entry)
   // start at the end of my rows there; the others are posted by the block whose
@@ -471,6 +498,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
       if (d == me && t < hi) token_self_row[t] = in ? static_cast<int32_t>(off) : -1;
     }
     __syncthreads();
+    if (tile == lo) Stamp(p.stamps, 3);
     const int64_t items = std::min<int64_t>(nthreads, hi - tile) * nseg;
     for (int64_t item = warp; item < items; item += nwarps) {
       const int64_t i = item / nseg;
@@ -486,7 +514,10 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
   }
 
   // 4. Done: the last block signals every pe, waits for every pe, advances the epoch.
-  if (!FinishBlock(&state->dispatch_blocks_done)) return;
+  Stamp(p.stamps, 4);
+  const bool last = FinishBlock(&state->dispatch_blocks_done);
+  Stamp(p.stamps, 5);
+  if (!last) return;
   uint64_t* done = At<uint64_t>(c, c.layout.dispatch_done);
   if (warp == 0) {
     for (unsigned pe = lane; pe < static_cast<unsigned>(W); pe += 32) {
@@ -498,6 +529,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p) {
     __syncwarp();
     if (lane == 0) state->epoch = epoch;
   }
+  Stamp(p.stamps, 6);
 }
 
 __global__ void RejectDispatchKernel(Common c) {
@@ -526,17 +558,18 @@ __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t
     const int64_t nwords = p.row_bytes / 16;
     const int4* src = reinterpret_cast<const int4*>(src_row);
     int4* dst = PeerAt<int4>(c, c.layout.comb_tokens + slot * p.combine_row_bytes, s);
-    const int64_t w0 = static_cast<int64_t>(seg) * kSeg * 32 + lane;
+    const int sw = p.ret_seg_words;
+    const int64_t w0 = static_cast<int64_t>(seg) * sw * 32 + lane;
     int4 v[kSeg];
 #pragma unroll
     for (int k = 0; k < kSeg; ++k) {
       const int64_t w = w0 + k * 32;
-      v[k] = w < nwords ? __ldg(src + w) : make_int4(0, 0, 0, 0);
+      v[k] = k < sw && w < nwords ? __ldg(src + w) : make_int4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int k = 0; k < kSeg; ++k) {
       const int64_t w = w0 + k * 32;
-      if (w < nwords) dst[w] = v[k];
+      if (k < sw && w < nwords) dst[w] = v[k];
     }
   } else {
     dev::PutWarp_nbi(c.ctx, At<char>(c, c.layout.comb_tokens) + slot * p.combine_row_bytes, src_row,
@@ -738,7 +771,6 @@ __device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_
 template <int kThreads>
 __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t total) {
   constexpr int kU = kReduceWords<kThreads>;
-  constexpr int64_t kSegBytes = kSegWords<kThreads> * 16 * 32;
   const Common& c = p.c;
   const int W = c.world, me = c.me;
   const int64_t G = CombineGroups(c.max_tokens);
@@ -762,7 +794,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
 
   __shared__ int32_t s_lo[kW], s_cnt[kW];
   const int32_t* group_row = At<int32_t>(c, c.layout.recv_group_row);
-  const int nseg_ret = p.vec ? static_cast<int>((p.row_bytes + kSegBytes - 1) / kSegBytes) : 1;
+  const int nseg_ret = p.nseg_ret;
   const int64_t nwords = p.row_bytes / 16;
   const int nseg_red = p.vec ? static_cast<int>((nwords + kU * 32 - 1) / (kU * 32)) : 1;
   // With p.split, the first half of the warps returns tile j while the second half
@@ -847,7 +879,6 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
 template <int kThreads>
 __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t total) {
   constexpr int kU = kReduceWords<kThreads>;
-  constexpr int64_t kSegBytes = kSegWords<kThreads> * 16 * 32;
   const Common& c = p.c;
   const int W = c.world, me = c.me;
   const int64_t M = c.max_tokens, G = CombineGroups(M);
@@ -862,7 +893,7 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
   const int32_t* own = At<int32_t>(c, c.layout.recv_group_row) + static_cast<int64_t>(me) * (G + 1);
   const int64_t own_lo = __ldcg(own), own_hi = __ldcg(own + G);
   const int32_t* src_pos = At<int32_t>(c, c.layout.recv_src_pos);
-  const int nseg_ret = p.vec ? static_cast<int>((p.row_bytes + kSegBytes - 1) / kSegBytes) : 1;
+  const int nseg_ret = p.nseg_ret;
   const int64_t ret_items = (total - (own_hi - own_lo)) * nseg_ret;
   for (int64_t item = gwarp; item < ret_items; item += gwarps) {
     int64_t i = item / nseg_ret;
@@ -902,10 +933,142 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
   }
 }
 
-// kOnePass picks the path on the host (IntraNodeCuda::Combine): one kernel per path
+// The streaming path (the default with many rows per block). Block b owns a range of
+// token groups, the same on every pe with the same grid, so block b of each pe
+// returns what block b of the other reduces. Its first p.return_warps warps return
+// the received rows of its groups, p.step_groups groups at a time, round-robin over
+// (row, segment) items; after each step a return warp makes its stores performed
+// (Quiet) and records its progress, and the warp that completes a step posts that
+// step's words. The other warps reduce the block's tokens in order, taking (token,
+// segment) items from a block counter and waiting for each group's words; return
+// warps join them once their rows are out. No barrier ties the two roles, so a block
+// keeps stores in flight to the peers while it reduces. Words and reduction order
+// are the other paths'.
+template <int kThreads>
+__device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
+  constexpr int kU = kReduceWords<kThreads>;
+  constexpr int kSeg = kSegWords<kThreads>;
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
+  const int64_t G = CombineGroups(c.max_tokens);
+  const unsigned tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const unsigned R = static_cast<unsigned>(p.return_warps);
+  uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
+  const int32_t* group_row = At<int32_t>(c, c.layout.recv_group_row);
+  const int64_t n = p.num_tokens;
+  // Range 1: the groups of my tokens, split evenly (returns of peers' tokens of the
+  // same groups ride along); range 2: the groups past my tokens (a peer's extra
+  // tokens, else words only).
+  const int64_t A = std::min<int64_t>(G, (n + kGroupTokens - 1) / kGroupTokens);
+  const int64_t B = gridDim.x, b = blockIdx.x;
+  const int64_t r1lo = A * b / B, r1hi = A * (b + 1) / B;
+  const int64_t r2lo = A + (G - A) * b / B, r2hi = A + (G - A) * (b + 1) / B;
+  const int nseg_ret = p.nseg_ret;
+  const int64_t nwords = p.row_bytes / 16;
+  const int nseg_red = p.vec ? static_cast<int>((nwords + kU * 32 - 1) / (kU * 32)) : 1;
+
+  __shared__ unsigned long long s_next;      // next reduce item
+  __shared__ int64_t s_prog[kThreads / 32];  // steps each return warp has completed
+  if (tid == 0) s_next = 0;
+  if (tid < R) s_prog[tid] = 0;
+  __syncthreads();
+  Stamp(p.stamps, 0);
+
+  if (warp < R) {
+    int64_t step = 0;
+    for (int range = 0; range < 2; ++range) {
+      const int64_t lo = range == 0 ? r1lo : r2lo, hi = range == 0 ? r1hi : r2hi;
+      // Range 2 rarely holds rows: one step, so its words do not wait on a chain of
+      // per-step loads.
+      const int64_t sg = range == 0 ? p.step_groups : std::max<int64_t>(1, hi - lo);
+      for (int64_t g0 = lo; g0 < hi; g0 += sg, ++step) {
+        const int64_t g1 = std::min<int64_t>(hi, g0 + sg);
+        // Lane s < W: the rows from pe s of groups [g0, g1) (none from me).
+        int32_t first = 0, cnt = 0;
+        if (lane < static_cast<unsigned>(W) && lane != static_cast<unsigned>(me)) {
+          first = __ldcg(group_row + lane * (G + 1) + g0);
+          cnt = __ldcg(group_row + lane * (G + 1) + g1) - first;
+        }
+        const int64_t rows = __reduce_add_sync(kFull, static_cast<unsigned>(cnt));
+        bool stored = false;
+        for (int64_t item = warp; item < rows * nseg_ret; item += R) {
+          int64_t r = item / nseg_ret;
+          int s = 0;
+          for (;; ++s) {
+            const int32_t cs = __shfl_sync(kFull, cnt, s);
+            if (r < cs) break;
+            r -= cs;
+          }
+          const int32_t fs = __shfl_sync(kFull, first, s);
+          ReturnRowSegment<kSeg>(p, fs + r, s, static_cast<int>(item % nseg_ret), lane);
+          stored = true;
+        }
+        if (stored) dev::Quiet();
+        __syncwarp();
+        // Progress: the last return warp to complete the step (the fences order the
+        // stores and the reads of s_prog, so at least one warp sees every other's)
+        // posts its words.
+        bool post = false;
+        if (lane == 0) {
+          volatile int64_t* prog = s_prog;
+          prog[warp] = step + 1;
+          __threadfence_block();
+          int64_t low = step + 1;
+          for (unsigned w = 0; w < R; ++w)
+            low = std::min<int64_t>(low, static_cast<int64_t>(prog[w]));
+          post = low > step;
+        }
+        if (__shfl_sync(kFull, post, 0)) {
+          // Acquire the other warps' completed steps before releasing the words.
+          dev::Quiet();
+          for (int64_t i = lane; i < (g1 - g0) * W; i += 32) {
+            const int pe = static_cast<int>(i % W);
+            if (pe != me) dev::SignalSet(c.ctx, &done[me * G + g0 + i / W], epoch << 1, pe);
+          }
+        }
+      }
+    }
+    Stamp(p.stamps, 1, tid == 0);
+  }
+
+  // Reduce: (token, segment) items of range 1's tokens, in order, from s_next.
+  const int64_t t_lo = std::min(n, r1lo * kGroupTokens), t_hi = std::min(n, r1hi * kGroupTokens);
+  const int64_t red_items = (t_hi - t_lo) * nseg_red;
+  int64_t waited = -1;
+  bool first_item = warp == R;
+  for (;;) {
+    unsigned long long item = 0;
+    if (lane == 0) item = atomicAdd(&s_next, 1ull);
+    item = __shfl_sync(kFull, item, 0);
+    if (static_cast<int64_t>(item) >= red_items) break;
+    const int64_t t = t_lo + static_cast<int64_t>(item) / nseg_red;
+    const int seg = static_cast<int>(static_cast<int64_t>(item) % nseg_red);
+    const int64_t g = t / kGroupTokens;
+    if (g != waited) {
+      for (int d = static_cast<int>(lane); d < W; d += 32) {
+        if (d == me) continue;
+        CheckCombineWord(c, d,
+                         dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
+      }
+      __syncwarp();
+      waited = g;
+      if (first_item) Stamp(p.stamps, 2, lane == 0);
+      first_item = false;
+    }
+    ReduceItem<kU>(p, t, seg, lane);
+  }
+  if (p.stamps != nullptr) {
+    __syncthreads();
+    Stamp(p.stamps, 3);
+  }
+}
+
+// kPath picks the path on the host (IntraNodeCuda::Combine): one kernel per path
 // keeps each path's register allocation its own (both in one kernel spilled 248 B
 // in the 512-thread build).
-template <int kThreads, bool kOnePass>
+enum CombinePath : int { kTiledPath = 0, kOnePassPath = 1, kStreamPath = 2 };
+
+template <int kThreads, int kPath>
 __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
   const Common& c = p.c;
   const int W = c.world, me = c.me;
@@ -933,10 +1096,16 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
     return;
   }
 
-  if constexpr (kOnePass) {
+  if constexpr (kPath == kOnePassPath) {
+    Stamp(p.stamps, 0);
     CombineOnePass<kThreads>(p, epoch, total);
+    Stamp(p.stamps, 3);
+  } else if constexpr (kPath == kStreamPath) {
+    CombineStream<kThreads>(p, epoch);
   } else {
+    Stamp(p.stamps, 0);
     CombineTiles<kThreads>(p, epoch, total);
+    Stamp(p.stamps, 3);
   }
   // A pe with no tokens waits for nothing above; it still must see a rejection
   // posted in this epoch (every group carries it), so block 0 checks the last group.
@@ -947,6 +1116,17 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
                        dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, epoch << 1, c.timeout_ns));
     }
   }
+}
+
+// A warp moves a row of `nwords` 16-byte words in segments of at most kseg words per
+// lane: as few segments as kseg allows, with the words spread evenly over them (a
+// 14336-byte bf16 row at kseg 8: 4 segments of 7 words instead of 3 of 8 and one of
+// 4), or, with even false, full kseg-word segments and a short last one.
+void SplitRow(int64_t nwords, int kseg, bool even, int* seg_words, int* nseg) {
+  const int64_t per_lane = std::max<int64_t>(1, (nwords + 31) / 32);
+  const int64_t n = (per_lane + kseg - 1) / kseg;
+  *nseg = static_cast<int>(n);
+  *seg_words = even ? static_cast<int>((per_lane + n - 1) / n) : kseg;
 }
 
 }  // namespace
@@ -986,11 +1166,87 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
   // and up to how many received rows per block combine takes the one-pass path (0: never).
   if (const char* v = std::getenv("MORI_EP_COMBINE_ONEPASS_ROWS"))
     combine_onepass_rows_ = std::max(0, std::atoi(v));
+  // and whether the streaming combine replaces the tiled one (0: tiled),
+  if (const char* v = std::getenv("MORI_EP_COMBINE_STREAM")) combine_stream_ = std::atoi(v) != 0;
+  // its return warps per block (0: half the block) and groups per posted step (0: auto),
+  if (const char* v = std::getenv("MORI_EP_COMBINE_RETURN_WARPS"))
+    combine_return_warps_ = std::max(0, std::atoi(v));
+  if (const char* v = std::getenv("MORI_EP_COMBINE_STEP_GROUPS"))
+    combine_step_groups_ = std::max(0, std::atoi(v));
+  // whether combine's returned row segments spread a row's words evenly (SplitRow),
+  if (const char* v = std::getenv("MORI_EP_EVEN_SEG")) even_segments_ = std::atoi(v) != 0;
+  // and per-phase timestamps of the last calls (Timeline()).
+  if (const char* v = std::getenv("MORI_EP_TIMELINE"); v != nullptr && std::atoi(v) != 0) {
+    mori::cuda::ScopedDevice guard(device_);
+    MORI_CUDA_CHECK(cudaMalloc(&stamps_, 2 * kTimelineBlocks * kTimelineStamps * sizeof(uint64_t)));
+    MORI_CUDA_CHECK(
+        cudaMemset(stamps_, 0, 2 * kTimelineBlocks * kTimelineStamps * sizeof(uint64_t)));
+  }
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   MORI_CUDA_CHECK(cudaMemset(block_, 0, SignalBytes(layout_)));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   shmem::BarrierAll();
+}
+
+IntraNodeCuda::~IntraNodeCuda() {
+  if (stamps_ != nullptr) {
+    mori::cuda::ScopedDevice guard(device_);
+    cudaFree(stamps_);  // never throw from a destructor; a failure leaks a debug buffer
+  }
+}
+
+uint64_t* IntraNodeCuda::TimelineSlot(int kernel, int blocks, uintptr_t stream) {
+  if (stamps_ == nullptr) return nullptr;
+  uint64_t* slot = stamps_ + static_cast<size_t>(kernel) * kTimelineBlocks * kTimelineStamps;
+  MORI_CUDA_CHECK(cudaMemsetAsync(slot, 0, kTimelineBlocks * kTimelineStamps * sizeof(uint64_t),
+                                  reinterpret_cast<cudaStream_t>(stream)));
+  timeline_blocks_[kernel] = std::min(blocks, kTimelineBlocks);
+  return slot;
+}
+
+std::string IntraNodeCuda::Timeline() {
+  if (stamps_ == nullptr) return "";
+  mori::cuda::ScopedDevice guard(device_);
+  std::vector<uint64_t> h(2 * kTimelineBlocks * kTimelineStamps);
+  MORI_CUDA_CHECK(cudaDeviceSynchronize());
+  MORI_CUDA_CHECK(
+      cudaMemcpy(h.data(), stamps_, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  static const char* const kNames[2][kTimelineStamps] = {
+      {"start", "routed", "counts", "scanned", "rows", "quiet", "done", ""},
+      {"start", "returned", "first_reduce", "end", "", "", "", ""}};
+  std::string text;
+  uint64_t dispatch_end = 0;
+  for (int k = 0; k < 2; ++k) {
+    const uint64_t* base = h.data() + static_cast<size_t>(k) * kTimelineBlocks * kTimelineStamps;
+    const int blocks = timeline_blocks_[k];
+    uint64_t t0 = ~uint64_t{0};
+    for (int b = 0; b < blocks; ++b) {
+      if (base[b * kTimelineStamps] != 0) t0 = std::min(t0, base[b * kTimelineStamps]);
+    }
+    if (blocks == 0 || t0 == ~uint64_t{0}) continue;
+    text += StrCat(k == 0 ? "dispatch" : "combine", " (", blocks, " blocks; us from the first ",
+                   "block's start: min/median/max over blocks)");
+    if (k == 1 && dispatch_end != 0 && t0 > dispatch_end) {
+      text += StrCat(" starts ", (t0 - dispatch_end) / 1e3, " us after the dispatch's done");
+    }
+    text += "\n";
+    for (int j = 0; j < kTimelineStamps; ++j) {
+      std::vector<double> v;
+      for (int b = 0; b < blocks; ++b) {
+        const uint64_t x = base[b * kTimelineStamps + j];
+        if (x != 0) v.push_back((x - t0) / 1e3);
+      }
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      if (k == 0 && j == 6) dispatch_end = t0 + static_cast<uint64_t>(v.back() * 1e3);
+      char line[160];
+      std::snprintf(line, sizeof(line), "  %-13s %4zu blocks %8.1f %8.1f %8.1f\n", kNames[k][j],
+                    v.size(), v.front(), v[v.size() / 2], v.back());
+      text += line;
+    }
+  }
+  return text;
 }
 
 int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
@@ -1000,23 +1256,26 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
   if (cached == 0) {
     int per_sm = 0;
     const bool narrow = warps * 32 <= kNarrowThreads;
-    const void* kernel =
-        dispatch
-            ? (narrow ? (dispatch_seg_ == 4
+    auto occupancy = [&](const void* kernel) {
+      int n = 0;
+      MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, 0));
+      return n;
+    };
+    if (dispatch) {
+      per_sm = occupancy(!narrow ? reinterpret_cast<const void*>(DispatchKernel<kMaxThreads, 4>)
+                         : dispatch_seg_ == 4
                              ? reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 4>)
-                             : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8>))
-                      : reinterpret_cast<const void*>(DispatchKernel<kMaxThreads, 4>))
-            : (narrow ? reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, false>)
-                      : reinterpret_cast<const void*>(CombineKernel<kMaxThreads, false>));
-    MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, 0));
-    if (!dispatch) {  // either combine path may run on the grid: the smaller bound holds
-      int onepass_per_sm = 0;
-      const void* onepass = narrow
-                                ? reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, true>)
-                                : reinterpret_cast<const void*>(CombineKernel<kMaxThreads, true>);
-      MORI_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&onepass_per_sm, onepass, warps * 32, 0));
-      per_sm = std::min(per_sm, onepass_per_sm);
+                             : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8>));
+    } else if (narrow) {  // any combine path may run on the grid: the smallest bound holds
+      per_sm = std::min(
+          {occupancy(reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, kTiledPath>)),
+           occupancy(reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, kOnePassPath>)),
+           occupancy(reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, kStreamPath>))});
+    } else {
+      per_sm = std::min(
+          {occupancy(reinterpret_cast<const void*>(CombineKernel<kMaxThreads, kTiledPath>)),
+           occupancy(reinterpret_cast<const void*>(CombineKernel<kMaxThreads, kOnePassPath>)),
+           occupancy(reinterpret_cast<const void*>(CombineKernel<kMaxThreads, kStreamPath>))});
     }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
                warps, " warps per block on device ", device_);
@@ -1065,6 +1324,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.meta_staged = p.scale_bytes % 4 == 0 && aligned(p.scales, 4) &&
                   2 * shape_.top_k + p.scale_bytes / 4 + 1 <= 32 * kMetaWords;
   const auto s = reinterpret_cast<cudaStream_t>(stream);
+  p.stamps = TimelineSlot(0, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
   if (threads > kNarrowThreads) {
     DispatchKernel<kMaxThreads, 4><<<launch.block_num, threads, 0, s>>>(p);
@@ -1134,18 +1394,47 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   const bool onepass = combine_onepass_rows_ > 0 &&
                        num_tokens_ * shape_.world_size <=
                            static_cast<int64_t>(combine_onepass_rows_) * launch.block_num;
+  // The streaming path needs a return warp and a reducing one per block.
+  const int warps = launch.warp_per_block;
+  const bool stream_path = !onepass && combine_stream_ && warps >= 2;
+  p.ret_seg_words = 1;
+  p.nseg_ret = 1;
+  if (p.vec) {
+    SplitRow(row_bytes / 16,
+             warps * 32 <= kNarrowThreads ? kSegWords<kNarrowThreads> : kSegWords<kMaxThreads>,
+             even_segments_, &p.ret_seg_words, &p.nseg_ret);
+  }
+  p.return_warps =
+      std::clamp(combine_return_warps_ > 0 ? combine_return_warps_ : warps / 2, 1, warps - 1);
+  {
+    // Groups per posted step: about kStepItems (row, segment) items per return warp,
+    // counting a group as full (kCombineGroupTokens rows from every other pe).
+    constexpr int64_t kStepItems = 6;
+    const int64_t per_group = std::max<int64_t>(
+        1, int64_t{kCombineGroupTokens} * std::max(1, shape_.world_size - 1) * p.nseg_ret);
+    p.step_groups = combine_step_groups_ > 0
+                        ? combine_step_groups_
+                        : static_cast<int>(std::max<int64_t>(
+                              1, (kStepItems * p.return_warps + per_group - 1) / per_group));
+  }
   const auto s = reinterpret_cast<cudaStream_t>(stream);
+  p.stamps = TimelineSlot(1, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
+  const dim3 grid(launch.block_num);
   if (threads <= kNarrowThreads) {
     if (onepass) {
-      CombineKernel<kNarrowThreads, true><<<launch.block_num, threads, 0, s>>>(p);
+      CombineKernel<kNarrowThreads, kOnePassPath><<<grid, threads, 0, s>>>(p);
+    } else if (stream_path) {
+      CombineKernel<kNarrowThreads, kStreamPath><<<grid, threads, 0, s>>>(p);
     } else {
-      CombineKernel<kNarrowThreads, false><<<launch.block_num, threads, 0, s>>>(p);
+      CombineKernel<kNarrowThreads, kTiledPath><<<grid, threads, 0, s>>>(p);
     }
   } else if (onepass) {
-    CombineKernel<kMaxThreads, true><<<launch.block_num, threads, 0, s>>>(p);
+    CombineKernel<kMaxThreads, kOnePassPath><<<grid, threads, 0, s>>>(p);
+  } else if (stream_path) {
+    CombineKernel<kMaxThreads, kStreamPath><<<grid, threads, 0, s>>>(p);
   } else {
-    CombineKernel<kMaxThreads, false><<<launch.block_num, threads, 0, s>>>(p);
+    CombineKernel<kMaxThreads, kTiledPath><<<grid, threads, 0, s>>>(p);
   }
   MORI_CUDA_CHECK(cudaGetLastError());
   combine_pending_ = false;

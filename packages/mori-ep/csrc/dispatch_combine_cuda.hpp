@@ -28,6 +28,10 @@ struct LaunchShape {
 
 inline constexpr int kMaxCudaWorldSize = 8;
 inline constexpr int kMaxWarpsPerBlock = 32;
+// MORI_EP_TIMELINE=1: per-phase globaltimer stamps of the last dispatch and the last
+// combine, kTimelineStamps per block for the first kTimelineBlocks blocks (Timeline()).
+inline constexpr int kTimelineStamps = 8;
+inline constexpr int kTimelineBlocks = 1024;
 
 class IntraNodeCuda {
  public:
@@ -35,6 +39,9 @@ class IntraNodeCuda {
   // synchronises the device, then a heap barrier. `block` is this pe's address of
   // a symmetric block of MakeLayout(shape).total_bytes on CUDA device `device`.
   IntraNodeCuda(const EpShape& shape, void* block, int device, std::chrono::milliseconds timeout);
+  ~IntraNodeCuda();
+  IntraNodeCuda(const IntraNodeCuda&) = delete;
+  IntraNodeCuda& operator=(const IntraNodeCuda&) = delete;
 
   // Enqueues the dispatch kernel on `stream`. Expert ids are checked in the kernel:
   // an id outside [-1, num_experts) makes it post a rejection to every pe, print
@@ -57,9 +64,15 @@ class IntraNodeCuda {
   bool combine_pending() const { return combine_pending_; }
   // The largest grid of `warps` warps per block that stays resident, per kernel.
   int MaxResidentBlocks(bool dispatch, int warps);
+  // With MORI_EP_TIMELINE=1: the per-phase stamps of the last dispatch and combine
+  // kernels as text (synchronises the device); else "". A measurement aid.
+  std::string Timeline();
 
  private:
   LaunchShape Resolve(LaunchShape launch, bool dispatch);
+  // The stamp buffer of kernel 0 (dispatch) or 1 (combine), cleared on `stream`, or
+  // nullptr when the timeline is off.
+  uint64_t* TimelineSlot(int kernel, int blocks, uintptr_t stream);
 
   EpShape shape_;
   EpBufferLayout layout_;
@@ -70,6 +83,13 @@ class IntraNodeCuda {
   int dispatch_seg_ = 8;           // MORI_EP_DISPATCH_SEG
   bool combine_split_ = false;     // MORI_EP_COMBINE_SPLIT (off: BENCHMARKS.md)
   int combine_onepass_rows_ = 16;  // MORI_EP_COMBINE_ONEPASS_ROWS (rows per block; 0: off)
+  bool combine_stream_ = true;     // MORI_EP_COMBINE_STREAM (0: the tiled path)
+  int combine_return_warps_ = 0;   // MORI_EP_COMBINE_RETURN_WARPS (0: half the block)
+  int combine_step_groups_ = 0;    // MORI_EP_COMBINE_STEP_GROUPS (0: about 6 items per warp)
+  bool even_segments_ = true;      // MORI_EP_EVEN_SEG: combine's returned segments (0: full
+                                   // segments, a short last one)
+  uint64_t* stamps_ = nullptr;     // MORI_EP_TIMELINE: [2][kTimelineBlocks][kTimelineStamps]
+  int timeline_blocks_[2] = {};
   uint64_t timeout_ns_;
   shmem::DeviceContext ctx_;
   int max_blocks_[2][kMaxWarpsPerBlock + 1] = {};

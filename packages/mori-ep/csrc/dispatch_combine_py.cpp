@@ -193,6 +193,10 @@ void register_dispatch_combine(py::module_& m) {
       .def("max_resident_blocks", &IntraNodeCuda::MaxResidentBlocks, py::arg("dispatch"),
            py::arg("warps"),
            R"doc(Largest grid of ``warps`` warps per block kept resident (the launch clamp).)doc")
+      .def("timeline", &IntraNodeCuda::Timeline, py::call_guard<py::gil_scoped_release>(),
+           R"doc(Per-phase timestamps of the last dispatch and combine kernels as text, when the
+op was built with ``MORI_EP_TIMELINE=1`` in the environment (else ""); synchronises the
+device. A measurement aid.)doc")
       .def_property_readonly("num_tokens", &IntraNodeCuda::num_tokens)
       .def_property_readonly("epoch", &IntraNodeCuda::epoch)
       .def_property_readonly("combine_pending", &IntraNodeCuda::combine_pending);

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""EpDispatchCombineOp's CUDA kernels among real processes: world 1, world 2 with
-one process per GPU and with 2 processes on 1 GPU, bf16 and fp8, a CUDA graph.
-Combine has two paths (tiled, one-pass for few rows per block) that each rank picks
-for itself: by default the launch shapes and ragged token counts mix them across
-calls and ranks; test_two_gpus also forces each path on every call.
+"""EpDispatchCombineOp's CUDA kernels among real processes: world 1, one process per
+visible GPU (2, 4 or 8) and 2 processes on 1 GPU, bf16 and fp8, a CUDA graph.
+Combine has three paths (streaming, one-pass for few rows per block, and the tiled one
+it replaced) that each rank picks for itself: by default the launch shapes and ragged
+token counts mix one-pass and streaming (tiled where a block has one warp) across
+calls and ranks; test_one_process_per_gpu also forces each path on every call.
 
 Skipped without a CUDA GPU or a mori build without CUDA. Each scenario runs in
 fresh worker processes (tests/workers/ep_gpu_worker.py) with a bounded wall time.
@@ -64,13 +65,30 @@ def test_world_one():
     _run("random", "shared", 1, 8)
 
 
-# Combine's one-pass path: rows per block up to which a rank takes it ("0": never).
-@pytest.mark.parametrize("onepass_rows", [None, "0", "1000000"], ids=["mixed", "tiled", "onepass"])
-def test_two_gpus(onepass_rows):
-    if _gpus() < 2:
+# Combine's paths, forced on every call: one-pass up to MORI_EP_COMBINE_ONEPASS_ROWS rows
+# per block ("0": never), else streaming, or tiled with MORI_EP_COMBINE_STREAM=0 (the
+# tiled case also returns full-width segments and dispatch moves 4-word segments, the
+# streaming case posts one group per step).
+PATHS = {
+    "mixed": None,
+    "stream": {"MORI_EP_COMBINE_ONEPASS_ROWS": "0", "MORI_EP_COMBINE_STEP_GROUPS": "1"},
+    "onepass": {"MORI_EP_COMBINE_ONEPASS_ROWS": "1000000"},
+    "tiled": {
+        "MORI_EP_COMBINE_ONEPASS_ROWS": "0",
+        "MORI_EP_COMBINE_STREAM": "0",
+        "MORI_EP_DISPATCH_SEG": "4",
+        "MORI_EP_EVEN_SEG": "0",
+    },
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_one_process_per_gpu(path):
+    """World size = every visible GPU (2 here; 4 or 8 on the larger machines)."""
+    n = _gpus()
+    if n < 2:
         pytest.skip("needs 2 GPUs")
-    env = {"MORI_EP_COMBINE_ONEPASS_ROWS": onepass_rows} if onepass_rows else None
-    _run("random", "per_gpu", 2, 16, env=env)
+    _run("random", "per_gpu", n, 16, timeout_s=240 + 30 * n, env=PATHS[path])
 
 
 def test_two_processes_one_gpu():

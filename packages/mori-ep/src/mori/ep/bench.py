@@ -443,6 +443,10 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
             barrier()
             d_us, c_us = _time_pairs(timer, g_d.replay, g_c.replay, args.iters, args.reps, barrier)
             del g_d, g_c
+            timeline = getattr(op._impl, "timeline", None)
+            if rank == 0 and timeline is not None and os.environ.get("MORI_EP_TIMELINE"):
+                # The stamps of the last replayed pair (MORI_EP_TIMELINE=1, a measurement aid).
+                print(f"timeline, {n} tokens {dt} {blocks} blocks, rank 0:\n{timeline()}", end="")
         else:
             d_us, c_us = _time_pairs(
                 timer,
