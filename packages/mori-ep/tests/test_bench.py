@@ -68,6 +68,10 @@ def test_bench_smoke(tmp_path):
     data = json.loads(out.read_text())
     recs = data["records"]
     assert data["meta"]["world_size"] == 2
+    a2a = data["meta"]["a2a_reference"]  # the all_to_all_single bus-bandwidth reference
+    assert a2a["backend"] == ("nccl" if device == "cuda" else "gloo") and a2a["us"] > 0
+    assert a2a["busbw_gbps"] == pytest.approx(a2a["algbw_gbps"] / 2)
+    assert "all_to_all_single reference" in stdout
     for tokens in (0, 16):
         for dtype in ("bf16", "fp8"):
             case = [r for r in recs if r["tokens"] == tokens and r["dtype"] == dtype]

@@ -51,6 +51,10 @@ NO_MULTICAST_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 PEER_COPY_BYTES = 256 << 20
+# all_to_all_single reference: bytes each rank sends in one call (an equal share to
+# every rank), on GPUs over NCCL; on CPU over gloo, smaller (a check, not a number).
+A2A_BYTES_CUDA = 256 << 20
+A2A_BYTES_CPU = 8 << 20
 
 
 def _int_list(text: str) -> list[int]:
@@ -216,6 +220,38 @@ class _Timer:
             torch.cuda.synchronize()
 
 
+def _a2a_bus_bandwidth(args, world, device, timer, group, cuda) -> dict:
+    """all_to_all_single of equal shares, timed like the rest (median over trials,
+    slowest rank): algbw = bytes sent per rank / time, busbw = algbw x (W - 1) / W."""
+    import torch
+    import torch.distributed as dist
+
+    nbytes = (A2A_BYTES_CUDA if cuda else A2A_BYTES_CPU) // world * world
+    send = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    recv = torch.empty_like(send)
+    times = []
+    for i in range(max(5, args.iters // 2) + 2):
+        dist.barrier()
+        e0 = timer.mark()
+        dist.all_to_all_single(recv, send, group=group)
+        e1 = timer.mark()
+        timer.sync()
+        if i >= 2:  # two warm-up calls (connection set-up)
+            times.append(timer.elapsed_us(e0, e1))
+    mine = statistics.median(times)
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    us = max(every)
+    algbw = nbytes / us / 1e3
+    return {
+        "backend": "nccl" if cuda else "gloo",
+        "bytes": nbytes,
+        "us": us,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * (world - 1) / world,
+    }
+
+
 def _time_pairs(timer, dispatch_fn, combine_fn, iters, reps, barrier):
     """Median dispatch and combine times (us) over iters x reps back-to-back pairs,
     dropping the first pair of each trial (launch skew between ranks)."""
@@ -318,6 +354,10 @@ def worker(args: argparse.Namespace) -> None:
         barrier()
         del buf
 
+    a2a_ref = None
+    if world > 1 and not args.no_baseline:
+        a2a_ref = _a2a_bus_bandwidth(args, world, device, timer, a2a_group, cuda)
+
     ctx = SimpleNamespace(
         rank=rank,
         world=world,
@@ -362,6 +402,7 @@ def worker(args: argparse.Namespace) -> None:
             "iters": args.iters,
             "reps": args.reps,
             "peer_copy_gbps": peer_copy_gbps,
+            "a2a_reference": a2a_ref,
             "torch": torch.__version__,
         }
         _report(args, meta, [r for rs in gathered for r in rs])
@@ -573,6 +614,13 @@ def _report(args, meta, records) -> None:
         print(
             f"peer copy reference (copy engine, rank 0 -> rank 1, "
             f"{PEER_COPY_BYTES >> 20} MiB): {meta['peer_copy_gbps']:.1f} GB/s"
+        )
+    a2a = meta.get("a2a_reference")
+    if a2a:
+        print(
+            f"all_to_all_single reference ({a2a['backend']}, {a2a['bytes'] >> 20} MiB per rank, "
+            f"slowest rank's median {a2a['us']:.1f} us): algbw {a2a['algbw_gbps']:.1f} GB/s, "
+            f"busbw {a2a['busbw_gbps']:.1f} GB/s (nccl-tests' definitions)"
         )
     # Speed-up over the baseline, slowest rank of each.
     base = [r for r in records if r["impl"] != "mori"]
