@@ -2545,9 +2545,11 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
   p2p_->Submit(op == Op::kWrite, local.device_id, reinterpret_cast<char*>(local.addr),
                std::move(remote), reinterpret_cast<const P2pSpan*>(spans), n,
                [this, rid, conn, ring, uid, remote_mem, bytes](StatusCode c, std::string m) {
-                 CompletePart(rid, c, m);
+                 // Announced first: once the write's status completes, a pop at the target
+                 // finds it (when the ring took it; a TCP announcement follows shortly).
                  if (conn && c == StatusCode::SUCCESS)
                    NotifyP2pWrite(ring.get(), conn, uid, remote_mem, bytes);
+                 CompletePart(rid, c, m);
                });
   return state;
 }
@@ -2607,13 +2609,13 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
     bytes += s.size;
   }
   remote.reset();
-  CompletePart(rid, StatusCode::SUCCESS, {});
-  if (op == Op::kWrite) {
+  if (op == Op::kWrite) {  // announced before the status completes, as for P2P
     NotifyP2pWrite(
         ring.get(),
         pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()], uid,
         remote_mem, bytes);
   }
+  CompletePart(rid, StatusCode::SUCCESS, {});
   return state;
 }
 
