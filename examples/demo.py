@@ -204,7 +204,7 @@ def kv_worker(seed: int) -> None:
     import msgpack
 
     from mori.core.bootstrap import TcpBootstrap
-    from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc
+    from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, allocate_shared_host_memory
 
     b = TcpBootstrap.from_env()
     prefill = b.rank == 0
@@ -220,7 +220,9 @@ def kv_worker(seed: int) -> None:
     decode_kv = None if prefill else random.Random(seed + 1).randbytes(size)
     start = prefill_kv if prefill else decode_kv
     if gpu is None:
-        cache = bytearray(start)
+        # Shared host memory (a memfd): the peer maps it once and copies with memcpy.
+        cache = allocate_shared_host_memory(size)
+        cache[:] = start
         mem = eng.register_memory(ctypes.addressof(ctypes.c_char.from_buffer(cache)), size)
     else:
         import torch
@@ -246,7 +248,8 @@ def kv_worker(seed: int) -> None:
     mine = msgpack.packb([eng.get_engine_desc().pack(), mem.pack(), tables, uids])
     peer_desc, peer_mem, peer_tables, peer_uids = msgpack.unpackb(b.all_gather(mine)[1 - b.rank])
     eng.register_remote_engine(EngineDesc.unpack(peer_desc))
-    sess = eng.create_session(mem, MemoryDesc.unpack(peer_mem))
+    remote = MemoryDesc.unpack(peer_mem)
+    sess = eng.create_session(mem, remote)
     backend, reason = sess.backend()
 
     deadline = time.monotonic() + 30  # every wait below ends by then
@@ -287,6 +290,9 @@ def kv_worker(seed: int) -> None:
             if not st.Succeeded():
                 raise SystemExit(f"decode: prefill's write {uid} failed: {st.Message()}")
     unchanged = (snapshot() == prefill_kv) if prefill else True
+    if backend == "SHM":  # 1: the peer's cache was mapped here (memcpy), 0: CMA
+        mapped = eng._engine.shm_mapping_state(remote.engine_key, remote.id) == 1
+        reason += ", memcpy into the peer's mapped cache" if mapped else ", CMA copies"
     reports = b.all_gather(msgpack.packb([rows, unchanged, reason]))
     eng.close()
     if prefill:
