@@ -419,7 +419,7 @@ max_inbound_statuses cap dropped (oldest first).)doc")
                                "Host memory in a memfd that same-host mori-io peers can map.")
       .def(py::init([](uint64_t size) {
              auto b = std::make_unique<SharedHostBuffer>();
-             b->addr = AllocateSharedHost(size);
+             b->addr = AllocateSharedHost(size).addr;
              b->size = size;
              return b;
            }),

@@ -1788,20 +1788,15 @@ wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::
   const uint32_t slots = options_.notice_ring_slots;
   if (slots == 0) return wire::WireStatus::kNotShareable;
   const uint64_t bytes = NoticeRing::BytesFor(slots);
-  uintptr_t addr = 0;
+  SharedHostBlock b;
   try {
-    addr = AllocateSharedHost(bytes);
+    b = AllocateSharedHost(bytes);
   } catch (const std::exception& e) {
     MORI_LOG_WARN(kIo, "engine '", key_, "': no notice ring for '", initiator_key, "' (", e.what(),
                   "): its announcements come over TCP");
     return wire::WireStatus::kNotShareable;
   }
-  NoticeRing::Init(reinterpret_cast<void*>(addr), bytes, slots);
-  SharedHostBlock b;
-  if (!FindSharedHost(addr, bytes, &b)) {
-    FreeSharedHost(addr);
-    return wire::WireStatus::kNotShareable;
-  }
+  NoticeRing::Init(reinterpret_cast<void*>(b.addr), bytes, slots);
   ShmMapGrant g;
   g.pid = static_cast<int32_t>(::getpid());
   g.fd = b.fd;
@@ -1818,15 +1813,16 @@ wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::
     FreeSharedHost(it->second.addr);
     notice_rings_.erase(it);
   }
-  notice_rings_.emplace(initiator_key, GrantedRing{addr, slots, 0});
+  notice_rings_.emplace(initiator_key, GrantedRing{b.addr, slots, 0});
   return wire::WireStatus::kOk;
 }
 
 std::shared_ptr<ShmMapping> IoEngine::NoticeRingOf(const std::shared_ptr<Peer>& peer) {
   if (!options_.notice_ring) return nullptr;
+  // Every write asks: after the first, one acquire load and no lock.
+  if (peer->notice_state.load(std::memory_order_acquire) != 0) return peer->notice_ring;
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
-  if (peer->notice_state != 0) return peer->notice_ring;
-  peer->notice_state = -1;
+  if (peer->notice_state.load(std::memory_order_relaxed) != 0) return peer->notice_ring;
   std::string answer, error;
   StatusCode code = StatusCode::SUCCESS;
   wire::WireStatus status = wire::WireStatus::kOk;
@@ -1843,10 +1839,11 @@ std::shared_ptr<ShmMapping> IoEngine::NoticeRingOf(const std::shared_ptr<Peer>& 
   if (!m) {
     MORI_LOG_INFO(kIo, "engine '", key_, "': write announcements to '", peer->key,
                   "' go over TCP (no notice ring: ", error.empty() ? "not granted" : error, ")");
+    peer->notice_state.store(-1, std::memory_order_release);
     return nullptr;
   }
   peer->notice_ring = m;
-  peer->notice_state = 1;
+  peer->notice_state.store(1, std::memory_order_release);
   return m;
 }
 
@@ -1854,8 +1851,7 @@ int IoEngine::NoticeRingState(const std::string& remote_key) {
   if (!options_.notice_ring) return -1;
   std::shared_ptr<Peer> peer = FindPeer(remote_key);
   if (!peer) return 0;
-  std::lock_guard<std::mutex> lock(peer->p2p_mu);
-  return peer->notice_state;
+  return peer->notice_state.load(std::memory_order_acquire);
 }
 
 uint64_t IoEngine::inbound_evicted() {

@@ -130,10 +130,12 @@ struct Peer {
   std::mutex rdma_mu;
   bool rdma_connected = false;
   std::unordered_map<uint64_t, rdma::RegionKey> rdma_keys;
-  // The ring it granted for this engine's write announcements, mapped here (under
-  // p2p_mu); notice_state 0: not asked yet, 1: mapped, -1: none (TCP announcements).
+  // The ring it granted for this engine's write announcements, mapped here. Decided once
+  // under p2p_mu: notice_ring is set before notice_state leaves 0 (release) and never
+  // changes after, so writers read both without the lock. 0: not asked yet, 1: mapped,
+  // -1: none (TCP announcements).
   std::shared_ptr<ShmMapping> notice_ring;
-  int notice_state = 0;
+  std::atomic<int> notice_state{0};
 
   void MarkFailed(const std::string& reason);
   std::string FailReason();

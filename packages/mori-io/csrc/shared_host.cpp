@@ -51,7 +51,7 @@ std::map<uintptr_t, SharedHostBlock>& Registry() {
 }
 }  // namespace
 
-uintptr_t AllocateSharedHost(uint64_t size) {
+SharedHostBlock AllocateSharedHost(uint64_t size) {
   MORI_CHECK_ARG(size > 0, "allocate_shared_host_memory: size 0");
   int fd = static_cast<int>(::syscall(SYS_memfd_create, "mori-io-host", MFD_CLOEXEC));
   if (fd < 0) MORI_THROW(InternalError, "memfd_create: ", std::strerror(errno));
@@ -68,10 +68,10 @@ uintptr_t AllocateSharedHost(uint64_t size) {
     MORI_THROW(OutOfMemoryError, "shared host memory of ", size,
                " bytes: mmap: ", std::strerror(err));
   }
-  auto addr = reinterpret_cast<uintptr_t>(p);
+  const SharedHostBlock b{reinterpret_cast<uintptr_t>(p), size, fd};
   std::lock_guard<std::mutex> lock(RegistryMutex());
-  Registry()[addr] = SharedHostBlock{addr, size, fd};
-  return addr;
+  Registry()[b.addr] = b;
+  return b;
 }
 
 void FreeSharedHost(uintptr_t addr) {

@@ -19,13 +19,13 @@ namespace mori::io {
 int PidfdGetFd(int pid, int fd, std::string* error);
 
 // Process-wide registry of shared host allocations; they outlive engines.
-uintptr_t AllocateSharedHost(uint64_t size);  // throws OutOfMemoryError / InternalError
-void FreeSharedHost(uintptr_t addr);          // the address AllocateSharedHost returned
 struct SharedHostBlock {
   uintptr_t addr = 0;
   uint64_t size = 0;
   int fd = -1;
 };
+SharedHostBlock AllocateSharedHost(uint64_t size);  // throws OutOfMemoryError / InternalError
+void FreeSharedHost(uintptr_t addr);  // the address of a block AllocateSharedHost returned
 // The allocation that contains [addr, addr + size), if any.
 bool FindSharedHost(uintptr_t addr, uint64_t size, SharedHostBlock* out);
 

@@ -190,11 +190,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     auto it = regions_.find(mem_id);
     if (it == regions_.end())
       MORI_THROW(NotFoundError, "RDMA: memory id ", mem_id, " not registered");
-    uint64_t busy = it->second->inflight.load(std::memory_order_acquire);
-    if (busy != 0) {
-      MORI_THROW(InvalidStateError, "RDMA: memory id ", mem_id, " has ", busy,
-                 " transfer(s) in flight; deregister it after they finish");
-    }
+    CheckRegionIdle(mem_id, it->second->inflight.load(std::memory_order_acquire));
     rkeys_.erase(it->second->rkey);
     regions_.erase(it);
   }

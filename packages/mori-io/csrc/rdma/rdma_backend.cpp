@@ -65,6 +65,13 @@ int EffectivePostBatchSize(const RdmaBackendConfig& c) {
   return c.post_batch_size > 0 ? c.post_batch_size : std::min(32, c.max_send_wr);
 }
 
+void CheckRegionIdle(uint64_t mem_id, uint64_t busy) {
+  if (busy != 0) {
+    MORI_THROW(InvalidStateError, "RDMA: memory id ", mem_id, " has ", busy,
+               " transfer(s) in flight; deregister it after they finish");
+  }
+}
+
 #if !MORI_IO_WITH_RDMA
 
 RdmaProbe ProbeRdma() {
@@ -238,11 +245,7 @@ class RdmaBackendImpl final : public RdmaBackend {
     auto it = regions_.find(mem_id);
     if (it == regions_.end())
       MORI_THROW(NotFoundError, "RDMA: memory id ", mem_id, " not registered");
-    uint64_t busy = it->second->inflight.load(std::memory_order_acquire);
-    if (busy != 0) {
-      MORI_THROW(InvalidStateError, "RDMA: memory id ", mem_id, " has ", busy,
-                 " transfer(s) in flight; deregister it after they finish");
-    }
+    CheckRegionIdle(mem_id, it->second->inflight.load(std::memory_order_acquire));
     regions_.erase(it);  // ibv_dereg_mr once no transfer holds the registration
   }
 

@@ -67,6 +67,8 @@ struct RdmaBackendConfig {
 // Throws InvalidArgumentError naming the first bad field and its value.
 void ValidateRdmaBackendConfig(const RdmaBackendConfig& config);
 int EffectivePostBatchSize(const RdmaBackendConfig& config);
+// DeregisterRegion's refusal while `busy` transfers still use memory `mem_id`.
+void CheckRegionIdle(uint64_t mem_id, uint64_t busy);
 
 struct RdmaProbe {
   bool available = false;
