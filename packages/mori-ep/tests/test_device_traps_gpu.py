@@ -36,8 +36,10 @@ def _placement() -> str:
     return "per_gpu" if mc.build_info()["cuda_device_count"] >= 2 else "shared"
 
 
-def _outcomes(case: str) -> list[tuple[str, str]]:
-    results = launch_local([WORKER, case, _placement()], 2, timeout_s=120, env=ENV)
+def _outcomes(case: str, env: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    results = launch_local(
+        [WORKER, case, _placement()], 2, timeout_s=120, env={**ENV, **(env or {})}
+    )
     out = []
     for r in results:
         print(f"----- rank {r.rank} -----\n{r.output}")
@@ -47,8 +49,12 @@ def _outcomes(case: str) -> list[tuple[str, str]]:
     return out
 
 
-def test_bad_expert_id_traps_on_both_ranks_naming_it():
-    (o0, out0), (o1, out1) = _outcomes("bad_expert")
+# Both dispatch kernels check ids: the static one in every block, the dynamic one in
+# the block whose chunk holds the token.
+@pytest.mark.parametrize("kernel", ["static", "dynamic"])
+def test_bad_expert_id_traps_on_both_ranks_naming_it(kernel):
+    env = {"MORI_EP_DISPATCH_DYNAMIC": "1" if kernel == "dynamic" else "0"}
+    (o0, out0), (o1, out1) = _outcomes("bad_expert", env)
     assert o0.startswith("CUDA error") and o1.startswith("CUDA error"), (o0, o1)
     assert "expert id 8 out of range [-1, 8) at token 3 slot 2" in out0
     assert "dispatch rejected by rank 0" in out1

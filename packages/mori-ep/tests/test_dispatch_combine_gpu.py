@@ -62,20 +62,28 @@ def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 2
 
 def test_world_one():
     _gpus()
-    _run("random", "shared", 1, 8)
+    _run("random", "shared", 1, 8, env={"MORI_EP_DISPATCH_DYNAMIC_TOKENS": "32"})
 
 
 # Combine's paths, forced on every call: one-pass up to MORI_EP_COMBINE_ONEPASS_ROWS rows
 # per block ("0": never), else streaming, or tiled with MORI_EP_COMBINE_STREAM=0 (the
-# tiled case also returns full-width segments and dispatch moves 4-word segments, the
-# streaming case posts one group per step).
+# tiled case also returns full-width segments, and runs the static dispatch kernel
+# with 4-word segments; the streaming case posts one group per step). Dispatch's
+# kernels: dynamic item hand-out from MORI_EP_DISPATCH_DYNAMIC_TOKENS tokens up by
+# default, so "mixed" lowers that to mix both kernels over the ragged token counts;
+# MORI_EP_DISPATCH_DYNAMIC forces one.
 PATHS = {
-    "mixed": None,
-    "stream": {"MORI_EP_COMBINE_ONEPASS_ROWS": "0", "MORI_EP_COMBINE_STEP_GROUPS": "1"},
-    "onepass": {"MORI_EP_COMBINE_ONEPASS_ROWS": "1000000"},
+    "mixed": {"MORI_EP_DISPATCH_DYNAMIC_TOKENS": "32"},
+    "stream": {
+        "MORI_EP_COMBINE_ONEPASS_ROWS": "0",
+        "MORI_EP_COMBINE_STEP_GROUPS": "1",
+        "MORI_EP_DISPATCH_DYNAMIC": "1",
+    },
+    "onepass": {"MORI_EP_COMBINE_ONEPASS_ROWS": "1000000", "MORI_EP_DISPATCH_DYNAMIC": "1"},
     "tiled": {
         "MORI_EP_COMBINE_ONEPASS_ROWS": "0",
         "MORI_EP_COMBINE_STREAM": "0",
+        "MORI_EP_DISPATCH_DYNAMIC": "0",
         "MORI_EP_DISPATCH_SEG": "4",
         "MORI_EP_EVEN_SEG": "0",
     },
@@ -93,9 +101,9 @@ def test_one_process_per_gpu(path):
 
 def test_two_processes_one_gpu():
     _gpus()
-    _run("random", "shared", 2, 6)
+    _run("random", "shared", 2, 6, env={"MORI_EP_DISPATCH_DYNAMIC_TOKENS": "32"})
 
 
 def test_cuda_graph_replays():
     placement = "per_gpu" if _gpus() >= 2 else "shared"
-    _run("graph", placement, 2, 6)
+    _run("graph", placement, 2, 6, env={"MORI_EP_DISPATCH_DYNAMIC": "1"})
