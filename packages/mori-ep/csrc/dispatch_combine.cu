@@ -395,7 +395,8 @@ __device__ __forceinline__ void PutTokenSegment(const DispatchParams& p, int64_t
 }
 
 // Scratch of the dynamic dispatch kernel: private device memory of the pe (not
-// symmetric), zeroed once; words carry the epoch, so no launch clears them.
+// symmetric), zeroed once; words carry the epoch and the item counter is reset by the
+// kernel's last block, so no launch clears them.
 constexpr int kMaxBlocksPerSm = 32;  // the most resident blocks an SM takes (sm_90)
 struct ScratchOffsets {
   size_t block_counts = 0, chunk_ready, token_rows, work, total;
@@ -658,12 +659,12 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, Dis
   FinishDispatch(p, epoch, nullptr);
 }
 
-// The dynamic kernel (the default): each block routes only its chunk and publishes
-// its counts; block 0 sums them for the exchange, every block sums those of the
-// blocks before it; each block scans its chunk into token_rows; then, once every
-// chunk is scanned, warps take (token, segment) items from one grid-wide counter
-// until none is left, so blocks that get more NVLink bandwidth move more rows and
-// the grid finishes together.
+// The dynamic kernel (from MORI_EP_DISPATCH_DYNAMIC_TOKENS tokens up): each block
+// routes only its chunk and publishes its counts; block 0 sums them for the
+// exchange, every block sums those of the blocks before it; each block scans its
+// chunk into token_rows; then, once every chunk is scanned, warps take (token,
+// segment) items from one grid-wide counter until none is left, so blocks that get
+// more NVLink bandwidth move more rows and the grid finishes together.
 template <int kThreads, int kSeg>
 __global__ void __launch_bounds__(kThreads)
     DispatchDynamicKernel(DispatchParams p, DispatchScratch s) {
@@ -1163,6 +1164,42 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
   }
 }
 
+// The block's reduce: (token, segment) items of tokens [t_lo, t_hi) in order, taken
+// from the block's counter *next, each waiting (lane d for pe d) for its group's
+// words; a warp waits once per group.
+template <int kU>
+__device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t t_lo, int64_t t_hi,
+                                 int nseg_red, unsigned long long* next, bool first_item) {
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
+  const int64_t G = CombineGroups(c.max_tokens);
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
+  const int64_t red_items = (t_hi - t_lo) * nseg_red;
+  int64_t waited = -1;
+  for (;;) {
+    unsigned long long item = 0;
+    if (lane == 0) item = atomicAdd(next, 1ull);
+    item = __shfl_sync(kFull, item, 0);
+    if (static_cast<int64_t>(item) >= red_items) break;
+    const int64_t t = t_lo + static_cast<int64_t>(item) / nseg_red;
+    const int seg = static_cast<int>(static_cast<int64_t>(item) % nseg_red);
+    const int64_t g = t / kGroupTokens;
+    if (g != waited) {
+      for (int d = static_cast<int>(lane); d < W; d += 32) {
+        if (d == me) continue;
+        CheckCombineWord(c, d,
+                         dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
+      }
+      __syncwarp();
+      waited = g;
+      if (first_item) Stamp(p.stamps, 2, lane == 0);
+      first_item = false;
+    }
+    ReduceItem<kU>(p, t, seg, lane);
+  }
+}
+
 // The streaming path (the default with many rows per block). Block b owns a range of
 // token groups, the same on every pe with the same grid, so block b of each pe
 // returns what block b of the other reduces. Its first p.return_warps warps return
@@ -1262,31 +1299,8 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
   }
 
   // Reduce: (token, segment) items of range 1's tokens, in order, from s_next.
-  const int64_t t_lo = std::min(n, r1lo * kGroupTokens), t_hi = std::min(n, r1hi * kGroupTokens);
-  const int64_t red_items = (t_hi - t_lo) * nseg_red;
-  int64_t waited = -1;
-  bool first_item = warp == R;
-  for (;;) {
-    unsigned long long item = 0;
-    if (lane == 0) item = atomicAdd(&s_next, 1ull);
-    item = __shfl_sync(kFull, item, 0);
-    if (static_cast<int64_t>(item) >= red_items) break;
-    const int64_t t = t_lo + static_cast<int64_t>(item) / nseg_red;
-    const int seg = static_cast<int>(static_cast<int64_t>(item) % nseg_red);
-    const int64_t g = t / kGroupTokens;
-    if (g != waited) {
-      for (int d = static_cast<int>(lane); d < W; d += 32) {
-        if (d == me) continue;
-        CheckCombineWord(c, d,
-                         dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
-      }
-      __syncwarp();
-      waited = g;
-      if (first_item) Stamp(p.stamps, 2, lane == 0);
-      first_item = false;
-    }
-    ReduceItem<kU>(p, t, seg, lane);
-  }
+  ReduceTokenRange<kU>(p, epoch, std::min(n, r1lo * kGroupTokens), std::min(n, r1hi * kGroupTokens),
+                       nseg_red, &s_next, warp == R);
   if (p.stamps != nullptr) {
     __syncthreads();
     Stamp(p.stamps, 3);
@@ -1361,6 +1375,22 @@ const void* DispatchKernelFor(int threads, int kseg, bool dynamic) {
   }
   return dynamic ? reinterpret_cast<const void*>(DispatchDynamicKernel<kNarrowThreads, 8>)
                  : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8>);
+}
+
+// The combine kernel of `path` for a block of `threads`.
+const void* CombineKernelFor(int threads, int path) {
+  auto pick = [path](auto tiled, auto onepass, auto stream) {
+    return path == kOnePassPath  ? reinterpret_cast<const void*>(onepass)
+           : path == kStreamPath ? reinterpret_cast<const void*>(stream)
+                                 : reinterpret_cast<const void*>(tiled);
+  };
+  if (threads > kNarrowThreads) {
+    return pick(CombineKernel<kMaxThreads, kTiledPath>, CombineKernel<kMaxThreads, kOnePassPath>,
+                CombineKernel<kMaxThreads, kStreamPath>);
+  }
+  return pick(CombineKernel<kNarrowThreads, kTiledPath>,
+              CombineKernel<kNarrowThreads, kOnePassPath>,
+              CombineKernel<kNarrowThreads, kStreamPath>);
 }
 
 // A warp moves a row of `nwords` 16-byte words in segments of at most kseg words per
@@ -1523,16 +1553,12 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
       const int threads = !narrow ? kMaxThreads : kNarrowThreads, seg = !narrow ? 4 : dispatch_seg_;
       per_sm = std::min(occupancy(DispatchKernelFor(threads, seg, false)),
                         occupancy(DispatchKernelFor(threads, seg, true)));
-    } else if (narrow) {  // any combine path may run on the grid: the smallest bound holds
-      per_sm = std::min(
-          {occupancy(reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, kTiledPath>)),
-           occupancy(reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, kOnePassPath>)),
-           occupancy(reinterpret_cast<const void*>(CombineKernel<kNarrowThreads, kStreamPath>))});
-    } else {
-      per_sm = std::min(
-          {occupancy(reinterpret_cast<const void*>(CombineKernel<kMaxThreads, kTiledPath>)),
-           occupancy(reinterpret_cast<const void*>(CombineKernel<kMaxThreads, kOnePassPath>)),
-           occupancy(reinterpret_cast<const void*>(CombineKernel<kMaxThreads, kStreamPath>))});
+    } else {  // any combine path may run on the grid: the smallest bound holds
+      per_sm = occupancy(CombineKernelFor(narrow ? kNarrowThreads : kMaxThreads, kTiledPath));
+      for (int path : {kOnePassPath, kStreamPath}) {
+        per_sm = std::min(per_sm,
+                          occupancy(CombineKernelFor(narrow ? kNarrowThreads : kMaxThreads, path)));
+      }
     }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
                warps, " warps per block on device ", device_);
@@ -1661,6 +1687,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   // The streaming path needs a return warp and a reducing one per block.
   const int warps = launch.warp_per_block;
   const bool stream_path = !onepass && combine_stream_ && warps >= 2;
+  const int path = onepass ? kOnePassPath : stream_path ? kStreamPath : kTiledPath;
   p.ret_seg_words = 1;
   p.nseg_ret = 1;
   if (p.vec) {
@@ -1684,22 +1711,9 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   p.stamps = TimelineSlot(1, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
-  const dim3 grid(launch.block_num);
-  if (threads <= kNarrowThreads) {
-    if (onepass) {
-      CombineKernel<kNarrowThreads, kOnePassPath><<<grid, threads, 0, s>>>(p);
-    } else if (stream_path) {
-      CombineKernel<kNarrowThreads, kStreamPath><<<grid, threads, 0, s>>>(p);
-    } else {
-      CombineKernel<kNarrowThreads, kTiledPath><<<grid, threads, 0, s>>>(p);
-    }
-  } else if (onepass) {
-    CombineKernel<kMaxThreads, kOnePassPath><<<grid, threads, 0, s>>>(p);
-  } else if (stream_path) {
-    CombineKernel<kMaxThreads, kStreamPath><<<grid, threads, 0, s>>>(p);
-  } else {
-    CombineKernel<kMaxThreads, kTiledPath><<<grid, threads, 0, s>>>(p);
-  }
+  void* args[] = {&p};
+  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path), dim3(launch.block_num),
+                                   dim3(threads), args, 0, s));
   MORI_CUDA_CHECK(cudaGetLastError());
   combine_pending_ = false;
 }

@@ -5,7 +5,8 @@ visible GPU (2, 4 or 8) and 2 processes on 1 GPU, bf16 and fp8, a CUDA graph.
 Combine has three paths (streaming, one-pass for few rows per block, and the tiled one
 it replaced) that each rank picks for itself: by default the launch shapes and ragged
 token counts mix one-pass and streaming (tiled where a block has one warp) across
-calls and ranks; test_one_process_per_gpu also forces each path on every call.
+calls and ranks; test_one_process_per_gpu also forces each path on every call, and
+dispatch's two kernels likewise.
 
 Skipped without a CUDA GPU or a mori build without CUDA. Each scenario runs in
 fresh worker processes (tests/workers/ep_gpu_worker.py) with a bounded wall time.
