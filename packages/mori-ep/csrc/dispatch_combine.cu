@@ -995,6 +995,20 @@ __device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_
   }
 }
 
+// One warp waits (lane d for pe d) until every other pe's combine word of group g
+// carries this epoch, and traps on a rejection; the warp barrier extends what the
+// waiting lanes acquired to the whole warp.
+__device__ __forceinline__ void WaitGroupWords(const Common& c, uint64_t epoch, int64_t g,
+                                               unsigned lane) {
+  const int64_t G = CombineGroups(c.max_tokens);
+  const uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
+  for (int d = static_cast<int>(lane); d < c.world; d += 32) {
+    if (d == c.me) continue;
+    CheckCombineWord(c, d, dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
+  }
+  __syncwarp();
+}
+
 // The tiled path: each block walks tiles of token groups in increasing order,
 // returning tile j's rows, posting its groups' words, then reducing tile j - 1 once
 // the peers' words of it arrived, so reductions of early groups overlap the
@@ -1152,12 +1166,7 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
     const int seg = static_cast<int>(item % nseg_red);
     const int64_t g = t / kGroupTokens;
     if (g != waited) {
-      for (int d = static_cast<int>(lane); d < W; d += 32) {
-        if (d == me) continue;
-        CheckCombineWord(c, d,
-                         dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
-      }
-      __syncwarp();
+      WaitGroupWords(c, epoch, g, lane);
       waited = g;
     }
     ReduceItem<kU>(p, t, seg, lane);
@@ -1170,11 +1179,7 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
 template <int kU>
 __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t t_lo, int64_t t_hi,
                                  int nseg_red, unsigned long long* next, bool first_item) {
-  const Common& c = p.c;
-  const int W = c.world, me = c.me;
-  const int64_t G = CombineGroups(c.max_tokens);
   const unsigned lane = threadIdx.x & 31;
-  const uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
   const int64_t red_items = (t_hi - t_lo) * nseg_red;
   int64_t waited = -1;
   for (;;) {
@@ -1186,12 +1191,7 @@ __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t
     const int seg = static_cast<int>(static_cast<int64_t>(item) % nseg_red);
     const int64_t g = t / kGroupTokens;
     if (g != waited) {
-      for (int d = static_cast<int>(lane); d < W; d += 32) {
-        if (d == me) continue;
-        CheckCombineWord(c, d,
-                         dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
-      }
-      __syncwarp();
+      WaitGroupWords(p.c, epoch, g, lane);
       waited = g;
       if (first_item) Stamp(p.stamps, 2, lane == 0);
       first_item = false;
