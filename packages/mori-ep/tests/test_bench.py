@@ -82,6 +82,10 @@ def test_bench_smoke(tmp_path):
                 assert mori[rank]["recv_rows"] == base[rank]["recv_rows"]
                 assert base[rank]["matches_mori"]
                 assert mori[rank]["dispatch_us"] > 0 and mori[rank]["combine_us"] > 0
+                # Kernel times come from the profiler's CUDA records; none on CPU.
+                for key in ("dispatch_kernel_us", "combine_kernel_us"):
+                    k_us = mori[rank][key]
+                    assert (k_us is None) if device == "cpu" else (k_us > 0), (key, k_us)
             if tokens == 0:
                 assert all(r["recv_rows"] == 0 for r in case)
 

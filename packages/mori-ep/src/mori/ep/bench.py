@@ -10,8 +10,11 @@ Starts ``--world-size`` local processes (or runs as one rank under torchrun), on
 GPU. Per token count, dtype and block count it times mori's dispatch and combine,
 each captured in its own CUDA graph and replayed back to back (``--iters`` trials of
 ``--reps`` dispatch+combine pairs, CUDA events around every replay, median over all
-pairs but the first of each trial, which absorbs the ranks' launch skew). Baseline,
-in the same run: the same dispatch and combine written with
+pairs but the first of each trial, which absorbs the ranks' launch skew); those
+per-call figures include the gap between graph replays. A further ``--reps`` pairs
+run under the profiler for each kernel's own GPU time (``kern us``, median of the
+CUDA activity records, the way DeepEP measures its kernels). Baseline, in the same
+run: the same dispatch and combine written with
 ``torch.distributed.all_to_all_single`` over NCCL (permute rows by destination rank,
 exchange counts, all_to_all the rows and their metadata; combine sends the rows back
 and sums them per token in fp32), timed with CUDA events, eagerly (its split sizes
@@ -274,6 +277,32 @@ def _time_pairs(timer, dispatch_fn, combine_fn, iters, reps, barrier):
     return statistics.median(d_us), statistics.median(c_us)
 
 
+def _kernel_times(dispatch_fn, combine_fn, reps, barrier, timer):
+    """Median GPU durations (us) of the dispatch and of the combine kernel over ``reps``
+    back-to-back pairs, read from the profiler's CUDA activity records (CUPTI), as
+    DeepEP measures its kernels: kernel time only, without the launch gaps between
+    graph replays that the per-call event figures include. None for a kernel the
+    profiler did not record."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    timer.sync()
+    barrier()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            dispatch_fn()
+            combine_fn()
+        timer.sync()
+    found = {"Dispatch": [], "Combine": []}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA or "Reject" in e.name:
+            continue
+        for key, durations in found.items():
+            if f"{key}Kernel" in e.name or f"{key}DynamicKernel" in e.name:
+                durations.append(e.time_range.elapsed_us())
+    return tuple(statistics.median(v) if v else None for v in found.values())
+
+
 # ------------------------------------------------------------------ one rank
 def worker(args: argparse.Namespace) -> None:
     import torch
@@ -483,6 +512,7 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
             torch.cuda.synchronize()
             barrier()
             d_us, c_us = _time_pairs(timer, g_d.replay, g_c.replay, args.iters, args.reps, barrier)
+            kernel_us = _kernel_times(g_d.replay, g_c.replay, args.reps, barrier, timer)
             del g_d, g_c
             timeline = getattr(op._impl, "timeline", None)
             if rank == 0 and timeline is not None and os.environ.get("MORI_EP_TIMELINE"):
@@ -497,7 +527,10 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
                 1,
                 barrier,
             )
-        records.append(_record("mori", n, dt, blocks, rank, total, local_rows, vol, d_us, c_us))
+            kernel_us = (None, None)
+        rec = _record("mori", n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
+        rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+        records.append(rec)
     if args.no_baseline:
         return records
     state = {}
@@ -561,6 +594,10 @@ def _record(impl, n, dt, blocks, rank, total, local_rows, vol, d_us, c_us) -> di
     }
 
 
+def _or_dash(v):
+    return "-" if v is None else v
+
+
 def _report(args, meta, records) -> None:
     cuda = meta["device"] != "cpu"
     print(
@@ -579,9 +616,11 @@ def _report(args, meta, records) -> None:
         "disp us",
         "disp GB/s",
         "disp cross GB/s",
+        "disp kern us",
         "comb us",
         "comb GB/s",
         "comb cross GB/s",
+        "comb kern us",
     ]
     rows = []
     order = sorted(
@@ -600,15 +639,19 @@ def _report(args, meta, records) -> None:
                 r["dispatch_us"],
                 r["dispatch_gbps"],
                 r["dispatch_cross_gbps"],
+                _or_dash(r.get("dispatch_kernel_us")),
                 r["combine_us"],
                 r["combine_gbps"],
                 r["combine_cross_gbps"],
+                _or_dash(r.get("combine_kernel_us")),
             ]
         )
     print(_table(rows, headers))
     print(
         "GB/s: bytes received per rank incl. the copy to itself (MORI/DeepEP); cross: "
-        "cross-GPU (cross-rank) bytes only; combine counts the bf16 rows sent back"
+        "cross-GPU (cross-rank) bytes only; combine counts the bf16 rows sent back; "
+        "us: per call (CUDA events around each graph replay); kern us: the kernel's own "
+        "GPU time (profiler, median; as DeepEP measures)"
     )
     if meta["peer_copy_gbps"]:
         print(
