@@ -543,8 +543,8 @@ __device__ __forceinline__ uint64_t LoadRelaxed(const uint64_t* addr) {
 
 // One warp waits until words[i * kW + d] >= floor for every i in [0, n) and d in
 // [0, per): it polls them all with relaxed loads, every load of a round in flight at
-// once (an acquire load each would serialise them), then fences, so that what the
-// words' writers released is visible to every lane. With sum != nullptr, lane 0
+// once (an acquire load each would serialise them), then syncs the warp and fences,
+// so that what the words' writers released is visible to every lane. With sum != nullptr, lane 0
 // gets sum[d] = the sum of CountOf over i. Words are written by blocks of this grid
 // (on this GPU); a timeout traps naming `what`.
 __device__ void WaitGridWords(const Common& c, const uint64_t* words, unsigned n, int per,
@@ -575,6 +575,9 @@ __device__ void WaitGridWords(const Common& c, const uint64_t* words, unsigned n
       __trap();
     }
   }
+  // The warp barrier orders every lane after the lanes that saw each word; then the
+  // fence makes it an acquire for all (a vote alone orders no memory).
+  __syncwarp();
   __threadfence();
   if (sum == nullptr) return;
 #pragma unroll
