@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 
 import mori.core as mc
-from mori.core.launch import launch_local
+from mori.core.launch import NO_MULTICAST_ENV, launch_local
 
 torch = pytest.importorskip("torch")
 
 WORKER = str(Path(__file__).parent / "workers" / "shmem_gpu_worker.py")
-# NVLink multicast stays off on shared hosts.
-ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 
 
 def _gpus() -> int:
@@ -46,7 +40,7 @@ def _seed() -> int:
 
 
 def _run(mode: str, placement: str, world: int, *extra: str, timeout_s: float = 420):
-    env = dict(ENV)
+    env = dict(NO_MULTICAST_ENV)
     env["MORI_LOG_LEVEL_SHMEM"] = "info"
     results = launch_local(
         [WORKER, mode, placement, str(_seed()), *extra], world, timeout_s=timeout_s, env=env

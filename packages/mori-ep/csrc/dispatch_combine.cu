@@ -587,6 +587,17 @@ __device__ void WaitGridWords(const Common& c, const uint64_t* words, unsigned n
   }
 }
 
+// This block's chunk [lo, hi) of n tokens: ceil(n / blocks) each, in block order (the
+// last blocks' chunks short or empty).
+struct TokenRange {
+  int64_t lo, hi;
+};
+__device__ __forceinline__ TokenRange BlockChunk(int64_t n) {
+  const int64_t chunk = (n + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = std::min<int64_t>(chunk * blockIdx.x, n);
+  return {lo, std::min<int64_t>(lo + chunk, n)};
+}
+
 // The static kernel (MORI_EP_DISPATCH_DYNAMIC=0): every block routes every token to
 // count those before its chunk, then scans and moves its own chunk.
 template <int kThreads, int kSeg>
@@ -606,9 +617,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, Dis
 
   // 1. Count: all tokens, and those before this block's chunk.
   const int64_t n = p.num_tokens;
-  const int64_t chunk = (n + gridDim.x - 1) / gridDim.x;
-  const int64_t lo = std::min<int64_t>(chunk * blockIdx.x, n);
-  const int64_t hi = std::min<int64_t>(lo + chunk, n);
+  const auto [lo, hi] = BlockChunk(n);
   Stamp(p.stamps, 0);
   uint32_t total[kW] = {}, before[kW] = {};
   for (int64_t t = tid; t < n; t += nthreads) {
@@ -685,9 +694,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // 1. Route this block's chunk, count per pe, publish the counts.
   const int64_t n = p.num_tokens;
-  const int64_t chunk = (n + gridDim.x - 1) / gridDim.x;
-  const int64_t lo = std::min<int64_t>(chunk * blockIdx.x, n);
-  const int64_t hi = std::min<int64_t>(lo + chunk, n);
+  const auto [lo, hi] = BlockChunk(n);
   Stamp(p.stamps, 0);
   uint32_t first_mask = 0;  // token lo + tid's pes: the scan's first tile reuses it
   uint32_t count[kW] = {};
@@ -1473,9 +1480,9 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
   // The dynamic dispatch's scratch, for every grid that can be resident (at most
   // kMaxBlocksPerSm blocks per SM).
   scratch_blocks_ = sm_count_ * kMaxBlocksPerSm;
-  scratch_bytes_ = ScratchOffsets(scratch_blocks_, shape_.max_tokens).total;
-  MORI_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
-  MORI_CUDA_CHECK(cudaMemset(scratch_, 0, scratch_bytes_));
+  const size_t scratch_bytes = ScratchOffsets(scratch_blocks_, shape_.max_tokens).total;
+  MORI_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes));
+  MORI_CUDA_CHECK(cudaMemset(scratch_, 0, scratch_bytes));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   shmem::BarrierAll();
 }

@@ -92,9 +92,8 @@ class IntraNodeCuda {
                                         // from dispatch_dynamic_tokens_ tokens up)
   int dispatch_dynamic_tokens_ = 1024;  // MORI_EP_DISPATCH_DYNAMIC_TOKENS
   char* scratch_ = nullptr;             // the dynamic dispatch's private scratch (device memory)
-  size_t scratch_bytes_ = 0;
-  int scratch_blocks_ = 0;      // the largest grid the scratch serves
-  uint64_t* stamps_ = nullptr;  // MORI_EP_TIMELINE: [2][kTimelineBlocks][kTimelineStamps]
+  int scratch_blocks_ = 0;              // the largest grid the scratch serves
+  uint64_t* stamps_ = nullptr;          // MORI_EP_TIMELINE: [2][kTimelineBlocks][kTimelineStamps]
   int timeline_blocks_[2] = {};
   uint64_t timeout_ns_;
   shmem::DeviceContext ctx_;

@@ -13,8 +13,7 @@ import sys
 
 import pytest
 
-from mori.core.launch import launch_local
-from mori.ep.bench import NO_MULTICAST_ENV
+from mori.core.launch import NO_MULTICAST_ENV, launch_local
 
 torch = pytest.importorskip("torch")
 

@@ -17,33 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import mori.core as mc
-from mori.core.launch import launch_local
-
-torch = pytest.importorskip("torch")
+from mori.core.launch import NO_MULTICAST_ENV, launch_local
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_gpu_worker.py")
-# NVLink multicast stays off on shared hosts.
-ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-
-
-def _gpus() -> int:
-    import mori.ep
-
-    if not mc.build_info().get("with_cuda"):
-        pytest.skip("libmori_core was built without CUDA")
-    if not mori.ep._C.with_cuda:
-        pytest.skip("mori.ep was built without CUDA kernels")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU visible to torch")
-    n = mc.build_info().get("cuda_device_count", 0)
-    if n == 0:
-        pytest.skip(f"no CUDA device: {mc.build_info().get('cuda_unavailable_reason')}")
-    return n
 
 
 def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 240, env=None):
@@ -53,7 +29,7 @@ def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 2
         [WORKER, mode, placement, str(seed), str(iters)],
         world,
         timeout_s=timeout_s,
-        env={**ENV, **(env or {})},
+        env={**NO_MULTICAST_ENV, **(env or {})},
     )
     for r in results:
         print(f"----- rank {r.rank} -----\n{r.output}")
@@ -61,8 +37,7 @@ def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 2
     return results
 
 
-def test_world_one():
-    _gpus()
+def test_world_one(cuda_gpus):
     _run("random", "shared", 1, 8, env={"MORI_EP_DISPATCH_DYNAMIC_TOKENS": "32"})
 
 
@@ -92,9 +67,9 @@ PATHS = {
 
 
 @pytest.mark.parametrize("path", list(PATHS))
-def test_one_process_per_gpu(path):
+def test_one_process_per_gpu(path, cuda_gpus):
     """World size = every visible GPU (2 here; 4 or 8 on the larger machines)."""
-    n = _gpus()
+    n = cuda_gpus
     if n < 2:
         pytest.skip("needs 2 GPUs")
     # The default ("mixed") path takes 50 calls per dtype with fresh inputs, to catch
@@ -103,11 +78,10 @@ def test_one_process_per_gpu(path):
     _run("random", "per_gpu", n, iters, timeout_s=240 + 30 * n, env=PATHS[path])
 
 
-def test_two_processes_one_gpu():
-    _gpus()
+def test_two_processes_one_gpu(cuda_gpus):
     _run("random", "shared", 2, 6, env={"MORI_EP_DISPATCH_DYNAMIC_TOKENS": "32"})
 
 
-def test_cuda_graph_replays():
-    placement = "per_gpu" if _gpus() >= 2 else "shared"
+def test_cuda_graph_replays(cuda_gpus):
+    placement = "per_gpu" if cuda_gpus >= 2 else "shared"
     _run("graph", placement, 2, 6, env={"MORI_EP_DISPATCH_DYNAMIC": "1"})

@@ -12,24 +12,19 @@ mode:      random   bf16 and fp8 ops, every routing kind in turn (-1 slots, zero
 Prints "rank N ok" last; any failed check raises (non-zero exit).
 """
 
-import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, start_gpu_rank
 
 from mori.core import shmem
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 mode, placement, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 iters = int(sys.argv[4]) if len(sys.argv) > 4 else 8
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dev = 0 if placement == "shared" else rank
-torch.cuda.set_device(dev)
-dist.init_process_group("gloo", init_method="env://")
-shmem.init(device=dev, heap_size="512M", timeout_s=120)
+rank, world, dev = start_gpu_rank(placement, "512M", 120)
 
 HIDDEN, M, EPR, K = 1024, 64, 8, 6
 E = EPR * world

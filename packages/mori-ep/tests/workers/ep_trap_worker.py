@@ -18,17 +18,13 @@ import time
 
 import torch
 import torch.distributed as dist
+from ep_reference import start_gpu_rank
 
 import mori.core as mc
-from mori.core import shmem
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 case, placement = sys.argv[1], sys.argv[2]
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dev = 0 if placement == "shared" else rank
-torch.cuda.set_device(dev)
-dist.init_process_group("gloo", init_method="env://")
-shmem.init(device=dev, heap_size="256M", timeout_s=60)
+rank, world, dev = start_gpu_rank(placement, "256M", 60)
 
 HIDDEN, M, EPR, K = 1024, 32, 4, 4
 E = EPR * world

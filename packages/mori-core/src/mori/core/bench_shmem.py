@@ -23,12 +23,9 @@ import statistics
 import sys
 import time
 
+from mori.core.launch import NO_MULTICAST_ENV
+
 NVLINK_SPEC_GBPS = 450.0  # H100/H200 NVLink 4, 18 links: 450 GB/s per direction
-NO_MULTICAST_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 
 
 def _size(text: str) -> int:

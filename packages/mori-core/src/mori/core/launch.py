@@ -18,6 +18,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+# NVLink multicast stays off on shared hosts (it can take every GPU of the host out of
+# service): the environment the benches and GPU tests give their workers.
+NO_MULTICAST_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
 
 @dataclass
 class WorkerResult:

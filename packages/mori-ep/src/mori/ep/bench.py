@@ -48,11 +48,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-NO_MULTICAST_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
+from mori.core.launch import NO_MULTICAST_ENV
+
 PEER_COPY_BYTES = 256 << 20
 # all_to_all_single reference: bytes each rank sends in one call (an equal share to
 # every rank), on GPUs over NCCL; on CPU over gloo, smaller (a check, not a number).
