@@ -71,7 +71,10 @@ enum class WireStatus : uint8_t {
   kOk = 0,
   kUnknownMemory = 1,  // mem_id not registered with the target (or deregistered)
   kOutOfBounds = 2,    // [offset, offset+length) not inside the registered region
-  kNotHostMemory = 3,  // the region is GPU memory: not served over TCP yet
+  kNotHostMemory = 3,  // GPU memory this path cannot move: SHM (CMA, shared mappings) moves
+                       // host memory only; TCP stages GPU memory through pinned buffers
+                       // (gpu_staging.hpp) but refuses where this build has no CUDA or no
+                       // visible GPU, or a part exceeds kMaxStagedPart
   kNoShm = 4,          // an SHM request to an engine without the SHM backend
   kCopyFailed = 5,     // kShmWriteDone: the initiator's CMA copy failed
   kNoP2p = 6,          // a P2P request to an engine without the P2P backend

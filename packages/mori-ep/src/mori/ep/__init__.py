@@ -2,9 +2,10 @@
 # Copyright (c) 2026 The mori authors
 """mori.ep: MoE expert-parallel dispatch and combine.
 
-MORI's dispatch/combine API (:class:`EpDispatchCombineOp`), with the intra-node
-protocol implemented on CPU over mori.core's host symmetric heap (CUDA kernels
-follow), and the routing layout step (:func:`get_dispatch_layout`) on CPU and CUDA.
+MORI's dispatch/combine API (:class:`EpDispatchCombineOp`) with the intra-node
+protocol implemented twice: on CPU over mori.core's host symmetric heap, and as CUDA
+kernels (sm_90, NVLink P2P) over a CUDA heap when the package is built with CUDA;
+and the routing layout step (:func:`get_dispatch_layout`) on CPU and CUDA.
 """
 
 from __future__ import annotations

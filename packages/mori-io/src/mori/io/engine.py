@@ -1,6 +1,12 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""IOEngine: MORI's mori.io API over the native engine (TCP and SHM backends, host memory)."""
+"""IOEngine: MORI's mori.io API over the native engine.
+
+Backends: TCP (any two hosts; GPU memory staged through pinned host buffers), SHM (same
+host, host memory: CMA, or memcpy into shared host memory), P2P (same host, GPU memory,
+CUDA IPC) and RDMA (ibverbs; tested only against an in-process loopback double). Regions
+may be host or GPU memory; the backend is chosen per (local, remote) region pair.
+"""
 
 from __future__ import annotations
 
