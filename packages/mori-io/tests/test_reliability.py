@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""Point 7 of the engine's contract: a live but stuck peer (SIGSTOP, or a socket that
+"""The engine's failure contract (README, "Failure behaviour"): a live but stuck peer (SIGSTOP, or a socket that
 never reads) fails its transfers within transfer_timeout_ms while the engine serves
 others; deregistering memory that transfers still use is refused; unpopped inbound
 statuses stay bounded."""
@@ -98,7 +98,7 @@ def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
     st = eng.write(mem, 0, omem, 0, MIB, eng.allocate_transfer_uid())
     assert st.WaitFor(10000) and st.Succeeded(), st.Message()
     assert reads.InProgress(), "the stopped peer answered"
-    # Memory a transfer still uses cannot be withdrawn (item 2 of point 7).
+    # Memory a transfer still uses cannot be withdrawn.
     with pytest.raises(mc.InvalidStateError, match=r"has 1 transfer\(s\) in flight"):
         eng.deregister_memory(mem)
 
