@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""The engine's failure contract (README, "Failure behaviour"): a live but stuck peer (SIGSTOP, or a socket that
-never reads) fails its transfers within transfer_timeout_ms while the engine serves
+"""The engine's failure contract (README, "Failure behaviour"): a live but stuck peer
+(SIGSTOP, or a socket that never reads) fails its transfers within transfer_timeout_ms while the engine serves
 others; deregistering memory that transfers still use is refused; unpopped inbound
 statuses stay bounded."""
 
