@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """The benchmark and its native baseline run end to end at tiny sizes (so they cannot
-rot), and batch offsets given as numpy arrays move the same bytes as lists."""
+rot), its presets are MORI's regimes, and batch offsets given as numpy arrays move the
+same bytes as lists."""
 
 import json
 import random
@@ -13,7 +14,7 @@ import pytest
 
 import mori.core
 from mori.io import _C, BackendType, IOEngine, TcpBackendConfig
-from mori.io.bench import parse_args, sizes_of
+from mori.io.bench import expand_preset, parse_args, sizes_of
 
 
 def test_raw_socket_stream_moves_every_byte():
@@ -23,13 +24,61 @@ def test_raw_socket_stream_moves_every_byte():
         assert r["seconds"] > 0 and r["sender_cpu_s"] >= 0 and r["receiver_cpu_s"] >= 0
 
 
-def test_presets_set_defaults_and_flags_win():
-    a = parse_args(["--preset", "hi-iops"])
-    assert (a.buffer_size, a.transfer_batch_size, a.num_worker_threads) == (512, 256, 8)
-    assert a.disable_chunking and a.enable_batch_transfer and a.enable_sess
-    a = parse_args(["--preset", "mw-chunkoff", "--num-worker-threads", "1"])
-    assert a.num_worker_threads == 1 and a.num_qp_per_transfer == 4
-    assert sizes_of(a) == [1 << k for k in range(10, 25)]
+# MORI's profile-guided hot-path change ran its benchmark with these argument vectors
+# (written from that change's description, not from bench.py).
+_COMMON = ["--op-type", "write", "--enable-sess", "--enable-batch-transfer"]
+MORI_REGIMES = {
+    "mw-chunkoff": _COMMON + ["--disable-chunking", "--transfer-batch-size", "64", "--all",
+                              "--sweep-start-size", "1K", "--sweep-max-size", "16M",
+                              "--iters", "128", "--num-worker-threads", "2",
+                              "--num-qp-per-transfer", "4"],
+    "mw-chunkon": _COMMON + ["--transfer-batch-size", "64", "--all", "--sweep-start-size",
+                             "1K", "--sweep-max-size", "16M", "--iters", "256",
+                             "--num-worker-threads", "4", "--num-qp-per-transfer", "4"],
+    "hi-iops": _COMMON + ["--disable-chunking", "--buffer-size", "512",
+                          "--transfer-batch-size", "256", "--iters", "512",
+                          "--num-worker-threads", "8", "--num-qp-per-transfer", "8",
+                          "--num-initiator-dev", "8", "--num-target-dev", "8"],
+}  # fmt: skip
+
+
+def _options(argv: list[str]) -> dict[str, str | bool]:
+    """{flag: value, or True for a switch}: an argument vector without its order."""
+    out, i = {}, 0
+    while i < len(argv):
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out[argv[i]], i = argv[i + 1], i + 2
+        else:
+            out[argv[i]], i = True, i + 1
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(MORI_REGIMES))
+def test_presets_are_moris_argument_vectors(name):
+    expanded = expand_preset(name)
+    assert _options(expanded) == _options(MORI_REGIMES[name])
+    assert len(expanded) == len(MORI_REGIMES[name])  # no flag given twice
+    # The preset parses to exactly what MORI's command line parses to.
+    assert vars(parse_args(["--preset", name])) == {
+        **vars(parse_args(MORI_REGIMES[name])),
+        "preset": name,
+    }
+    if "--all" in MORI_REGIMES[name]:
+        assert sizes_of(parse_args(["--preset", name])) == [1 << k for k in range(10, 25)]
+
+
+def test_command_line_flags_override_a_preset():
+    a = parse_args(["--preset", "mw-chunkon", "--num-worker-threads", "1", "--iters", "7"])
+    assert (a.num_worker_threads, a.iters) == (1, 7)
+    assert (a.num_qp_per_transfer, a.transfer_batch_size) == (4, 64)
+    assert a.enable_batch_transfer and a.enable_sess and not a.disable_chunking
+    # Wherever the flag stands relative to --preset.
+    a = parse_args(["--buffer-size", "4K", "--preset", "hi-iops", "--num-target-dev", "2"])
+    assert (a.buffer_size, a.num_target_dev, a.num_initiator_dev) == (4096, 2, 8)
+    assert (a.transfer_batch_size, a.iters) == (256, 512)
+    # Switches a preset leaves off are still the command line's to set.
+    assert parse_args(["--preset", "mw-chunkon", "--disable-chunking"]).disable_chunking
+    assert parse_args(["--chunk-bytes", "64K"]).chunk_size == 64 << 10  # MORI's name
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@
                             [--transfer-batch-size 1] [--enable-batch-transfer]
                             [--enable-sess] [--num-qp-per-transfer 2]
                             [--num-worker-threads 1] [--disable-chunking]
+                            [--num-initiator-dev 1] [--num-target-dev 1]
                             [--all --sweep-start-size 1K --sweep-max-size 16M]
                             [--iters 128] [--reps 1] [--preset mw-chunkoff|mw-chunkon|hi-iops]
                             [--json PATH] [--plot out.png]
@@ -33,6 +34,9 @@ initiator's process (``mori.io._C.cuda_peer_copy_seconds``): ``RawBW`` streams t
 iterations' copies with one synchronisation at the end, ``RawAckBW`` synchronises after
 each iteration, as the engine's loop waits for its statuses (what ``cudaMemcpyPeer``,
 the synchronous call, does per copy). ``%Ack`` is AvgBW / RawAckBW.
+
+``--preset`` runs one of MORI's three regimes for CPU-overhead changes (``PRESETS``
+holds their argument vectors); flags given beside it win over the preset's values.
 """
 
 from __future__ import annotations
@@ -47,20 +51,22 @@ import struct
 import sys
 import time
 
-PRESETS = {
-    # MORI's three regimes for judging CPU-overhead changes.
-    "mw-chunkoff": dict(
-        num_worker_threads=2, num_qp_per_transfer=4, disable_chunking=True, all=True,
-        sweep_start_size=1 << 10, sweep_max_size=16 << 20,
-    ),
-    "mw-chunkon": dict(
-        num_worker_threads=4, num_qp_per_transfer=4, disable_chunking=False, all=True,
-        sweep_start_size=1 << 10, sweep_max_size=16 << 20,
-    ),
-    "hi-iops": dict(
-        buffer_size=512, transfer_batch_size=256, num_worker_threads=8, num_qp_per_transfer=8,
-        disable_chunking=True, enable_batch_transfer=True, enable_sess=True,
-    ),
+_MORI_COMMON = ["--op-type", "write", "--enable-sess", "--enable-batch-transfer"]
+_SWEEP_1K_16M = ["--all", "--sweep-start-size", "1K", "--sweep-max-size", "16M"]
+PRESETS: dict[str, list[str]] = {
+    # MORI's three regimes for judging CPU-overhead changes, as the argument vectors its
+    # profile-guided hot-path change ran its benchmark with. They go before the command
+    # line, so a flag given there wins over the preset's value.
+    "mw-chunkoff": [*_MORI_COMMON, "--disable-chunking", "--transfer-batch-size", "64",
+                    *_SWEEP_1K_16M, "--iters", "128",
+                    "--num-worker-threads", "2", "--num-qp-per-transfer", "4"],
+    "mw-chunkon": [*_MORI_COMMON, "--transfer-batch-size", "64",
+                   *_SWEEP_1K_16M, "--iters", "256",
+                   "--num-worker-threads", "4", "--num-qp-per-transfer", "4"],
+    "hi-iops": [*_MORI_COMMON, "--disable-chunking", "--buffer-size", "512",
+                "--transfer-batch-size", "256", "--iters", "512",
+                "--num-worker-threads", "8", "--num-qp-per-transfer", "8",
+                "--num-initiator-dev", "8", "--num-target-dev", "8"],
 }  # fmt: skip
 
 CHILD_ENV = "MORI_IO_BENCH_CHILD"
@@ -87,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="MORI's regimes (flags still win)")
+    p.add_argument(
+        "--preset", choices=sorted(PRESETS),
+        help="MORI's regimes: their arguments are read before the command line's, so a "
+        "flag given there still wins",
+    )  # fmt: skip
     p.add_argument(
         "--backend", default="tcp", choices=["tcp", "shm", "p2p", "xgmi"],
         help="tcp, shm (same host, CMA) or p2p (alias xgmi: same host, GPU memory, CUDA "
@@ -98,10 +108,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-batch-size", type=int, default=1, help="transfers per iteration")
     p.add_argument("--enable-batch-transfer", action="store_true", help="one batch call")
     p.add_argument("--enable-sess", action="store_true", help="transfer through a session")
-    p.add_argument("--num-qp-per-transfer", type=int, default=2, help="TCP connections")
-    p.add_argument("--num-worker-threads", type=int, default=1, help="epoll reactors")
-    p.add_argument("--disable-chunking", action="store_true")
-    p.add_argument("--chunk-size", type=_size, default=1 << 20)
+    p.add_argument(
+        "--num-qp-per-transfer", type=int, default=2,
+        help="MORI: RDMA queue pairs per transfer; here the TCP backend's connections per "
+        "peer (shm and p2p copy without them: p2p's streams are --p2p-num-streams)",
+    )  # fmt: skip
+    p.add_argument(
+        "--num-worker-threads", type=int, default=1,
+        help="MORI: the RDMA backend's worker threads; here the TCP backend's epoll "
+        "reactors (shm and p2p copy without them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--disable-chunking", action="store_true",
+        help="one part per transfer (TCP: chunking splits transfers into --chunk-size parts)",
+    )  # fmt: skip
+    p.add_argument(
+        "--chunk-size", "--chunk-bytes", dest="chunk_size", type=_size, default=1 << 20,
+        help="bytes per part when chunking (--chunk-bytes: MORI's name)",
+    )  # fmt: skip
     p.add_argument("--sock-buf-bytes", type=_size, default=0, help="0: kernel autotuning")
     p.add_argument(
         "--num-initiator-dev", type=int, default=1,
@@ -145,10 +169,9 @@ def _is_p2p(args) -> bool:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     pre, _ = parser.parse_known_args(argv)
-    if pre.preset:
-        parser.set_defaults(**PRESETS[pre.preset])
-    args = parser.parse_args(argv)
+    args = parser.parse_args(expand_preset(pre.preset) + argv)
     if args.transfer_batch_size < 1 or args.iters < 1 or args.reps < 1:
         parser.error("--transfer-batch-size, --iters and --reps must be >= 1")
     if args.num_initiator_dev < 1 or args.num_target_dev < 1:
@@ -157,6 +180,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             f"{args.num_target_dev}: each must be >= 1"
         )
     return args
+
+
+def expand_preset(name: str | None) -> list[str]:
+    """The arguments preset ``name`` stands for (none for None); they are parsed before
+    the command line, so an explicit flag overrides the preset's value."""
+    return list(PRESETS[name]) if name else []
 
 
 def sizes_of(args) -> list[int]:
@@ -573,6 +602,7 @@ def report(args, rows: list[dict]) -> None:
             "benchmark": "mori.io.bench",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "config": vars(args),
+            "preset_argv": expand_preset(args.preset),
             "machine": m,
             "rows": rows,
         }
