@@ -4,6 +4,7 @@
 #include "baseline_py.hpp"
 
 #include "cma_copy.hpp"
+#include "gpu_copy_baseline.hpp"
 #include "socket_baseline.hpp"
 
 namespace py = pybind11;
@@ -45,6 +46,17 @@ that stalls for 10 s raises TransportError.)doc");
       py::arg("size"), py::arg("count"),
       R"doc(``count`` memcpy calls of ``size`` bytes between two buffers of this process
 (pages touched first): the SHM backend's limit. Returns {seconds, bytes}.)doc");
+
+  m.def("cuda_copy_seconds", &CudaCopySeconds, py::arg("src_dev"), py::arg("dst_dev"),
+        py::arg("size"), py::arg("batch"), py::arg("iters"), py::arg("sync_each"),
+        py::arg("per_transfer") = false, py::call_guard<py::gil_scoped_release>(),
+        R"doc(Seconds for ``iters`` rounds moving ``batch`` x ``size`` bytes from GPU
+``src_dev`` to GPU ``dst_dev``: the P2P backend's limit. The same GPU on both sides is
+a same-device cudaMemcpyAsync (device to device), two GPUs cudaMemcpyPeerAsync with
+peer access enabled. A round is one copy of the contiguous batch, or ``batch`` copies
+of ``size`` bytes with ``per_transfer`` (the runtime's call rate, not the GPU's
+bandwidth, at small sizes). ``sync_each``: synchronise after every round, else once at
+the end. Releases the GIL; NotSupportedError in a build without CUDA.)doc");
 }
 
 }  // namespace mori::io

@@ -397,12 +397,6 @@ max_inbound_statuses cap dropped (oldest first).)doc")
       py::arg("remote_rdma") = false,
       R"doc(The engine's per-pair backend choice as a pure function: (name, reason).)doc");
 
-  m.def("cuda_peer_copy_seconds", &CudaPeerCopySeconds, py::arg("src_dev"), py::arg("dst_dev"),
-        py::arg("size"), py::arg("batch"), py::arg("iters"), py::arg("sync_each"),
-        py::call_guard<py::gil_scoped_release>(),
-        "Seconds for `iters` rounds of `batch` cudaMemcpyPeerAsync copies of `size` bytes "
-        "(the P2P benchmark's reference).");
-
   // Shared host memory (memfd): same-host peers map a region inside it and copy with
   // memcpy instead of CMA. Freed when the last Python reference goes.
   struct SharedHostBuffer {

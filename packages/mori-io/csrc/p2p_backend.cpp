@@ -51,9 +51,6 @@ void P2pBackend::Submit(bool, int, char*, std::shared_ptr<P2pMapping>, const P2p
                         P2pDone done) {
   done(StatusCode::ERR_BAD_STATE, "P2P backend: " + Unavailable());
 }
-double CudaPeerCopySeconds(int, int, uint64_t, int, int, bool) {
-  MORI_THROW(NotSupportedError, "peer copy baseline: ", P2pBackend::Unavailable());
-}
 
 #else
 
@@ -615,57 +612,6 @@ void P2pBackend::Submit(bool write, int device, char* local_base,
     wake = impl_->sleeping;
   }
   if (wake) impl_->q_cv.notify_one();
-}
-
-double CudaPeerCopySeconds(int src_dev, int dst_dev, uint64_t size, int batch, int iters,
-                           bool sync_each) {
-  MORI_CHECK_ARG(size > 0 && batch > 0 && iters > 0, "peer copy: size ", size, ", batch ", batch,
-                 ", iters ", iters);
-  BoundDevice scope(src_dev);
-  if (src_dev != dst_dev) {
-    // Without peer access the runtime stages peer copies through host memory.
-    for (auto [from, to] : {std::pair{src_dev, dst_dev}, std::pair{dst_dev, src_dev}}) {
-      BoundDevice b(from);
-      cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) {
-        (void)cudaGetLastError();
-      } else {
-        MORI_CUDA_CHECK(e);
-      }
-    }
-  }
-  void* src = nullptr;
-  void* dst = nullptr;
-  const size_t bytes = size * static_cast<size_t>(batch);
-  MORI_CUDA_CHECK(cudaMalloc(&src, bytes));
-  {
-    BoundDevice d(dst_dev);
-    MORI_CUDA_CHECK(cudaMalloc(&dst, bytes));
-  }
-  cudaStream_t s;
-  MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  auto one = [&] {
-    for (int j = 0; j < batch; ++j) {
-      MORI_CUDA_CHECK(cudaMemcpyPeerAsync(static_cast<char*>(dst) + j * size, dst_dev,
-                                          static_cast<char*>(src) + j * size, src_dev, size, s));
-    }
-  };
-  for (int i = 0; i < 4; ++i) one();
-  MORI_CUDA_CHECK(cudaStreamSynchronize(s));
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) {
-    one();
-    if (sync_each) MORI_CUDA_CHECK(cudaStreamSynchronize(s));
-  }
-  MORI_CUDA_CHECK(cudaStreamSynchronize(s));
-  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  (void)cudaStreamDestroy(s);
-  (void)cudaFree(src);
-  {
-    BoundDevice d(dst_dev);
-    (void)cudaFree(dst);
-  }
-  return sec;
 }
 
 #endif  // MORI_IO_WITH_CUDA

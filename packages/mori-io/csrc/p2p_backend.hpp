@@ -109,10 +109,4 @@ class P2pBackend {
   std::unique_ptr<Impl> impl_;
 };
 
-// The physical reference of the P2P benchmark: `iters` rounds of `batch`
-// cudaMemcpyPeerAsync calls of `size` bytes from src_dev to dst_dev on one stream,
-// synchronising after every round (sync_each) or once at the end; total seconds.
-double CudaPeerCopySeconds(int src_dev, int dst_dev, uint64_t size, int batch, int iters,
-                           bool sync_each);
-
 }  // namespace mori::io

@@ -161,6 +161,15 @@ def raw_socket_stream(
     msg_size: int, count: int, ack_each: bool = False, sock_buf_bytes: int = 0
 ) -> dict[str, float]: ...
 def memcpy_stream(size: int, count: int) -> dict[str, float]: ...
+def cuda_copy_seconds(
+    src_dev: int,
+    dst_dev: int,
+    size: int,
+    batch: int,
+    iters: int,
+    sync_each: bool,
+    per_transfer: bool = False,
+) -> float: ...
 def choose_backend(
     local_host_id: str,
     remote_host_id: str,
@@ -176,9 +185,6 @@ def choose_backend(
     local_rdma: bool = False,
     remote_rdma: bool = False,
 ) -> tuple[str, str]: ...
-def cuda_peer_copy_seconds(
-    src_dev: int, dst_dev: int, size: int, batch: int, iters: int, sync_each: bool
-) -> float: ...
 def pack_p2p_export(
     kind: int,
     pid: int,

@@ -29,11 +29,15 @@ acknowledged write). ``%Raw`` is AvgBW / RawBW. With ``--backend shm`` the limit
 a native memcpy of the same size in one process (``mori.io._C.memcpy_stream``):
 ``RawBW`` is then that memcpy bandwidth and ``RawAckBW`` is not measured. With
 ``--backend p2p`` (GPU memory; the initiator on GPU 0, the target on GPU 1 when there
-is one) the limit is native ``cudaMemcpyPeerAsync`` between the same two GPUs in the
-initiator's process (``mori.io._C.cuda_peer_copy_seconds``): ``RawBW`` streams the
-iterations' copies with one synchronisation at the end, ``RawAckBW`` synchronises after
-each iteration, as the engine's loop waits for its statuses (what ``cudaMemcpyPeer``,
-the synchronous call, does per copy). ``%Ack`` is AvgBW / RawAckBW.
+is one) the limit is a native copy of each iteration's bytes, as one copy, between the
+first lane's two GPUs in the initiator's process (``mori.io._C.cuda_copy_seconds``):
+``cudaMemcpyPeerAsync`` when they are two GPUs, a same-device ``cudaMemcpyAsync``
+(device to device) when both engines are on one GPU, where no peer link is involved.
+The table's RawBW header names which. ``RawBW`` streams the iterations' copies with
+one synchronisation at the end, ``RawAckBW`` synchronises after each iteration, as the
+engine's loop waits for its statuses. ``%Ack`` is AvgBW / RawAckBW. The JSON rows also
+hold ``raw_per_copy_bw``: one copy call per transfer, the runtime's call rate at small
+sizes rather than a limit.
 
 ``--preset`` runs one of MORI's three regimes for CPU-overhead changes (``PRESETS``
 holds their argument vectors); flags given beside it win over the preset's values.
@@ -50,6 +54,7 @@ import statistics
 import struct
 import sys
 import time
+from typing import NamedTuple
 
 _MORI_COMMON = ["--op-type", "write", "--enable-sess", "--enable-batch-transfer"]
 _SWEEP_1K_16M = ["--all", "--sweep-start-size", "1K", "--sweep-max-size", "16M"]
@@ -332,16 +337,72 @@ def _memcpy(size: int, count: int) -> float:
     return r["bytes"] / r["seconds"] / 1e9
 
 
-def _peer_copy(size: int, batch: int, iters: int, src_dev, dst_dev) -> tuple[float, float]:
-    """(streamed GB/s, GB/s synchronising after each iteration) of native
-    cudaMemcpyPeerAsync copies of ``batch`` x ``size`` bytes from src_dev to dst_dev."""
-    from mori.io import _C
+class Baseline(NamedTuple):
+    """The limit a run is judged by: ``kind`` for programs, ``label`` for the table
+    header and the plot, ``detail`` for the line printed above the table."""
 
-    count = max(iters, (256 << 20) // (size * batch))
-    s, d = src_dev.index, dst_dev.index
-    streamed = _C.cuda_peer_copy_seconds(s, d, size, batch, count, False)
-    synced = _C.cuda_peer_copy_seconds(s, d, size, batch, iters, True)
-    return size * batch * count / streamed / 1e9, size * batch * iters / synced / 1e9
+    kind: str
+    label: str
+    detail: str
+
+
+def baseline_of(backend: str, src_gpu: int | None = None, dst_gpu: int | None = None) -> Baseline:
+    """The limit of ``backend``; for p2p (alias xgmi) that of a copy from GPU ``src_gpu``
+    to GPU ``dst_gpu``. Both on one GPU, no peer link is involved: the limit is a
+    same-device copy, and a peer-copy label would compare unlike things."""
+    if backend in ("p2p", "xgmi"):
+        if src_gpu == dst_gpu:
+            return Baseline(
+                "same_device_copy", "same-device D2D copy",
+                f"cudaMemcpyAsync device to device on cuda:{src_gpu} (initiator and target "
+                "buffers on one GPU)",
+            )  # fmt: skip
+        return Baseline(
+            "peer_copy", "cudaMemcpyPeerAsync",
+            f"cudaMemcpyPeerAsync cuda:{src_gpu} -> cuda:{dst_gpu}, peer access enabled",
+        )  # fmt: skip
+    if backend == "shm":
+        return Baseline("memcpy", "memcpy", "memcpy between two buffers of one process")
+    return Baseline(
+        "tcp_stream", "loopback TCP stream",
+        "blocking send/recv over a loopback TCP connection between two native threads",
+    )  # fmt: skip
+
+
+def p2p_copy_pair(op_type: str, n_init: int, ngpu: int) -> tuple[int, int]:
+    """(source GPU, destination GPU) of the first lane's transfers, whose copy is the P2P
+    run's limit: the initiator's first buffer is on cuda:0, the target's on
+    cuda:(n_init % ngpu) (run_worker's placement); writes move initiator -> target."""
+    initiator, target = 0, n_init % ngpu
+    return (initiator, target) if op_type == "write" else (target, initiator)
+
+
+def gpu_copy_limit(
+    size: int, batch: int, iters: int, src_gpu: int, dst_gpu: int, copy_seconds=None
+) -> dict[str, float]:
+    """The P2P limit in GB/s, measured with native copies from ``src_gpu`` to ``dst_gpu``
+    (``copy_seconds``: ``mori.io._C.cuda_copy_seconds`` unless given).
+
+    Each round moves the iteration's ``batch`` x ``size`` bytes as one copy (the
+    transfers cover one contiguous range): ``raw_bw`` streams the rounds with one
+    synchronisation at the end, ``raw_ack_bw`` synchronises after each, as the engine's
+    loop waits for its statuses. With ``batch`` > 1, ``raw_per_copy_bw`` issues one
+    copy per transfer instead: at small sizes that times the runtime's cost per call
+    (a few microseconds), not the GPU, which is why it is no limit for a batch kernel."""
+    if copy_seconds is None:
+        from mori.io import _C
+
+        copy_seconds = _C.cuda_copy_seconds
+    total = size * batch
+    count = max(iters, (256 << 20) // total)
+    out = {
+        "raw_bw": total * count / copy_seconds(src_gpu, dst_gpu, size, batch, count, False, False),
+        "raw_ack_bw": total * iters / copy_seconds(src_gpu, dst_gpu, size, batch, iters, True, False),
+    }  # fmt: skip
+    if batch > 1:
+        sec = copy_seconds(src_gpu, dst_gpu, size, batch, iters, False, True)
+        out["raw_per_copy_bw"] = total * iters / sec
+    return {k: v / 1e9 for k, v in out.items()}
 
 
 def run_worker(args) -> list[dict] | None:
@@ -361,6 +422,7 @@ def run_worker(args) -> list[dict] | None:
     n_init, n_target = args.num_initiator_dev, args.num_target_dev
     nbuf = n_init if rank == 0 else n_target
     bufs, mems = [], []
+    baseline = baseline_of(args.backend)  # p2p: replaced once the GPUs are known
     if _is_p2p(args):
         import torch
 
@@ -368,7 +430,8 @@ def run_worker(args) -> list[dict] | None:
         # Initiator on cuda:0..N-1, target on the next M GPUs (modulo the count).
         first = 0 if rank == 0 else n_init
         devs = [torch.device("cuda", (first + i) % ngpu) for i in range(nbuf)]
-        gpus = [torch.device("cuda", 0), torch.device("cuda", n_init % ngpu)]
+        copy_pair = p2p_copy_pair(args.op_type, n_init, ngpu)
+        baseline = baseline_of(args.backend, *copy_pair)
         torch.cuda.set_device(devs[0])
         for d in devs:
             bufs.append(torch.full((max(sizes) * batch,), 0xFF, dtype=torch.uint8, device=d))
@@ -379,7 +442,8 @@ def run_worker(args) -> list[dict] | None:
         for _ in range(nbuf):
             n = max(sizes) * batch
             if args.host_alloc == "shared":
-                bufs.append(allocate_shared_host_memory(n))
+                # A numpy view of it (zero-copy): the bench fills and checks with numpy.
+                bufs.append(np.asarray(allocate_shared_host_memory(n)))
             else:
                 bufs.append(np.zeros(n, np.uint8))
             bufs[-1].fill(0xFF)  # pages touched before the first transfer
@@ -456,7 +520,7 @@ def run_worker(args) -> list[dict] | None:
                 "cpu_us_target": cpu_target / n * 1e6,
             }
             if not args.no_baseline and _is_p2p(args):
-                rep["raw_bw"], rep["raw_ack_bw"] = _peer_copy(size, batch, args.iters, *gpus)
+                rep.update(gpu_copy_limit(size, batch, args.iters, *copy_pair))
                 rep["pct_raw"] = 100.0 * rep["avg_bw"] / rep["raw_bw"]
             elif not args.no_baseline and args.backend == "shm":
                 count = min(max(n, (256 << 20) // size), 200_000)
@@ -489,6 +553,9 @@ def run_worker(args) -> list[dict] | None:
                 vals = [r[k] for r in reps]
                 row[k] = statistics.fmean(vals)
                 row[k + "_sd"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            if "raw_bw" in row:
+                row["baseline"], row["baseline_kind"] = baseline.label, baseline.kind
+                row["baseline_detail"] = baseline.detail
             rows.append(row)
     bs.barrier()
     if os.environ.get("MORI_TELEMETRY"):
@@ -531,6 +598,8 @@ def format_table(rows: list[dict], reps: int) -> str:
     from tabulate import tabulate
 
     cols = [c for c in COLUMNS if rows and c[1] in rows[0]]
+    label = rows[0].get("baseline") if rows else None
+    headers = [f"{h} [{label}]" if key == "raw_bw" and label else h for h, key, _ in cols]
     body = []
     for r in rows:
         line = []
@@ -545,7 +614,7 @@ def format_table(rows: list[dict], reps: int) -> str:
             else:
                 line.append(f"{v:{fmt}}")
         body.append(line)
-    return tabulate(body, headers=[c[0] for c in cols], tablefmt="github", disable_numparse=True)
+    return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def describe(args) -> str:
@@ -573,14 +642,15 @@ def write_plot(rows: list[dict], path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.errorbar(x, [r["avg_bw"] for r in rows], yerr=[r["avg_bw_sd"] for r in rows],
                 marker="o", label="mori.io AvgBW")  # fmt: skip
+    what = f" ({rows[0]['baseline']})" if rows[0].get("baseline") else ""
     if "raw_bw" in rows[0]:
-        ax.plot(x, [r["raw_bw"] for r in rows], "k--", label="RawBW: limit, streamed (same run)")
+        ax.plot(x, [r["raw_bw"] for r in rows], "k--", label=f"RawBW{what}: limit, streamed")
     if "raw_ack_bw" in rows[0]:
         ax.plot(
             x,
             [r["raw_ack_bw"] for r in rows],
             "k:",
-            label="RawAckBW: limit, one wait per iteration",
+            label=f"RawAckBW{what}: limit, one wait per iteration",
         )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes per iteration")
@@ -596,6 +666,8 @@ def report(args, rows: list[dict]) -> None:
     m = machine()
     print(describe(args))
     print(f"machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}")
+    if rows and rows[0].get("baseline"):
+        print(f"RawBW: {rows[0]['baseline']}: {rows[0]['baseline_detail']}")
     print(format_table(rows, args.reps))
     if args.json:
         doc = {
