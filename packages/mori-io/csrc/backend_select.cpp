@@ -53,9 +53,26 @@ BackendChoice ChooseBackend(const BackendChoiceInput& in) {
   if (!in.local_shm) return other("this engine has no SHM backend");
   if (!in.remote_shm) return other("the remote engine has no SHM backend");
   if (!in.cma_ok) return other("CMA not permitted: " + in.cma_reason);
-  return {BackendType::kShm, in.override_choice == BackendOverride::kShm
-                                 ? "SHM forced; same host, host memory, CMA permitted"
-                                 : "same host, host memory on both sides, CMA permitted"};
+  std::string reason = in.override_choice == BackendOverride::kShm ? "SHM forced; SHM: " : "SHM: ";
+  switch (in.shm_path) {
+    case ShmPath::kMapped:
+      reason +=
+          "mapped memcpy (the target region lies in the target's shared host memory, a memfd "
+          "mapped into this process)";
+      break;
+    case ShmPath::kCma:
+      reason += "CMA process_vm_readv/writev (same host, host memory on both sides; " +
+                (in.shm_path_why.empty() ? std::string("the target region is not mapped here")
+                                         : in.shm_path_why) +
+                ")";
+      break;
+    case ShmPath::kUndecided:
+      reason +=
+          "same host, host memory on both sides, CMA permitted (per region: mapped memcpy "
+          "where the target region lies in its shared host memory, else CMA)";
+      break;
+  }
+  return {BackendType::kShm, reason};
 }
 
 std::string LocalHostIdentity() {

@@ -18,6 +18,12 @@ enum class BackendOverride { kAuto, kTcp, kShm };
 // Parses "", "auto", "tcp", "shm" (any case); throws InvalidArgumentError otherwise.
 BackendOverride ParseBackendOverride(const std::string& text);
 
+// Which SHM copy moves the bytes of one pair of regions: a plain memcpy into the
+// target's region mapped here (it lies in the target's shared host memory), or CMA
+// (process_vm_readv/writev) for any other host memory. Undecided where no remote
+// region is named (the per-peer choice made at connect).
+enum class ShmPath { kUndecided, kCma, kMapped };
+
 // Everything the choice for one (local memory, remote memory) pair depends on. The
 // caller gathers it; ChooseBackend is a pure function of it.
 struct BackendChoiceInput {
@@ -34,6 +40,8 @@ struct BackendChoiceInput {
   bool cma_ok = true;        // CMA permitted for this pair (probe, or first use)
   std::string cma_reason;    // why not, when !cma_ok
   BackendOverride override_choice = BackendOverride::kAuto;
+  ShmPath shm_path = ShmPath::kUndecided;
+  std::string shm_path_why;  // with kCma: why the region is not mapped
 };
 
 struct BackendChoice {
@@ -45,7 +53,8 @@ struct BackendChoice {
 // host + host memory on both sides -> SHM (when both engines created it and CMA works
 // for the pair); otherwise RDMA when both engines created it (a NIC on each side),
 // else TCP. An override of TCP always holds; an override of SHM holds only where SHM
-// can work and otherwise falls back, saying why.
+// can work and otherwise falls back, saying why. An SHM reason names the copy that
+// moves the bytes (shm_path) and why.
 BackendChoice ChooseBackend(const BackendChoiceInput& in);
 
 // "<hostname>/<boot_id>/<pid namespace>": two processes with equal identities run on

@@ -196,7 +196,7 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           py::arg("backend"))
       .def(
           "backend_for",
-          [](IoEngine& e, MemoryLocationType local_loc, const std::string& key,
+          [](IoEngine& e, MemoryLocationType local_loc, const std::string& key, uint64_t remote_mem,
              MemoryLocationType remote_loc) {
             BackendChoice c;
             {
@@ -373,7 +373,7 @@ max_inbound_statuses cap dropped (oldest first).)doc")
          MemoryLocationType local_loc, MemoryLocationType remote_loc, bool local_shm,
          bool remote_shm, bool cma_ok, const std::string& cma_reason,
          const std::string& override_text, bool local_p2p, bool remote_p2p, bool local_rdma,
-         bool remote_rdma) {
+         bool remote_rdma, const std::string& shm_path, const std::string& shm_path_why) {
         BackendChoiceInput in;
         in.local_host_id = local_host_id;
         in.remote_host_id = remote_host_id;
@@ -388,43 +388,25 @@ max_inbound_statuses cap dropped (oldest first).)doc")
         in.remote_p2p = remote_p2p;
         in.local_rdma = local_rdma;
         in.remote_rdma = remote_rdma;
+        if (shm_path == "cma") {
+          in.shm_path = ShmPath::kCma;
+        } else if (shm_path == "mapped") {
+          in.shm_path = ShmPath::kMapped;
+        } else {
+          MORI_CHECK_ARG(shm_path.empty(), "shm_path '", shm_path,
+                         "' is not one of '', 'cma', 'mapped'");
+        }
+        in.shm_path_why = shm_path_why;
         return ChoiceTuple(ChooseBackend(in));
       },
       py::arg("local_host_id"), py::arg("remote_host_id"), py::arg("local_loc"),
       py::arg("remote_loc"), py::arg("local_shm"), py::arg("remote_shm"), py::arg("cma_ok") = true,
       py::arg("cma_reason") = std::string(), py::arg("override") = std::string(),
       py::arg("local_p2p") = false, py::arg("remote_p2p") = false, py::arg("local_rdma") = false,
-      py::arg("remote_rdma") = false,
-      R"doc(The engine's per-pair backend choice as a pure function: (name, reason).)doc");
-
-  // Shared host memory (memfd): same-host peers map a region inside it and copy with
-  // memcpy instead of CMA. Freed when the last Python reference goes.
-  struct SharedHostBuffer {
-    uintptr_t addr = 0;
-    uint64_t size = 0;
-    SharedHostBuffer() = default;
-    SharedHostBuffer(const SharedHostBuffer&) = delete;
-    SharedHostBuffer& operator=(const SharedHostBuffer&) = delete;
-    ~SharedHostBuffer() {
-      if (addr != 0) FreeSharedHost(addr);
-    }
-  };
-  py::class_<SharedHostBuffer>(m, "SharedHostBuffer", py::buffer_protocol(),
-                               "Host memory in a memfd that same-host mori-io peers can map.")
-      .def(py::init([](uint64_t size) {
-             auto b = std::make_unique<SharedHostBuffer>();
-             b->addr = AllocateSharedHost(size).addr;
-             b->size = size;
-             return b;
-           }),
-           py::arg("size"))
-      .def_property_readonly("address", [](const SharedHostBuffer& b) { return b.addr; })
-      .def_property_readonly("size", [](const SharedHostBuffer& b) { return b.size; })
-      .def_buffer([](SharedHostBuffer& b) {
-        return py::buffer_info(reinterpret_cast<void*>(b.addr), 1,
-                               py::format_descriptor<uint8_t>::format(), 1,
-                               {static_cast<py::ssize_t>(b.size)}, {py::ssize_t{1}});
-      });
+      py::arg("remote_rdma") = false, py::arg("shm_path") = std::string(),
+      py::arg("shm_path_why") = std::string(),
+      R"doc(The engine's per-pair backend choice as a pure function: (name, reason).
+``shm_path``: "" (no region named), "cma" or "mapped" (the SHM copy a region pair takes).)doc");
 
   // The P2P export's wire form, for tests (hardware independent).
   m.def(

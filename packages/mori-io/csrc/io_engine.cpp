@@ -1337,7 +1337,7 @@ BackendChoiceInput IoEngine::ChoiceInput(const Peer& peer, MemoryLocationType lo
 }
 
 BackendChoice IoEngine::BackendFor(MemoryLocationType local_loc, const std::string& remote_key,
-                                   MemoryLocationType remote_loc) {
+                                   uint64_t remote_mem, MemoryLocationType remote_loc) {
   std::shared_ptr<Peer> peer = FindPeer(remote_key);
   if (!peer) {
     MORI_THROW(NotFoundError, "backend_for: remote engine '", remote_key,
@@ -1354,7 +1354,16 @@ BackendChoice IoEngine::BackendFor(MemoryLocationType local_loc, const std::stri
       peer->shm_refused.load(std::memory_order_acquire)) {
     return {BackendType::kTcp, "TCP: CMA was refused (EPERM) on use after the probe had passed"};
   }
-  return pc->host_choice;
+  if (pc->host_choice.backend != BackendType::kShm) return pc->host_choice;
+  // Which SHM copy moves this region's bytes, decided as Submit decides it.
+  BackendChoiceInput in = ChoiceInput(*peer, local_loc, remote_loc);
+  in.shm_path = ShmPath::kCma;
+  if (!options_.shm_map) {
+    in.shm_path_why = "mapping switched off (MORI_IO_SHM_MAP=0)";
+  } else if (ShmMappingFor(peer, remote_mem, &in.shm_path_why)) {
+    in.shm_path = ShmPath::kMapped;
+  }
+  return ChooseBackend(in);
 }
 
 std::string IoEngine::ProbeShmPeer(int fd, const Peer& peer) {
@@ -2252,6 +2261,7 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
       shm = std::move(sit->second);
       peer->shm_maps.erase(sit);
     }
+    peer->shm_unmapped_why.erase(mem_id);
   }
   if (maps.empty() && !shm) {
     ack();
@@ -2551,10 +2561,13 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
 }
 
 std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>& peer,
-                                                    uint64_t mem_id) {
+                                                    uint64_t mem_id, std::string* why_not) {
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
   auto it = peer->shm_maps.find(mem_id);
-  if (it != peer->shm_maps.end()) return it->second;
+  if (it != peer->shm_maps.end()) {
+    if (!it->second && why_not != nullptr) *why_not = peer->shm_unmapped_why[mem_id];
+    return it->second;
+  }
   std::string answer, error;
   StatusCode code = StatusCode::SUCCESS;
   wire::WireStatus status = wire::WireStatus::kOk;
@@ -2562,7 +2575,14 @@ std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>&
                    &answer, &code, &error, &status)) {
     // Not shareable: CMA from now on for this region. Anything else (unknown memory,
     // an unreachable peer) is left to the CMA path to report, and asked again later.
-    if (status == wire::WireStatus::kNotShareable) peer->shm_maps.emplace(mem_id, nullptr);
+    if (status == wire::WireStatus::kNotShareable) {
+      error = "the target region is not in shared host memory (allocate_shared_host_memory)";
+      peer->shm_maps.emplace(mem_id, nullptr);
+      peer->shm_unmapped_why[mem_id] = error;
+    }
+    if (why_not != nullptr) {
+      *why_not = status == wire::WireStatus::kNotShareable ? error : "no mapping granted: " + error;
+    }
     return nullptr;
   }
   std::shared_ptr<ShmMapping> m;
@@ -2574,6 +2594,8 @@ std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>&
   if (!m) {
     MORI_LOG_WARN(kIo, "engine '", key_, "': mapping memory ", mem_id, " of '", peer->key,
                   "' failed (", error, "); CMA moves it");
+    peer->shm_unmapped_why[mem_id] = "mapping the target's shared region failed: " + error;
+    if (why_not != nullptr) *why_not = peer->shm_unmapped_why[mem_id];
   }
   peer->shm_maps.emplace(mem_id, m);
   return m;
@@ -2636,7 +2658,7 @@ Session::Session(IoEngine* engine, MemoryRegion local, std::string remote_key, u
       remote_loc_(remote_loc) {}
 
 BackendChoice Session::Backend() {
-  return engine_->BackendFor(local_.loc, remote_key_, remote_loc_);
+  return engine_->BackendFor(local_.loc, remote_key_, remote_mem_, remote_loc_);
 }
 
 std::shared_ptr<Peer> Session::CurrentPeer() {

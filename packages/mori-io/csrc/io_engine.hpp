@@ -122,6 +122,8 @@ struct Peer {
   // Its host regions mapped here (SHM over shared host memory), by its memory id;
   // nullptr: the region is not shareable, CMA moves it (under p2p_mu).
   std::unordered_map<uint64_t, std::shared_ptr<ShmMapping>> shm_maps;
+  // Why each nullptr entry's region is not mapped (backend_for's reason).
+  std::unordered_map<uint64_t, std::string> shm_unmapped_why;
   bool remote_rdma = false;  // its EngineDesc lists RDMA
   // UseRdma's decisions: bit p (0..3) = pair p decided, bit 4 + p = RDMA, bits 8+ = the
   // override they were decided under + 1 (a different override decides again).
@@ -262,11 +264,12 @@ class IoEngine {
   const std::string& host_id() const { return host_id_; }
   void SetBackendOverride(BackendOverride o) { override_ = o; }
   BackendOverride backend_override() const { return override_; }
-  // The backend a transfer between these memory locations and `remote_key` uses, and
-  // why; connects (and probes CMA) if no transfer did yet. Throws NotFoundError for an
-  // unregistered engine.
+  // The backend a transfer between these memory locations and `remote_key`'s region
+  // `remote_mem` uses, and why (for SHM: which copy, mapped memcpy or CMA); connects
+  // (and probes CMA, asks for the region's mapping) if no transfer did yet. Throws
+  // NotFoundError for an unregistered engine.
   BackendChoice BackendFor(MemoryLocationType local_loc, const std::string& remote_key,
-                           MemoryLocationType remote_loc);
+                           uint64_t remote_mem, MemoryLocationType remote_loc);
 
   MemoryRegion RegisterMemory(uintptr_t addr, uint64_t size, int device_id, MemoryLocationType loc);
   void DeregisterMemory(uint64_t id);
@@ -350,8 +353,10 @@ class IoEngine {
                    std::string* error, wire::WireStatus* status_out = nullptr);
   bool UseRdma(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
   // The peer's region mapped here when it lies in its shared host memory; nullptr when
-  // it does not (CMA then) or could not be mapped (logged; CMA then).
-  std::shared_ptr<ShmMapping> ShmMappingFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id);
+  // it does not (CMA then) or could not be mapped (logged; CMA then), with the reason
+  // in *why_not when given.
+  std::shared_ptr<ShmMapping> ShmMappingFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id,
+                                            std::string* why_not = nullptr);
   std::shared_ptr<TransferState> SubmitShmMapped(Op op, const MemoryRegion& local,
                                                  const std::shared_ptr<Peer>& peer,
                                                  PeerConnections* pc, uint64_t remote_mem,

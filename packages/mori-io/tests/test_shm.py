@@ -41,7 +41,19 @@ def test_choice_is_a_pure_function_of_its_inputs():
         args.update(kw)
         return _C.choose_backend(**args)
 
-    assert choose() == ("SHM", "same host, host memory on both sides, CMA permitted")
+    name, why = choose()  # no region named: either copy may follow
+    assert name == "SHM" and why.startswith("SHM: same host, host memory on both sides, CMA")
+    # With a region named, the reason says which copy moves the bytes, and why.
+    assert choose(shm_path="mapped") == (
+        "SHM",
+        "SHM: mapped memcpy (the target region lies in the target's shared host memory, "
+        "a memfd mapped into this process)",
+    )
+    assert choose(shm_path="cma", shm_path_why="not shared") == (
+        "SHM",
+        "SHM: CMA process_vm_readv/writev (same host, host memory on both sides; not shared)",
+    )
+    assert choose(override="shm", shm_path="mapped")[1].startswith("SHM forced; SHM: mapped")
     assert choose(remote_host_id="other/boot/pidns:1")[0] == "TCP"
     assert "different hosts" in choose(remote_host_id="other/boot/pidns:1")[1]
     assert "unknown" in choose(remote_host_id="")[1]
@@ -231,6 +243,43 @@ def test_shared_host_memory_is_mapped_copied_and_revoked(engine_pair):
     assert a._engine.shm_mapping_state("b", mb.id) == -1
     st = a.read(ma, 0, mb, 0, 16, a.allocate_transfer_uid())
     assert st.WaitFor(10000) and st.Code() == StatusCode.NOT_FOUND, st.Message()
+
+
+def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_pair):
+    """backend_for / session.backend() say "mapped memcpy" for a target region in shared
+    host memory and "CMA" (with why) for any other, before any transfer ran."""
+    from mori.io import allocate_shared_host_memory
+
+    a, b = engine_pair(BackendType.TCP, BackendType.SHM)
+    shared = b.register_array(allocate_shared_host_memory(1 << 16)[64:4160])
+    plain = b.register_array(np.zeros(4096, np.uint8))
+    ma = a.register_array(np.zeros(4096, np.uint8))
+    name, why = a.backend_for(ma, shared)
+    assert name == "SHM" and why.startswith("SHM: mapped memcpy (the target region lies in"), why
+    assert a.create_session(ma, shared).backend() == (name, why)
+    name, why = a.backend_for(ma, plain)
+    assert name == "SHM" and why == (
+        "SHM: CMA process_vm_readv/writev (same host, host memory on both sides; the target "
+        "region is not in shared host memory (allocate_shared_host_memory))"
+    ), why
+    assert a.create_session(ma, plain).backend() == (name, why)
+    # The reasons match what transfers then do: 1 mapped (memcpy), 0 CMA.
+    assert a._engine.shm_mapping_state("b", shared.id) == 1
+    assert a._engine.shm_mapping_state("b", plain.id) == 0
+    for mem in (shared, plain):
+        st = a.write(ma, 0, mem, 0, 4096, a.allocate_transfer_uid())
+        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    # With mapping switched off, the shared region goes through CMA too, and says so.
+    monkeypatch.setenv("MORI_IO_SHM_MAP", "0")
+    c, d = engine_pair(BackendType.TCP, BackendType.SHM)
+    shared_d = d.register_array(allocate_shared_host_memory(4096))
+    mc_ = c.register_array(np.zeros(4096, np.uint8))
+    name, why = c.backend_for(mc_, shared_d)
+    assert (
+        name == "SHM"
+        and why.startswith("SHM: CMA process_vm_readv/writev")
+        and ("MORI_IO_SHM_MAP=0" in why)
+    ), why
 
 
 def test_notice_ring_many_producers_one_consumer():

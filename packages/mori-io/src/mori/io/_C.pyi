@@ -92,7 +92,11 @@ class Engine:
     def create_rdma_backend(self, config: Any) -> None: ...  # config: rdma.BackendConfig
     def set_backend_override(self, backend: str) -> None: ...
     def backend_for(
-        self, local_loc: MemoryLocationType, remote_key: str, remote_loc: MemoryLocationType
+        self,
+        local_loc: MemoryLocationType,
+        remote_key: str,
+        remote_mem: int,
+        remote_loc: MemoryLocationType,
     ) -> tuple[str, str]: ...
     def register_remote_engine(
         self,
@@ -184,6 +188,8 @@ def choose_backend(
     remote_p2p: bool = False,
     local_rdma: bool = False,
     remote_rdma: bool = False,
+    shm_path: str = "",
+    shm_path_why: str = "",
 ) -> tuple[str, str]: ...
 def pack_p2p_export(
     kind: int,

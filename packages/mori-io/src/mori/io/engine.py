@@ -244,9 +244,14 @@ class IOEngine:
         """(backend name, reason) that transfers between these two regions use: P2P for
         GPU memory of two engines on one host when both created P2P; SHM for host
         memory of two engines on one host when both created SHM and CMA works (probed
-        against the peer on first use, connecting if needed); else TCP."""
+        against the peer on first use, connecting if needed); else TCP. An SHM reason
+        names the copy: "SHM: mapped memcpy (...)" where the remote region lies in the
+        peer's shared host memory (allocate_shared_host_memory; asked for on first use),
+        else "SHM: CMA process_vm_readv/writev (...)" and why it is not mapped."""
         self._check_local(local_mem)
-        return self._engine.backend_for(local_mem.loc, remote_mem.engine_key, remote_mem.loc)
+        return self._engine.backend_for(
+            local_mem.loc, remote_mem.engine_key, remote_mem.id, remote_mem.loc
+        )
 
     def deregister_remote_engine(self, engine_desc: EngineDesc) -> None:
         """Forget a remote engine; its in-flight transfers fail."""
