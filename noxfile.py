@@ -208,6 +208,6 @@ def lint(session: nox.Session) -> None:
 @nox.session(reuse_venv=True)
 def demo(session: nox.Session) -> None:
     """The main job: topology, a bootstrap round among 2 processes, each extension."""
-    session.install(TORCH)
+    session.install(TORCH, "numpy>=1.24")  # as users have them
     _install_packages(session, *PACKAGES)
     session.run("python", str(ROOT / "examples" / "demo.py"), *session.posargs)

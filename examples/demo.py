@@ -221,9 +221,9 @@ def kv_worker(seed: int) -> None:
     start = prefill_kv if prefill else decode_kv
     if gpu is None:
         # Shared host memory (a memfd): the peer maps it once and copies with memcpy.
-        cache = allocate_shared_host_memory(size)
+        cache = allocate_shared_host_memory(size)  # a SharedHostBuffer
         cache[:] = start
-        mem = eng.register_memory(ctypes.addressof(ctypes.c_char.from_buffer(cache)), size)
+        mem = eng.register_array(cache)
     else:
         import torch
 
@@ -290,9 +290,6 @@ def kv_worker(seed: int) -> None:
             if not st.Succeeded():
                 raise SystemExit(f"decode: prefill's write {uid} failed: {st.Message()}")
     unchanged = (snapshot() == prefill_kv) if prefill else True
-    if backend == "SHM":  # 1: the peer's cache was mapped here (memcpy), 0: CMA
-        mapped = eng._engine.shm_mapping_state(remote.engine_key, remote.id) == 1
-        reason += ", memcpy into the peer's mapped cache" if mapped else ", CMA copies"
     reports = b.all_gather(msgpack.packb([rows, unchanged, reason]))
     eng.close()
     if prefill:
@@ -329,6 +326,20 @@ def kv_worker(seed: int) -> None:
           f"{'yes' if prefill_unchanged else 'NO'}")  # fmt: skip
     if not (all(verified) and rest_ok and prefill_unchanged):
         raise SystemExit("decode: the KV cache after the transfers is not what was sent")
+
+
+def kv_scene() -> None:
+    """The KV-cache scene: a prefill and a decode server in 2 local processes."""
+    from mori.core.launch import launch_local
+
+    print("\n== mori.io: KV-cache transfer from a prefill to a decode server (2 processes;")
+    print(f"   paged caches of {KV_LAYERS} layers x {KV_BLOCKS} blocks x "
+          f"{KV_BLOCK_BYTES >> 10} KiB, one batch per request)")  # fmt: skip
+    seed = int(os.environ.get("MORI_DEMO_SEED") or int.from_bytes(os.urandom(3), "little"))
+    env = {"MORI_BOOTSTRAP_TIMEOUT_S": "30"}
+    for r in launch_local([__file__, KV_FLAG, str(seed)], 2, timeout_s=60, env=env):
+        if r.output.strip():
+            print(r.output.rstrip())
 
 
 def main() -> None:
@@ -371,14 +382,7 @@ def main() -> None:
     ]
     print(tabulate(rows, headers=["backend", "available", "why"]))
 
-    print("\n== mori.io: KV-cache transfer from a prefill to a decode server (2 processes;")
-    print(f"   paged caches of {KV_LAYERS} layers x {KV_BLOCKS} blocks x "
-          f"{KV_BLOCK_BYTES >> 10} KiB, one batch per request)")  # fmt: skip
-    seed = int(os.environ.get("MORI_DEMO_SEED") or int.from_bytes(os.urandom(3), "little"))
-    env = {"MORI_BOOTSTRAP_TIMEOUT_S": "30"}
-    for r in launch_local([__file__, KV_FLAG, str(seed)], 2, timeout_s=60, env=env):
-        if r.output.strip():
-            print(r.output.rstrip())
+    kv_scene()
 
     print("\n== mori.ep: routing layout of 8 tokens, top-2 of 8 experts on 4 ranks")
     dev = "cuda" if torch.cuda.is_available() and mori.ep._C.with_cuda else "cpu"
@@ -413,4 +417,14 @@ if __name__ == "__main__":
     elif KV_FLAG in sys.argv:
         kv_worker(int(sys.argv[sys.argv.index(KV_FLAG) + 1]))
     else:
-        main()
+        import argparse
+
+        p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        p.add_argument(
+            "--scene", choices=("all", "kv"), default="all",
+            help="all (default), or kv: only mori.io's KV-cache transfer scene",
+        )  # fmt: skip
+        if p.parse_args().scene == "kv":
+            kv_scene()
+        else:
+            main()

@@ -6,6 +6,7 @@
 #include "baseline_py.hpp"
 #include "engine_py.hpp"
 #include "mori/python/extension.hpp"
+#include "shared_host_py.hpp"
 #include "wire_protocol.hpp"
 
 namespace py = pybind11;
@@ -39,5 +40,6 @@ PYBIND11_MODULE(_C, m) {
 
   mori::io::register_engine(m);
   mori::io::register_baseline(m);
+  mori::io::register_shared_host(m);
   mori::io::RegisterRdma(m);
 }

@@ -50,7 +50,7 @@ def main():
     if role == "target" and os.environ.get("MORI_TEST_SHARED_HOST") == "1":
         # The target's region lies inside shared host memory (at an odd offset): the
         # initiator maps it and copies with memcpy instead of CMA.
-        block = allocate_shared_host_memory(SIZE + 4099)
+        block = np.asarray(allocate_shared_host_memory(SIZE + 4099))  # a zero-copy view
         block[3 : 3 + SIZE] = buf
         buf = block[3 : 3 + SIZE]
     mem = eng.register_array(buf)

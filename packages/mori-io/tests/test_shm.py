@@ -213,7 +213,8 @@ def test_shared_host_memory_is_mapped_copied_and_revoked(engine_pair):
     a, b = engine_pair(BackendType.TCP, BackendType.SHM)
     block = allocate_shared_host_memory(1 << 20)
     region = block[100 : 100 + 65536]  # a region inside the block, at an odd offset
-    mb = b.register_array(region)
+    mb = b.register_array(region)  # a SharedHostBuffer slice: the same memory
+    block, region = np.asarray(block), np.asarray(region)  # zero-copy views to check with
     local = rng.integers(0, 256, 65536, dtype=np.uint8)
     ma = a.register_array(local)
     assert a._engine.shm_mapping_state("b", mb.id) == -1
@@ -316,6 +317,7 @@ def test_write_announcements_through_the_notice_ring(monkeypatch, ring, engine_p
     a, b = engine_pair(BackendType.TCP, BackendType.SHM)
     block = allocate_shared_host_memory(64 << 10)
     mb = b.register_array(block)
+    block = np.asarray(block)
     local = rng.integers(0, 256, 64 << 10, dtype=np.uint8)
     ma = a.register_array(local)
     assert a._engine.notice_ring_state("b") == (-1 if ring == "off" else 0)  # 0: not asked yet

@@ -4,7 +4,7 @@
 
 import enum
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 __mori_core_version_compiled__: str
 
@@ -57,6 +57,48 @@ class Session:
     ) -> TransferStatus: ...
     def alive(self) -> bool: ...
     def backend(self) -> tuple[str, str]: ...
+
+class TcpBackendConfig:
+    """The native TCP config; its defaults are mori.io.TcpBackendConfig's."""
+
+    num_worker_threads: int
+    qp_per_transfer: int
+    enable_chunking: bool
+    chunk_size: int
+    peer_timeout_ms: int
+    sock_buf_bytes: int
+    transfer_timeout_ms: int
+    max_inbound_statuses: int
+    def __init__(self) -> None: ...
+
+class P2pBackendConfig:
+    """The native P2P config; its defaults are mori.io.P2pBackendConfig's."""
+
+    num_streams: int
+    max_blocks: int
+    kernel_min_spans: int
+    kernel_max_mean_span: int
+    def __init__(self) -> None: ...
+
+class SharedHostBuffer:
+    """Shared host memory (a memfd): 1-D writable uint8 bytes with the buffer protocol."""
+
+    address: int
+    size: int
+    nbytes: int
+    offset: int
+    __array_interface__: dict[str, Any]
+    def __init__(self, size: int) -> None: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> SharedHostBuffer: ...
+    @overload
+    def __setitem__(self, index: int, value: int) -> None: ...
+    @overload
+    def __setitem__(self, index: slice, value: Any) -> None: ...  # a C-contiguous buffer
+    def fill(self, value: int) -> None: ...
 
 class Engine:
     key: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import os
 import socket
 import time
@@ -136,6 +137,20 @@ def _dlpack_region(obj: Any) -> tuple[int, int, int, Any]:
     else:
         raise mori.core.InvalidArgumentError(f"register: DLPack device type {t.device_type}")
     return (t.data or 0) + t.byte_offset, n * itemsize, dev, loc
+
+
+def _array_interface_region(array: Any) -> tuple[int, int]:
+    """(address, bytes) of a C-contiguous array with ``__array_interface__`` and
+    ``nbytes`` (numpy arrays, SharedHostBuffer)."""
+    iface = array.__array_interface__
+    shape, strides = iface["shape"], iface.get("strides")
+    if strides is not None:  # None means C-contiguous
+        expected = array.nbytes // max(1, math.prod(shape))  # the item size
+        for i in reversed(range(len(shape))):
+            if shape[i] != 1 and strides[i] != expected:
+                raise mori.core.InvalidArgumentError("register_array: array must be C-contiguous")
+            expected *= shape[i]
+    return iface["data"][0], array.nbytes
 
 
 class IOEngineSession:
@@ -281,13 +296,11 @@ class IOEngine:
         return desc
 
     def register_array(self, array: Any) -> MemoryDesc:
-        """Register a C-contiguous numpy array or any ``__dlpack__`` object (kept alive
-        until deregistered)."""
-        iface = getattr(array, "__array_interface__", None)
-        if iface is not None:
-            if not array.flags["C_CONTIGUOUS"]:
-                raise mori.core.InvalidArgumentError("register_array: array must be C-contiguous")
-            desc = self.register_memory(iface["data"][0], array.nbytes, -1, MemoryLocationType.CPU)
+        """Register a C-contiguous numpy array, a SharedHostBuffer or any ``__dlpack__``
+        object (kept alive until deregistered)."""
+        if hasattr(array, "__array_interface__"):
+            addr, nbytes = _array_interface_region(array)
+            desc = self.register_memory(addr, nbytes, -1, MemoryLocationType.CPU)
         elif hasattr(array, "__dlpack__"):
             addr, nbytes, dev, loc = _dlpack_region(array)
             desc = self.register_memory(addr, nbytes, dev, loc)
@@ -384,18 +397,25 @@ class IOEngine:
         self.close()
 
 
-def allocate_shared_host_memory(nbytes: int) -> Any:
-    """Host memory (a memfd) that same-host peers can map: an SHM transfer into or out of
-    a region registered inside it is one ``memcpy`` by the initiator instead of a CMA
-    copy (which pins pages on every call). Returns a 1-D uint8 numpy array (a
-    ``memoryview`` without numpy); the memory is freed with the last reference to it.
-    Register it (or a slice) with ``register_array`` / ``register_memory`` as usual."""
-    buf = _C.SharedHostBuffer(int(nbytes))
-    try:
-        import numpy as np
-    except ImportError:
-        return memoryview(buf)
-    return np.frombuffer(buf, dtype=np.uint8)  # the array keeps ``buf`` alive
+#: Shared host memory, what allocate_shared_host_memory returns (see its docstring).
+SharedHostBuffer = _C.SharedHostBuffer
+
+
+def allocate_shared_host_memory(nbytes: int) -> SharedHostBuffer:
+    """``nbytes`` bytes of zeroed host memory (a memfd) that same-host peers can map: an
+    SHM transfer into or out of a region registered inside it is one ``memcpy`` by the
+    initiator instead of a CMA copy (which pins pages on every call).
+
+    Returns a :class:`SharedHostBuffer` whatever else is installed: 1-D, writable,
+    C-contiguous uint8 bytes with the buffer protocol and ``__array_interface__``, so
+    ``memoryview(buf)``, ``np.asarray(buf)`` / ``np.frombuffer(buf, np.uint8)`` and
+    ``torch.frombuffer(buf, dtype=torch.uint8)`` view it without a copy. ``len(buf)``,
+    ``buf.nbytes``, ``buf[i]``, ``buf[a:b]`` (a SharedHostBuffer over the same bytes),
+    ``buf[a:b] = <bytes-like of b - a bytes>`` and ``buf.fill(byte)`` work as for a
+    memoryview. The memory stays mapped while the buffer, a slice of it or any view
+    made from them lives. Register it (or a slice, or a numpy view of it) with
+    ``register_array``, or ``register_memory(buf.address, buf.nbytes)``."""
+    return _C.SharedHostBuffer(int(nbytes))
 
 
 def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) -> bool:
@@ -412,7 +432,8 @@ def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) 
 
 __all__: Sequence[str] = [
     "BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession",
-    "MemoryDesc", "MemoryLocationType", "P2pBackendConfig", "ShmBackendConfig", "StatusCode",
+    "MemoryDesc", "MemoryLocationType", "P2pBackendConfig", "SharedHostBuffer",
+    "ShmBackendConfig", "StatusCode",
     "TcpBackendConfig", "XgmiBackendConfig", "allocate_shared_host_memory",
     "TransferStatus",
     "wait_all",
