@@ -155,6 +155,25 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
           },
           R"doc((name, reason): the backend this session's transfers use.)doc");
 
+  // The native configs: their default constructors hold the one copy of each default,
+  // which mori.io's config dataclasses take their field defaults from.
+  py::class_<TcpBackendConfig>(m, "TcpBackendConfig", "The native TcpBackendConfig.")
+      .def(py::init<>())
+      .def_readwrite("num_worker_threads", &TcpBackendConfig::num_worker_threads)
+      .def_readwrite("qp_per_transfer", &TcpBackendConfig::qp_per_transfer)
+      .def_readwrite("enable_chunking", &TcpBackendConfig::enable_chunking)
+      .def_readwrite("chunk_size", &TcpBackendConfig::chunk_size)
+      .def_readwrite("peer_timeout_ms", &TcpBackendConfig::peer_timeout_ms)
+      .def_readwrite("sock_buf_bytes", &TcpBackendConfig::sock_buf_bytes)
+      .def_readwrite("transfer_timeout_ms", &TcpBackendConfig::transfer_timeout_ms)
+      .def_readwrite("max_inbound_statuses", &TcpBackendConfig::max_inbound_statuses);
+  py::class_<P2pBackendConfig>(m, "P2pBackendConfig", "The native P2pBackendConfig.")
+      .def(py::init<>())
+      .def_readwrite("num_streams", &P2pBackendConfig::num_streams)
+      .def_readwrite("max_blocks", &P2pBackendConfig::max_blocks)
+      .def_readwrite("kernel_min_spans", &P2pBackendConfig::kernel_min_spans)
+      .def_readwrite("kernel_max_mean_span", &P2pBackendConfig::kernel_max_mean_span);
+
   py::class_<IoEngine>(m, "Engine", "The native engine behind mori.io.IOEngine.")
       .def(py::init<std::string, std::string, uint16_t>(), py::arg("key"), py::arg("host"),
            py::arg("port"))
@@ -165,18 +184,7 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def_property_readonly("has_shm_backend", &IoEngine::HasShmBackend)
       .def_property_readonly("host_id", &IoEngine::host_id)
       .def("create_shm_backend", &IoEngine::CreateShmBackend)
-      .def(
-          "create_p2p_backend",
-          [](IoEngine& e, int streams, int blocks, int min_spans, uint64_t max_mean_span) {
-            P2pBackendConfig c;
-            c.num_streams = streams;
-            c.max_blocks = blocks;
-            c.kernel_min_spans = min_spans;
-            c.kernel_max_mean_span = max_mean_span;
-            e.CreateP2pBackend(c);
-          },
-          py::arg("num_streams"), py::arg("max_blocks"), py::arg("kernel_min_spans"),
-          py::arg("kernel_max_mean_span"))
+      .def("create_p2p_backend", &IoEngine::CreateP2pBackend, py::arg("config"))
       .def("p2p_mapping_kind", &IoEngine::P2pMappingKind, py::arg("remote_key"), py::arg("mem_id"),
            "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
       .def("shm_mapping_state", &IoEngine::ShmMappingState, py::arg("remote_key"),
@@ -200,31 +208,13 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
              MemoryLocationType remote_loc) {
             BackendChoice c;
             {
-              py::gil_scoped_release nogil;  // may connect and probe the peer
-              c = e.BackendFor(local_loc, key, remote_loc);
+              py::gil_scoped_release nogil;  // may connect, probe the peer, ask for a mapping
+              c = e.BackendFor(local_loc, key, remote_mem, remote_loc);
             }
             return ChoiceTuple(c);
           },
-          py::arg("local_loc"), py::arg("remote_key"), py::arg("remote_loc"))
-      .def(
-          "create_tcp_backend",
-          [](IoEngine& e, int workers, int qps, bool chunking, uint64_t chunk, int timeout_ms,
-             int sock_buf, int transfer_timeout_ms, uint64_t max_inbound) {
-            TcpBackendConfig c;
-            c.num_worker_threads = workers;
-            c.qp_per_transfer = qps;
-            c.enable_chunking = chunking;
-            c.chunk_size = chunk;
-            c.peer_timeout_ms = timeout_ms;
-            c.sock_buf_bytes = sock_buf;
-            c.transfer_timeout_ms = transfer_timeout_ms;
-            c.max_inbound_statuses = max_inbound;
-            e.CreateTcpBackend(c);
-          },
-          py::arg("num_worker_threads"), py::arg("qp_per_transfer"), py::arg("enable_chunking"),
-          py::arg("chunk_size"), py::arg("peer_timeout_ms"), py::arg("sock_buf_bytes"),
-          py::arg("transfer_timeout_ms") = TcpBackendConfig{}.transfer_timeout_ms,
-          py::arg("max_inbound_statuses") = TcpBackendConfig{}.max_inbound_statuses)
+          py::arg("local_loc"), py::arg("remote_key"), py::arg("remote_mem"), py::arg("remote_loc"))
+      .def("create_tcp_backend", &IoEngine::CreateTcpBackend, py::arg("config"))
       .def(
           "register_memory",
           [](IoEngine& e, uintptr_t addr, uint64_t size, int device, MemoryLocationType loc) {

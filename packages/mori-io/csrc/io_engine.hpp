@@ -31,7 +31,9 @@ struct TcpBackendConfig {
   bool enable_chunking = true;
   uint64_t chunk_size = 1 << 20;  // bytes per part when chunking
   int peer_timeout_ms = 5000;     // connect timeout and TCP_USER_TIMEOUT
-  int sock_buf_bytes = 4 << 20;   // SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's
+  // SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning (setting them switches it
+  // off; 4 MiB measured within the noise of autotuning on loopback, BENCHMARKS.md).
+  int sock_buf_bytes = 0;
   // A connection with requests outstanding that neither sends nor receives a byte for
   // this long is declared stuck (a live but hung peer): it is closed, its transfers
   // fail with ERR_TIMEOUT and the peer stays failed until registered again.

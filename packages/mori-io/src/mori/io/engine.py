@@ -42,6 +42,21 @@ class IOEngineConfig:
     backend: str | None = None
 
 
+def _native(native_type: Any, config: Any) -> Any:
+    """``native_type()`` with every field of the dataclass ``config`` copied onto it."""
+    c = native_type()
+    for f in dataclasses.fields(config):
+        setattr(c, f.name, getattr(config, f.name))
+    return c
+
+
+# The defaults of the config dataclasses are read from the native configs' default
+# constructors, so a backend created implicitly in C++ (TCP under SHM, P2P or RDMA)
+# behaves as one created here with defaults.
+_TCP = _C.TcpBackendConfig()
+_P2P = _C.P2pBackendConfig()
+
+
 @dataclasses.dataclass
 class TcpBackendConfig:
     """TCP backend settings.
@@ -59,16 +74,22 @@ class TcpBackendConfig:
     is registered again, even if it resumes. max_inbound_statuses: inbound transfer
     statuses kept for pop_inbound_transfer_status; past it the oldest is dropped (with
     a debug log), so a target that never pops keeps bounded memory.
+
+    Defaults are the native config's (``_C.TcpBackendConfig()``).
     """
 
-    num_worker_threads: int = 1
-    qp_per_transfer: int = 2
-    enable_chunking: bool = True
-    chunk_size: int = 1 << 20
-    peer_timeout_ms: int = 5000
-    sock_buf_bytes: int = 0
-    transfer_timeout_ms: int = 5000
-    max_inbound_statuses: int = 1 << 16
+    num_worker_threads: int = _TCP.num_worker_threads
+    qp_per_transfer: int = _TCP.qp_per_transfer
+    enable_chunking: bool = _TCP.enable_chunking
+    chunk_size: int = _TCP.chunk_size
+    peer_timeout_ms: int = _TCP.peer_timeout_ms
+    sock_buf_bytes: int = _TCP.sock_buf_bytes
+    transfer_timeout_ms: int = _TCP.transfer_timeout_ms
+    max_inbound_statuses: int = _TCP.max_inbound_statuses
+
+    def to_native(self) -> Any:
+        """The native config (``_C.TcpBackendConfig``), validated by the engine."""
+        return _native(_C.TcpBackendConfig, self)
 
 
 @dataclasses.dataclass
@@ -85,12 +106,17 @@ class P2pBackendConfig:
     num_streams: copy streams per GPU, used round robin by transfers. max_blocks: SMs
     (blocks of 512 threads) one gather/scatter kernel may occupy. A transfer of at least
     kernel_min_spans spans whose mean span is at most kernel_max_mean_span bytes is moved
-    by one kernel launch; others by one cudaMemcpyAsync per span (copy engines)."""
+    by one kernel launch; others by one cudaMemcpyAsync per span (copy engines).
+    Defaults are the native config's (``_C.P2pBackendConfig()``)."""
 
-    num_streams: int = 4
-    max_blocks: int = 64
-    kernel_min_spans: int = 2
-    kernel_max_mean_span: int = 4 << 20
+    num_streams: int = _P2P.num_streams
+    max_blocks: int = _P2P.max_blocks
+    kernel_min_spans: int = _P2P.kernel_min_spans
+    kernel_max_mean_span: int = _P2P.kernel_max_mean_span
+
+    def to_native(self) -> Any:
+        """The native config (``_C.P2pBackendConfig``)."""
+        return _native(_C.P2pBackendConfig, self)
 
 
 #: MORI's name for the same-host GPU backend (AMD's XGMI link) is accepted too.
@@ -218,10 +244,7 @@ class IOEngine:
             self._backends.append(type.name)
             return
         if type == BackendType.P2P:
-            c = config or P2pBackendConfig()
-            self._engine.create_p2p_backend(
-                c.num_streams, c.max_blocks, c.kernel_min_spans, c.kernel_max_mean_span
-            )
+            self._engine.create_p2p_backend((config or P2pBackendConfig()).to_native())
             self._backends.append(type.name)
             return
         if type == BackendType.RDMA:
@@ -233,11 +256,7 @@ class IOEngine:
             return
         if type != BackendType.TCP:
             raise mori.core.InvalidArgumentError(f"unknown backend {type!r}")
-        c = config or TcpBackendConfig()
-        self._engine.create_tcp_backend(
-            c.num_worker_threads, c.qp_per_transfer, c.enable_chunking, c.chunk_size,
-            c.peer_timeout_ms, c.sock_buf_bytes, c.transfer_timeout_ms, c.max_inbound_statuses,
-        )  # fmt: skip
+        self._engine.create_tcp_backend((config or TcpBackendConfig()).to_native())
         self._backends.append(type.name)
 
     def get_engine_desc(self) -> EngineDesc:

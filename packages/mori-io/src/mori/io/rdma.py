@@ -27,6 +27,16 @@ class PollCqMode(enum.IntEnum):
 
 
 _MTUS = (0, 256, 512, 1024, 2048, 4096)
+_MTU_ENUM_MAX = 5  # IBV_MTU_4096: as an upper bound, "whatever both ports allow"
+
+
+def _path_mtu_bytes(mtu_enum: int) -> int:
+    """path_mtu in bytes for a native max_path_mtu (enum ibv_mtu); 0 for the maximum."""
+    return 0 if mtu_enum == _MTU_ENUM_MAX else 128 << mtu_enum
+
+
+# Field defaults come from the native config's default constructor (one copy of each).
+_RDMA = _C.rdma.BackendConfig()
 
 
 def _bad(field: str, value: object, why: str) -> mori.core.InvalidArgumentError:
@@ -61,34 +71,36 @@ class RdmaBackendConfig:
     (0: the device's, at most 16), max_message_bytes per work request (0: the port's
     maximum, at most 1 GiB), signal_interval (signal every Nth work request and each
     batch's last; 1..max_send_wr), cq_depth (entries per CQ).
+
+    Defaults are the native config's (``_C.rdma.BackendConfig()``).
     """
 
-    qp_per_transfer: int = 1
-    post_batch_size: int = -1
-    num_worker_threads: int = 1
-    poll_cq_mode: PollCqMode = PollCqMode.POLLING
-    enable_notification: bool = True
-    device_name: str = ""
-    port: int = 0
-    gid_index: int = -1
-    gpu_index: int = -1
-    timeout: int = 14
-    retry_cnt: int = 7
-    rnr_retry: int = 7
-    min_rnr_timer: int = 12
-    max_rd_atomic: int = 16
-    max_dest_rd_atomic: int = 16
-    path_mtu: int = 0
-    service_level: int = 0
-    traffic_class: int = 0
-    hop_limit: int = 64
-    force_grh: bool = False
-    max_send_wr: int = 1024
-    max_recv_wr: int = 256
-    max_sge: int = 0
-    max_message_bytes: int = 0
-    signal_interval: int = 16
-    cq_depth: int = 4096
+    qp_per_transfer: int = _RDMA.qp_per_transfer
+    post_batch_size: int = _RDMA.post_batch_size
+    num_worker_threads: int = _RDMA.num_worker_threads
+    poll_cq_mode: PollCqMode = PollCqMode(int(_RDMA.poll_cq_mode))
+    enable_notification: bool = _RDMA.enable_notification
+    device_name: str = _RDMA.device_name
+    port: int = _RDMA.port
+    gid_index: int = _RDMA.gid_index
+    gpu_index: int = _RDMA.gpu_index
+    timeout: int = _RDMA.qp.timeout
+    retry_cnt: int = _RDMA.qp.retry_cnt
+    rnr_retry: int = _RDMA.qp.rnr_retry
+    min_rnr_timer: int = _RDMA.qp.min_rnr_timer
+    max_rd_atomic: int = _RDMA.qp.max_rd_atomic
+    max_dest_rd_atomic: int = _RDMA.qp.max_dest_rd_atomic
+    path_mtu: int = _path_mtu_bytes(_RDMA.qp.max_path_mtu)
+    service_level: int = _RDMA.qp.service_level
+    traffic_class: int = _RDMA.qp.traffic_class
+    hop_limit: int = _RDMA.qp.hop_limit
+    force_grh: bool = _RDMA.qp.force_grh
+    max_send_wr: int = _RDMA.max_send_wr
+    max_recv_wr: int = _RDMA.max_recv_wr
+    max_sge: int = _RDMA.max_sge
+    max_message_bytes: int = _RDMA.max_message_bytes
+    signal_interval: int = _RDMA.signal_interval
+    cq_depth: int = _RDMA.cq_depth
 
     def __post_init__(self) -> None:
         self.validate()
@@ -172,7 +184,9 @@ class RdmaBackendConfig:
         qp.timeout, qp.retry_cnt, qp.rnr_retry = self.timeout, self.retry_cnt, self.rnr_retry
         qp.min_rnr_timer = self.min_rnr_timer
         qp.max_rd_atomic, qp.max_dest_rd_atomic = self.max_rd_atomic, self.max_dest_rd_atomic
-        qp.max_path_mtu = _C.rdma.mtu_enum_from_bytes(self.path_mtu) if self.path_mtu else 5
+        qp.max_path_mtu = (
+            _C.rdma.mtu_enum_from_bytes(self.path_mtu) if self.path_mtu else _MTU_ENUM_MAX
+        )
         qp.service_level, qp.traffic_class = self.service_level, self.traffic_class
         qp.hop_limit, qp.force_grh = self.hop_limit, self.force_grh
         c.qp = qp
