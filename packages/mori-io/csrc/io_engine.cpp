@@ -26,6 +26,7 @@
 #include "gpu_staging.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "mori/core/macros.hpp"
 #include "mori/core/telemetry.hpp"
 #include "notice_ring.hpp"
 #include "rdma/loopback_backend.hpp"
@@ -2625,6 +2626,19 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
       std::memcpy(l + s.local_offset, remote->region + s.remote_offset, s.size);
     }
     bytes += s.size;
+  }
+  // The copy "succeeds" even into a dead target (our mapping keeps its pages), and its
+  // TCP connections report the death only later: a copy that ends after the target
+  // exited fails (one poll of the pidfd, no blocking), and so does every later transfer.
+  if (MORI_UNLIKELY(remote->OwnerExited())) {
+    const std::string why = StrCat("remote engine '", peer->key, "' (pid ", remote->owner_pid,
+                                   ") exited; its memory ", remote_mem, " is gone");
+    peer->MarkFailed(why);
+    remote.reset();
+    CompletePart(rid, StatusCode::ERR_PEER_LOST,
+                 StrCat(op == Op::kWrite ? "write" : "read", " failed: ", why,
+                        "; register it again to retry"));
+    return state;
   }
   remote.reset();
   if (op == Op::kWrite) {  // announced before the status completes, as for P2P

@@ -2,6 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #include "shared_host.hpp"
 
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,16 +17,30 @@
 
 namespace mori::io {
 
-int PidfdGetFd(int pid, int fd, std::string* error) {
-#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+int PidfdOpen(int pid, std::string* error) {
+#if defined(SYS_pidfd_open)
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) {
-    *error = StrCat("pidfd_open(", pid, "): ", std::strerror(errno));
-    return -1;
-  }
+  if (pidfd < 0) *error = StrCat("pidfd_open(", pid, "): ", std::strerror(errno));
+  return pidfd;
+#else
+  (void)pid;
+  *error = "pidfd_open is not available in this build";
+  return -1;
+#endif
+}
+
+bool PidfdExited(int pidfd) {
+  if (pidfd < 0) return false;
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+namespace {
+// fd `fd` of the process behind `pidfd` (pid `pid`, for the message), or -1 with *error.
+int GetFdFrom(int pidfd, int pid, int fd, std::string* error) {
+#if defined(SYS_pidfd_getfd)
   int local = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
   int err = errno;
-  ::close(pidfd);
   if (local < 0) {
     *error =
         StrCat("pidfd_getfd(pid ", pid, ", fd ", fd, "): ", std::strerror(err),
@@ -33,11 +48,21 @@ int PidfdGetFd(int pid, int fd, std::string* error) {
   }
   return local;
 #else
+  (void)pidfd;
   (void)pid;
   (void)fd;
   *error = "pidfd_getfd is not available in this build";
   return -1;
 #endif
+}
+}  // namespace
+
+int PidfdGetFd(int pid, int fd, std::string* error) {
+  int pidfd = PidfdOpen(pid, error);
+  if (pidfd < 0) return -1;
+  int local = GetFdFrom(pidfd, pid, fd, error);
+  ::close(pidfd);
+  return local;
 }
 
 namespace {
@@ -122,20 +147,29 @@ ShmMapGrant UnpackShmMapGrant(const std::string& bytes) {
 
 ShmMapping::~ShmMapping() {
   if (base != nullptr) ::munmap(base, map_len);
+  if (owner_pidfd >= 0) ::close(owner_pidfd);
   if (released) released();
 }
 
 std::shared_ptr<ShmMapping> MapPeerRegion(const ShmMapGrant& g, std::string* error) {
-  int fd = PidfdGetFd(g.pid, g.fd, error);
-  if (fd < 0) return nullptr;
+  int pidfd = PidfdOpen(g.pid, error);
+  if (pidfd < 0) return nullptr;
+  int fd = GetFdFrom(pidfd, g.pid, g.fd, error);
+  if (fd < 0) {
+    ::close(pidfd);
+    return nullptr;
+  }
   void* p = ::mmap(nullptr, g.block_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   ::close(fd);
   if (p == MAP_FAILED) {
+    ::close(pidfd);
     *error = StrCat("mmap of the peer's block (", g.block_size, " bytes): ", std::strerror(err));
     return nullptr;
   }
   auto m = std::make_shared<ShmMapping>();
+  m->owner_pidfd = pidfd;
+  m->owner_pid = g.pid;
   m->base = p;
   m->map_len = g.block_size;
   m->region = static_cast<char*>(p) + g.region_offset;

@@ -17,6 +17,11 @@ namespace mori::io {
 // Duplicates fd `fd` of process `pid` into this process (pidfd_getfd, Linux >= 5.6,
 // ptrace access as for CMA); -1 with *error set otherwise.
 int PidfdGetFd(int pid, int fd, std::string* error);
+// A pidfd of process `pid` (pidfd_open, Linux >= 5.3); -1 with *error set otherwise.
+int PidfdOpen(int pid, std::string* error);
+// Whether the process behind `pidfd` has exited (its pidfd is readable then); never
+// blocks. False for pidfd < 0.
+bool PidfdExited(int pidfd);
 
 // Process-wide registry of shared host allocations; they outlive engines.
 struct SharedHostBlock {
@@ -47,7 +52,12 @@ struct ShmMapping {
   uint64_t size = 0;
   void* base = nullptr;
   uint64_t map_len = 0;
+  // The granting process. Our mapping keeps its pages alive after it dies, so a copy
+  // would still "succeed": a copy checks this pidfd before it reports success.
+  int owner_pidfd = -1;
+  int owner_pid = 0;
   std::function<void()> released;
+  bool OwnerExited() const { return PidfdExited(owner_pidfd); }
   ~ShmMapping();
 };
 std::shared_ptr<ShmMapping> MapPeerRegion(const ShmMapGrant& g, std::string* error);

@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Mapped SHM writes (the target's region in its shared host memory, one memcpy by the
+initiator) against a target that dies or stops. Killed (SIGKILL): no write that
+starts after the target exited reports success, and the first error comes within
+5 ms of the exit, not when the TCP connections drop. Stopped (SIGSTOP): one-sided
+writes keep landing, and on resuming the target finds every inbound status and the
+bytes."""
+
+import hashlib
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode
+
+WORKER = str(Path(__file__).with_name("shm_target_worker.py"))
+SIZE = 1 << 20  # the target's region (shm_target_worker.SIZE)
+EXIT_TO_ERROR_S = 0.005
+
+
+@pytest.fixture
+def mapped_target(tmp_path):
+    """(initiator engine, its local memory desc, the target's desc, target process):
+    the initiator writes into the target's shared host memory with memcpy."""
+    proc = subprocess.Popen(
+        [sys.executable, WORKER, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    eng = IOEngine("initiator")
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "mem").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
+            time.sleep(0.01)
+        eng.create_backend(BackendType.TCP)
+        eng.create_backend(BackendType.SHM)
+        eng.register_remote_engine(EngineDesc.unpack((tmp_path / "engine").read_bytes()))
+        (tmp_path / "initiator").write_bytes(eng.get_engine_desc().pack())
+        remote = MemoryDesc.unpack((tmp_path / "mem").read_bytes())
+        while not (tmp_path / "ready").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "target not ready"
+            time.sleep(0.01)
+        local = np.zeros(SIZE, np.uint8)
+        ma = eng.register_array(local)
+        name, why = eng.backend_for(ma, remote)
+        assert name == "SHM" and "mapped memcpy" in why, why
+        # One write first: it also maps the target's notice ring, so the writes under
+        # test are the steady state (a memcpy and a ring slot each).
+        st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
+        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        yield eng, ma, local, remote, proc, tmp_path
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(10)
+        eng.close()
+
+
+def _exited(pidfd, timeout_s=0.0):
+    return bool(select.select([pidfd], [], [], timeout_s)[0])
+
+
+def test_no_write_succeeds_after_the_target_exited(mapped_target):
+    eng, ma, _, remote, proc, _ = mapped_target
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        assert _exited(pidfd, 10), "the killed target did not exit within 10 s"
+        # The very next write, the target known to have exited:
+        st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
+        assert st.WaitFor(1000), "a write to an exited target did not finish"
+        assert st.Code() == StatusCode.ERR_PEER_LOST, (st.Code(), st.Message())
+        assert "'target'" in st.Message(), st.Message()
+        print("first write after exit:", st.Message())
+    finally:
+        os.close(pidfd)
+
+
+def test_first_error_comes_within_5_ms_of_the_exit(mapped_target):
+    """Writes in a loop through the kill; each iteration first checks (pidfd, no wait)
+    whether the target has exited. Every write issued after that fails, and the first
+    failure completes within 5 ms of the exit being visible."""
+    eng, ma, _, remote, proc, _ = mapped_target
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        t_exit = first_fail = None
+        ok_after_exit = writes = 0
+        os.kill(proc.pid, signal.SIGKILL)
+        t_kill = time.perf_counter()
+        while first_fail is None:
+            now = time.perf_counter()
+            assert now - t_kill < 10, "no write failed within 10 s of the kill"
+            if t_exit is None and _exited(pidfd):
+                t_exit = now
+            st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
+            assert st.WaitFor(5000), "a write to a dying target did not finish"
+            writes += 1
+            if st.Failed():
+                first_fail = (time.perf_counter(), st)
+            elif t_exit is not None:
+                ok_after_exit += 1
+        while t_exit is None:  # the failure came first (the TCP drop): note the exit
+            assert _exited(pidfd, 10), "the killed target did not exit"
+            t_exit = time.perf_counter()
+        t_fail, st = first_fail
+        print(
+            f"{writes} writes; kill -> exit {(t_exit - t_kill) * 1e3:.2f} ms, "
+            f"exit -> first error {(t_fail - t_exit) * 1e3:.3f} ms: {st.Message()}"
+        )
+        assert st.Code() == StatusCode.ERR_PEER_LOST, (st.Code(), st.Message())
+        assert ok_after_exit == 0, f"{ok_after_exit} writes issued after the exit succeeded"
+        assert t_fail - t_exit < EXIT_TO_ERROR_S, f"first error {t_fail - t_exit:.4f} s after exit"
+    finally:
+        os.close(pidfd)
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_writes_land_in_a_stopped_target_and_it_finds_them_on_resuming(mapped_target):
+    """One-sided: a stopped target's memory takes mapped writes (no target CPU needed)
+    and they succeed; the announcements wait in its notice ring, so once resumed it pops
+    every inbound status and sees every byte."""
+    eng, ma, local, remote, proc, d = mapped_target
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    image = np.zeros(SIZE, np.uint8)  # the target's region as the writes leave it
+    n, blk = 64, 4096 + 7
+    os.kill(proc.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while _state(proc.pid) != "T":
+        assert time.monotonic() < deadline, "the target did not stop"
+        time.sleep(0.001)
+    uids = []
+    for i in range(n):
+        lo, ro = i * blk, int(rng.integers(0, SIZE - blk))
+        local[lo : lo + blk] = rng.integers(0, 256, blk, dtype=np.uint8)
+        uid = eng.allocate_transfer_uid()
+        st = eng.write(ma, lo, remote, ro, blk, uid)
+        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        image[ro : ro + blk] = local[lo : lo + blk]
+        uids.append(uid)
+    assert _state(proc.pid) == "T", "the target ran during the writes"
+    digest = hashlib.sha256(image.tobytes()).hexdigest()
+    (d / "uids").write_text(" ".join(map(str, uids)) + " " + digest)
+    os.kill(proc.pid, signal.SIGCONT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out.decode()
+    assert f"target popped {n} statuses, bytes verified" in out.decode()
