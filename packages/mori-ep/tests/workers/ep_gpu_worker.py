@@ -20,6 +20,7 @@ import torch.distributed as dist
 from ep_reference import FP8, ROUTINGS, Routing, expert, factor, start_gpu_rank
 
 from mori.core import shmem
+from mori.core.dist_compat import all_gather_single
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 mode, placement, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -63,7 +64,7 @@ def inputs(kind: str, it: int, base_seed: int, fp8: bool, n: int | None = None):
 
 def check_dispatch(tag, n, x, w, sc, idx, out, out_w, out_s, out_idx, total, src_pos) -> None:
     counts = torch.zeros(world, dtype=torch.int64)
-    dist.all_gather_into_tensor(counts, torch.tensor([n], dtype=torch.int64))
+    all_gather_single(counts, torch.tensor([n], dtype=torch.int64))
     ax, aw, ai = gather(padded(x, n)), gather(padded(w, n)), gather(padded(idx, n, -1))
     asc = gather(padded(sc, n)) if sc is not None else None
     rows = [

@@ -21,6 +21,7 @@ from ep_reference import FP8, ROUTINGS, Routing, expert, factor
 
 import mori.core as mc
 from mori.core import shmem
+from mori.core.dist_compat import all_gather_single
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 mode, seed = sys.argv[1], int(sys.argv[2])
@@ -71,7 +72,7 @@ def run_random(fp8: bool, base_seed: int) -> float:
 
         # Reference from every rank's inputs (padded to M rows, then the counts).
         counts = torch.zeros(world, dtype=torch.int64)
-        dist.all_gather_into_tensor(counts, torch.tensor([n], dtype=torch.int64))
+        all_gather_single(counts, torch.tensor([n], dtype=torch.int64))
         ax, aw, ai = gather(padded(x, n)), gather(padded(w, n)), gather(padded(idx, n, -1))
         asc = gather(padded(sc, n)) if fp8 else None
         rows = []

@@ -8,7 +8,7 @@ Two implementations share one protocol — ``rank``, ``world_size``,
 ``mori::bootstrap::Bootstrap``:
 
 * :class:`TorchBootstrap` over a torch.distributed ProcessGroup, moving uint8
-  tensors with ``all_gather_into_tensor``/``broadcast`` (never pickled objects);
+  tensors with ``all_gather_single``/``broadcast`` (never pickled objects);
 * :class:`TcpBootstrap`, native TCP through rank 0, for processes without torch
   (``TcpBootstrap.from_env()`` reads torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).
 """
@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from . import _C
+from .dist_compat import all_gather_single
 
 TcpBootstrap = _C.TcpBootstrap
 
@@ -66,7 +67,7 @@ class TorchBootstrap:
         if n == 0:
             return b""
         out = self._torch.empty(n * self.world_size, dtype=self._torch.uint8, device=self.device)
-        self._dist.all_gather_into_tensor(out, self._tensor(data), group=self.group)
+        all_gather_single(out, self._tensor(data), group=self.group)
         return _tensor_bytes(out)
 
     def broadcast_fixed(self, data: bytes, root: int = 0) -> bytes:
