@@ -86,6 +86,9 @@ template <int kThreads>
 constexpr int kReduceWords = kThreads <= kNarrowThreads ? 4 : 1;
 // 32-bit metadata words (weights, indices, scales, src_pos) a lane stages at once.
 constexpr int kMetaWords = 4;
+// How long a pe waits before trapping on a peer's rejection (TrapRejectedBy); at
+// most half the op's timeout.
+__device__ constexpr uint64_t kPeerTrapPauseNs = 1000000000;
 
 struct Common {
   DeviceContext ctx;
@@ -208,7 +211,7 @@ __device__ __forceinline__ void ReportBadExpert(const DispatchParams& p, int64_t
           "%d\n",
           p.c.me, e, p.num_experts, static_cast<long long>(t), j);
       PostRejectedCounts(p.c, epoch, 0, 1);
-      __trap();
+      dev::Trap();
     }
   }
 }
@@ -241,6 +244,25 @@ __device__ __forceinline__ uint32_t RankMask(const DispatchParams& p, int64_t t,
   return mask;
 }
 
+// Ends this pe's launch because pe `from` rejected the op (its inputs failed
+// validation). The rejecting pe's own blocks trap at once, silently (it printed the
+// reason); another pe says who rejected and traps only after a pause, so that the
+// two processes' launches do not fail at the same instant: on one H200 shared by two
+// processes, kernels that trapped together left the rejecting one's launch never
+// ending in 10 of 20 runs; with the pause, 0 of 12 (the peer fails 1.3-1.4 s after
+// its launch, the rejecting pe 0.5-0.8 s).
+__device__ void TrapRejectedBy(const Common& c, int from, const char* op) {
+  if (from != c.me) {
+    printf("mori.ep %s on rank %d: %s rejected by rank %d (its inputs failed validation; see its "
+           "error)\n",
+           op, c.me, op, from);
+    const uint64_t pause = std::min<uint64_t>(c.timeout_ns / 2, kPeerTrapPauseNs);
+    const uint64_t t0 = dev::GlobalTimerNs();
+    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+  }
+  dev::Trap();
+}
+
 // Warp 0: waits for every count word of `epoch` and stores the counts in
 // `counts` (W x W). A rejection or an unexpected epoch traps with a message.
 __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, uint32_t* counts) {
@@ -253,15 +275,9 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
           "%llu\n",
           c.me, i / c.world, static_cast<unsigned long long>(EpochOf(w)),
           static_cast<unsigned long long>(epoch));
-      __trap();
+      dev::Trap();
     }
-    if (CountOf(w) == kRejectedCount) {
-      printf(
-          "mori.ep dispatch on rank %d: dispatch rejected by rank %u (its inputs failed "
-          "validation; see its error)\n",
-          c.me, i / c.world);
-      __trap();
-    }
+    if (CountOf(w) == kRejectedCount) TrapRejectedBy(c, static_cast<int>(i / c.world), "dispatch");
     counts[i] = static_cast<uint32_t>(CountOf(w));
   }
 }
@@ -572,7 +588,7 @@ __device__ void WaitGridWords(const Common& c, const uint64_t* words, unsigned n
         printf("mori.ep dispatch on rank %d, block %d: %s not posted within %llu ns\n", c.me,
                blockIdx.x, what, static_cast<unsigned long long>(c.timeout_ns));
       }
-      __trap();
+      dev::Trap();
     }
   }
   // The warp barrier orders every lane after the lanes that saw each word; then the
@@ -996,13 +1012,7 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
 
 // Traps when pe d's combine word `v` carries a rejection.
 __device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_t v) {
-  if (v & 1u) {
-    printf(
-        "mori.ep combine on rank %d: combine rejected by rank %d (its inputs failed "
-        "validation; see its error)\n",
-        c.me, d);
-    __trap();
-  }
+  if (v & 1u) TrapRejectedBy(c, d, "combine");
 }
 
 // One warp waits (lane d for pe d) until every other pe's combine word of group g
@@ -1345,7 +1355,7 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
       PostCombineWords(c, (epoch << 1) | 1u, tid, nthreads);
       dev::Quiet();
       __syncthreads();
-      if (tid == 0) __trap();
+      if (tid == 0) dev::Trap();
     }
     return;
   }

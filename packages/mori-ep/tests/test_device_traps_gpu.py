@@ -41,6 +41,11 @@ def test_bad_expert_id_traps_on_both_ranks_naming_it(kernel, cuda_gpus):
     assert o0.startswith("CUDA error") and o1.startswith("CUDA error"), (o0, o1)
     assert "expert id 8 out of range [-1, 8) at token 3 slot 2" in out0
     assert "dispatch rejected by rank 0" in out1
+    # Both launches fail within the op's timeout (3 s in the worker), the peer's after
+    # its pause (TrapRejectedBy). Before that pause, two processes sharing one GPU
+    # trapped at the same instant and the rejecting one's launch never ended.
+    for o in (o0, o1):
+        assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)
 
 
 def test_host_rejection_raises_there_and_traps_the_peer(cuda_gpus):

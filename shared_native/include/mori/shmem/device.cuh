@@ -62,6 +62,18 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
   return t;
 }
 
+// Fails the launch (the host sees cudaErrorLaunchFailure) and never returns. nvcc
+// emits __trap() as a plain `trap` instruction that the code after it follows, and
+// the grid is stopped asynchronously, some time later: a thread that merely traps
+// goes on running the code written for the case its check ruled out (a store
+// through the null pointer it just reported, a loop over a rejected count). On an
+// H200, threads were seen running for a while after a trap (their later checks
+// printed), so the thread parks here until the grid is stopped.
+[[noreturn]] __device__ __forceinline__ void Trap() {
+  asm volatile("trap;" ::: "memory");
+  for (;;) __nanosleep(1000000);
+}
+
 // fence.sc.sys: every access of this thread before it is performed at system scope
 // before any access after it.
 __device__ __forceinline__ void Fence() { __threadfence_system(); }
@@ -104,7 +116,7 @@ __device__ __forceinline__ T* PeerOrTrap(const DeviceContext& ctx, T* sym, int p
         "[block (%d,%d,%d) thread (%d,%d,%d)]\n",
         what, pe, ctx.my_pe, static_cast<const void*>(sym), blockIdx.x, blockIdx.y, blockIdx.z,
         threadIdx.x, threadIdx.y, threadIdx.z);
-    __trap();
+    Trap();
   }
   return p;
 }
@@ -300,7 +312,7 @@ __device__ __forceinline__ uint64_t WaitUntil(const uint64_t* local_sig, Cmp cmp
           CmpName(cmp), static_cast<unsigned long long>(value),
           static_cast<unsigned long long>(seen), blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
           threadIdx.y, threadIdx.z);
-      __trap();
+      Trap();
     }
   }
 }
@@ -335,7 +347,7 @@ __device__ __forceinline__ void BarrierAllBlock(const DeviceContext& ctx, uint64
           "mori shmem barrier: pe %u is not load/store reachable from pe %d; the device "
           "barrier needs every pe on this node\n",
           pe, ctx.my_pe);
-      __trap();
+      Trap();
     }
     SignalAdd(ctx, &ctx.barrier_arrive[ctx.my_pe], 1, static_cast<int>(pe));
   }

@@ -178,7 +178,8 @@ class EpDispatchCombineOp:
     value), combine input shorter than ``total_recv``, a peer that does not arrive
     within ``timeout_s``. A rejected call (host-side check on one rank) raises
     InvalidArgumentError on that rank and makes the kernels of the others trap naming
-    it: on CUDA a rejection ends the job, it does not leave the op usable.
+    it, min(timeout_s / 2, 1 s) later: on CUDA a rejection ends the job, it does not
+    leave the op usable.
     """
 
     def __init__(self, config: EpDispatchCombineConfig, group: Any = None, *, timeout_s=60.0):
