@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """Checks dist/ after `nox -s build`: one wheel and one sdist per package, each named
-with its package's own version; no wheel ships mori/__init__.py; only mori-core
-carries libmori_core.so; each other extension needs libmori_core.so and finds it
+with its package's own version; mori-core alone ships mori/__init__.py (the top-level
+package with lazy submodules) and mori/shmem/; only mori-core carries libmori_core.so; each other extension needs libmori_core.so and finds it
 through $ORIGIN/../core/lib."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from elftools.elf.elffile import ELFFile
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"mori-core": "core", "mori-io": "io", "mori-ep": "ep", "mori-ccl": "ccl"}
+# ROCm/mori's module names: the one wheel that ships each.
+OWNED_MODULES = {"mori/shmem/__init__.py": "mori-core"}
 
 
 def version_of(pkg: str, sub: str) -> str:
@@ -58,8 +60,20 @@ def main(dist: Path) -> int:
                 errors.append(f"{f.name}: not named with {pkg}'s version {version}")
         with zipfile.ZipFile(wheel) as z:
             names = z.namelist()
-            if "mori/__init__.py" in names:
-                errors.append(f"{wheel.name}: ships mori/__init__.py (mori must stay a namespace)")
+            ships_init = "mori/__init__.py" in names
+            if pkg == "mori-core" and not ships_init:
+                errors.append(f"{wheel.name}: lacks mori/__init__.py (mori-core owns it)")
+            if pkg != "mori-core" and ships_init:
+                errors.append(f"{wheel.name}: ships mori/__init__.py (only mori-core may)")
+            for module, owner in OWNED_MODULES.items():
+                if (module in names) != (pkg == owner):
+                    errors.append(
+                        f"{wheel.name}: {module} {'present' if module in names else 'missing'} "
+                        f"(it belongs to {owner})"
+                    )
+            strays = [n for n in names if n.startswith("mori/") and n.count("/") == 1]
+            if pkg != "mori-core" and strays:
+                errors.append(f"{wheel.name}: files directly under mori/: {strays}")
             libs = [n for n in names if n.rsplit("/", 1)[-1].startswith("libmori_core")]
             if pkg == "mori-core":
                 if libs != ["mori/core/lib/libmori_core.so"]:

@@ -2,8 +2,10 @@
 # Copyright (c) 2026 The mori authors
 """Checks on an installed environment (run by `nox -s dist_check`).
 
-io-only  mori-core + mori-io installed alone: mori.io imports and works,
-         mori.ep is absent, torch was not installed.
+io-only  mori-core + mori-io installed alone: `import mori` then mori.io and
+         mori.shmem resolve and work without importing torch; mori.ep, mori.ops
+         and mori.ccl are absent, and mori.ops says which wheel to install; torch
+         was not installed.
 linked   mori.io's extension needs libmori_core.so and, once imported, the
          process maps exactly one libmori_core.so: mori-core's.
 """
@@ -17,18 +19,31 @@ from pathlib import Path
 
 
 def io_only() -> None:
-    import mori.io
+    import mori
 
-    avail = mori.io.backend_availability()
+    assert Path(mori.__file__).parent.name == "mori", mori.__file__  # mori-core's __init__
+    avail = mori.io.backend_availability()  # lazy: no `import mori.io`
     assert avail["TCP"][0], avail
     print("mori.io", mori.io.__version__, "backends:", avail)
-    for missing in ("mori.ep", "mori.ccl"):
+    assert mori.io.IOEngine is importlib.import_module("mori.io").IOEngine
+    uid = mori.shmem.shmem_get_unique_id()
+    assert len(uid) == 128, len(uid)
+    print("mori.shmem: unique id of", len(uid), "bytes")
+    assert "torch" not in sys.modules, "import mori / mori.io / mori.shmem imported torch"
+    for missing in ("mori.ep", "mori.ops", "mori.ccl"):
         try:
             importlib.import_module(missing)
         except ModuleNotFoundError as e:
             print(f"{missing}: ModuleNotFoundError ({e})")
         else:
             raise AssertionError(f"{missing} imported but was not installed")
+    try:
+        _ = mori.ops
+    except ModuleNotFoundError as e:
+        assert "pip install mori-ep" in str(e), str(e)
+        print(f"mori.ops: {e}")
+    else:
+        raise AssertionError("mori.ops resolved but mori-ep was not installed")
     assert importlib.util.find_spec("torch") is None, "torch was installed by mori-core/mori-io"
     print("torch: not installed")
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""Layout of the installed mori-core: namespace package, native library, CMake config."""
+"""Layout of the installed mori-core: native library, headers, CMake config (the
+top-level mori package: test_mori_namespace.py)."""
 
 import shutil
 import subprocess
@@ -8,14 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import mori
 import mori.core as mc
-
-
-def test_mori_is_a_namespace_package():
-    assert getattr(mori, "__file__", None) is None
-    for path in mori.__path__:
-        assert not (Path(path) / "__init__.py").exists()
 
 
 def test_native_library_headers_and_cmake_config_are_installed():
