@@ -2,7 +2,8 @@
 # Copyright (c) 2026 The mori authors
 """Checks dist/ after `nox -s build`: one wheel and one sdist per package, each named
 with its package's own version; mori-core alone ships mori/__init__.py (the top-level
-package with lazy submodules) and mori/shmem/; only mori-core carries libmori_core.so; each other extension needs libmori_core.so and finds it
+package with lazy submodules) and mori/shmem/, mori-ep alone mori/ops/; only mori-core
+carries libmori_core.so; each other extension needs libmori_core.so and finds it
 through $ORIGIN/../core/lib."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from elftools.elf.elffile import ELFFile
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"mori-core": "core", "mori-io": "io", "mori-ep": "ep", "mori-ccl": "ccl"}
 # ROCm/mori's module names: the one wheel that ships each.
-OWNED_MODULES = {"mori/shmem/__init__.py": "mori-core"}
+OWNED_MODULES = {"mori/shmem/__init__.py": "mori-core", "mori/ops/__init__.py": "mori-ep"}
 
 
 def version_of(pkg: str, sub: str) -> str:
