@@ -61,6 +61,10 @@ BackendAvailability ProbeIbverbs() {
 
 const char* BackendTypeName(BackendType type) noexcept {
   switch (type) {
+    case BackendType::kUnknown:
+      return "Unknown";
+    case BackendType::kFabric:
+      return "FABRIC";
     case BackendType::kTcp:
       return "TCP";
     case BackendType::kShm:
@@ -90,6 +94,12 @@ BackendAvailability ProbeBackend(BackendType type) {
     }
     case BackendType::kRdma:
       result = ProbeIbverbs();
+      break;
+    case BackendType::kUnknown:
+      result = {false, "Unknown is not a backend"};
+      break;
+    case BackendType::kFabric:
+      result = {false, "FABRIC (a scale-up fabric across nodes) is not implemented in mori"};
       break;
     default:
       MORI_THROW(InvalidArgumentError, "unknown backend type ", static_cast<int>(type));

@@ -85,17 +85,31 @@ py::tuple ChoiceTuple(const BackendChoice& c) {
 }  // namespace
 
 void register_engine(py::module_& m) {
-  py::enum_<StatusCode>(m, "StatusCode", "Transfer status codes (MORI's first four values).")
+  py::enum_<StatusCode>(m, "StatusCode", "Transfer status codes: MORI's names and numbers.")
       .value("SUCCESS", StatusCode::SUCCESS)
       .value("INIT", StatusCode::INIT)
-      .value("ERROR", StatusCode::ERROR)
-      .value("NOT_FOUND", StatusCode::NOT_FOUND)
       .value("IN_PROGRESS", StatusCode::IN_PROGRESS)
       .value("ERR_INVALID_ARGS", StatusCode::ERR_INVALID_ARGS)
-      .value("ERR_OUT_OF_BOUNDS", StatusCode::ERR_OUT_OF_BOUNDS)
-      .value("ERR_PEER_LOST", StatusCode::ERR_PEER_LOST)
-      .value("ERR_TIMEOUT", StatusCode::ERR_TIMEOUT)
-      .value("ERR_BAD_STATE", StatusCode::ERR_BAD_STATE);
+      .value("ERR_NOT_FOUND", StatusCode::ERR_NOT_FOUND)
+      .value("ERR_RDMA_OP", StatusCode::ERR_RDMA_OP)
+      .value("ERR_BAD_STATE", StatusCode::ERR_BAD_STATE)
+      .value("ERR_GPU_OP", StatusCode::ERR_GPU_OP);
+
+  py::enum_<StatusDetail>(m, "StatusDetail", R"doc(
+mori's finer reason behind a StatusCode (TransferStatus.Detail()). ERR_OUT_OF_BOUNDS
+reports as ERR_INVALID_ARGS; ERR_TRANSPORT, ERR_PEER_LOST and ERR_TIMEOUT as
+ERR_RDMA_OP; the others as the StatusCode of the same name and number.)doc")
+      .value("SUCCESS", StatusDetail::SUCCESS)
+      .value("INIT", StatusDetail::INIT)
+      .value("IN_PROGRESS", StatusDetail::IN_PROGRESS)
+      .value("ERR_INVALID_ARGS", StatusDetail::ERR_INVALID_ARGS)
+      .value("ERR_NOT_FOUND", StatusDetail::ERR_NOT_FOUND)
+      .value("ERR_TRANSPORT", StatusDetail::ERR_TRANSPORT)
+      .value("ERR_BAD_STATE", StatusDetail::ERR_BAD_STATE)
+      .value("ERR_GPU_OP", StatusDetail::ERR_GPU_OP)
+      .value("ERR_OUT_OF_BOUNDS", StatusDetail::ERR_OUT_OF_BOUNDS)
+      .value("ERR_PEER_LOST", StatusDetail::ERR_PEER_LOST)
+      .value("ERR_TIMEOUT", StatusDetail::ERR_TIMEOUT);
 
   py::enum_<MemoryLocationType>(m, "MemoryLocationType", "Where registered memory lives.")
       .value("Unknown", MemoryLocationType::Unknown)
@@ -103,22 +117,37 @@ void register_engine(py::module_& m) {
       .value("GPU", MemoryLocationType::GPU);
 
   py::class_<TransferState, StatePtr>(m, "TransferStatus", R"doc(
-The status of one transfer (or batch). Finished exactly once; Wait/WaitFor release the GIL.)doc")
+The status of one transfer (or batch), with MORI's methods. The engine finishes it
+exactly once; Wait/WaitFor release the GIL.)doc")
       .def(py::init<>())
       .def("Code", &TransferState::Code)
+      .def("Detail", &TransferState::Detail,
+           "mori's finer reason (StatusDetail), e.g. ERR_PEER_LOST behind ERR_RDMA_OP.")
       .def("Message", &TransferState::Message)
+      .def("Init", &TransferState::Init)
       .def("InProgress", &TransferState::InProgress)
       .def("Succeeded", &TransferState::Succeeded)
       .def("Failed", &TransferState::Failed)
+      .def("SetCode", &TransferState::SetCode, py::arg("code"))
+      .def("SetMessage", &TransferState::SetMessage, py::arg("message"))
+      .def("Update", &TransferState::Update, py::arg("code"), py::arg("message"),
+           "Set code and message unless a failure is already recorded (first failure wins).")
       .def(
           "Wait", [](TransferState& s) { s.WaitFor(-1); }, py::call_guard<py::gil_scoped_release>(),
-          R"doc(Block until finished. Bounded: a lost peer fails the transfer within its timeout.)doc")
-      .def("WaitFor", &TransferState::WaitFor, py::arg("timeout_ms"),
-           py::call_guard<py::gil_scoped_release>(),
-           R"doc(Block up to timeout_ms milliseconds; True when finished.)doc")
+          R"doc(Block while IN_PROGRESS. Bounded for the engine's transfers: a lost peer fails
+the transfer within its timeout.)doc")
+      .def(
+          "WaitFor",
+          [](TransferState& s, int64_t timeout_ms) {
+            s.WaitFor(timeout_ms);
+            return s.Code();
+          },
+          py::arg("timeout_ms") = -1, py::call_guard<py::gil_scoped_release>(),
+          R"doc(Block while IN_PROGRESS, up to timeout_ms milliseconds (negative: no limit;
+0: poll once). Returns the StatusCode, still IN_PROGRESS when the time ran out.)doc")
       .def("__repr__", [](const TransferState& s) {
         std::string r = StrCat("TransferStatus(", StatusCodeName(s.Code()));
-        if (s.Failed()) r += StrCat(", '", s.Message(), "'");
+        if (s.Failed()) r += StrCat(" [", StatusDetailName(s.Detail()), "], '", s.Message(), "'");
         return r + ")";
       });
 
@@ -166,7 +195,8 @@ The status of one transfer (or batch). Finished exactly once; Wait/WaitFor relea
       .def_readwrite("peer_timeout_ms", &TcpBackendConfig::peer_timeout_ms)
       .def_readwrite("sock_buf_bytes", &TcpBackendConfig::sock_buf_bytes)
       .def_readwrite("transfer_timeout_ms", &TcpBackendConfig::transfer_timeout_ms)
-      .def_readwrite("max_inbound_statuses", &TcpBackendConfig::max_inbound_statuses);
+      .def_readwrite("max_inbound_statuses", &TcpBackendConfig::max_inbound_statuses)
+      .def_readwrite("enable_notification", &TcpBackendConfig::enable_notification);
   py::class_<P2pBackendConfig>(m, "P2pBackendConfig", "The native P2pBackendConfig.")
       .def(py::init<>())
       .def_readwrite("num_streams", &P2pBackendConfig::num_streams)

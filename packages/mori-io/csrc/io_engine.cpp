@@ -33,28 +33,54 @@
 
 namespace mori::io {
 
+const char* StatusDetailName(StatusDetail detail) noexcept {
+  switch (detail) {
+    case StatusDetail::SUCCESS:
+      return "SUCCESS";
+    case StatusDetail::INIT:
+      return "INIT";
+    case StatusDetail::IN_PROGRESS:
+      return "IN_PROGRESS";
+    case StatusDetail::ERR_INVALID_ARGS:
+      return "ERR_INVALID_ARGS";
+    case StatusDetail::ERR_OUT_OF_BOUNDS:
+      return "ERR_OUT_OF_BOUNDS";
+    case StatusDetail::ERR_NOT_FOUND:
+      return "ERR_NOT_FOUND";
+    case StatusDetail::ERR_TRANSPORT:
+      return "ERR_TRANSPORT";
+    case StatusDetail::ERR_PEER_LOST:
+      return "ERR_PEER_LOST";
+    case StatusDetail::ERR_TIMEOUT:
+      return "ERR_TIMEOUT";
+    case StatusDetail::ERR_BAD_STATE:
+      return "ERR_BAD_STATE";
+    case StatusDetail::ERR_GPU_OP:
+      return "ERR_GPU_OP";
+  }
+  return "?";
+}
+
 const char* StatusCodeName(StatusCode code) noexcept {
   switch (code) {
     case StatusCode::SUCCESS:
       return "SUCCESS";
     case StatusCode::INIT:
       return "INIT";
-    case StatusCode::ERROR:
-      return "ERROR";
-    case StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
     case StatusCode::IN_PROGRESS:
       return "IN_PROGRESS";
+    case StatusCode::ERR_BEGIN:
+      return "ERR_BEGIN";
     case StatusCode::ERR_INVALID_ARGS:
       return "ERR_INVALID_ARGS";
-    case StatusCode::ERR_OUT_OF_BOUNDS:
-      return "ERR_OUT_OF_BOUNDS";
-    case StatusCode::ERR_PEER_LOST:
-      return "ERR_PEER_LOST";
-    case StatusCode::ERR_TIMEOUT:
-      return "ERR_TIMEOUT";
+    case StatusCode::ERR_NOT_FOUND:
+      return "ERR_NOT_FOUND";
+    case StatusCode::ERR_RDMA_OP:
+      return "ERR_RDMA_OP";
     case StatusCode::ERR_BAD_STATE:
       return "ERR_BAD_STATE";
+    case StatusCode::ERR_GPU_OP:
+      return "ERR_GPU_OP";
   }
   return "?";
 }
@@ -122,26 +148,27 @@ const char* WireStatusText(wire::WireStatus s) {
   return "unknown status";
 }
 
-StatusCode WireStatusCode(wire::WireStatus s) {
+StatusDetail WireStatusCode(wire::WireStatus s) {
   switch (s) {
     case wire::WireStatus::kOk:
-      return StatusCode::SUCCESS;
+      return StatusDetail::SUCCESS;
     case wire::WireStatus::kUnknownMemory:
-      return StatusCode::NOT_FOUND;
+      return StatusDetail::ERR_NOT_FOUND;
     case wire::WireStatus::kOutOfBounds:
-      return StatusCode::ERR_OUT_OF_BOUNDS;
+      return StatusDetail::ERR_OUT_OF_BOUNDS;
     case wire::WireStatus::kNotHostMemory:
     case wire::WireStatus::kNoShm:
     case wire::WireStatus::kNoP2p:
     case wire::WireStatus::kNotGpuMemory:
     case wire::WireStatus::kNoRdma:
     case wire::WireStatus::kNotShareable:
-      return StatusCode::ERR_INVALID_ARGS;
+      return StatusDetail::ERR_INVALID_ARGS;
     case wire::WireStatus::kCopyFailed:
+      return StatusDetail::ERR_TRANSPORT;
     case wire::WireStatus::kExportFailed:
-      return StatusCode::ERROR;
+      return StatusDetail::ERR_GPU_OP;
   }
-  return StatusCode::ERROR;
+  return StatusDetail::ERR_TRANSPORT;
 }
 
 void SetSocketOptions(int fd, const TcpBackendConfig& cfg) {
@@ -538,7 +565,7 @@ class Worker {
                                       timeout_ns / 1000000, "): the peer is alive but stuck"));
       }
     }
-    for (auto& [c, why] : stuck) Close(*c, why, StatusCode::ERR_TIMEOUT);
+    for (auto& [c, why] : stuck) Close(*c, why, StatusDetail::ERR_TIMEOUT);
   }
 
   void AcceptAll() {
@@ -598,7 +625,7 @@ class Worker {
     std::string stage_error = Unstage(c, c.cur.length);
     if (c.outbound) {
       engine_->CompletePart(c.cur_pending.record_id,
-                            stage_error.empty() ? StatusCode::SUCCESS : StatusCode::ERROR,
+                            stage_error.empty() ? StatusDetail::SUCCESS : StatusDetail::ERR_GPU_OP,
                             stage_error);
       return;
     }
@@ -914,7 +941,7 @@ class Worker {
     }
     if (type == wire::MsgType::kShmDoneAck && p.type == wire::MsgType::kShmWriteDone) {
       if (p.record_id != SubmissionLedger::kNoRecord) {
-        engine_->CompletePart(p.record_id, StatusCode::SUCCESS, {});
+        engine_->CompletePart(p.record_id, StatusDetail::SUCCESS, {});
       }
       return true;
     }
@@ -952,7 +979,7 @@ class Worker {
                       "; transfers to it fall back to TCP");
       }
     }
-    StatusCode code = err == ESRCH ? StatusCode::ERR_PEER_LOST : StatusCode::ERROR;
+    StatusDetail code = err == ESRCH ? StatusDetail::ERR_PEER_LOST : StatusDetail::ERR_TRANSPORT;
     if (!write) {
       // Our copy out of the region has ended (either way): the target may release its
       // hold (the done leaves at the end of this read pass).
@@ -966,7 +993,7 @@ class Worker {
         c.sendq.push_back({d, nullptr, 0, 0, nullptr});
         c.need_flush = true;
       }
-      engine_->CompletePart(p.record_id, err == 0 ? StatusCode::SUCCESS : code, error);
+      engine_->CompletePart(p.record_id, err == 0 ? StatusDetail::SUCCESS : code, error);
       return;
     }
     Pending done = p;
@@ -1111,7 +1138,7 @@ class Worker {
  public:
   // Closes the connection and fails every request still waiting on it. Owner thread
   // only (or after Stop).
-  void Close(Conn& c, const std::string& reason, StatusCode code = StatusCode::ERR_PEER_LOST) {
+  void Close(Conn& c, const std::string& reason, StatusDetail code = StatusDetail::ERR_PEER_LOST) {
     FlushInbound(c);             // those parts' data is in place
     if (c.cur_use != nullptr) {  // an inbound write cut short: nothing lands any more
       c.cur_use->Leave();
@@ -1641,14 +1668,14 @@ PeerConnections* IoEngine::Connected(const std::shared_ptr<Peer>& peer, std::str
   return pc != nullptr ? pc : Connect(peer, error);
 }
 
-void IoEngine::CompletePart(uint64_t record_id, StatusCode code, const std::string& message) {
+void IoEngine::CompletePart(uint64_t record_id, StatusDetail code, const std::string& message) {
   TransferRecord* rec = ledger_->Lookup(record_id);
   if (rec == nullptr) {
     MORI_LOG_ERROR(kIo, "engine '", key_, "': completion for record ", record_id,
                    " that is not live");
     return;
   }
-  if (code != StatusCode::SUCCESS) {
+  if (code != StatusDetail::SUCCESS) {
     uint32_t none = 0;
     if (rec->error_code.compare_exchange_strong(none, static_cast<uint32_t>(code),
                                                 std::memory_order_acq_rel)) {
@@ -1657,8 +1684,8 @@ void IoEngine::CompletePart(uint64_t record_id, StatusCode code, const std::stri
   }
   if (rec->parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   std::shared_ptr<TransferState> state = std::move(rec->state);
-  auto err = static_cast<StatusCode>(rec->error_code.load(std::memory_order_acquire));
-  std::string msg = err != StatusCode::SUCCESS ? std::move(rec->error_message) : std::string();
+  auto err = static_cast<StatusDetail>(rec->error_code.load(std::memory_order_acquire));
+  std::string msg = err != StatusDetail::SUCCESS ? std::move(rec->error_message) : std::string();
   RegionUse* use = rec->local_use;
   rec->local_use = nullptr;
   ledger_->Release(record_id);
@@ -1669,6 +1696,7 @@ void IoEngine::CompletePart(uint64_t record_id, StatusCode code, const std::stri
 
 void IoEngine::RecordInboundParts(const std::string& remote_key, const InboundPart* parts,
                                   size_t n) {
+  if (!tcp_config_.enable_notification) return;
   std::lock_guard<std::mutex> lock(inbound_mu_);
   auto& by_uid = inbound_[remote_key];
   InboundEntry* e = nullptr;
@@ -1711,7 +1739,8 @@ std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::str
   if (e == it->second.end() && rdma_) e = it->second.find(uid & rdma::kImmUidMask);
   if (e == it->second.end() || e->second.seen < e->second.total) return nullptr;
   auto state = std::make_shared<TransferState>();
-  state->Finish(e->second.failed ? StatusCode::ERROR : StatusCode::SUCCESS, e->second.message);
+  state->Finish(e->second.failed ? StatusDetail::ERR_TRANSPORT : StatusDetail::SUCCESS,
+                e->second.message);
   it->second.erase(e);
   --inbound_count_;
   // Popped entries leave stale order items; drop them once they outnumber live ones,
@@ -1834,7 +1863,7 @@ std::shared_ptr<ShmMapping> IoEngine::NoticeRingOf(const std::shared_ptr<Peer>& 
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
   if (peer->notice_state.load(std::memory_order_relaxed) != 0) return peer->notice_ring;
   std::string answer, error;
-  StatusCode code = StatusCode::SUCCESS;
+  StatusDetail code = StatusDetail::SUCCESS;
   wire::WireStatus status = wire::WireStatus::kOk;
   std::shared_ptr<ShmMapping> m;
   if (SideRequest(*peer, wire::MsgType::kNoticeRingReq, wire::MsgType::kNoticeRingGrant, 0, {},
@@ -1870,7 +1899,7 @@ uint64_t IoEngine::inbound_evicted() {
 }
 
 namespace {
-std::shared_ptr<TransferState> Finished(StatusCode code, std::string message) {
+std::shared_ptr<TransferState> Finished(StatusDetail code, std::string message) {
   auto s = std::make_shared<TransferState>();
   s->Finish(code, std::move(message));
   return s;
@@ -1884,7 +1913,7 @@ std::shared_ptr<TransferState> IoEngine::RemoteBoundsError(Op op, const Transfer
   for (size_t i = 0; i < n; ++i) {
     const TransferSpan& s = spans[i];
     if (s.size > limit || s.remote_offset > limit - s.size) {
-      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+      return Finished(StatusDetail::ERR_OUT_OF_BOUNDS,
                       StrCat(op == Op::kWrite ? "write " : "read ", i, ": remote range [",
                              s.remote_offset, ", +", s.size, ") exceeds memory ", remote_mem,
                              " as registered with '", peer_key, "' (", limit, " bytes)"));
@@ -1898,13 +1927,14 @@ std::shared_ptr<TransferState> IoEngine::BeginTransfer(const MemoryRegion& local
   *rid = SubmissionLedger::kNoRecord;
   RegionUse* use = local.use.get();
   if (use != nullptr && !use->Enter()) {
-    return Finished(StatusCode::NOT_FOUND, StrCat("local memory ", local.id,
-                                                  " was deregistered from engine '", key_, "'"));
+    return Finished(
+        StatusDetail::ERR_NOT_FOUND,
+        StrCat("local memory ", local.id, " was deregistered from engine '", key_, "'"));
   }
   uint64_t id = ledger_->Admit();
   if (id == SubmissionLedger::kNoRecord) {
     if (use != nullptr) use->Leave();
-    return Finished(StatusCode::ERR_BAD_STATE,
+    return Finished(StatusDetail::ERR_BAD_STATE,
                     StrCat("too many transfers in flight: ", ledger_->window(),
                            " records span the submission ledger's admission limit of ",
                            ledger_->admission_limit(), "; wait for earlier transfers"));
@@ -1931,7 +1961,7 @@ std::shared_ptr<TransferState> IoEngine::Transfer(Op op, uint64_t local_mem,
     std::shared_lock<std::shared_mutex> lock(mem_mu_);
     auto it = memory_.find(local_mem);
     if (it == memory_.end()) {
-      return Finished(StatusCode::NOT_FOUND,
+      return Finished(StatusDetail::ERR_NOT_FOUND,
                       StrCat("local memory ", local_mem, " is not registered with engine '", key_,
                              "' (never, or deregistered)"));
     }
@@ -1949,12 +1979,12 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   MORI_SCOPED_TIMER(kIo, "io.submit");
   const char* verb = op == Op::kWrite ? "write" : "read";
   if (workers_.empty()) {
-    return Finished(StatusCode::ERR_BAD_STATE,
+    return Finished(StatusDetail::ERR_BAD_STATE,
                     StrCat("engine '", key_,
                            "' has no backend: call create_backend(BackendType.TCP or SHM) first"));
   }
   if (!peer) {
-    return Finished(StatusCode::NOT_FOUND,
+    return Finished(StatusDetail::ERR_NOT_FOUND,
                     StrCat("remote engine '", remote_key, "' is not registered with engine '", key_,
                            "': call register_remote_engine with its EngineDesc"));
   }
@@ -1965,7 +1995,7 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   // the target stages its own GPU memory (or refuses where it cannot).
   const bool local_gpu = local.loc == MemoryLocationType::GPU && !p2p && !rdma;
   if (local_gpu && !staging::Unavailable().empty()) {
-    return Finished(StatusCode::ERR_INVALID_ARGS,
+    return Finished(StatusDetail::ERR_INVALID_ARGS,
                     StrCat(verb, " from/into local GPU memory ", local.id,
                            " over TCP needs staging, and ", staging::Unavailable(), " (",
                            ChooseBackend(ChoiceInput(*peer, local.loc, remote_loc)).reason, ")"));
@@ -1976,12 +2006,12 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   for (size_t i = 0; i < n; ++i) {
     const TransferSpan& s = spans[i];
     if (s.size > local.size || s.local_offset > local.size - s.size) {
-      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+      return Finished(StatusDetail::ERR_OUT_OF_BOUNDS,
                       StrCat(verb, " ", i, ": local range [", s.local_offset, ", +", s.size,
                              ") exceeds local memory ", local.id, " of ", local.size, " bytes"));
     }
     if (s.size > remote_size || s.remote_offset > remote_size - s.size) {
-      return Finished(StatusCode::ERR_OUT_OF_BOUNDS,
+      return Finished(StatusDetail::ERR_OUT_OF_BOUNDS,
                       StrCat(verb, " ", i, ": remote range [", s.remote_offset, ", +", s.size,
                              ") exceeds remote memory ", remote_mem, " of '", remote_key, "' (",
                              remote_size, " bytes)"));
@@ -1991,11 +2021,11 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
     if (s.size > 0) parts += (s.size - 1) / chunk + 1;
   }
   if (parts > UINT32_MAX) {
-    return Finished(StatusCode::ERR_INVALID_ARGS,
+    return Finished(StatusDetail::ERR_INVALID_ARGS,
                     StrCat("transfer of ", parts, " parts is too large"));
   }
   if (peer->failed.load(std::memory_order_acquire)) {
-    return Finished(StatusCode::ERR_PEER_LOST,
+    return Finished(StatusDetail::ERR_PEER_LOST,
                     StrCat("remote engine '", remote_key, "' is unreachable (", peer->FailReason(),
                            "); register it again to retry"));
   }
@@ -2003,11 +2033,11 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   PeerConnections* pc = Connected(peer, &connect_error);
   if (pc == nullptr) {
     peer->MarkFailed(connect_error);
-    return Finished(StatusCode::ERR_PEER_LOST, connect_error);
+    return Finished(StatusDetail::ERR_PEER_LOST, connect_error);
   }
   if (p2p) return SubmitP2p(op, local, peer, pc, remote_mem, spans, n, uid);
   if (rdma) return SubmitRdma(op, local, peer, remote_mem, spans, n, uid);
-  if (parts == 0) return Finished(StatusCode::SUCCESS, {});
+  if (parts == 0) return Finished(StatusDetail::SUCCESS, {});
   const bool shm = pc->host_choice.backend == BackendType::kShm &&
                    local.loc == MemoryLocationType::CPU && remote_loc == MemoryLocationType::CPU &&
                    !peer->shm_refused.load(std::memory_order_relaxed);
@@ -2085,11 +2115,12 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
       }
     }
     for (uint32_t r = 0; r < refused; ++r) {
-      CompletePart(rid, StatusCode::ERR_PEER_LOST,
+      CompletePart(rid, StatusDetail::ERR_PEER_LOST,
                    StrCat("connection to remote engine '", remote_key, "' lost: ", dead_reason,
                           "; register it again to retry"));
     }
-    for (uint32_t r = 0; r < unstaged; ++r) CompletePart(rid, StatusCode::ERROR, stage_error);
+    for (uint32_t r = 0; r < unstaged; ++r)
+      CompletePart(rid, StatusDetail::ERR_GPU_OP, stage_error);
   }
   return state;
 }
@@ -2302,17 +2333,17 @@ bool IoEngine::UseP2p(const Peer& peer, MemoryLocationType local_loc,
 
 bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type,
                            uint64_t mem_id, const std::string& payload, std::string* answer,
-                           StatusCode* code, std::string* error, wire::WireStatus* status_out) {
+                           StatusDetail* code, std::string* error, wire::WireStatus* status_out) {
   const int timeout = tcp_config_.peer_timeout_ms;
   std::string why;
   int fd = ConnectTo(peer.host, peer.port, timeout, &why);
-  auto fail = [&](StatusCode c, const std::string& text) {
+  auto fail = [&](StatusDetail c, const std::string& text) {
     if (fd >= 0) ::close(fd);
     *code = c;
     *error = text;
     return false;
   };
-  if (fd < 0) return fail(StatusCode::ERR_PEER_LOST, why);
+  if (fd < 0) return fail(StatusDetail::ERR_PEER_LOST, why);
   std::string msg = HelloMessage();
   wire::Header h = MakeHeader(type, mem_id);
   h.length = payload.size();
@@ -2321,16 +2352,17 @@ bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType a
   wire::Header r{};
   if (!SendAll(fd, msg.data(), msg.size(), timeout, &why) ||
       !RecvAll(fd, reinterpret_cast<char*>(&r), kHdr, timeout, &why)) {
-    return fail(StatusCode::ERR_PEER_LOST, why);
+    return fail(StatusDetail::ERR_PEER_LOST, why);
   }
   if (r.type != static_cast<uint8_t>(answer_type) || r.version != wire::kVersion ||
       r.length > kMaxP2pGrantBytes) {
-    return fail(StatusCode::ERROR, StrCat("unexpected answer (type ", int(r.type), ", version ",
-                                          r.version, ", ", r.length, " bytes)"));
+    return fail(StatusDetail::ERR_TRANSPORT,
+                StrCat("unexpected answer (type ", int(r.type), ", version ", r.version, ", ",
+                       r.length, " bytes)"));
   }
   answer->assign(r.length, '\0');
   if (!RecvAll(fd, answer->data(), answer->size(), timeout, &why)) {
-    return fail(StatusCode::ERR_PEER_LOST, why);
+    return fail(StatusDetail::ERR_PEER_LOST, why);
   }
   auto status = static_cast<wire::WireStatus>(r.status);
   if (status_out != nullptr) *status_out = status;
@@ -2344,7 +2376,7 @@ bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType a
 }
 
 std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>& peer,
-                                                    uint64_t mem_id, int device, StatusCode* code,
+                                                    uint64_t mem_id, int device, StatusDetail* code,
                                                     std::string* error) {
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
   auto it = peer->p2p_maps.find({mem_id, device});
@@ -2361,7 +2393,7 @@ std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>&
   try {
     m = p2p_->Import(UnpackP2pExport(payload.data(), payload.size()), device);
   } catch (const std::exception& e) {
-    *code = StatusCode::ERROR;
+    *code = StatusDetail::ERR_TRANSPORT;
     *error = what + e.what();
     return nullptr;
   }
@@ -2435,7 +2467,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
   rdma::RegionKey key;
   {
     std::lock_guard<std::mutex> lock(peer->rdma_mu);
-    StatusCode code = StatusCode::SUCCESS;
+    StatusDetail code = StatusDetail::SUCCESS;
     std::string error;
     if (!peer->rdma_connected) {
       std::string reply;
@@ -2448,8 +2480,9 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
         }
         rdma_->CompleteInitiator(peer->key, reply);
       } catch (const std::exception& e) {
-        return Finished(StatusCode::ERROR, StrCat("RDMA: cannot connect to remote engine '",
-                                                  peer->key, "': ", e.what()));
+        return Finished(
+            StatusDetail::ERR_TRANSPORT,
+            StrCat("RDMA: cannot connect to remote engine '", peer->key, "': ", e.what()));
       }
       peer->rdma_connected = true;
     }
@@ -2464,7 +2497,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
       try {
         it = peer->rdma_keys.emplace(remote_mem, rdma::DecodeRegionKey(blob)).first;
       } catch (const std::exception& e) {
-        return Finished(StatusCode::ERROR, e.what());
+        return Finished(StatusDetail::ERR_TRANSPORT, e.what());
       }
     }
     key = it->second;
@@ -2480,8 +2513,8 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
     rdma_->Submit(
         op == Op::kWrite ? rdma::RdmaOp::kWrite : rdma::RdmaOp::kRead, local.id, peer->key, key,
         reinterpret_cast<const rdma::PlanSpan*>(spans), n, uid,
-        [this, rid, weak = std::weak_ptr<Peer>(peer)](StatusCode c, const std::string& m) {
-          if (c != StatusCode::SUCCESS) {
+        [this, rid, weak = std::weak_ptr<Peer>(peer)](StatusDetail c, const std::string& m) {
+          if (c != StatusDetail::SUCCESS) {
             // A failed work request leaves its RC QP in the error state (a stale
             // key after the target deregistered, a lost link): forget the QPs
             // and keys so the next transfer reconnects instead of every later
@@ -2495,7 +2528,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
           CompletePart(rid, c, m);
         });
   } catch (const std::exception& e) {
-    CompletePart(rid, StatusCode::ERR_INVALID_ARGS, StrCat("RDMA: ", e.what()));
+    CompletePart(rid, StatusDetail::ERR_INVALID_ARGS, StrCat("RDMA: ", e.what()));
   }
   return state;
 }
@@ -2529,7 +2562,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
                                                    PeerConnections* pc, uint64_t remote_mem,
                                                    const TransferSpan* spans, size_t n,
                                                    uint64_t uid) {
-  StatusCode code = StatusCode::SUCCESS;
+  StatusDetail code = StatusDetail::SUCCESS;
   std::string error;
   std::shared_ptr<P2pMapping> remote =
       P2pMappingFor(peer, remote_mem, local.device_id, &code, &error);
@@ -2539,7 +2572,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
   if (auto err = RemoteBoundsError(op, spans, n, remote->size, remote_mem, peer->key)) return err;
   uint64_t bytes = 0;
   for (size_t i = 0; i < n; ++i) bytes += spans[i].size;
-  if (bytes == 0) return Finished(StatusCode::SUCCESS, {});
+  if (bytes == 0) return Finished(StatusDetail::SUCCESS, {});
   uint64_t rid = SubmissionLedger::kNoRecord;
   std::shared_ptr<TransferState> state = BeginTransfer(local, 1, true, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
@@ -2551,10 +2584,10 @@ std::shared_ptr<TransferState> IoEngine::SubmitP2p(Op op, const MemoryRegion& lo
   }
   p2p_->Submit(op == Op::kWrite, local.device_id, reinterpret_cast<char*>(local.addr),
                std::move(remote), reinterpret_cast<const P2pSpan*>(spans), n,
-               [this, rid, conn, ring, uid, remote_mem, bytes](StatusCode c, std::string m) {
+               [this, rid, conn, ring, uid, remote_mem, bytes](StatusDetail c, std::string m) {
                  // Announced first: once the write's status completes, a pop at the target
                  // finds it (when the ring took it; a TCP announcement follows shortly).
-                 if (conn && c == StatusCode::SUCCESS)
+                 if (conn && c == StatusDetail::SUCCESS)
                    NotifyP2pWrite(ring.get(), conn, uid, remote_mem, bytes);
                  CompletePart(rid, c, m);
                });
@@ -2570,7 +2603,7 @@ std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>&
     return it->second;
   }
   std::string answer, error;
-  StatusCode code = StatusCode::SUCCESS;
+  StatusDetail code = StatusDetail::SUCCESS;
   wire::WireStatus status = wire::WireStatus::kOk;
   if (!SideRequest(*peer, wire::MsgType::kShmMapReq, wire::MsgType::kShmMapGrant, mem_id, {},
                    &answer, &code, &error, &status)) {
@@ -2635,7 +2668,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
                                    ") exited; its memory ", remote_mem, " is gone");
     peer->MarkFailed(why);
     remote.reset();
-    CompletePart(rid, StatusCode::ERR_PEER_LOST,
+    CompletePart(rid, StatusDetail::ERR_PEER_LOST,
                  StrCat(op == Op::kWrite ? "write" : "read", " failed: ", why,
                         "; register it again to retry"));
     return state;
@@ -2647,7 +2680,7 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
         pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()], uid,
         remote_mem, bytes);
   }
-  CompletePart(rid, StatusCode::SUCCESS, {});
+  CompletePart(rid, StatusDetail::SUCCESS, {});
   return state;
 }
 

@@ -41,6 +41,9 @@ struct TcpBackendConfig {
   // Inbound statuses kept for pop_inbound_transfer_status; beyond it the oldest is
   // dropped (debug log), so a target whose application never pops stays bounded.
   uint64_t max_inbound_statuses = 1 << 16;
+  // MORI's switch: false keeps no inbound statuses at all (pop_inbound_transfer_status
+  // finds none), for targets that learn of completion another way.
+  bool enable_notification = true;
 };
 
 // Who still uses a registered region. Deregistration sets `withdrawn` and then reads
@@ -325,7 +328,7 @@ class IoEngine {
   uint64_t memory_epoch() const { return memory_epoch_.load(std::memory_order_acquire); }
   // Accounts parts of one read pass under one lock (runs of one uid: one lookup).
   void RecordInboundParts(const std::string& remote_key, const InboundPart* parts, size_t n);
-  void CompletePart(uint64_t record_id, StatusCode code, const std::string& message);
+  void CompletePart(uint64_t record_id, StatusDetail code, const std::string& message);
   void AssignInbound(std::shared_ptr<Conn> conn);
 
   // The transfer path shared by engine calls and sessions; peer may be null.
@@ -351,7 +354,7 @@ class IoEngine {
   // region keys: rare, blocking, bounded by peer_timeout_ms). False with *code/*error
   // when the peer refused or could not be reached.
   bool SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type, uint64_t mem_id,
-                   const std::string& payload, std::string* answer, StatusCode* code,
+                   const std::string& payload, std::string* answer, StatusDetail* code,
                    std::string* error, wire::WireStatus* status_out = nullptr);
   bool UseRdma(const Peer& peer, MemoryLocationType local_loc, MemoryLocationType remote_loc) const;
   // The peer's region mapped here when it lies in its shared host memory; nullptr when
@@ -385,7 +388,7 @@ class IoEngine {
   // The mapping of the peer's region `mem_id` for copies by `device`, asking the peer
   // for its export on first use; nullptr with *code/*error set if refused or failed.
   std::shared_ptr<P2pMapping> P2pMappingFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id,
-                                            int device, StatusCode* code, std::string* error);
+                                            int device, StatusDetail* code, std::string* error);
   std::shared_ptr<TransferState> SubmitP2p(Op op, const MemoryRegion& local,
                                            const std::shared_ptr<Peer>& peer, PeerConnections* pc,
                                            uint64_t remote_mem, const TransferSpan* spans, size_t n,

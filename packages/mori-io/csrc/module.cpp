@@ -19,11 +19,14 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "mori.io native bindings";
   mori::python::InitExtension(m, "mori.io._C");
 
-  py::enum_<mori::io::BackendType>(m, "BackendType", "Transfer backends (MORI's names).")
-      .value("TCP", mori::io::BackendType::kTcp)
-      .value("SHM", mori::io::BackendType::kShm)
+  py::enum_<mori::io::BackendType>(m, "BackendType",
+                                   "Transfer backends: MORI's names and numbers, and SHM.")
+      .value("Unknown", mori::io::BackendType::kUnknown)
       .value("P2P", mori::io::BackendType::kP2P)
-      .value("RDMA", mori::io::BackendType::kRdma);
+      .value("RDMA", mori::io::BackendType::kRdma)
+      .value("TCP", mori::io::BackendType::kTcp)
+      .value("FABRIC", mori::io::BackendType::kFabric)
+      .value("SHM", mori::io::BackendType::kShm);
   // MORI's name for its same-host GPU backend (AMD's XGMI link): the same member.
   m.attr("BackendType").attr("XGMI") = m.attr("BackendType").attr("P2P");
   // The control protocol's version (raw-protocol tests speak it).

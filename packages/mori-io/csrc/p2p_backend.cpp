@@ -49,7 +49,7 @@ std::shared_ptr<P2pMapping> P2pBackend::Import(const P2pExport&, int) {
 }
 void P2pBackend::Submit(bool, int, char*, std::shared_ptr<P2pMapping>, const P2pSpan*, size_t,
                         P2pDone done) {
-  done(StatusCode::ERR_BAD_STATE, "P2P backend: " + Unavailable());
+  done(StatusDetail::ERR_BAD_STATE, "P2P backend: " + Unavailable());
 }
 
 #else
@@ -227,7 +227,7 @@ struct P2pBackend::Impl {
     return e;
   }
 
-  void Finish(Inflight& f, StatusCode code, std::string message) {
+  void Finish(Inflight& f, StatusDetail code, std::string message) {
     {
       DeviceRes& r = *res[static_cast<size_t>(f.device)];
       std::lock_guard<std::mutex> lock(r.event_mu);
@@ -284,10 +284,10 @@ struct P2pBackend::Impl {
           telemetry::Record(site, telemetry::NowNs() - active[i].issued_ns);
         }
         if (e == cudaSuccess) {
-          Finish(active[i], StatusCode::SUCCESS, {});
+          Finish(active[i], StatusDetail::SUCCESS, {});
         } else {
           (void)cudaGetLastError();
-          Finish(active[i], StatusCode::ERROR,
+          Finish(active[i], StatusDetail::ERR_GPU_OP,
                  StrCat("P2P copy failed on GPU ", active[i].device, ": ", cudaGetErrorName(e),
                         " (", cudaGetErrorString(e), ")"));
         }
@@ -601,7 +601,7 @@ void P2pBackend::Submit(bool write, int device, char* local_base,
       std::lock_guard<std::mutex> lock(r.event_mu);
       r.events.push_back(f.event);
     }
-    f.done(StatusCode::ERROR, StrCat("P2P copy could not be issued: ", ex.what()));
+    f.done(StatusDetail::ERR_GPU_OP, StrCat("P2P copy could not be issued: ", ex.what()));
     return;
   }
   bool wake;

@@ -74,7 +74,7 @@ struct P2pSpan {
   uint64_t size;
 };
 
-using P2pDone = std::function<void(StatusCode, std::string)>;
+using P2pDone = std::function<void(StatusDetail, std::string)>;
 
 class P2pBackend {
  public:

@@ -509,14 +509,14 @@ moved with memmove between loopback backends of this process, no NIC.)doc")
             WithoutGil([&] {
               b.Submit(op == "write" ? RdmaOp::kWrite : RdmaOp::kRead, local_mem, peer_key, remote,
                        s.data(), s.size(), uid,
-                       [cb](StatusCode code, const std::string& message) { cb(code, message); });
+                       [cb](StatusDetail code, const std::string& message) { cb(code, message); });
               return 0;
             });
           },
           py::arg("op"), py::arg("local_mem"), py::arg("peer_key"), py::arg("remote_key"),
           py::arg("spans"), py::arg("uid"), py::arg("done"),
           R"doc(One-sided transfer: spans are (local_offset, remote_offset, size) in bytes
-of local region local_mem and the region remote_key (encoded) names. done(StatusCode,
+of local region local_mem and the region remote_key (encoded) names. done(StatusDetail,
 message) runs once, on a backend thread. Raises before anything moves for an unknown
 region or peer or a bad span.)doc")
       .def(

@@ -17,6 +17,20 @@
 
 namespace mori::io {
 
+int NumaNodeOf(uintptr_t addr) noexcept {
+#ifdef SYS_get_mempolicy
+  // MPOL_F_NODE | MPOL_F_ADDR: the node of the page at addr (numaif.h, without libnuma).
+  constexpr unsigned long kNodeOfAddr = (1 << 0) | (1 << 1);
+  int node = -1;
+  long rc =
+      ::syscall(SYS_get_mempolicy, &node, nullptr, 0UL, reinterpret_cast<void*>(addr), kNodeOfAddr);
+  return rc == 0 ? node : -1;
+#else
+  (void)addr;
+  return -1;
+#endif
+}
+
 int PidfdOpen(int pid, std::string* error) {
 #if defined(SYS_pidfd_open)
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));

@@ -34,6 +34,10 @@ void FreeSharedHost(uintptr_t addr);  // the address of a block AllocateSharedHo
 // The allocation that contains [addr, addr + size), if any.
 bool FindSharedHost(uintptr_t addr, uint64_t size, SharedHostBlock* out);
 
+// The NUMA node holding the page at `addr` (faulting it in, as get_mempolicy does);
+// -1 where the kernel cannot say (no NUMA support, an unmapped address).
+int NumaNodeOf(uintptr_t addr) noexcept;
+
 // What a target sends for a region inside a shared allocation (fixed 32 bytes).
 struct ShmMapGrant {
   int32_t pid = 0;

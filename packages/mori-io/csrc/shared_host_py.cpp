@@ -58,6 +58,8 @@ std::pair<uint64_t, uint64_t> Range(const SharedHostBuffer& b, const py::slice& 
 }  // namespace
 
 void register_shared_host(py::module_& m) {
+  m.def("numa_node_of", &NumaNodeOf, py::arg("addr"),
+        "NUMA node of the host page at addr (-1 if unknown); MemoryDesc.numa_node.");
   py::class_<SharedHostBuffer>(m, "SharedHostBuffer", py::buffer_protocol(), R"doc(
 Host memory in a memfd that same-host mori-io peers can map (allocate_shared_host_memory).
 A 1-D, writable, C-contiguous run of uint8 bytes: the buffer protocol and

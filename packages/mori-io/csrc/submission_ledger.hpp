@@ -22,7 +22,7 @@ struct TransferRecord {
   // Parts not yet completed; set before any part is sent, so it cannot reach zero
   // early. The thread that brings it to zero finishes the state and releases the record.
   std::atomic<uint32_t> parts_left{0};
-  // First failure (a StatusCode, 0 = none) and its message, written by the part that
+  // First failure (a StatusDetail, 0 = none) and its message, written by the part that
   // set it before its decrement of parts_left, so the last part reads them.
   std::atomic<uint32_t> error_code{0};
   std::string error_message;

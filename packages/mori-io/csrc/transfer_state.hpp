@@ -14,58 +14,93 @@
 
 namespace mori::io {
 
-// MORI's StatusCode values (SUCCESS, INIT, ERROR, NOT_FOUND) keep their numbers; the
-// others say more precisely why a transfer failed.
+// MORI's StatusCode: its names and numbers. A failure is any code above ERR_BEGIN.
+// ERR_RDMA_OP means "the transport operation failed" whichever backend moved the bytes.
 enum class StatusCode : uint32_t {
   SUCCESS = 0,
   INIT = 1,
-  ERROR = 2,
-  NOT_FOUND = 3,
-  IN_PROGRESS = 4,
-  ERR_INVALID_ARGS = 5,
-  ERR_OUT_OF_BOUNDS = 6,
-  ERR_PEER_LOST = 7,
-  ERR_TIMEOUT = 8,
-  ERR_BAD_STATE = 9,
+  IN_PROGRESS = 2,
+  ERR_BEGIN = 10,
+  ERR_INVALID_ARGS = 11,
+  ERR_NOT_FOUND = 12,
+  ERR_RDMA_OP = 13,
+  ERR_BAD_STATE = 14,
+  ERR_GPU_OP = 15,
 };
 
-const char* StatusCodeName(StatusCode code) noexcept;
+// mori's finer reason behind a StatusCode. A detail below 20 has the number of the
+// StatusCode it reports as; the others refine one: OUT_OF_BOUNDS is an invalid
+// argument, PEER_LOST and TIMEOUT are failed transport operations.
+enum class StatusDetail : uint32_t {
+  SUCCESS = 0,
+  INIT = 1,
+  IN_PROGRESS = 2,
+  ERR_INVALID_ARGS = 11,
+  ERR_NOT_FOUND = 12,
+  ERR_TRANSPORT = 13,
+  ERR_BAD_STATE = 14,
+  ERR_GPU_OP = 15,
+  ERR_OUT_OF_BOUNDS = 21,
+  ERR_PEER_LOST = 22,
+  ERR_TIMEOUT = 23,
+};
 
-// The shared state behind a Python TransferStatus. Finished exactly once; the message
-// is written before the code is published (release) and never changes after, so a
-// reader that saw a final code (acquire) reads the message without a lock.
+constexpr StatusCode CodeOf(StatusDetail d) noexcept {
+  switch (d) {
+    case StatusDetail::ERR_OUT_OF_BOUNDS:
+      return StatusCode::ERR_INVALID_ARGS;
+    case StatusDetail::ERR_PEER_LOST:
+    case StatusDetail::ERR_TIMEOUT:
+      return StatusCode::ERR_RDMA_OP;
+    default:
+      return static_cast<StatusCode>(static_cast<uint32_t>(d));
+  }
+}
+
+// The detail a caller-set StatusCode is recorded as (the same number).
+constexpr StatusDetail DetailOf(StatusCode c) noexcept {
+  return c == StatusCode::ERR_BEGIN ? StatusDetail::ERR_TRANSPORT
+                                    : static_cast<StatusDetail>(static_cast<uint32_t>(c));
+}
+
+const char* StatusCodeName(StatusCode code) noexcept;
+const char* StatusDetailName(StatusDetail detail) noexcept;
+
+// The shared state behind a Python TransferStatus. The engine finishes it exactly
+// once (Finish: first call wins). The message is written before the code is published
+// (release), under mu_ so that MORI's caller-side setters (SetCode, SetMessage,
+// Update) may race with readers; a finish without a message takes no lock.
 class TransferState {
  public:
   TransferState() = default;
-  explicit TransferState(StatusCode code) : code_(static_cast<uint32_t>(code)) {}
+  explicit TransferState(StatusDetail detail) : code_(static_cast<uint32_t>(detail)) {}
 
-  StatusCode Code() const noexcept {
-    return static_cast<StatusCode>(code_.load(std::memory_order_acquire));
+  StatusDetail Detail() const noexcept {
+    return static_cast<StatusDetail>(code_.load(std::memory_order_acquire));
   }
-  static bool IsPending(StatusCode c) noexcept {
-    return c == StatusCode::INIT || c == StatusCode::IN_PROGRESS;
-  }
-  bool InProgress() const noexcept { return IsPending(Code()); }
-  bool Succeeded() const noexcept { return Code() == StatusCode::SUCCESS; }
-  bool Failed() const noexcept {
-    StatusCode c = Code();
-    return !IsPending(c) && c != StatusCode::SUCCESS;
-  }
-  // Empty until finished.
+  StatusCode Code() const noexcept { return CodeOf(Detail()); }
+  // MORI's predicates: INIT is neither in progress nor finished.
+  bool InProgress() const noexcept { return Detail() == StatusDetail::IN_PROGRESS; }
+  bool Init() const noexcept { return Detail() == StatusDetail::INIT; }
+  bool Succeeded() const noexcept { return Detail() == StatusDetail::SUCCESS; }
+  bool Failed() const noexcept { return Code() > StatusCode::ERR_BEGIN; }
   std::string Message() const {
-    if (InProgress()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
     return message_;
   }
 
   void SetInProgress() noexcept {
-    code_.store(static_cast<uint32_t>(StatusCode::IN_PROGRESS), std::memory_order_release);
+    code_.store(static_cast<uint32_t>(StatusDetail::IN_PROGRESS), std::memory_order_release);
   }
 
   // First call wins; later calls are ignored. Returns whether this call finished it.
-  bool Finish(StatusCode code, std::string message = {}) {
+  bool Finish(StatusDetail detail, std::string message = {}) {
     if (finishing_.exchange(true, std::memory_order_acq_rel)) return false;
-    message_ = std::move(message);
-    code_.store(static_cast<uint32_t>(code), std::memory_order_seq_cst);
+    if (!message.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      message_ = std::move(message);
+    }
+    code_.store(static_cast<uint32_t>(detail), std::memory_order_seq_cst);
     // seq_cst pairs with the waiter's increment: either the waiter sees the final code
     // or we see the waiter and notify under the mutex.
     if (waiters_.load(std::memory_order_seq_cst) > 0) {
@@ -73,6 +108,25 @@ class TransferState {
       cv_.notify_all();
     }
     return true;
+  }
+
+  // MORI's setters, for statuses a caller drives itself. SetCode stores
+  // unconditionally; Update keeps a failure already recorded (first failure wins).
+  void SetCode(StatusCode code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    code_.store(static_cast<uint32_t>(DetailOf(code)), std::memory_order_seq_cst);
+    cv_.notify_all();
+  }
+  void SetMessage(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    message_ = message;
+  }
+  void Update(StatusCode code, const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Failed()) return;
+    message_ = message;
+    code_.store(static_cast<uint32_t>(DetailOf(code)), std::memory_order_seq_cst);
+    cv_.notify_all();
   }
 
   // Polls before a waiter sleeps on the condition variable (MORI_IO_WAIT_SPIN, read
@@ -98,8 +152,9 @@ class TransferState {
   }
   void SetLongSpin() noexcept { long_spin_ = true; }
 
-  // Waits until finished or `timeout_ms` passes (negative: no limit). Spins briefly
-  // first: most small transfers finish within microseconds.
+  // Waits while IN_PROGRESS, until `timeout_ms` passes (negative: no limit). Spins
+  // briefly first: most small transfers finish within microseconds. True when the
+  // status is no longer IN_PROGRESS.
   bool WaitFor(int64_t timeout_ms) {
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
@@ -135,12 +190,12 @@ class TransferState {
   }
 
  private:
-  std::atomic<uint32_t> code_{static_cast<uint32_t>(StatusCode::INIT)};
+  std::atomic<uint32_t> code_{static_cast<uint32_t>(StatusDetail::INIT)};
   std::atomic<bool> finishing_{false};
   std::string message_;
   std::atomic<int> waiters_{0};
   bool long_spin_ = false;  // set before the state is shared
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
 };
 

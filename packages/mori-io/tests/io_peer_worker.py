@@ -15,7 +15,7 @@ import sys
 import numpy as np
 from file_rendezvous import publish, wait_file
 
-from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc
+from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode
 
 SIZE = 32 << 20
 
@@ -49,7 +49,7 @@ def main():
     out = np.zeros(SIZE, np.uint8)
     mo = eng.register_array(out)
     st = eng.read(mo, 0, remote, 0, SIZE, eng.allocate_transfer_uid())
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     expect = np.random.default_rng(seed).integers(0, 256, SIZE, dtype=np.uint8)
     assert np.array_equal(out, expect), "read bytes differ"
     new = np.random.default_rng(seed + 1).integers(0, 256, SIZE, dtype=np.uint8)
@@ -58,7 +58,7 @@ def main():
     sizes = [SIZE // 256] * 256
     offs = [i * (SIZE // 256) for i in range(256)]
     st = eng.batch_write(mo, offs, remote, offs, sizes, uid)
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     publish(f"{d}/uid", str(uid).encode())
     publish(f"{d}/done", hashlib.sha256(new.tobytes()).hexdigest().encode())
     print("initiator verified", SIZE, "bytes")

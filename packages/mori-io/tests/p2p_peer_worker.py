@@ -17,7 +17,7 @@ import sys
 import torch
 from file_rendezvous import publish, wait_file
 
-from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode
+from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode, StatusDetail
 
 SIZE = 48 << 20  # spans several 20 MiB pieces of an expandable segment
 PAGE = 64 << 10
@@ -76,7 +76,7 @@ def main():
     assert name == "P2P", why
     expect = _fill(seed, SIZE, dev)
     st = eng.read(mem, 0, remote, 0, SIZE, eng.allocate_transfer_uid())
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     torch.cuda.synchronize()
     assert torch.equal(region, expect), "read bytes differ"
     # How the target exported it: a legacy IPC handle or the POSIX fds of cuMem pieces.
@@ -89,7 +89,7 @@ def main():
     torch.cuda.synchronize()
     st = eng.batch_read(mem, [p * PAGE for p in dst_pages], remote, [p * PAGE for p in src_pages],
                         [PAGE] * 256, eng.allocate_transfer_uid())  # fmt: skip
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     torch.cuda.synchronize()
     for s, t in zip(src_pages, dst_pages, strict=True):
         assert torch.equal(region[t * PAGE : (t + 1) * PAGE], expect[s * PAGE : (s + 1) * PAGE])
@@ -102,26 +102,26 @@ def main():
     uid = eng.allocate_transfer_uid()
     st = eng.batch_write(mem, [p * PAGE for p in wpages], remote, [p * PAGE for p in wpages],
                          [PAGE] * 300, uid)  # fmt: skip
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     uids.append(uid)
     for p in wpages:
         expect[p * PAGE : (p + 1) * PAGE] = new[p * PAGE : (p + 1) * PAGE]
     lo, n = 3, SIZE - 1000
     uid = eng.allocate_transfer_uid()
     st = eng.write(mem, lo, remote, lo + 1, n - 1, uid)
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     uids.append(uid)
     expect[lo + 1 : lo + n] = new[lo : lo + n - 1]
     # Past the target's registered size: refused, nothing moves.
     st = eng.write(mem, 0, remote, SIZE - 8, 16, eng.allocate_transfer_uid())
-    assert st.Code() == StatusCode.ERR_OUT_OF_BOUNDS, st.Message()
+    assert st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS, st.Message()
     torch.cuda.synchronize()
     publish(f"{d}/uids", " ".join(map(str, uids)).encode())
     publish(f"{d}/done", hashlib.sha256(expect.cpu().numpy().tobytes()).hexdigest().encode())
     wait_file(f"{d}/deregistered", 120)
     assert eng._engine.p2p_mapping_kind("target", remote.id) == -1, "still mapped after revoke"
     st = eng.read(mem, 0, remote, 0, 16, eng.allocate_transfer_uid())
-    assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    assert st.Failed() and st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
     publish(f"{d}/after", b"1")
     print("initiator verified", SIZE, "bytes")
     eng.close()

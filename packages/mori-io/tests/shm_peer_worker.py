@@ -28,6 +28,7 @@ from mori.io import (
     IOEngine,
     MemoryDesc,
     StatusCode,
+    StatusDetail,
     allocate_shared_host_memory,
 )
 
@@ -35,7 +36,7 @@ SIZE = (8 << 20) + 5
 
 
 def check(st):
-    assert st.WaitFor(30000), "transfer did not finish"
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS, "transfer did not finish"
     assert st.Succeeded(), st.Message()
 
 
@@ -112,11 +113,17 @@ def main():
     # passes, the target refuses (or, for a mapped region, the size the target granted)
     forged = dataclasses.replace(remote, size=remote.size * 2)
     st = eng.read(mem, 0, forged, remote.size, 16, eng.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Code() == StatusCode.ERR_OUT_OF_BOUNDS, st
+    assert (
+        st.WaitFor(10000) != StatusCode.IN_PROGRESS
+        and st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS
+    ), st
     refused = ("refused by the target", f"as registered with 'target' ({remote.size} bytes)")
     assert any(r in st.Message() for r in refused), st.Message()
     st = eng.write(mem, 0, forged, remote.size - 8, 16, eng.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Code() == StatusCode.ERR_OUT_OF_BOUNDS, st
+    assert (
+        st.WaitFor(10000) != StatusCode.IN_PROGRESS
+        and st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS
+    ), st
     # the last successful batch write's uid is checked at the target
     last = eng.allocate_transfer_uid()
     check(eng.batch_write(mem, loffs[:3], remote, roffs[:3], [blk] * 3, last))

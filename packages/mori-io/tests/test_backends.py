@@ -12,7 +12,7 @@ from mori.io import BackendType
 
 
 def test_names_follow_mori_and_xgmi_is_p2p():
-    assert set(BackendType.__members__) == {"TCP", "SHM", "P2P", "RDMA"}
+    assert set(BackendType.__members__) == {"Unknown", "TCP", "SHM", "P2P", "RDMA", "FABRIC"}
     assert mori.io.backend_from_name("xgmi") == BackendType.P2P
     assert mori.io.backend_from_name("rdma") == BackendType.RDMA
     with pytest.raises(mc.InvalidArgumentError, match="unknown backend 'NVME'"):
@@ -21,8 +21,9 @@ def test_names_follow_mori_and_xgmi_is_p2p():
 
 def test_availability_is_reported_with_a_reason():
     avail = mori.io.backend_availability()
-    assert set(avail) == {"TCP", "SHM", "P2P", "RDMA"}
+    assert set(avail) == {"TCP", "SHM", "P2P", "RDMA", "FABRIC"}
     assert avail["TCP"][0] is True
+    assert avail["FABRIC"][0] is False and "not implemented" in avail["FABRIC"][1]
     for ok, reason in avail.values():
         assert isinstance(ok, bool) and reason
     if mc.build_info()["cuda_device_count"] == 0:

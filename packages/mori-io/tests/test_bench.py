@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mori.core
-from mori.io import _C, BackendType, IOEngine, TcpBackendConfig
+from mori.io import _C, BackendType, IOEngine, StatusCode, TcpBackendConfig
 from mori.io.bench import (
     baseline_of,
     expand_preset,
@@ -194,7 +194,7 @@ def test_batch_offsets_as_numpy_arrays():
     ro = lo[::-1].astype(np.uint32)  # any integer dtype; reversed placement
     sizes = np.full(len(lo), 4096, np.uint64)
     st = a.batch_write(ms, lo, md, ro, sizes, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     for lo_i, ro_i in zip(lo, ro, strict=True):
         assert np.array_equal(dst[ro_i : ro_i + 4096], src[lo_i : lo_i + 4096])
     with pytest.raises(mori.core.InvalidArgumentError, match="negative"):
@@ -217,10 +217,10 @@ def test_chunking_off_moves_every_byte(size):
     back = np.zeros_like(src)
     ms, md, mb = a.register_array(src), b.register_array(dst), a.register_array(back)
     st = a.write(ms, 0, md, 0, size, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(dst, src)
     st = a.read(mb, 0, md, 0, size, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(back, src)
 
 

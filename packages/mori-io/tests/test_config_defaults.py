@@ -50,6 +50,7 @@ def test_rdma_defaults_are_the_native_defaults():
     assert qp_ours == qp_native
     # Every native field has its Python twin (by name, or for the QP settings by the
     # IB attribute name; path_mtu is max_path_mtu in bytes, 0 = the maximum).
-    py_fields = {f.name for f in dataclasses.fields(RdmaBackendConfig)}
+    # max_recv_wr is MORI's notif_per_qp.
+    py_fields = {f.name for f in dataclasses.fields(RdmaBackendConfig)} | {"max_recv_wr"}
     assert set(theirs) <= py_fields, set(theirs) - py_fields
     assert set(qp_native) - {"port_num", "pkey_index", "max_path_mtu"} <= py_fields

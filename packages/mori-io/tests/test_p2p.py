@@ -28,6 +28,7 @@ from mori.io import (
     MemoryDesc,
     MemoryLocationType,
     StatusCode,
+    StatusDetail,
 )
 
 WORKER = str(Path(__file__).with_name("p2p_peer_worker.py"))
@@ -143,10 +144,14 @@ def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves(engin
     # before a byte moves (the target cannot stage; the initiator cannot either).
     remote = b.register_memory(0x7F0000000000, 64, 0, GPU)
     st = a.write(local, 0, remote, 0, 64, a.allocate_transfer_uid())
-    assert st.WaitFor(5000) and st.Code() == StatusCode.ERR_INVALID_ARGS, st.Message()
+    assert (
+        st.WaitFor(5000) != StatusCode.IN_PROGRESS and st.Code() == StatusCode.ERR_INVALID_ARGS
+    ), st.Message()
     assert "GPU memory, which this path cannot move" in st.Message()
     st = a.read(local, 0, remote, 0, 64, a.allocate_transfer_uid())
-    assert st.WaitFor(5000) and st.Code() == StatusCode.ERR_INVALID_ARGS, st.Message()
+    assert (
+        st.WaitFor(5000) != StatusCode.IN_PROGRESS and st.Code() == StatusCode.ERR_INVALID_ARGS
+    ), st.Message()
     fake_gpu = a.register_memory(0x7E0000000000, 64, 0, GPU)
     st = a.write(fake_gpu, 0, b.register_array(np.zeros(64, np.uint8)), 0, 64,
                  a.allocate_transfer_uid())  # fmt: skip
@@ -238,7 +243,7 @@ def test_two_engines_of_one_process_bit_exact(engine_pair):
     assert a.backend_for(ma, mb)[0] == "P2P"
     assert a._engine.p2p_mapping_kind("b", mb.id) == -1  # mapped on first use
     st = a.read(ma, 0, mb, 0, size, a.allocate_transfer_uid())
-    assert st.WaitFor(20000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(20000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     torch.cuda.synchronize()
     assert torch.equal(la, rb)
     assert a._engine.p2p_mapping_kind("b", mb.id) == 0  # same process: used directly
@@ -254,7 +259,7 @@ def test_two_engines_of_one_process_bit_exact(engine_pair):
     ]
     uid = a.allocate_transfer_uid()
     st = a.batch_write(ma, loffs, mb, roffs, sizes, uid)
-    assert st.WaitFor(20000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(20000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     expect = big_b.clone()
     exp = expect[1000 : 1000 + size]
     for lo, ro, sz in zip(loffs, roffs, sizes, strict=True):
@@ -270,16 +275,16 @@ def test_two_engines_of_one_process_bit_exact(engine_pair):
     # A forged descriptor larger than the target registered: refused by size, no copy.
     forged = MemoryDesc("b", mb.id, 0, mb.data, size * 2, GPU)
     st = a.write(ma, 0, forged, size, 16, a.allocate_transfer_uid())
-    assert st.Code() == StatusCode.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
+    assert st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
     unknown = MemoryDesc("b", 9999, 0, mb.data, size, GPU)
     st = a.read(ma, 0, unknown, 0, 16, a.allocate_transfer_uid())
-    assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    assert st.Failed() and st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
     # Deregistration revokes a's mapping (a confirms once unmapped); a's next transfer
     # asks again and is refused.
     b.deregister_memory(mb)
     assert a._engine.p2p_mapping_kind("b", mb.id) == -1
     st = a.read(ma, 0, mb, 0, 16, a.allocate_transfer_uid())
-    assert st.Failed() and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    assert st.Failed() and st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
     a.close()
     b.close()
 
@@ -314,7 +319,7 @@ def test_single_spans_bit_exact_at_any_alignment(engine_pair):
         expect[do : do + n] = src[so : so + n]
         f = a.write if write else a.read
         st = f(ma, lo, mb, ro, n, a.allocate_transfer_uid())
-        assert st.WaitFor(20000) and st.Succeeded(), st.Message()
+        assert st.WaitFor(20000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
         torch.cuda.synchronize()
         assert torch.equal(dst, expect), (i, n, lo, ro, write)
         dst.copy_(torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev))
@@ -379,20 +384,20 @@ def test_gpu_memory_over_tcp_is_staged_bit_exact(engine_pair):
     assert a.backend_for(ma, mb)[0] == "TCP"
     torch.cuda.synchronize()
     st = a.read(ma, 0, mb, 0, size, a.allocate_transfer_uid())  # GPU <- GPU
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert torch.equal(ga, gb)
     st = a.read(mh, 0, mb, 0, size, a.allocate_transfer_uid())  # host <- GPU
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(host, gb.cpu().numpy())
     new = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
     ga.copy_(new)
     torch.cuda.synchronize()
     st = a.write(ma, 5, mb, 7, size - 7, a.allocate_transfer_uid())  # GPU -> GPU, unaligned
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     expect = gb.clone()
     expect[7:] = new[5 : size - 2]
     assert torch.equal(gb, expect)
     host[:] = np.arange(size, dtype=np.uint64).astype(np.uint8)
     st = a.write(mh, 0, mb, 0, 4096, a.allocate_transfer_uid())  # host -> GPU
-    assert st.WaitFor(30000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(gb[:4096].cpu().numpy(), host[:4096])

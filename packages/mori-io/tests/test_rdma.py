@@ -672,10 +672,10 @@ def test_config_defaults_validate_and_reach_native():
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("qp_per_transfer", 0), ("qp_per_transfer", 128), ("num_worker_threads", 0),
+        ("qp_per_transfer", 0), ("qp_per_transfer", 128), ("num_worker_threads", 65),
         ("timeout", 32), ("retry_cnt", 8), ("rnr_retry", -1), ("min_rnr_timer", 32),
         ("max_rd_atomic", 0), ("gid_index", -2), ("port", 256), ("service_level", 16),
-        ("max_send_wr", 0), ("post_batch_size", 0), ("post_batch_size", 2048),
+        ("max_send_wr", 1 << 17), ("notif_per_qp", 0), ("post_batch_size", 2048),
         ("signal_interval", 0), ("path_mtu", 1500), ("gpu_index", -5), ("poll_cq_mode", 7),
         ("qp_per_transfer", 1.5), ("enable_notification", 1), ("max_message_bytes", 1 << 32),
     ],

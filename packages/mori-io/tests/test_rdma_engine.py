@@ -23,6 +23,7 @@ from mori.io import (
     MemoryDesc,
     RdmaBackendConfig,
     StatusCode,
+    StatusDetail,
 )
 
 CPU = _C.MemoryLocationType.CPU
@@ -76,7 +77,7 @@ def pair(monkeypatch):
 
 
 def _wait(st):
-    assert st.WaitFor(10000), "transfer did not finish"
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS, "transfer did not finish"
     return st
 
 
@@ -119,9 +120,9 @@ def test_transfers_over_the_wiring_bit_exact(pair):
     # Bounds come from the target's key, not the caller's descriptor.
     forged = MemoryDesc("b", mb.id, -1, mb.data, size * 2, CPU)
     st = a.write(ma, 0, forged, size, 16, a.allocate_transfer_uid())
-    assert st.Code() == StatusCode.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
+    assert st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
     st = a.read(ma, 0, MemoryDesc("b", 777, -1, 0, 64, CPU), 0, 64, a.allocate_transfer_uid())
-    assert st.Code() == StatusCode.NOT_FOUND, st.Message()
+    assert st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
 
 
 def test_peer_loss_and_reregistration(pair):
@@ -134,7 +135,7 @@ def test_peer_loss_and_reregistration(pair):
     assert _wait(a.read(ma, 0, mb, 0, 4096, a.allocate_transfer_uid())).Succeeded()
     a.deregister_remote_engine(b.get_engine_desc())
     st = a.read(ma, 0, mb, 0, 4096, a.allocate_transfer_uid())
-    assert st.Failed() and st.Code() == StatusCode.NOT_FOUND
+    assert st.Failed() and st.Code() == StatusCode.ERR_NOT_FOUND
     a.register_remote_engine(b.get_engine_desc())  # reconnects the QPs from scratch
     la[:] = 0
     st = _wait(a.read(ma, 0, mb, 0, la.size, a.allocate_transfer_uid()))
@@ -164,4 +165,4 @@ def test_a_stale_key_fails_one_transfer_and_the_peer_recovers(pair):
     assert st.Succeeded(), st.Message()
     assert np.array_equal(local, y)
     st = _wait(a.read(ml, 0, mx, 0, 64, a.allocate_transfer_uid()))
-    assert st.Code() == StatusCode.NOT_FOUND, st.Message()
+    assert st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()

@@ -22,7 +22,7 @@ import mori.core
 from mori.io import _C
 
 R = _C.rdma
-SC = _C.StatusCode
+SC = _C.StatusDetail  # the native callbacks report the detail
 WAIT_S = 20.0
 WRITE_IMM = 1
 

@@ -26,6 +26,7 @@ from mori.io import (
     IOEngine,
     MemoryDesc,
     StatusCode,
+    StatusDetail,
     TcpBackendConfig,
 )
 
@@ -45,9 +46,11 @@ def _engine(key, **cfg):
 
 def _wait_failed(status, code):
     t0 = time.monotonic()
-    assert status.WaitFor(int(BOUND_S * 1000) + 5000), "transfer to a stuck peer hung"
+    assert status.WaitFor(int(BOUND_S * 1000) + 5000) != StatusCode.IN_PROGRESS, (
+        "transfer to a stuck peer hung"
+    )
     elapsed = time.monotonic() - t0
-    assert status.Failed() and status.Code() == code, (status.Code(), status.Message())
+    assert status.Failed() and status.Detail() == code, (status.Detail(), status.Message())
     return elapsed
 
 
@@ -84,7 +87,7 @@ def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
     buf = np.zeros(remote.size, np.uint8)
     mem = eng.register_array(buf)
     st = eng.read(mem, 0, remote, 0, 4096, eng.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
 
     os.kill(proc.pid, signal.SIGSTOP)
     reads = eng.read(mem, 0, remote, 0, remote.size, eng.allocate_transfer_uid())
@@ -96,26 +99,26 @@ def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
     obuf = np.arange(MIB, dtype=np.uint8)
     omem = MemoryDesc.unpack(other.register_array(obuf).pack())
     st = eng.write(mem, 0, omem, 0, MIB, eng.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert reads.InProgress(), "the stopped peer answered"
     # Memory a transfer still uses cannot be withdrawn.
     with pytest.raises(mc.InvalidStateError, match=r"has 1 transfer\(s\) in flight"):
         eng.deregister_memory(mem)
 
     for s in (reads, writes):
-        assert _wait_failed(s, StatusCode.ERR_TIMEOUT) < BOUND_S
+        assert _wait_failed(s, StatusDetail.ERR_TIMEOUT) < BOUND_S
         assert "stuck" in s.Message() and "transfer_timeout_ms 1000" in s.Message()
     assert eng._engine.ledger_stats()["live"] == 0
     # Later transfers fail at once, even after the peer resumes, until it is registered
     # again; then it is served as before.
     os.kill(proc.pid, signal.SIGCONT)
     st = eng.read(mem, 0, remote, 0, 16, eng.allocate_transfer_uid())
-    assert st.Failed() and st.Code() == StatusCode.ERR_PEER_LOST
+    assert st.Failed() and st.Detail() == StatusDetail.ERR_PEER_LOST
     assert "register it again" in st.Message()
     eng.register_remote_engine(desc)
     buf[:] = 0
     st = eng.read(mem, 0, remote, 0, remote.size, eng.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     expect = np.random.default_rng(seed).integers(0, 256, remote.size, dtype=np.uint8)
     # A failed write may have been partly applied: bytes the kernel had buffered for the
     # stopped target land when it resumes. Nothing else changed.
@@ -223,7 +226,7 @@ def test_unpopped_inbound_statuses_are_capped_oldest_first():
     for _ in range(3 * cap + 1):
         uids.append(a.allocate_transfer_uid())
         st = a.write(mx, 0, my, 0, 4096, uids[-1])
-        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     stats = b._engine.inbound_stats()
     assert stats == {"held": cap, "evicted": 2 * cap + 1}
     for uid in uids[:-cap]:
@@ -235,7 +238,7 @@ def test_unpopped_inbound_statuses_are_capped_oldest_first():
     # Popping as they come keeps nothing, however many transfers pass.
     for _ in range(200):
         uid = a.allocate_transfer_uid()
-        assert a.write(mx, 0, my, 0, 64, uid).WaitFor(10000)
+        assert a.write(mx, 0, my, 0, 64, uid).WaitFor(10000) != StatusCode.IN_PROGRESS
         assert b.pop_inbound_transfer_status("a", uid).Succeeded()
     assert b._engine.inbound_stats() == {"held": 0, "evicted": 2 * cap + 1}
     a.close()

@@ -25,6 +25,7 @@ from mori.io import (
     IOEngineConfig,
     MemoryDesc,
     StatusCode,
+    StatusDetail,
 )
 from mori.io.descriptors import ENGINE_DESC_VERSION
 
@@ -95,7 +96,7 @@ def test_tcp_forced_by_env_or_config(monkeypatch, how):
     mx, my = a.register_array(x), b.register_array(y)
     assert a.backend_for(mx, my)[0] == "TCP" and "forced" in a.backend_for(mx, my)[1]
     st = a.write(mx, 1, my, 3, 60000, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(y[3:60003], x[1:60001])
     # b's config did not force it: the same pair seen from b uses SHM
     assert b.backend_for(my, mx)[0] == ("TCP" if how == "env" else "SHM")
@@ -110,7 +111,7 @@ def test_cma_refused_at_engine_probe_falls_back(monkeypatch):
     name, why = a.backend_for(mx, my)
     assert name == "TCP" and "CMA not permitted" in why and "Operation not permitted" in why, why
     st = a.write(mx, 0, my, 0, 4099, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(x, y)
     assert mori_available_reason_mentions_refusal()
 
@@ -135,7 +136,7 @@ def test_old_engine_desc_version_is_a_clear_error():
     import msgpack
 
     obj = msgpack.unpackb(EngineDesc("a", "127.0.0.1", 1234, host_id=HOST).pack())
-    assert obj[1] == ENGINE_DESC_VERSION == 2 and obj[-1] == HOST
+    assert obj[1] == ENGINE_DESC_VERSION == 3 and obj[-2] == HOST
     old = msgpack.packb(["mori.io.EngineDesc", 1, "a", "127.0.0.1", 1234, "h", 1, ["TCP"]])
     with pytest.raises(mc.InvalidArgumentError, match="format version 1.*older mori-io"):
         EngineDesc.unpack(old)
@@ -191,13 +192,15 @@ def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
         os.kill(target.pid, signal.SIGKILL)
         t0 = time.monotonic()
         for s in statuses:
-            assert s.WaitFor(10000), "a transfer hung after its peer died"
+            assert s.WaitFor(10000) != StatusCode.IN_PROGRESS, "a transfer hung after its peer died"
         assert time.monotonic() - t0 < 5.0
         failed = [s for s in statuses if s.Failed()]
         assert failed, "no transfer failed although the peer was killed"
-        assert all(s.Code() in (StatusCode.ERR_PEER_LOST, StatusCode.ERROR) for s in failed)
+        assert all(
+            s.Detail() in (StatusDetail.ERR_PEER_LOST, StatusDetail.ERR_TRANSPORT) for s in failed
+        )
         s = eng.read(mem, 0, remote, 0, 16, eng.allocate_transfer_uid())
-        assert s.Failed() and s.Code() == StatusCode.ERR_PEER_LOST
+        assert s.Failed() and s.Detail() == StatusDetail.ERR_PEER_LOST
         assert eng._engine.ledger_stats()["live"] == 0
     finally:
         target.kill()
@@ -220,7 +223,7 @@ def test_shared_host_memory_is_mapped_copied_and_revoked(engine_pair):
     assert a._engine.shm_mapping_state("b", mb.id) == -1
     uid = a.allocate_transfer_uid()
     st = a.write(ma, 0, mb, 0, 65536, uid)
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert a._engine.shm_mapping_state("b", mb.id) == 1  # mapped: memcpy, no CMA
     assert np.array_equal(region, local)
     assert not block[:100].any() and not block[100 + 65536 :].any()
@@ -231,19 +234,21 @@ def test_shared_host_memory_is_mapped_copied_and_revoked(engine_pair):
     assert inbound.Succeeded()
     local[:] = 0
     st = a.read(ma, 7, mb, 9, 1000, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(local[7:1007], region[9:1009])
     # A region outside shared memory is copied with CMA (and remembered as such).
     plain = np.zeros(4096, np.uint8)
     mp = b.register_array(plain)
     st = a.write(ma, 0, mp, 0, 4096, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert a._engine.shm_mapping_state("b", mp.id) == 0
     # Deregistration revokes a's mapping (a confirms at once: nothing in flight).
     b.deregister_memory(mb)
     assert a._engine.shm_mapping_state("b", mb.id) == -1
     st = a.read(ma, 0, mb, 0, 16, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Code() == StatusCode.NOT_FOUND, st.Message()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Code() == StatusCode.ERR_NOT_FOUND, (
+        st.Message()
+    )
 
 
 def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_pair):
@@ -269,7 +274,7 @@ def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_
     assert a._engine.shm_mapping_state("b", plain.id) == 0
     for mem in (shared, plain):
         st = a.write(ma, 0, mem, 0, 4096, a.allocate_transfer_uid())
-        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     # With mapping switched off, the shared region goes through CMA too, and says so.
     monkeypatch.setenv("MORI_IO_SHM_MAP", "0")
     c, d = engine_pair(BackendType.TCP, BackendType.SHM)
@@ -325,7 +330,7 @@ def test_write_announcements_through_the_notice_ring(monkeypatch, ring, engine_p
     for i in range(40):
         uid = a.allocate_transfer_uid()
         st = a.write(ma, i * 1024, mb, i * 1024, 1024, uid)
-        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
         uids.append(uid)
     assert np.array_equal(block[: 40 * 1024], local[: 40 * 1024])
     assert a._engine.notice_ring_state("b") == (-1 if ring == "off" else 1)
@@ -345,5 +350,5 @@ def test_write_announcements_through_the_notice_ring(monkeypatch, ring, engine_p
         assert b.pop_inbound_transfer_status("a", uid) is None  # once
     # Reads are not announced.
     st = a.read(ma, 0, mb, 0, 1024, a.allocate_transfer_uid())
-    assert st.WaitFor(10000) and st.Succeeded()
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded()
     assert b._engine.inbound_stats()["held"] == 0

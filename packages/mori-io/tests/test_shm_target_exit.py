@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode
+from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode, StatusDetail
 
 WORKER = str(Path(__file__).with_name("shm_target_worker.py"))
 SIZE = 1 << 20  # the target's region (shm_target_worker.SIZE)
@@ -55,7 +55,7 @@ def mapped_target(tmp_path):
         # One write first: it also maps the target's notice ring, so the writes under
         # test are the steady state (a memcpy and a ring slot each).
         st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
-        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
         yield eng, ma, local, remote, proc, tmp_path
     finally:
         if proc.poll() is None:
@@ -77,8 +77,10 @@ def test_no_write_succeeds_after_the_target_exited(mapped_target):
         assert _exited(pidfd, 10), "the killed target did not exit within 10 s"
         # The very next write, the target known to have exited:
         st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
-        assert st.WaitFor(1000), "a write to an exited target did not finish"
-        assert st.Code() == StatusCode.ERR_PEER_LOST, (st.Code(), st.Message())
+        assert st.WaitFor(1000) != StatusCode.IN_PROGRESS, (
+            "a write to an exited target did not finish"
+        )
+        assert st.Detail() == StatusDetail.ERR_PEER_LOST, (st.Detail(), st.Message())
         assert "'target'" in st.Message(), st.Message()
         print("first write after exit:", st.Message())
     finally:
@@ -102,7 +104,9 @@ def test_first_error_comes_within_5_ms_of_the_exit(mapped_target):
             if t_exit is None and _exited(pidfd):
                 t_exit = now
             st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
-            assert st.WaitFor(5000), "a write to a dying target did not finish"
+            assert st.WaitFor(5000) != StatusCode.IN_PROGRESS, (
+                "a write to a dying target did not finish"
+            )
             writes += 1
             if st.Failed():
                 first_fail = (time.perf_counter(), st)
@@ -116,7 +120,7 @@ def test_first_error_comes_within_5_ms_of_the_exit(mapped_target):
             f"{writes} writes; kill -> exit {(t_exit - t_kill) * 1e3:.2f} ms, "
             f"exit -> first error {(t_fail - t_exit) * 1e3:.3f} ms: {st.Message()}"
         )
-        assert st.Code() == StatusCode.ERR_PEER_LOST, (st.Code(), st.Message())
+        assert st.Detail() == StatusDetail.ERR_PEER_LOST, (st.Detail(), st.Message())
         assert ok_after_exit == 0, f"{ok_after_exit} writes issued after the exit succeeded"
         assert t_fail - t_exit < EXIT_TO_ERROR_S, f"first error {t_fail - t_exit:.4f} s after exit"
     finally:
@@ -149,7 +153,7 @@ def test_writes_land_in_a_stopped_target_and_it_finds_them_on_resuming(mapped_ta
         local[lo : lo + blk] = rng.integers(0, 256, blk, dtype=np.uint8)
         uid = eng.allocate_transfer_uid()
         st = eng.write(ma, lo, remote, ro, blk, uid)
-        assert st.WaitFor(10000) and st.Succeeded(), st.Message()
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
         image[ro : ro + blk] = local[lo : lo + blk]
         uids.append(uid)
     assert _state(proc.pid) == "T", "the target ran during the writes"

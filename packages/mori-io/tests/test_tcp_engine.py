@@ -17,6 +17,7 @@ from mori.io import (
     IOEngineConfig,
     MemoryDesc,
     StatusCode,
+    StatusDetail,
     TcpBackendConfig,
     wait_all,
 )
@@ -48,7 +49,7 @@ def pair():
 
 
 def _check(status, timeout_ms=20000):
-    assert status.WaitFor(timeout_ms), "transfer did not finish"
+    assert status.WaitFor(timeout_ms) != StatusCode.IN_PROGRESS, "transfer did not finish"
     assert status.Succeeded(), status.Message()
 
 
@@ -119,18 +120,18 @@ def test_many_concurrent_transfers_and_wait_all(pair):
 def test_out_of_bounds_is_refused_locally_and_by_the_target(pair):
     a, b, x, y, mx, my = pair
     s = a.write(mx, 0, my, my.size - 10, 11, 1)
-    assert s.Failed() and s.Code() == StatusCode.ERR_OUT_OF_BOUNDS
+    assert s.Failed() and s.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS
     assert "exceeds remote memory" in s.Message()
     s = a.read(mx, mx.size, my, 0, 1, 1)
-    assert s.Code() == StatusCode.ERR_OUT_OF_BOUNDS and "local range" in s.Message()
+    assert s.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS and "local range" in s.Message()
     # A forged descriptor claiming a larger region: the target checks its own registry.
     forged = dataclasses.replace(my, size=1 << 40)
     before = y[-100:].copy()
     uid = a.allocate_transfer_uid()
     for op in (a.write, a.read):
         s = op(mx, 0, forged, my.size - 50, 100, uid)
-        assert s.WaitFor(10000) and s.Failed()
-        assert s.Code() == StatusCode.ERR_OUT_OF_BOUNDS
+        assert s.WaitFor(10000) != StatusCode.IN_PROGRESS and s.Failed()
+        assert s.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS
         assert "refused by the target: out of bounds" in s.Message()
     assert np.array_equal(y[-100:], before)
     inbound = b.pop_inbound_transfer_status("a", uid)
@@ -145,20 +146,19 @@ def test_unregistered_memory_and_engines(pair):
     mz = b.register_array(z)
     b.deregister_memory(mz)
     s = a.write(mx, 0, mz, 0, 16, 3)
-    assert s.WaitFor(10000) and s.Code() == StatusCode.NOT_FOUND
+    assert s.WaitFor(10000) != StatusCode.IN_PROGRESS and s.Code() == StatusCode.ERR_NOT_FOUND
     assert "not registered with the target" in s.Message()
     stale_id = dataclasses.replace(my, id=my.id + 1000)
     s = a.read(mx, 0, stale_id, 0, 16, 3)
-    assert s.WaitFor(10000) and s.Code() == StatusCode.NOT_FOUND
+    assert s.WaitFor(10000) != StatusCode.IN_PROGRESS and s.Code() == StatusCode.ERR_NOT_FOUND
     nobody = dataclasses.replace(my, engine_key="nobody")
     s = a.write(mx, 0, nobody, 0, 16, 3)
-    assert s.Code() == StatusCode.NOT_FOUND and "'nobody' is not registered" in s.Message()
+    assert s.Code() == StatusCode.ERR_NOT_FOUND and "'nobody' is not registered" in s.Message()
     with pytest.raises(mc.InvalidArgumentError, match="belongs to engine 'b'"):
         a.write(my, 0, my, 0, 1, 3)
     with pytest.raises(mc.NotFoundError):
         b.deregister_memory(mz)
-    with pytest.raises(mc.NotFoundError, match="not registered"):
-        a.create_session(mx, nobody)
+    assert a.create_session(mx, nobody) is None  # MORI: no backend serves the pair
     _check(a.write(mx, 0, my, 0, 16, 4))
 
 
@@ -184,7 +184,7 @@ def test_deregistered_peer_fails_at_once_until_registered_again(pair):
     bd = b.get_engine_desc()
     a.deregister_remote_engine(bd)
     s = a.write(mx, 0, my, 0, 16, 5)
-    assert s.Code() == StatusCode.NOT_FOUND
+    assert s.Code() == StatusCode.ERR_NOT_FOUND
     a.register_remote_engine(bd)
     _check(a.write(mx, 0, my, 0, 16, 6))
 

@@ -293,7 +293,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     t->plan =
         PlanTransfer(op == RdmaOp::kWrite ? PlanOp::kWrite : PlanOp::kRead, spans, n, limits, uid);
     if (t->plan.qps.empty()) {
-      done(StatusCode::SUCCESS, "");
+      done(StatusDetail::SUCCESS, "");
       return;
     }
     t->uid = uid;
@@ -334,16 +334,16 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
   // operation checks no key) and leases the region for the copy. False, with the code
   // and the reason, where a NIC would have failed the work request.
   bool AcquireInbound(uint32_t generation, const RegionKey& key, bool moves_bytes,
-                      std::shared_ptr<Region>* region, StatusCode* code, std::string* why) {
+                      std::shared_ptr<Region>* region, StatusDetail* code, std::string* why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
-      *code = StatusCode::ERR_PEER_LOST;
+      *code = StatusDetail::ERR_PEER_LOST;
       *why = StrCat("the target backend (loopback id ", id_,
                     ") was destroyed (a real QP: IBV_WC_RETRY_EXC_ERR)");
       return false;
     }
     if (target_gens_.count(generation) == 0) {
-      *code = StatusCode::ERR_PEER_LOST;
+      *code = StatusDetail::ERR_PEER_LOST;
       *why = StrCat("the target (loopback id ", id_,
                     ") no longer has this connection: it disconnected the peer or the initiator "
                     "re-opened it (a real QP: IBV_WC_RETRY_EXC_ERR)");
@@ -353,7 +353,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     if (!moves_bytes) return true;
     auto it = rkeys_.find(key.rkey);
     if (it == rkeys_.end()) {
-      *code = StatusCode::ERR_OUT_OF_BOUNDS;
+      *code = StatusDetail::ERR_OUT_OF_BOUNDS;
       *why = StrCat("remote access error (IBV_WC_REM_ACCESS_ERR): rkey 0x", std::hex, key.rkey,
                     std::dec, " is not a live registration of the target (loopback id ", id_,
                     "): deregistered, or another backend's key");
@@ -362,7 +362,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     }
     Region& r = *it->second;
     if (r.addr != key.addr || r.size != key.length) {
-      *code = StatusCode::ERR_OUT_OF_BOUNDS;
+      *code = StatusDetail::ERR_OUT_OF_BOUNDS;
       *why = StrCat("remote access error (IBV_WC_REM_ACCESS_ERR): rkey 0x", std::hex, key.rkey,
                     " registers [0x", r.addr, ", +0x", r.size, ") but the key names [0x", key.addr,
                     ", +0x", key.length, ")", std::dec, " (memory id ", r.mem_id, ")");
@@ -447,7 +447,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     }
     for (Task& task : left) {
       if (task.transfer && Claim(*task.transfer)) {
-        Complete(*task.transfer, StatusCode::ERR_PEER_LOST, "the RDMA backend was shut down");
+        Complete(*task.transfer, StatusDetail::ERR_PEER_LOST, "the RDMA backend was shut down");
       }
     }
     SetInboundHandler(nullptr);
@@ -483,7 +483,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     }
     for (auto& t : failed) {
       if (Claim(*t)) {
-        Complete(*t, StatusCode::ERR_PEER_LOST,
+        Complete(*t, StatusDetail::ERR_PEER_LOST,
                  StrCat("disconnected from '", peer_key, "': ", reason));
       }
     }
@@ -499,7 +499,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
   static bool Claim(Transfer& t) { return !t.claimed.exchange(true, std::memory_order_acq_rel); }
 
   // Runs once per transfer, by whoever claimed it.
-  void Complete(Transfer& t, StatusCode code, const std::string& message) {
+  void Complete(Transfer& t, StatusDetail code, const std::string& message) {
     RdmaCompletion done = std::move(t.done);
     t.local->inflight.fetch_sub(1, std::memory_order_acq_rel);
     {
@@ -507,7 +507,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
       --outstanding_;
     }
     std::string full =
-        code == StatusCode::SUCCESS ? "" : StrCat("transfer uid ", t.uid, ": ", message);
+        code == StatusDetail::SUCCESS ? "" : StrCat("transfer uid ", t.uid, ": ", message);
     try {
       if (done) done(code, full);
     } catch (const std::exception& e) {
@@ -535,10 +535,10 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
   }
 
   void Execute(const std::shared_ptr<Transfer>& t) {
-    StatusCode code = StatusCode::SUCCESS;
+    StatusDetail code = StatusDetail::SUCCESS;
     std::string message;
-    auto fail = [&](StatusCode c, std::string m) {
-      if (code == StatusCode::SUCCESS) {
+    auto fail = [&](StatusDetail c, std::string m) {
+      if (code == StatusDetail::SUCCESS) {
         code = c;
         message = std::move(m);
       }
@@ -551,19 +551,19 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (conn.disconnected) {
-          fail(StatusCode::ERR_PEER_LOST,
+          fail(StatusDetail::ERR_PEER_LOST,
                StrCat("disconnected from '", conn.peer_key, "': ", conn.disconnect_reason));
           continue;
         }
         if (!conn.qp_failure[q].empty()) {
-          fail(StatusCode::ERR_PEER_LOST,
+          fail(StatusDetail::ERR_PEER_LOST,
                StrCat("RDMA QP ", q, " to '", conn.peer_key, "' has failed: ", conn.qp_failure[q]));
           continue;
         }
         target = conn.target.lock();
         target_generation = conn.target_generation;
       }
-      StatusCode wc = StatusCode::ERR_PEER_LOST;
+      StatusDetail wc = StatusDetail::ERR_PEER_LOST;
       std::string why = StrCat("the target backend (loopback id ", conn.target_id,
                                ") was destroyed (a real QP: IBV_WC_RETRY_EXC_ERR)");
       const QpPlan& slice = t->plan.qps[j];

@@ -126,16 +126,16 @@ namespace {
 
 constexpr uint32_t kMaxRecords = 1u << 16;
 
-StatusCode StatusForWc(int status) {
+StatusDetail StatusForWc(int status) {
   switch (status) {
     case IBV_WC_RETRY_EXC_ERR:
     case IBV_WC_RNR_RETRY_EXC_ERR:
-      return StatusCode::ERR_PEER_LOST;
+      return StatusDetail::ERR_PEER_LOST;
     case IBV_WC_REM_ACCESS_ERR:
     case IBV_WC_LOC_PROT_ERR:
-      return StatusCode::ERR_OUT_OF_BOUNDS;
+      return StatusDetail::ERR_OUT_OF_BOUNDS;
     default:
-      return StatusCode::ERROR;
+      return StatusDetail::ERR_TRANSPORT;
   }
 }
 
@@ -180,7 +180,7 @@ struct Record {
   bool live = false;
   uint64_t uid = 0;
   uint32_t remaining = 0;  // signaled completions still due
-  StatusCode code = StatusCode::SUCCESS;
+  StatusDetail code = StatusDetail::SUCCESS;
   std::string message;
   RdmaCompletion done;
   std::shared_ptr<Registration> reg;
@@ -344,7 +344,7 @@ class RdmaBackendImpl final : public RdmaBackend {
     TransferPlan plan =
         PlanTransfer(op == RdmaOp::kWrite ? PlanOp::kWrite : PlanOp::kRead, spans, n, limits, uid);
     if (plan.qps.empty()) {
-      done(StatusCode::SUCCESS, "");
+      done(StatusDetail::SUCCESS, "");
       return;
     }
     uint32_t signaled = 0;
@@ -365,7 +365,7 @@ class RdmaBackendImpl final : public RdmaBackend {
           rc = TryPostLocked(ctx);
         }
       }
-      if (dead) FinishParts(slot, due, StatusCode::ERR_PEER_LOST, DeadMessage(ctx));
+      if (dead) FinishParts(slot, due, StatusDetail::ERR_PEER_LOST, DeadMessage(ctx));
       if (rc != 0) FailQp(ctx, StrCat("ibv_post_send failed: ", std::strerror(rc)));
     }
   }
@@ -425,7 +425,7 @@ class RdmaBackendImpl final : public RdmaBackend {
     r.live = true;
     r.uid = uid;
     r.remaining = due;
-    r.code = StatusCode::SUCCESS;
+    r.code = StatusDetail::SUCCESS;
     r.message.clear();
     r.done = std::move(done);
     r.reg = reg;
@@ -434,16 +434,16 @@ class RdmaBackendImpl final : public RdmaBackend {
   }
 
   // `count` signaled completions of `slot` are accounted (with a failure, or not).
-  void FinishParts(uint32_t slot, uint32_t count, StatusCode code, const std::string& message) {
+  void FinishParts(uint32_t slot, uint32_t count, StatusDetail code, const std::string& message) {
     RdmaCompletion done;
     std::shared_ptr<Registration> reg;
-    StatusCode final_code;
+    StatusDetail final_code;
     std::string final_message;
     {
       std::lock_guard<std::mutex> lock(records_mu_);
       Record& r = records_[slot];
       if (!r.live) return;
-      if (code != StatusCode::SUCCESS && r.code == StatusCode::SUCCESS) {
+      if (code != StatusDetail::SUCCESS && r.code == StatusDetail::SUCCESS) {
         r.code = code;
         r.message = StrCat("transfer uid ", r.uid, ": ", message);
       }
@@ -482,7 +482,7 @@ class RdmaBackendImpl final : public RdmaBackend {
 
   // The QP broke (or is being torn down): every transfer with work on it fails.
   void FailQp(QpContext& ctx, const std::string& message,
-              StatusCode code = StatusCode::ERR_PEER_LOST) {
+              StatusDetail code = StatusDetail::ERR_PEER_LOST) {
     std::vector<std::pair<uint32_t, uint32_t> > due;
     {
       std::lock_guard<std::mutex> lock(ctx.mu);
@@ -511,7 +511,7 @@ class RdmaBackendImpl final : public RdmaBackend {
     try {
       id = DecodeWrId(wc.wr_id);
     } catch (const Error& e) {
-      FailQp(*ctx, e.what(), StatusCode::ERROR);
+      FailQp(*ctx, e.what(), StatusDetail::ERR_TRANSPORT);
       return;
     }
     if (id.kind == WrKind::kRecv) {
@@ -559,10 +559,10 @@ class RdmaBackendImpl final : public RdmaBackend {
       if (rc == 0) rc = TryPostLocked(*ctx);
     }
     if (rc == -1) {
-      FailQp(*ctx, "send-queue accounting mismatch", StatusCode::ERROR);
+      FailQp(*ctx, "send-queue accounting mismatch", StatusDetail::ERR_TRANSPORT);
       return;
     }
-    FinishParts(slot, 1, StatusCode::SUCCESS, "");
+    FinishParts(slot, 1, StatusDetail::SUCCESS, "");
     if (rc != 0) FailQp(*ctx, StrCat("ibv_post_send failed: ", std::strerror(rc)));
   }
 

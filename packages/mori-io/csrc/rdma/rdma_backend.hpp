@@ -57,7 +57,7 @@ struct RdmaBackendConfig {
   int gpu_index = -1;               // locality hint for the automatic NIC choice
   QpConfig qp;                      // timeout, retry_cnt, rnr_retry, ... (qp_attributes.hpp)
   int max_send_wr = 1024;           // send-queue depth per QP
-  int max_recv_wr = 256;            // receives kept posted per QP for notifications
+  int max_recv_wr = 1024;           // receives kept posted per QP (MORI's notif_per_qp)
   int max_sge = 0;                  // SGEs per WR; 0 = min(device, 16)
   uint64_t max_message_bytes = 0;   // bytes per WR; 0 = min(port max_msg_sz, 1 GiB)
   int signal_interval = 16;         // signal every Nth WR (and each batch's last)
@@ -82,7 +82,7 @@ RdmaProbe ProbeRdma();
 
 enum class RdmaOp { kRead, kWrite };
 
-using RdmaCompletion = std::function<void(StatusCode code, const std::string& message)>;
+using RdmaCompletion = std::function<void(StatusDetail code, const std::string& message)>;
 using RdmaInboundHandler =
     std::function<void(const std::string& peer_key, uint32_t uid24, uint32_t parts, bool read)>;
 

@@ -11,22 +11,35 @@ __mori_core_version_compiled__: str
 wire_version: int  # the control protocol's version
 
 class BackendType(enum.IntEnum):
-    TCP = 0
-    SHM = 1
-    P2P = 2
-    RDMA = 3
+    Unknown = 0
+    P2P = 1  # also BackendType.XGMI
+    RDMA = 2
+    TCP = 3
+    FABRIC = 4
+    SHM = 5
 
 class StatusCode(enum.IntEnum):
     SUCCESS = 0
     INIT = 1
-    ERROR = 2
-    NOT_FOUND = 3
-    IN_PROGRESS = 4
-    ERR_INVALID_ARGS = 5
-    ERR_OUT_OF_BOUNDS = 6
-    ERR_PEER_LOST = 7
-    ERR_TIMEOUT = 8
-    ERR_BAD_STATE = 9
+    IN_PROGRESS = 2
+    ERR_INVALID_ARGS = 11
+    ERR_NOT_FOUND = 12
+    ERR_RDMA_OP = 13
+    ERR_BAD_STATE = 14
+    ERR_GPU_OP = 15
+
+class StatusDetail(enum.IntEnum):
+    SUCCESS = 0
+    INIT = 1
+    IN_PROGRESS = 2
+    ERR_INVALID_ARGS = 11
+    ERR_NOT_FOUND = 12
+    ERR_TRANSPORT = 13
+    ERR_BAD_STATE = 14
+    ERR_GPU_OP = 15
+    ERR_OUT_OF_BOUNDS = 21
+    ERR_PEER_LOST = 22
+    ERR_TIMEOUT = 23
 
 class MemoryLocationType(enum.IntEnum):
     Unknown = 0
@@ -36,12 +49,17 @@ class MemoryLocationType(enum.IntEnum):
 class TransferStatus:
     def __init__(self) -> None: ...
     def Code(self) -> StatusCode: ...
+    def Detail(self) -> StatusDetail: ...
     def Message(self) -> str: ...
+    def Init(self) -> bool: ...
     def InProgress(self) -> bool: ...
     def Succeeded(self) -> bool: ...
     def Failed(self) -> bool: ...
+    def SetCode(self, code: StatusCode) -> None: ...
+    def SetMessage(self, message: str) -> None: ...
+    def Update(self, code: StatusCode, message: str) -> None: ...
     def Wait(self) -> None: ...
-    def WaitFor(self, timeout_ms: int) -> bool: ...
+    def WaitFor(self, timeout_ms: int = -1) -> StatusCode: ...
 
 class Session:
     def transfer(
@@ -69,6 +87,7 @@ class TcpBackendConfig:
     sock_buf_bytes: int
     transfer_timeout_ms: int
     max_inbound_statuses: int
+    enable_notification: bool
     def __init__(self) -> None: ...
 
 class P2pBackendConfig:
@@ -191,6 +210,7 @@ class SubmissionLedger:
     def is_live(self, record_id: int) -> bool: ...
 
 def probe_backend(backend: BackendType) -> tuple[bool, str]: ...
+def numa_node_of(addr: int) -> int: ...
 def raw_socket_stream(
     msg_size: int, count: int, ack_each: bool = False, sock_buf_bytes: int = 0
 ) -> dict[str, float]: ...

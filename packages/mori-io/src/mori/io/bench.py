@@ -316,8 +316,10 @@ def _unpack_descs(blob: bytes, cls) -> list:
 
 
 def _wait(statuses) -> None:
+    from mori.io import StatusCode
+
     for s in statuses:
-        if not s.WaitFor(30000):
+        if s.WaitFor(30000) == StatusCode.IN_PROGRESS:
             raise TimeoutError("a transfer did not finish within 30 s")
         if not s.Succeeded():
             raise RuntimeError(f"transfer failed: {s.Code().name}: {s.Message()}")

@@ -19,8 +19,9 @@ import mori.core
 
 from . import _C
 
-FORMAT_VERSION = 1  # MemoryDesc
-ENGINE_DESC_VERSION = 2  # EngineDesc; 2 added host_id (for same-host SHM)
+FORMAT_VERSION = 2  # MemoryDesc; 2 added device_bus_id, numa_node, ipc_handle (MORI's)
+ENGINE_DESC_VERSION = 3  # EngineDesc; 2 added host_id (same-host SHM), 3 node_id (MORI's)
+IPC_HANDLE_BYTES = 64  # MORI's ipc_handle width
 _ENGINE_TAG = "mori.io.EngineDesc"
 _MEMORY_TAG = "mori.io.MemoryDesc"
 _MAX_BYTES = 1 << 16
@@ -68,7 +69,9 @@ class EngineDesc:
     """How to reach an engine: its unique key, listening address and backends.
 
     ``host_id`` ("<hostname>/<boot_id>/pidns:<inode>") and ``pid`` let a peer on the same
-    host (equal host_id) reach the engine's memory with CMA (the SHM backend)."""
+    host (equal host_id) reach the engine's memory with CMA (the SHM backend).
+    ``node_id`` is MORI's: ``MORI_NODE_ID`` if set, else the kernel's boot id, else the
+    hostname (informative here; mori decides "same host" by host_id)."""
 
     key: str
     host: str
@@ -77,9 +80,10 @@ class EngineDesc:
     pid: int = 0
     backends: tuple[str, ...] = ()
     host_id: str = ""
+    node_id: str = ""
 
     _FIELDS = [("key", str), ("host", str), ("port", int), ("hostname", str), ("pid", int),
-               ("backends", list), ("host_id", str)]  # fmt: skip
+               ("backends", list), ("host_id", str), ("node_id", str)]  # fmt: skip
 
     def pack(self) -> bytes:
         """Compact versioned bytes (msgpack) for another process."""
@@ -94,13 +98,14 @@ class EngineDesc:
                 self.pid,
                 list(self.backends),
                 self.host_id,
+                self.node_id,
             ]  # fmt: skip
         )
 
     @classmethod
     def unpack(cls, data: bytes) -> EngineDesc:
         """Inverse of pack(); raises InvalidArgumentError on anything else."""
-        key, host, port, hostname, pid, backends, host_id = _decode(
+        key, host, port, hostname, pid, backends, host_id, node_id = _decode(
             data, _ENGINE_TAG, cls._FIELDS, ENGINE_DESC_VERSION
         )
         if (
@@ -113,24 +118,34 @@ class EngineDesc:
                 f"EngineDesc.unpack: invalid key {key!r}, port {port}, pid {pid} or "
                 f"backends {backends!r}"
             )
-        return cls(key, host, port, hostname, pid, tuple(backends), host_id)
+        return cls(key, host, port, hostname, pid, tuple(backends), host_id, node_id)
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryDesc:
     """A registered memory region of an engine. ``data`` is the owner's address and is
     informative only: a remote engine names the region by (engine_key, id), and the
-    owner checks every access against its own registry."""
+    owner checks every access against its own registry.
 
-    engine_key: str
-    id: int
-    device_id: int
-    data: int
-    size: int
-    loc: _C.MemoryLocationType
+    MORI's extra fields: ``device_bus_id`` (the GPU's PCI bus id, lower case, for GPU
+    memory; else ""), ``numa_node`` (host memory: the NUMA node of its first page; else
+    -1) and ``ipc_handle`` (64 bytes; zeros here: mori's P2P backend exchanges its CUDA
+    handles over the control channel on first use). ``MemoryDesc()`` is an empty
+    descriptor, as MORI's default constructor gives."""
+
+    engine_key: str = ""
+    id: int = 0
+    device_id: int = -1
+    data: int = 0
+    size: int = 0
+    loc: _C.MemoryLocationType = _C.MemoryLocationType.Unknown
+    device_bus_id: str = ""
+    numa_node: int = -1
+    ipc_handle: bytes = bytes(IPC_HANDLE_BYTES)
 
     _FIELDS = [("engine_key", str), ("id", int), ("device_id", int), ("data", int),
-               ("size", int), ("loc", int)]  # fmt: skip
+               ("size", int), ("loc", int), ("device_bus_id", str), ("numa_node", int),
+               ("ipc_handle", bytes)]  # fmt: skip
 
     @property
     def length(self) -> int:
@@ -149,17 +164,34 @@ class MemoryDesc:
                 self.data,
                 self.size,
                 int(self.loc),
+                self.device_bus_id,
+                self.numa_node,
+                # all zeros (mori never fills it) packs as b"": compact descriptors
+                bytes(self.ipc_handle) if any(self.ipc_handle) else b"",
             ]  # fmt: skip
         )
 
     @classmethod
     def unpack(cls, data: bytes) -> MemoryDesc:
         """Inverse of pack(); raises InvalidArgumentError on anything else."""
-        key, mid, dev, addr, size, loc = _decode(data, _MEMORY_TAG, cls._FIELDS, FORMAT_VERSION)
+        key, mid, dev, addr, size, loc, bus, numa, handle = _decode(
+            data, _MEMORY_TAG, cls._FIELDS, FORMAT_VERSION
+        )
         locs = {int(v): v for v in _C.MemoryLocationType.__members__.values()}
-        if not key or mid <= 0 or size < 0 or addr < 0 or loc not in locs:
+        if (
+            not key
+            or mid <= 0
+            or size < 0
+            or addr < 0
+            or loc not in locs
+            or numa < -1
+            or len(handle) not in (0, IPC_HANDLE_BYTES)
+        ):
             raise mori.core.InvalidArgumentError(
                 f"MemoryDesc.unpack: invalid engine key {key!r}, id {mid}, size {size}, "
-                f"address {addr} or location {loc}"
+                f"address {addr}, location {loc}, numa node {numa} or ipc handle of "
+                f"{len(handle)} bytes (expected {IPC_HANDLE_BYTES}, or 0 for zeros)"
             )
-        return cls(key, mid, dev, addr, size, locs[loc])
+        return cls(
+            key, mid, dev, addr, size, locs[loc], bus, numa, handle or bytes(IPC_HANDLE_BYTES)
+        )

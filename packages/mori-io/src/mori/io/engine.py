@@ -27,6 +27,7 @@ from .descriptors import EngineDesc, MemoryDesc
 BackendType = _C.BackendType
 MemoryLocationType = _C.MemoryLocationType
 StatusCode = _C.StatusCode
+StatusDetail = _C.StatusDetail
 TransferStatus = _C.TransferStatus
 
 
@@ -74,6 +75,8 @@ class TcpBackendConfig:
     is registered again, even if it resumes. max_inbound_statuses: inbound transfer
     statuses kept for pop_inbound_transfer_status; past it the oldest is dropped (with
     a debug log), so a target that never pops keeps bounded memory.
+    enable_notification (MORI's name): False keeps no inbound statuses at all, so
+    pop_inbound_transfer_status always returns None on this engine.
 
     Defaults are the native config's (``_C.TcpBackendConfig()``).
     """
@@ -86,6 +89,7 @@ class TcpBackendConfig:
     sock_buf_bytes: int = _TCP.sock_buf_bytes
     transfer_timeout_ms: int = _TCP.transfer_timeout_ms
     max_inbound_statuses: int = _TCP.max_inbound_statuses
+    enable_notification: bool = _TCP.enable_notification
 
     def to_native(self) -> Any:
         """The native config (``_C.TcpBackendConfig``), validated by the engine."""
@@ -119,8 +123,84 @@ class P2pBackendConfig:
         return _native(_C.P2pBackendConfig, self)
 
 
-#: MORI's name for the same-host GPU backend (AMD's XGMI link) is accepted too.
-XgmiBackendConfig = P2pBackendConfig
+@dataclasses.dataclass
+class XgmiBackendConfig:
+    """MORI's XgmiBackendConfig(num_streams, num_events) for the same-host GPU backend
+    (P2P here; MORI's XGMI). num_streams: copy streams per GPU (1..64); num_events:
+    MORI's event-pool size, validated (>= 1) but not a bound here: mori's P2P backend
+    grows its event pool on demand. The other fields are P2pBackendConfig's."""
+
+    num_streams: int = 64
+    num_events: int = 64
+    max_blocks: int = _P2P.max_blocks
+    kernel_min_spans: int = _P2P.kernel_min_spans
+    kernel_max_mean_span: int = _P2P.kernel_max_mean_span
+
+    def to_native(self) -> Any:
+        """The native config (``_C.P2pBackendConfig``)."""
+        if isinstance(self.num_events, bool) or not isinstance(self.num_events, int):
+            raise mori.core.InvalidArgumentError(
+                f"XgmiBackendConfig.num_events={self.num_events!r}: must be an int"
+            )
+        if self.num_events < 1:
+            raise mori.core.InvalidArgumentError(
+                f"XgmiBackendConfig.num_events={self.num_events}: must be >= 1"
+            )
+        return P2pBackendConfig(
+            self.num_streams, self.max_blocks, self.kernel_min_spans, self.kernel_max_mean_span
+        ).to_native()
+
+
+@dataclasses.dataclass
+class FabricBackendConfig:
+    """MORI's FabricBackendConfig(num_streams, num_events), accepted so that MORI code
+    imports; creating the FABRIC backend raises NotSupportedError (not implemented)."""
+
+    num_streams: int = 64
+    num_events: int = 64
+
+
+def fabric_alloc(size: int, device: int) -> int:
+    """MORI's allocator of fabric-exportable GPU memory: not implemented in mori."""
+    raise mori.core.NotSupportedError(
+        f"fabric_alloc(size={size}, device={device}): the FABRIC backend is not implemented"
+    )
+
+
+def fabric_free(ptr: int) -> None:
+    """MORI's counterpart of fabric_alloc: not implemented in mori."""
+    raise mori.core.NotSupportedError(
+        f"fabric_free(ptr={ptr:#x}): the FABRIC backend is not implemented"
+    )
+
+
+def _node_id(hostname: str) -> str:
+    """MORI's node id: MORI_NODE_ID if set, else the kernel boot id, else the hostname."""
+    env = os.environ.get("MORI_NODE_ID")
+    if env:
+        return env
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        boot_id = ""
+    return boot_id or hostname
+
+
+_BUS_IDS: dict[int, str] = {}
+
+
+def _gpu_bus_id(device_id: int) -> str:
+    """The PCI bus id ("0000:19:00.0", lower case) of CUDA device ``device_id`` from
+    mori.core.topology; "" where it is not known (no such GPU, CPU-only build)."""
+    if device_id < 0:
+        return ""
+    if not _BUS_IDS:
+        from mori.core import topology
+
+        for gpu in topology.get_topology().gpus:
+            _BUS_IDS[gpu.index] = gpu.pci_bus_id.lower()
+    return _BUS_IDS.get(device_id, "")
 
 
 class _DLTensor(ctypes.Structure):
@@ -184,8 +264,13 @@ class IOEngineSession:
 
     Used by one thread at a time."""
 
-    def __init__(self, native: Any):
+    def __init__(self, native: Any, engine: Any):
         self._sess = native
+        self._engine = engine  # the native engine, for transfer uids
+
+    def allocate_transfer_uid(self) -> int:
+        """A transfer id unique within the engine this session belongs to."""
+        return self._engine.allocate_transfer_uid()
 
     def read(self, local_offset: int, remote_offset: int, size: int, transfer_uid: int):
         """Read ``size`` bytes at remote_offset into local_offset. -> TransferStatus"""
@@ -243,6 +328,11 @@ class IOEngine:
             self._engine.create_shm_backend()
             self._backends.append(type.name)
             return
+        if type == BackendType.FABRIC:
+            raise mori.core.NotSupportedError(
+                "create_backend(BackendType.FABRIC): the FABRIC backend (a scale-up fabric "
+                "across nodes) is not implemented in mori"
+            )
         if type == BackendType.P2P:
             self._engine.create_p2p_backend((config or P2pBackendConfig()).to_native())
             self._backends.append(type.name)
@@ -261,9 +351,10 @@ class IOEngine:
 
     def get_engine_desc(self) -> EngineDesc:
         """This engine's EngineDesc (pack() it for other processes)."""
+        hostname = socket.gethostname()
         return EngineDesc(
-            self._key, self._engine.host, self._engine.port, socket.gethostname(), os.getpid(),
-            tuple(self._backends), self._engine.host_id,
+            self._key, self._engine.host, self._engine.port, hostname, os.getpid(),
+            tuple(self._backends), self._engine.host_id, _node_id(hostname),
         )  # fmt: skip
 
     def register_remote_engine(self, engine_desc: EngineDesc) -> None:
@@ -293,12 +384,36 @@ class IOEngine:
 
     # -- memory ----------------------------------------------------------------------
     def register_memory(
-        self, ptr: int, size: int, device_id: int = -1, loc: MemoryLocationType = None
+        self,
+        ptr: int,
+        size: int,
+        device_id: int = -1,
+        mem_loc: MemoryLocationType = None,
+        *,
+        loc: MemoryLocationType = None,
     ) -> MemoryDesc:
-        """Register ``size`` bytes at address ``ptr`` (the caller keeps them alive)."""
-        loc = MemoryLocationType.CPU if loc is None else loc
-        mid = self._engine.register_memory(int(ptr), int(size), int(device_id), loc)
-        return MemoryDesc(self._key, mid, int(device_id), int(ptr), int(size), loc)
+        """Register ``size`` bytes at address ``ptr`` (the caller keeps them alive).
+
+        MORI's signature, ``register_memory(ptr, size, device_id, mem_loc)``; ``mem_loc``
+        defaults to CPU here (``loc=`` is accepted as an older spelling). The MemoryDesc
+        carries the GPU's PCI bus id (GPU memory) or the NUMA node of the first page
+        (host memory), as MORI's does."""
+        if loc is not None and mem_loc is not None and loc != mem_loc:
+            raise mori.core.InvalidArgumentError(
+                f"register_memory: mem_loc={mem_loc!r} and loc={loc!r} disagree"
+            )
+        mem_loc = mem_loc if mem_loc is not None else loc
+        mem_loc = MemoryLocationType.CPU if mem_loc is None else MemoryLocationType(mem_loc)
+        ptr, size, device_id = int(ptr), int(size), int(device_id)
+        mid = self._engine.register_memory(ptr, size, device_id, mem_loc)
+        bus_id, numa = "", -1
+        if mem_loc == MemoryLocationType.GPU:
+            bus_id = _gpu_bus_id(device_id)
+        elif ptr != 0 and size > 0:
+            numa = _C.numa_node_of(ptr)
+        return MemoryDesc(
+            self._key, mid, device_id, ptr, size, mem_loc, device_bus_id=bus_id, numa_node=numa
+        )
 
     def register_torch_tensor(self, tensor: Any) -> MemoryDesc:
         """Register a contiguous torch tensor's storage (kept alive until deregistered)."""
@@ -378,26 +493,70 @@ class IOEngine:
         return self._one(True, local_src_mem_desc, local_offset, remote_dest_mem_desc,
                          remote_offset, size, transfer_uid)  # fmt: skip
 
+    def _batches(self, write, local, local_offsets, remote, remote_offsets, sizes, uids):
+        n = len(local)
+        lengths = {"remote": len(remote), "local_offsets": len(local_offsets),
+                   "remote_offsets": len(remote_offsets), "sizes": len(sizes),
+                   "transfer_uids": len(uids)}  # fmt: skip
+        bad = {k: v for k, v in lengths.items() if v != n}
+        if bad:
+            raise mori.core.InvalidArgumentError(
+                f"batch: {n} local descriptors but {bad} (one entry per descriptor pair)"
+            )
+        return [
+            self._batch(write, local[i], local_offsets[i], remote[i], remote_offsets[i],
+                        sizes[i], uids[i])
+            for i in range(n)
+        ]  # fmt: skip
+
     def batch_read(self, local_dest_mem_desc, local_offsets, remote_src_mem_desc, remote_offsets,
-                   sizes, transfer_uid) -> TransferStatus:  # fmt: skip
-        """Many reads between one local and one remote region, one status."""
-        return self._batch(False, local_dest_mem_desc, local_offsets, remote_src_mem_desc,
-                           remote_offsets, sizes, transfer_uid)  # fmt: skip
+                   sizes, transfer_uid):  # fmt: skip
+        """Many reads. MORI's form: lists of local descriptors, of offset lists, of remote
+        descriptors, of offset lists, of size lists and of uids, one entry per descriptor
+        pair -> a list with one TransferStatus per pair. With one MemoryDesc each side
+        (mori's form): one batch between two regions -> one TransferStatus."""
+        if isinstance(local_dest_mem_desc, MemoryDesc):
+            return self._batch(False, local_dest_mem_desc, local_offsets, remote_src_mem_desc,
+                               remote_offsets, sizes, transfer_uid)  # fmt: skip
+        return self._batches(False, local_dest_mem_desc, local_offsets, remote_src_mem_desc,
+                             remote_offsets, sizes, transfer_uid)  # fmt: skip
 
     def batch_write(self, local_src_mem_desc, local_offsets, remote_dest_mem_desc, remote_offsets,
-                    sizes, transfer_uid) -> TransferStatus:  # fmt: skip
-        """Many writes between one local and one remote region, one status."""
-        return self._batch(True, local_src_mem_desc, local_offsets, remote_dest_mem_desc,
-                           remote_offsets, sizes, transfer_uid)  # fmt: skip
+                    sizes, transfer_uid):  # fmt: skip
+        """Many writes; the forms of batch_read (MORI's lists -> one status per pair, or one
+        MemoryDesc each side -> one status)."""
+        if isinstance(local_src_mem_desc, MemoryDesc):
+            return self._batch(True, local_src_mem_desc, local_offsets, remote_dest_mem_desc,
+                               remote_offsets, sizes, transfer_uid)  # fmt: skip
+        return self._batches(True, local_src_mem_desc, local_offsets, remote_dest_mem_desc,
+                             remote_offsets, sizes, transfer_uid)  # fmt: skip
 
-    def create_session(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> IOEngineSession:
-        """A session bound to (local_mem, remote_mem): the fast path for repeated transfers."""
+    def wait_all(self, statuses, timeout_ms: int = -1) -> StatusCode:
+        """MORI's wait: every status, failure wins. -> StatusCode
+
+        timeout_ms < 0 waits for all (each transfer is bounded by its peer's timeouts) and
+        returns the first failure in list order, else SUCCESS; 0 polls once: the first
+        failure seen, else IN_PROGRESS if any is unfinished, else SUCCESS; > 0 waits up
+        to the deadline and returns IN_PROGRESS if it passed first (a failure seen
+        before wins). None entries are skipped; an empty list is SUCCESS."""
+        return _wait_all(statuses, int(timeout_ms))
+
+    def create_session(
+        self, local_mem: MemoryDesc, remote_mem: MemoryDesc
+    ) -> IOEngineSession | None:
+        """A session bound to (local_mem, remote_mem): the fast path for repeated transfers.
+
+        None, as in MORI, when no backend can serve the pair: this engine has created no
+        backend, or the remote engine is not registered."""
         self._check_local(local_mem)
+        if not self._backends or not self._engine.has_remote_engine(remote_mem.engine_key):
+            return None
         return IOEngineSession(
             self._engine.create_session(
                 local_mem.id, remote_mem.engine_key, remote_mem.id, remote_mem.size, remote_mem.loc
-            )  # fmt: skip
-        )
+            ),
+            self._engine,
+        )  # fmt: skip
 
     def pop_inbound_transfer_status(self, remote_key: str, transfer_uid: int):
         """Status of transfer ``transfer_uid`` that ``remote_key`` made into this engine,
@@ -437,6 +596,34 @@ def allocate_shared_host_memory(nbytes: int) -> SharedHostBuffer:
     return _C.SharedHostBuffer(int(nbytes))
 
 
+def _wait_all(statuses: Iterable[TransferStatus | None], timeout_ms: int) -> StatusCode:
+    statuses = [s for s in statuses if s is not None]
+    first_error = None
+    if timeout_ms == 0:
+        pending = False
+        for s in statuses:
+            code = s.WaitFor(0)
+            if code == StatusCode.IN_PROGRESS:
+                pending = True
+            elif code != StatusCode.SUCCESS:
+                return code
+        return StatusCode.IN_PROGRESS if pending else StatusCode.SUCCESS
+    deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+    for s in statuses:
+        if deadline is None:
+            code = s.WaitFor(-1)
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return first_error if first_error is not None else StatusCode.IN_PROGRESS
+            code = s.WaitFor(max(1, math.ceil(left * 1000)))
+            if code == StatusCode.IN_PROGRESS:
+                return first_error if first_error is not None else StatusCode.IN_PROGRESS
+        if code != StatusCode.SUCCESS and first_error is None:
+            first_error = code
+    return first_error if first_error is not None else StatusCode.SUCCESS
+
+
 def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) -> bool:
     """Wait for every status; True when all finished within ``timeout_ms`` (None: no limit,
     still bounded by the peers' timeouts)."""
@@ -444,15 +631,16 @@ def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) 
     for s in statuses:
         if deadline is None:
             s.Wait()
-        elif not s.WaitFor(max(0, int((deadline - time.monotonic()) * 1000))):
+        elif s.WaitFor(max(0, int((deadline - time.monotonic()) * 1000))) == StatusCode.IN_PROGRESS:
             return False
     return True
 
 
 __all__: Sequence[str] = [
     "BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession",
-    "MemoryDesc", "MemoryLocationType", "P2pBackendConfig", "SharedHostBuffer",
-    "ShmBackendConfig", "StatusCode",
+    "FabricBackendConfig", "MemoryDesc", "MemoryLocationType", "P2pBackendConfig",
+    "SharedHostBuffer", "fabric_alloc", "fabric_free",
+    "ShmBackendConfig", "StatusCode", "StatusDetail",
     "TcpBackendConfig", "XgmiBackendConfig", "allocate_shared_host_memory",
     "TransferStatus",
     "wait_all",
