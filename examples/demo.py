@@ -81,6 +81,7 @@ def moe_worker() -> None:
     shmem.init(device=dev, heap_size="64M", bootstrap=b, timeout_s=30)
     tokens, hidden, epr, k = 64, 512, 8, 4
     cfg = EpDispatchCombineConfig(
+        data_type=torch.bfloat16,
         rank=rank,
         world_size=world,
         hidden_dim=hidden,
@@ -108,7 +109,7 @@ def moe_worker() -> None:
         mine = (out_idx[:n] // epr) == rank  # the slots whose expert lives here
         coef = (out_w[:n] * expert_scale[out_idx[:n].clamp(min=0).long()] * mine).sum(1)
         y = (out[:n].float() * coef[:, None]).to(torch.bfloat16)  # this rank's experts
-        combined, _ = op.combine(y, out_w[:n], out_idx[:n])
+        combined, _ = op.combine(y, out_w[:n], idx)  # idx: this rank's own routing
         return n, combined
 
     step()  # warm-up: first touches of the buffers

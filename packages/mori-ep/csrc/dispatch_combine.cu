@@ -253,9 +253,10 @@ __device__ __forceinline__ uint32_t RankMask(const DispatchParams& p, int64_t t,
 // its launch, the rejecting pe 0.5-0.8 s).
 __device__ void TrapRejectedBy(const Common& c, int from, const char* op) {
   if (from != c.me) {
-    printf("mori.ep %s on rank %d: %s rejected by rank %d (its inputs failed validation; see its "
-           "error)\n",
-           op, c.me, op, from);
+    printf(
+        "mori.ep %s on rank %d: %s rejected by rank %d (its inputs failed validation; see its "
+        "error)\n",
+        op, c.me, op, from);
     const uint64_t pause = std::min<uint64_t>(c.timeout_ns / 2, kPeerTrapPauseNs);
     const uint64_t t0 = dev::GlobalTimerNs();
     while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);

@@ -37,6 +37,85 @@ inline uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// fp8 e4m3fn (no infinities, 0x7f / 0xff are NaN, largest finite 448), converted
+// as torch 2.13 converts (round to nearest even, saturating: magnitudes past 448 and
+// infinities give +-448, NaN gives NaN), so references computed with torch match
+// bit for bit.
+inline float Float8E4M3ToFloat(uint8_t v) {
+  const uint32_t sign = (v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xFu, mant = v & 0x7u;
+  float mag;
+  if (exp == 0xF && mant == 0x7) {
+    mag = __builtin_nanf("");
+  } else if (exp == 0) {
+    mag = static_cast<float>(mant) * 0x1p-9f;  // subnormal: mant * 2^-6 / 8
+  } else {
+    uint32_t bits = ((exp + 120u) << 23) | (mant << 20);
+    std::memcpy(&mag, &bits, 4);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &mag, 4);
+  bits |= sign;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint8_t FloatToFloat8E4M3(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint32_t sign = bits & 0x80000000u;
+  bits ^= sign;
+  uint8_t out;
+  if (bits > 0x7F800000u) {  // NaN
+    out = 0x7F;
+  } else if (bits >= 0x43E00000u) {  // >= 448 (or inf): saturate
+    out = 0x7E;
+  } else if (bits < (121u << 23)) {  // below 2^-6: subnormal, rounded by an fp32 add
+    const uint32_t denorm = 141u << 23;
+    float a, d;
+    std::memcpy(&a, &bits, 4);
+    std::memcpy(&d, &denorm, 4);
+    a += d;
+    uint32_t r;
+    std::memcpy(&r, &a, 4);
+    out = static_cast<uint8_t>(r - denorm);
+  } else {
+    const uint32_t mant_odd = (bits >> 20) & 1u;
+    bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + mant_odd;
+    out = static_cast<uint8_t>(bits >> 20);
+  }
+  return static_cast<uint8_t>(out | (sign >> 24));
+}
+
+// What a combine row element contributes: its value, or (fp8_cast) its value
+// rounded to fp8 e4m3fn as MORI's fp8_direct_cast sends it.
+inline float CombineValue(const char* row, int64_t h, CombineDtype dtype, bool fp8_cast) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16: {
+      const float v = BFloat16ToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
+      return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
+    }
+    case CombineDtype::kFloat8E4M3:
+      return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
+    case CombineDtype::kFloat32:
+      break;
+  }
+  return reinterpret_cast<const float*>(row)[h];
+}
+
+int64_t ElementBytes(CombineDtype dtype) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      return 2;
+    case CombineDtype::kFloat8E4M3:
+      return 1;
+    case CombineDtype::kFloat32:
+      break;
+  }
+  return 4;
+}
+
 }  // namespace
 
 IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout)
@@ -158,6 +237,19 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
     next_row[d] = base;
   }
   for (int s = 0; s < W; ++s) total_recv += CountOf(words[s * W + me]);
+  // Every pe sees the same count matrix, so every pe finds the same overflow and
+  // fails the call before a row moves.
+  const int64_t capacity = RecvCapacity(shape_);
+  for (int d = 0; d < W; ++d) {
+    int64_t rows = 0;
+    for (int s = 0; s < W; ++s) rows += CountOf(words[s * W + d]);
+    if (rows > capacity) {
+      FinishDispatchEpoch(epoch);
+      MORI_THROW(InvalidArgumentError, "dispatch would deliver ", rows, " tokens to rank ", d,
+                 ", more than the receive capacity of ", capacity,
+                 " rows (max_total_recv_tokens); no data moved");
+    }
+  }
 
   // Data: rows in token order, each to every destination it routes to.
   const int64_t H = shape_.hidden_bytes, Sb = shape_.scale_bytes;
@@ -242,11 +334,13 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   }
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
   const int64_t M = shape_.max_tokens;
-  const int64_t elem = a.dtype == CombineDtype::kBFloat16 ? 2 : 4;
-  const int64_t row_bytes = shape_.hidden_dim * elem;
+  const int64_t row_bytes = shape_.hidden_dim * ElementBytes(a.dtype);
   if (row_bytes > shape_.combine_row_bytes) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
                          shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"));
+  }
+  if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
+    RejectCombine("fp8_direct_cast combines bf16 input only");
   }
   if (a.input_rows < total_recv_) {
     RejectCombine(
@@ -290,23 +384,26 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
       const size_t slot = static_cast<size_t>(d) * M + t;
       const int64_t self_row = token_self_row[t];
       const char* row = d == me ? input + self_row * a.input_row_stride : comb_tokens + slot * Hc;
-      if (a.dtype == CombineDtype::kBFloat16) {
-        const uint16_t* v = reinterpret_cast<const uint16_t*>(row);
-        for (int64_t h = 0; h < hidden; ++h) acc[h] += BFloat16ToFloat(v[h]);
-      } else {
-        const float* v = reinterpret_cast<const float*>(row);
-        for (int64_t h = 0; h < hidden; ++h) acc[h] += v[h];
-      }
+      for (int64_t h = 0; h < hidden; ++h) acc[h] += CombineValue(row, h, a.dtype, a.fp8_cast);
       if (with_weights) {
         const float* w = d == me ? a.weights + self_row * K : comb_weights + slot * K;
         for (int j = 0; j < K; ++j) wacc[j] += w[j];
       }
     }
-    if (a.dtype == CombineDtype::kBFloat16) {
-      uint16_t* o = static_cast<uint16_t*>(a.out) + t * hidden;
-      for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToBFloat16(acc[h]);
-    } else {
-      std::memcpy(static_cast<float*>(a.out) + t * hidden, acc.data(), hidden * 4);
+    switch (a.dtype) {
+      case CombineDtype::kBFloat16: {
+        uint16_t* o = static_cast<uint16_t*>(a.out) + t * hidden;
+        for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToBFloat16(acc[h]);
+        break;
+      }
+      case CombineDtype::kFloat8E4M3: {
+        uint8_t* o = static_cast<uint8_t*>(a.out) + t * hidden;
+        for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToFloat8E4M3(acc[h]);
+        break;
+      }
+      case CombineDtype::kFloat32:
+        std::memcpy(static_cast<float*>(a.out) + t * hidden, acc.data(), hidden * 4);
+        break;
     }
     if (with_weights) std::memcpy(a.out_weights + t * K, wacc.data(), K * 4);
   }

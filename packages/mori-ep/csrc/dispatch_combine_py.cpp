@@ -11,6 +11,7 @@
 #include <string>
 
 #include "dispatch_combine.hpp"
+#include "mori/core/error.hpp"
 #include "protocol.hpp"
 #if MORI_EP_WITH_CUDA
 #include "dispatch_combine_cuda.hpp"
@@ -23,7 +24,8 @@ namespace mori::ep {
 namespace {
 
 EpShape MakeShape(int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-                  int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank) {
+                  int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+                  int64_t recv_capacity = 0) {
   return EpShape{world_size,
                  rank,
                  max_tokens,
@@ -32,7 +34,8 @@ EpShape MakeShape(int world_size, int rank, int64_t max_tokens, int top_k, int64
                  hidden_dim * max_token_type_size,
                  hidden_dim * std::max(max_token_type_size, 2),
                  scale_bytes,
-                 num_experts_per_rank};
+                 num_experts_per_rank,
+                 recv_capacity};
 }
 
 }  // namespace
@@ -41,10 +44,11 @@ void register_dispatch_combine(py::module_& m) {
   m.def(
       "ep_buffer_layout",
       [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-         int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank) {
-        const EpBufferLayout l =
-            MakeLayout(MakeShape(world_size, rank, max_tokens, top_k, hidden_dim,
-                                 max_token_type_size, scale_bytes, num_experts_per_rank));
+         int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+         int64_t recv_capacity) {
+        const EpBufferLayout l = MakeLayout(MakeShape(world_size, rank, max_tokens, top_k,
+                                                      hidden_dim, max_token_type_size, scale_bytes,
+                                                      num_experts_per_rank, recv_capacity));
         py::dict d;
         d["count_words"] = l.count_words;
         d["dispatch_done"] = l.dispatch_done;
@@ -66,8 +70,9 @@ void register_dispatch_combine(py::module_& m) {
       },
       py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
       py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
-      py::arg("num_experts_per_rank"),
-      R"doc(Byte offsets of the regions of an op's symmetric block (protocol.hpp).)doc");
+      py::arg("num_experts_per_rank"), py::arg("recv_capacity") = 0,
+      R"doc(Byte offsets of the regions of an op's symmetric block (protocol.hpp);
+``recv_capacity`` rows of receive buffers (0: world_size * max_tokens).)doc");
   m.attr("ep_max_tokens_per_rank") = kMaxTokensPerRank;
   m.attr("ep_combine_group_tokens") = kCombineGroupTokens;
 
@@ -75,17 +80,17 @@ void register_dispatch_combine(py::module_& m) {
                            R"doc(Intra-node dispatch/combine on a host symmetric heap.)doc")
       .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
                        int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                       uintptr_t block, double timeout_s) {
+                       uintptr_t block, double timeout_s, int64_t recv_capacity) {
              return new IntraNodeCpu(
                  MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
-                           scale_bytes, num_experts_per_rank),
+                           scale_bytes, num_experts_per_rank, recv_capacity),
                  reinterpret_cast<void*>(block),
                  std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
            }),
            py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
            py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
            py::arg("num_experts_per_rank"), py::arg("block"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>(),
+           py::arg("recv_capacity") = 0, py::call_guard<py::gil_scoped_release>(),
            R"doc(Collective: zeroes this pe's signal words, then a heap barrier.)doc")
       .def(
           "dispatch",
@@ -107,17 +112,19 @@ void register_dispatch_combine(py::module_& m) {
       .def(
           "combine",
           [](IntraNodeCpu& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
-             bool bfloat16, uintptr_t weights, uintptr_t out, uintptr_t out_weights) {
-            self.Combine(
-                CombineArgs{reinterpret_cast<const void*>(input), input_row_stride, input_rows,
-                            bfloat16 ? CombineDtype::kBFloat16 : CombineDtype::kFloat32,
-                            reinterpret_cast<const float*>(weights), reinterpret_cast<void*>(out),
-                            reinterpret_cast<float*>(out_weights)});
+             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast) {
+            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
+                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
+            self.Combine(CombineArgs{
+                reinterpret_cast<const void*>(input), input_row_stride, input_rows,
+                static_cast<CombineDtype>(dtype), reinterpret_cast<const float*>(weights),
+                reinterpret_cast<void*>(out), reinterpret_cast<float*>(out_weights), fp8_cast});
           },
-          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("bfloat16"),
-          py::arg("weights"), py::arg("out"), py::arg("out_weights"),
+          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
+          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast") = false,
           py::call_guard<py::gil_scoped_release>(),
-          R"doc(Collective combine over raw addresses (row stride in bytes).)doc")
+          R"doc(Collective combine over raw addresses (row stride in bytes); dtype 0 bf16,
+1 fp32, 2 fp8 e4m3fn; fp8_cast: round bf16 rows to fp8 before reducing.)doc")
       .def(
           "reject_combine",
           [](IntraNodeCpu& self, const std::string& reason) { self.RejectCombine(reason); },

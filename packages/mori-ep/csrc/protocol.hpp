@@ -10,8 +10,8 @@
 //
 // One symmetric block per op, identical layout on every pe (offsets in bytes from
 // the block's start). W = world_size, M = max_num_inp_token_per_rank,
-// C = W * M (receive capacity), K = num_experts_per_token, H = hidden bytes
-// (hidden_dim * max_token_type_size), Hc = combine row bytes (hidden_dim *
+// C = receive capacity (W * M unless capped: EpShape::recv_capacity), K = num_experts_per_token, H
+// = hidden bytes (hidden_dim * max_token_type_size), Hc = combine row bytes (hidden_dim *
 // max(max_token_type_size, 2)), S = scale bytes (scale_dim * scale_type_size).
 //
 //   signals (written by peers)
@@ -108,7 +108,15 @@ struct EpShape {
   int64_t combine_row_bytes;  // hidden_dim * max(max_token_type_size, 2)
   int64_t scale_bytes;
   int num_experts_per_rank;
+  // Rows of the receive buffers (C); 0: W * M, every row any pe can send here.
+  // Smaller (MORI's max_total_recv_tokens) caps the memory; a dispatch that would
+  // deliver more rows to some pe fails on every pe before any row moves.
+  int64_t recv_capacity = 0;
 };
+
+inline int64_t RecvCapacity(const EpShape& s) {
+  return s.recv_capacity > 0 ? s.recv_capacity : s.world_size * s.max_tokens;
+}
 
 // Byte offsets of each region; every region starts on a 256-byte boundary so that
 // vectorized (16-byte) device copies of a row are aligned whenever the row size is.
@@ -127,7 +135,7 @@ MORI_HOST_DEVICE inline int64_t CombineGroups(int64_t max_tokens) {
 }
 
 inline EpBufferLayout MakeLayout(const EpShape& s) {
-  const size_t W = s.world_size, M = s.max_tokens, C = W * M, K = s.top_k;
+  const size_t W = s.world_size, M = s.max_tokens, C = RecvCapacity(s), K = s.top_k;
   const size_t G = static_cast<size_t>(CombineGroups(s.max_tokens));
   EpBufferLayout l{};
   size_t off = 0;

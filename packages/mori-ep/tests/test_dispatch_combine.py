@@ -39,6 +39,7 @@ def test_validation_errors_reach_every_rank():
 
 def _config(**kw):
     base = dict(
+        data_type=torch.bfloat16,
         rank=0,
         world_size=2,
         hidden_dim=256,

@@ -115,7 +115,7 @@ def run_random(fp8: bool, base_seed: int) -> float:
         scg = sc.cuda() if fp8 else None
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        out, out_w, out_s, out_idx, total_t = op.dispatch(xg, wg, scg, idxg, blocks, warps)
+        out, out_w, out_s, out_idx, total_t = op.dispatch(xg, wg, scg, idxg, blocks, -1, warps)
         torch.cuda.synchronize()
         spent += time.perf_counter() - t0
         assert total_t.device.type == "cuda" and total_t.dtype == torch.int32
@@ -137,7 +137,7 @@ def run_random(fp8: bool, base_seed: int) -> float:
         yg, ywg = y.cuda(), yw.cuda()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        cout, cw = op.combine(yg, ywg, None, blocks, warps)
+        cout, cw = op.combine(yg, ywg, None, blocks, -1, warps)
         torch.cuda.synchronize()
         spent += time.perf_counter() - t0
         check_combine(tag, n, x, w, sc, idx, cout.cpu(), cw.cpu())

@@ -175,8 +175,13 @@ def run_errors() -> None:
             f"indices has {K + 1} experts per token, more than num_experts_per_token {K}",
             (x, w, None, torch.zeros(n, K + 1, dtype=torch.int32)),
         ),
-        ("indices must be an int32 tensor, got torch.int64", (x, w, None, idx.long())),
-        ("weights must be a float32 tensor, got torch.float16", (x, w.half(), None, idx)),
+        ("indices must be an int32 or int64 tensor, got torch.int16", (x, w, None, idx.short())),
+        # int64 ids are checked before they are narrowed to int32 (2**32 + 1 would wrap to 1).
+        (
+            f"expert id {2**32 + 1} out of range [-1, {E}) at token 3 slot 0",
+            (x, w, None, torch.cat([idx[:3], torch.tensor([[2**32 + 1, 0, -1, 1]])]).long()),
+        ),
+        ("weights must be a float32 tensor or None, got torch.float16", (x, w.half(), None, idx)),
         (f"weights must be [4, {K}], got shape (4, 2)", (x, w[:, :2], None, idx)),
         ("scales given", (x, w, torch.ones(n, 2), idx)),
     ]
@@ -200,13 +205,13 @@ def run_errors() -> None:
     if rank == bad:
         expect(
             mc.InvalidArgumentError,
-            "block_num 0 must be -1",
+            "block_num 1.5 must be an int",
             op.dispatch,
             x,
             w,
             None,
             idx,
-            block_num=0,
+            block_num=1.5,
         )
     else:
         expect(
@@ -224,7 +229,7 @@ def run_errors() -> None:
     if rank == bad:
         expect(
             mc.InvalidArgumentError,
-            "combine input dtype torch.float16 must be bf16 or fp32",
+            "combine input dtype torch.float16 must be bf16, fp32 or fp8 e4m3",
             op.combine,
             out[:total].half(),
             None,
@@ -260,18 +265,45 @@ def run_errors() -> None:
             None,
             None,
         )
-    out, out_w, _, _, total = op.dispatch(x, w, None, idx)
-    cout, _ = op.combine(out, out_w, None)
+    # combine's indices are this rank's own [num_tokens, k] routing (MORI's meaning);
+    # the received rows' indices are refused on the rank that passes them.
+    out, out_w, _, out_idx, total = op.dispatch(x, w, None, idx)
+    total = int(total.item())
+    if rank == bad:
+        assert total != n
+        expect(
+            mc.InvalidArgumentError,
+            f"combine indices has {total} rows but this rank dispatched {n} tokens",
+            op.combine,
+            out[:total],
+            None,
+            out_idx[:total],
+        )
+    else:
+        expect(
+            mc.InvalidArgumentError,
+            f"combine rejected by rank {bad}",
+            op.combine,
+            out[:total],
+            None,
+            idx,
+        )
     dests = [len({int(e) // EPR for e in row if e >= 0}) for row in idx]
-    for t in range(n):
-        want = x[t].float() * dests[t]  # exact: small integer multiples of bf16 values
-        assert torch.equal(cout[t], want.to(torch.bfloat16)), f"after errors: token {t}"
+    # MORI's calls: combine(out, None, topk_ids) with int32 and with int64 routing.
+    for routing in (idx, idx.long()):
+        out, out_w, _, _, total = op.dispatch(x, None, None, routing)
+        cout, cw = op.combine(out, None, routing)
+        assert cw is None
+        for t in range(n):
+            want = x[t].float() * dests[t]  # exact: small integer multiples of bf16 values
+            assert torch.equal(cout[t], want.to(torch.bfloat16)), f"after errors: token {t}"
     op.close()
 
 
 def run_readme_example() -> None:
     """The README's worked example (world 2, M 3, 4 experts, top-2), value for value."""
     cfg = EpDispatchCombineConfig(
+        torch.bfloat16,
         rank=rank,
         world_size=2,
         hidden_dim=128,

@@ -40,6 +40,7 @@ def ep_buffer_layout(
     max_token_type_size: int,
     scale_bytes: int,
     num_experts_per_rank: int,
+    recv_capacity: int = 0,
 ) -> dict[str, int]: ...
 
 class IntraNodeCpu:
@@ -55,6 +56,7 @@ class IntraNodeCpu:
         num_experts_per_rank: int,
         block: int,
         timeout_s: float,
+        recv_capacity: int = 0,
     ) -> None: ...
     def dispatch(
         self,
@@ -71,10 +73,11 @@ class IntraNodeCpu:
         input: int,
         input_row_stride: int,
         input_rows: int,
-        bfloat16: bool,
+        dtype: int,
         weights: int,
         out: int,
         out_weights: int,
+        fp8_cast: bool = False,
     ) -> None: ...
     def reject_combine(self, reason: str) -> None: ...
     @property

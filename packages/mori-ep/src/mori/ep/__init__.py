@@ -18,6 +18,7 @@ from .dispatch_combine import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
     EpDispatchCombineOp,
+    EpDispatchCombineQuantType,
 )
 from .layout import get_dispatch_layout
 
@@ -25,6 +26,7 @@ __all__ = [
     "EpDispatchCombineConfig",
     "EpDispatchCombineKernelType",
     "EpDispatchCombineOp",
+    "EpDispatchCombineQuantType",
     "__version__",
     "get_dispatch_layout",
 ]

@@ -493,10 +493,10 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
         if cuda:
 
             def d_fn(b=blocks):
-                op.dispatch(x, w, s, idx, b, args.warp_per_block)
+                op.dispatch(x, w, s, idx, b, -1, args.warp_per_block)
 
             def c_fn(b=blocks):
-                op.combine(y, yw, None, b, args.warp_per_block)
+                op.combine(y, yw, None, b, -1, args.warp_per_block)
 
             d_fn()
             c_fn()

@@ -21,48 +21,107 @@ from mori.core import InvalidArgumentError, InvalidStateError, NotSupportedError
 from . import _C
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
-_COMBINE_DTYPES = (torch.bfloat16, torch.float32)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+# Combine's element types and the CPU implementation's code for each; CUDA kernels
+# combine bf16 and fp32 (fp8 e4m3 input is CPU-only for now).
+_COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
 
 
 class EpDispatchCombineKernelType(enum.IntEnum):
-    """Which kernel family runs the op (MORI's names). This release implements
-    ``IntraNode`` (every rank on one node, over load/store-reachable symmetric
-    memory); on a host heap it runs the CPU implementation of that protocol."""
+    """Which kernel family runs the op: MORI's names and values. This release
+    implements ``IntraNode`` (every rank on one node, over load/store-reachable
+    symmetric memory; the CPU implementation of the same protocol on a host heap);
+    the op raises NotSupportedError for the others."""
 
     IntraNode = 0
     InterNode = 1
     InterNodeV1 = 2
     InterNodeV1LL = 3
     AsyncLL = 4
+    IntraNodeLL = 5
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EpDispatchCombineQuantType(enum.IntEnum):
+    """How combine quantises what it sends (MORI's names and values). ``None_`` and
+    ``Fp8DirectCast`` are implemented; the blockwise types raise NotSupportedError."""
+
+    None_ = 0
+    Fp8DirectCast = 1
+    Fp8BlockwiseQuant = 2
+    Fp4BlockwiseQuant = 3
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_QUANT_NAMES = {
+    "none": EpDispatchCombineQuantType.None_,
+    "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast,
+    "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
+    "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant,
+}
+_IMPLEMENTED_QUANT = (EpDispatchCombineQuantType.None_, EpDispatchCombineQuantType.Fp8DirectCast)
+_IMPLEMENTED_KERNELS = (EpDispatchCombineKernelType.IntraNode,)
+
+
+def _quant_type(value) -> EpDispatchCombineQuantType:
+    """MORI's quant_type (a name such as ``"fp8_direct_cast"`` or the enum) as the enum."""
+    if isinstance(value, EpDispatchCombineQuantType):
+        q = value
+    elif isinstance(value, str) and value.strip().lower() in _QUANT_NAMES:
+        q = _QUANT_NAMES[value.strip().lower()]
+    else:
+        raise InvalidArgumentError(
+            f"quant_type {value!r} is not one of {sorted(_QUANT_NAMES)} "
+            "(or an EpDispatchCombineQuantType)"
+        )
+    if q not in _IMPLEMENTED_QUANT:
+        names = [k for k, v in _QUANT_NAMES.items() if v in _IMPLEMENTED_QUANT]
+        raise NotSupportedError(f"quant_type {q.name} is not implemented (implemented: {names})")
+    return q
 
 
 @dataclass
 class EpDispatchCombineConfig:
-    """Shape of an expert-parallel group; the fields and their order are MORI's.
+    """Shape of an expert-parallel group; the fields, their order and defaults are
+    MORI's (``data_type`` first and positional).
 
     Args:
+        data_type: the dtype dispatch tokens usually have (MORI keeps it for
+            compatibility; dispatch accepts any of bf16, fp8 e4m3, fp16, fp32 whose
+            size fits ``max_token_type_size``, whatever this says).
         rank, world_size: this rank and the number of EP ranks (= shmem pes).
         hidden_dim: columns of a token row.
         scale_dim: scale columns per token (fp8: ``hidden_dim // 128``), 0 for none.
         scale_type_size: bytes per scale element (4 for fp32 scales).
         max_token_type_size: bytes per token element the buffers are sized for
             (2 for bf16; 1 for fp8-only dispatch, combine buffers still hold bf16).
-        max_num_inp_token_per_rank: most tokens a rank passes to one dispatch.
+        max_num_inp_token_per_rank: most tokens a rank passes to one dispatch (M).
         num_experts_per_rank: experts per rank; global expert ``e`` lives on rank
             ``e // num_experts_per_rank``.
         num_experts_per_token: top-k columns of ``indices`` and ``weights``.
         warp_num_per_block, block_num: default launch shape of the CUDA kernels
             (ignored by the CPU implementation).
+        max_total_recv_tokens: 0, or a cap on the rows a rank can receive: the
+            receive buffers hold ``world_size * min(ceil(cap / world_size), M)``
+            rows (:attr:`max_num_tokens_to_recv`) instead of ``world_size * M``. A
+            dispatch that would deliver more rows to some rank fails on every rank
+            before any row moves. CPU implementation only in this release.
         use_external_inp_buf, gpu_per_node, rdma_block_num, num_qp_per_pe: MORI's
-            fields, accepted for porting; unused by the intra-node kernels.
-        kernel_type: only ``IntraNode`` in this release.
-        data_type: MORI's leading field, keyword-only here (default bf16): the
-            dtype dispatch tokens usually have; dispatch accepts any of bf16, fp8
-            e4m3, fp16, fp32 whose size fits ``max_token_type_size``.
+            fields, accepted for porting; the intra-node implementation reads its
+            combine input wherever it lies, so it needs none of them.
+        kernel_type: an :class:`EpDispatchCombineKernelType`; only ``IntraNode`` runs.
+        quant_type: ``"none"`` or ``"fp8_direct_cast"`` (bf16 combine input rounded
+            to fp8 e4m3 before it is reduced, fp32 accumulation, bf16 output); the
+            blockwise types raise NotSupportedError.
         device: ``"cpu"``, ``"cuda"`` or None (follow the shmem heap: a host heap
-            selects the CPU implementation).
+            selects the CPU implementation). Keyword-only, mori's addition.
     """
 
+    data_type: torch.dtype
     rank: int
     world_size: int
     hidden_dim: int
@@ -74,12 +133,13 @@ class EpDispatchCombineConfig:
     num_experts_per_token: int
     warp_num_per_block: int = 8
     block_num: int = 80
+    max_total_recv_tokens: int = 0
     use_external_inp_buf: bool = True
     kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode
     gpu_per_node: int = 8
     rdma_block_num: int = 0
     num_qp_per_pe: int = 1
-    data_type: torch.dtype = field(default=torch.bfloat16, kw_only=True)
+    quant_type: str | EpDispatchCombineQuantType = "none"
     device: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
@@ -88,6 +148,10 @@ class EpDispatchCombineConfig:
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} {v!r} must be a positive int")
 
+        if not isinstance(self.data_type, torch.dtype):
+            raise InvalidArgumentError(
+                f"data_type {self.data_type!r} must be a torch.dtype (MORI's first field)"
+            )
         for name in (
             "world_size",
             "hidden_dim",
@@ -127,7 +191,19 @@ class EpDispatchCombineConfig:
                 f"num_experts_per_token {self.num_experts_per_token} exceeds the "
                 f"{self.num_experts} experts"
             )
-        self.kernel_type = EpDispatchCombineKernelType(self.kernel_type)
+        if not isinstance(self.max_total_recv_tokens, int) or self.max_total_recv_tokens < 0:
+            raise InvalidArgumentError(
+                f"max_total_recv_tokens {self.max_total_recv_tokens!r} must be an int >= 0 "
+                "(0: no cap)"
+            )
+        try:
+            self.kernel_type = EpDispatchCombineKernelType(self.kernel_type)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"kernel_type {self.kernel_type!r} is not one of "
+                f"{[k.name for k in EpDispatchCombineKernelType]}"
+            ) from None
+        _quant_type(self.quant_type)
         if self.device not in (None, "cpu", "cuda"):
             raise InvalidArgumentError(f"device {self.device!r} must be 'cpu', 'cuda' or None")
 
@@ -136,9 +212,47 @@ class EpDispatchCombineConfig:
         return self.num_experts_per_rank * self.world_size
 
     @property
-    def max_num_out_tokens(self) -> int:
-        """Receive capacity per rank: ``world_size * max_num_inp_token_per_rank``."""
+    def quant(self) -> EpDispatchCombineQuantType:
+        """``quant_type`` as an :class:`EpDispatchCombineQuantType`."""
+        return _quant_type(self.quant_type)
+
+    @property
+    def max_num_tokens_to_send_per_rank(self) -> int:
+        return self.max_num_inp_token_per_rank
+
+    @property
+    def max_num_tokens_to_send(self) -> int:
         return self.world_size * self.max_num_inp_token_per_rank
+
+    @property
+    def max_num_tokens_to_recv_per_rank(self) -> int:
+        """Receive rows per source rank: ``min(ceil(max_total_recv_tokens /
+        world_size), max_num_inp_token_per_rank)``, or M without a cap (MORI's rule)."""
+        m = self.max_num_inp_token_per_rank
+        if self.max_total_recv_tokens > 0:
+            return min(-(-self.max_total_recv_tokens // self.world_size), m)
+        return m
+
+    @property
+    def max_num_tokens_to_recv(self) -> int:
+        """Receive capacity per rank (rows of dispatch's outputs)."""
+        return self.world_size * self.max_num_tokens_to_recv_per_rank
+
+    @property
+    def max_num_out_tokens(self) -> int:
+        """Receive capacity per rank; the same as :attr:`max_num_tokens_to_recv`."""
+        return self.max_num_tokens_to_recv
+
+
+def _check_launch(block_num, rdma_block_num, warp_per_block) -> str | None:
+    for name, v in (
+        ("block_num", block_num),
+        ("rdma_block_num", rdma_block_num),
+        ("warp_per_block", warp_per_block),
+    ):
+        if not isinstance(v, int) or isinstance(v, bool):
+            return f"{name} {v!r} must be an int (<= 0: the config's default)"
+    return None
 
 
 def _describe(x) -> str:
@@ -187,9 +301,10 @@ class EpDispatchCombineOp:
             raise InvalidArgumentError(
                 f"config must be an EpDispatchCombineConfig, got {type(config).__name__}"
             )
-        if config.kernel_type != EpDispatchCombineKernelType.IntraNode:
+        if config.kernel_type not in _IMPLEMENTED_KERNELS:
             raise NotSupportedError(
-                f"kernel_type {config.kernel_type.name} is not implemented yet (IntraNode is)"
+                f"kernel_type {config.kernel_type.name} is not implemented (implemented: "
+                f"{[k.name for k in _IMPLEMENTED_KERNELS]})"
             )
         if not shmem.initialized():
             raise InvalidStateError(
@@ -224,10 +339,17 @@ class EpDispatchCombineOp:
                 "mori.ep was built without CUDA (MORI_CUDA=off): the dispatch/combine kernels "
                 "are missing; rebuild with MORI_CUDA=on or use a host heap"
             )
+        if kind == "cuda" and config.max_num_tokens_to_recv < config.max_num_tokens_to_send:
+            raise NotSupportedError(
+                f"max_total_recv_tokens {config.max_total_recv_tokens} caps the receive buffers "
+                f"at {config.max_num_tokens_to_recv} rows; the CUDA kernels do not check a cap "
+                "yet (the CPU implementation does): use 0 on a CUDA heap"
+            )
         self.config = config
         self.device = (
             torch.device("cuda", info["device"]) if kind == "cuda" else torch.device("cpu")
         )
+        self._quant = config.quant
         self.timeout_s = float(timeout_s)
         c = config
         shape = (
@@ -240,7 +362,8 @@ class EpDispatchCombineOp:
             c.scale_dim * c.scale_type_size,
             c.num_experts_per_rank,
         )
-        self._layout = _C.ep_buffer_layout(*shape)
+        cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
+        self._layout = _C.ep_buffer_layout(*shape, recv_capacity=cap)
         self._block = shmem.empty((self._layout["total_bytes"],), torch.uint8)
         self._cuda = kind == "cuda"
         if self._cuda:
@@ -248,8 +371,9 @@ class EpDispatchCombineOp:
                 *shape, self._block.data_ptr(), self.device.index, self.timeout_s
             )
         else:
-            self._impl = _C.IntraNodeCpu(*shape, self._block.data_ptr(), self.timeout_s)
-        cap, k = c.max_num_out_tokens, c.num_experts_per_token
+            self._impl = _C.IntraNodeCpu(
+                *shape, self._block.data_ptr(), self.timeout_s, recv_capacity=cap
+            )
         self._recv_tokens = self._region("recv_tokens", cap * c.hidden_dim * c.max_token_type_size)
         self._recv_tokens = self._recv_tokens.view(cap, c.hidden_dim * c.max_token_type_size)
         self._recv_weights = self._region("recv_weights", cap * k * 4).view(torch.float32)
@@ -264,6 +388,17 @@ class EpDispatchCombineOp:
         self._combine_out_weights = torch.empty(
             (c.max_num_inp_token_per_rank, k), dtype=torch.float32, device=self.device
         )
+        # dispatch(weights=None) sends zeros (MORI leaves the weights unwritten).
+        self._zero_weights = torch.zeros(
+            (c.max_num_inp_token_per_rank, k), dtype=torch.float32, device=self.device
+        )
+        self._registered_inputs: dict[tuple[torch.dtype, int], torch.Tensor] = {}
+        self.local_expert_count = torch.zeros(
+            c.num_experts_per_rank, dtype=torch.int32, device=self.device
+        )
+        """int32 ``[num_experts_per_rank]``: after a dispatch with
+        ``call_local_expert_count=True``, how many (received token, slot) pairs name
+        each of this rank's experts (MORI's attribute; updated in place)."""
 
     def _stream(self) -> int:
         return torch.cuda.current_stream(self.device).cuda_stream
@@ -271,8 +406,8 @@ class EpDispatchCombineOp:
     def _launch(self, block_num: int, warp_per_block: int) -> tuple[int, int]:
         c = self.config
         return (
-            c.block_num if block_num == -1 else block_num,
-            c.warp_num_per_block if warp_per_block == -1 else warp_per_block,
+            c.block_num if block_num <= 0 else block_num,
+            c.warp_num_per_block if warp_per_block <= 0 else warp_per_block,
         )
 
     def _reject_dispatch(self, impl, problem: str):
@@ -297,7 +432,9 @@ class EpDispatchCombineOp:
         return self._impl
 
     # ------------------------------------------------------------------ dispatch
-    def _check_dispatch(self, input, weights, scales, indices, block_num, warp_per_block):
+    def _check_dispatch(
+        self, input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
+    ):
         c = self.config
         k, m = c.num_experts_per_token, c.max_num_inp_token_per_rank
         if not isinstance(input, torch.Tensor):
@@ -316,8 +453,8 @@ class EpDispatchCombineOp:
         n = input.size(0)
         if n > m:
             return f"num_tokens {n} exceeds max_num_inp_token_per_rank {m}"
-        if not isinstance(indices, torch.Tensor) or indices.dtype != torch.int32:
-            return f"indices must be an int32 tensor, got {_describe(indices)}"
+        if not isinstance(indices, torch.Tensor) or indices.dtype not in _INDEX_DTYPES:
+            return f"indices must be an int32 or int64 tensor, got {_describe(indices)}"
         if indices.device != self.device:
             return f"indices is on {indices.device}, the op runs on {self.device}"
         if indices.dim() != 2 or indices.size(0) != n:
@@ -332,12 +469,13 @@ class EpDispatchCombineOp:
                 f"indices has {indices.size(1)} experts per token, fewer than "
                 f"num_experts_per_token {k} (pad with -1)"
             )
-        if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32:
-            return f"weights must be a float32 tensor, got {_describe(weights)}"
-        if weights.device != self.device:
-            return f"weights is on {weights.device}, the op runs on {self.device}"
-        if tuple(weights.shape) != (n, k):
-            return f"weights must be [{n}, {k}], got shape {tuple(weights.shape)}"
+        if weights is not None:
+            if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32:
+                return f"weights must be a float32 tensor or None, got {_describe(weights)}"
+            if weights.device != self.device:
+                return f"weights is on {weights.device}, the op runs on {self.device}"
+            if tuple(weights.shape) != (n, k):
+                return f"weights must be [{n}, {k}], got shape {tuple(weights.shape)}"
         if c.scale_dim > 0:
             if not isinstance(scales, torch.Tensor):
                 return f"scales are required (scale_dim {c.scale_dim}), got {_describe(scales)}"
@@ -352,19 +490,31 @@ class EpDispatchCombineOp:
                 return f"scales must be [{n}, {c.scale_dim}], got shape {tuple(scales.shape)}"
         elif scales is not None and (not isinstance(scales, torch.Tensor) or scales.numel()):
             return f"scales given ({_describe(scales)}) but the config has scale_dim 0"
-        for name, v in (("block_num", block_num), ("warp_per_block", warp_per_block)):
-            if not isinstance(v, int) or (v != -1 and v < 1):
-                return f"{name} {v!r} must be -1 (config default) or a positive int"
-        return None
+        problem = _check_launch(block_num, rdma_block_num, warp_per_block)
+        if problem is None and indices.dtype == torch.int64 and not self._cuda and n:
+            # Checked before the cast to int32, which could wrap a bad id into range.
+            bad = (indices < -1) | (indices >= c.num_experts)
+            if bool(bad.any()):
+                t, j = (int(v) for v in bad.nonzero()[0])
+                return (
+                    f"expert id {int(indices[t, j])} out of range [-1, {c.num_experts}) at "
+                    f"token {t} slot {j}"
+                )
+        return problem
 
     def dispatch(
         self,
         input: torch.Tensor,
-        weights: torch.Tensor,
+        weights: torch.Tensor | None,
         scales: torch.Tensor | None,
         indices: torch.Tensor,
         block_num: int = -1,
+        rdma_block_num: int = -1,
         warp_per_block: int = -1,
+        call_local_expert_count: bool = False,
+        *,
+        routing: Any = None,
+        return_routing: bool = False,
     ):
         """Send each token once to every rank that owns at least one of its experts.
 
@@ -372,12 +522,20 @@ class EpDispatchCombineOp:
             input: ``[num_tokens, hidden_dim]`` bf16, fp8 e4m3 (``torch.float8_e4m3fn``),
                 fp16 or fp32 with element size <= ``max_token_type_size``;
                 ``num_tokens`` may be 0. Every rank must pass the same dtype.
-            weights: fp32 ``[num_tokens, num_experts_per_token]`` (router weights).
+            weights: fp32 ``[num_tokens, num_experts_per_token]`` (router weights), or
+                None (the receivers get zeros).
             scales: ``[num_tokens, scale_dim]`` with ``scale_type_size``-byte elements
                 (fp32 per 128 columns for fp8), or None when ``scale_dim`` is 0.
-            indices: int32 ``[num_tokens, num_experts_per_token]`` global expert ids in
-                ``[0, num_experts)``; ``-1`` marks an unused slot.
+            indices: int32 or int64 ``[num_tokens, num_experts_per_token]`` global expert
+                ids in ``[0, num_experts)``; ``-1`` marks an unused slot (int64 is
+                narrowed to int32 on the device, out-of-range values staying out of
+                range).
             block_num, warp_per_block: CUDA launch shape (-1: the config's); ignored on CPU.
+            rdma_block_num: MORI's inter-node launch parameter; unused intra-node.
+            call_local_expert_count: also count, on the device, the (received token,
+                slot) pairs per local expert into :attr:`local_expert_count`.
+            routing, return_routing: MORI's routing handles (cached / replayed
+                routing); not implemented: NotSupportedError.
 
         Returns:
             ``(out, out_weights, out_scales, out_indices, total_recv)``: views of the
@@ -401,12 +559,22 @@ class EpDispatchCombineOp:
             MoriTimeoutError: a rank did not take part within ``timeout_s``.
         """
         impl = self._impl_or_raise()
-        problem = self._check_dispatch(input, weights, scales, indices, block_num, warp_per_block)
+        if routing is not None or return_routing:
+            raise NotSupportedError(
+                "routing handles (routing=, return_routing=) are not implemented: the op keeps "
+                "the last dispatch's routing itself, and combine uses it"
+            )
+        problem = self._check_dispatch(
+            input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
+        )
         if problem is not None:
             self._reject_dispatch(impl, problem)  # raises InvalidArgumentError(problem)
         c = self.config
         input = input.contiguous()
-        weights = weights.contiguous()
+        n = input.size(0)
+        weights = self._zero_weights[:n] if weights is None else weights.contiguous()
+        if indices.dtype == torch.int64:
+            indices = indices.clamp(-(2**31), 2**31 - 1).to(torch.int32)
         indices = indices.contiguous()
         has_scales = c.scale_dim > 0
         if has_scales:
@@ -424,22 +592,50 @@ class EpDispatchCombineOp:
             impl.dispatch(*args, *self._launch(block_num, warp_per_block), self._stream())
         else:
             impl.dispatch(*args)
+        if call_local_expert_count:
+            self._count_local_experts()
         out = self._recv_tokens[:, :row_bytes].view(input.dtype)
         out_scales = self._recv_scales.view(scales.dtype) if has_scales else None
         return out, self._recv_weights, out_scales, self._recv_indices, self._total_recv
 
-    # ------------------------------------------------------------------- combine
-    def _check_combine(self, input, weights, indices, block_num, warp_per_block):
+    def _count_local_experts(self) -> None:
+        """local_expert_count from the last dispatch's received indices, on the
+        device and without a host synchronisation (rows past total_recv masked)."""
         c = self.config
-        k, cap = c.num_experts_per_token, c.max_num_out_tokens
+        epr, lo = c.num_experts_per_rank, c.rank * c.num_experts_per_rank
+        idx = self._recv_indices
+        rows = torch.arange(idx.size(0), device=self.device, dtype=torch.int32)
+        local = (idx >= lo) & (idx < lo + epr) & (rows < self._total_recv)[:, None]
+        bucket = torch.where(local, idx - lo, epr).flatten().to(torch.int64)
+        counts = torch.zeros(epr + 1, dtype=torch.int32, device=self.device)
+        counts.index_add_(0, bucket, torch.ones_like(bucket, dtype=torch.int32))
+        self.local_expert_count.copy_(counts[:epr])
+
+    # ------------------------------------------------------------------- combine
+    def _check_combine(
+        self, input, weights, indices, block_num, rdma_block_num, warp_per_block, use_ext
+    ):
+        c = self.config
+        k, cap = c.num_experts_per_token, c.max_num_tokens_to_recv
         # On CUDA total_recv is on the device: rows >= total_recv is a kernel trap there.
         total = 0 if self._cuda else self._impl.total_recv
+        n = self._impl.num_tokens
         if not isinstance(input, torch.Tensor):
             return f"input must be a torch.Tensor, got {_describe(input)}"
         if input.device != self.device:
             return f"input is on {input.device}, the op runs on {self.device}"
-        if input.dtype not in _COMBINE_DTYPES:
-            return f"combine input dtype {input.dtype} must be bf16 or fp32"
+        if input.dtype not in _COMBINE_DTYPE_CODES:
+            return f"combine input dtype {input.dtype} must be bf16, fp32 or fp8 e4m3"
+        if input.dtype == torch.float8_e4m3fn and self._cuda:
+            return (
+                "combine of fp8 e4m3 input runs on the CPU implementation only; on CUDA "
+                "combine bf16 (quant_type='fp8_direct_cast' rounds it to fp8 like MORI)"
+            )
+        if (
+            self._quant == EpDispatchCombineQuantType.Fp8DirectCast
+            and input.dtype != torch.bfloat16
+        ):
+            return f"quant_type fp8_direct_cast combines bf16 input, got {input.dtype}"
         if input.element_size() > max(c.max_token_type_size, 2):
             return (
                 f"combine input dtype {input.dtype} needs {input.element_size()}-byte elements, "
@@ -454,7 +650,6 @@ class EpDispatchCombineOp:
             )
         if input.stride(1) != 1:
             return "combine input rows must be contiguous (stride 1 along hidden_dim)"
-        rows = input.size(0)
         if weights is not None:
             if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32:
                 return f"weights must be a float32 tensor or None, got {_describe(weights)}"
@@ -466,14 +661,19 @@ class EpDispatchCombineOp:
                     f"got shape {tuple(weights.shape)}"
                 )
         if indices is not None:
-            if not isinstance(indices, torch.Tensor) or indices.dtype != torch.int32:
-                return f"indices must be an int32 tensor or None, got {_describe(indices)}"
-            if indices.dim() != 2 or indices.size(1) != k or indices.size(0) != rows:
-                return f"indices must be [{rows}, {k}], got shape {tuple(indices.shape)}"
-        for name, v in (("block_num", block_num), ("warp_per_block", warp_per_block)):
-            if not isinstance(v, int) or (v != -1 and v < 1):
-                return f"{name} {v!r} must be -1 (config default) or a positive int"
-        return None
+            if not isinstance(indices, torch.Tensor) or indices.dtype not in _INDEX_DTYPES:
+                return f"indices must be an int32 or int64 tensor or None, got {_describe(indices)}"
+            if indices.dim() != 2 or indices.size(1) != k:
+                return f"indices must be [{n}, {k}], got shape {tuple(indices.shape)}"
+            if indices.size(0) != n:
+                return (
+                    f"combine indices has {indices.size(0)} rows but this rank dispatched {n} "
+                    f"tokens: pass this rank's own [num_tokens, {k}] routing (the tensor given "
+                    "to dispatch), not dispatch's out_indices"
+                )
+        if not isinstance(use_ext, int):
+            return f"use_external_inp_buf {use_ext!r} must be an int or bool (-1: the config's)"
+        return _check_launch(block_num, rdma_block_num, warp_per_block)
 
     def combine(
         self,
@@ -481,71 +681,149 @@ class EpDispatchCombineOp:
         weights: torch.Tensor | None,
         indices: torch.Tensor | None,
         block_num: int = -1,
+        rdma_block_num: int = -1,
         warp_per_block: int = -1,
+        use_external_inp_buf: int = -1,
         call_reset: bool = False,
+        *,
+        routing: Any = None,
     ):
         """Return every received row to its source token and sum per token.
 
         Args:
-            input: bf16 or fp32 ``[rows, hidden_dim]``, rows in the order of the last
-                dispatch's output (``total_recv <= rows <= capacity``; the dispatch
-                output itself, or the experts' outputs, qualify). Row-contiguous.
-            weights: fp32 ``[rows, num_experts_per_token]`` or None.
-            indices: the dispatch's ``out_indices`` (``[rows, k]`` int32) or None;
-                checked for shape only: the routing comes from the dispatch, as in MORI.
-            block_num, warp_per_block: CUDA launch shape; ignored on CPU.
+            input: bf16, fp32 or (CPU implementation) fp8 e4m3 ``[rows, hidden_dim]``,
+                rows in the order of the last dispatch's output (``total_recv <= rows
+                <= capacity``; the dispatch output itself, the experts' outputs, or
+                :meth:`get_registered_combine_input_buffer` qualify). Row-contiguous.
+            weights: fp32 ``[rows, num_experts_per_token]`` (dispatch's out_weights
+                layout) or None.
+            indices: this rank's own routing, the ``[num_tokens, k]`` int32/int64
+                tensor it passed to dispatch (as MORI requires), or None; checked for
+                shape only: the routing itself comes from the dispatch. Adds no kernel
+                and no synchronisation.
+            block_num, warp_per_block: CUDA launch shape (<= 0: the config's); ignored
+                on CPU. rdma_block_num: MORI's inter-node parameter, unused here.
+            use_external_inp_buf: MORI's flag (-1: the config's); the intra-node
+                implementation reads ``input`` wherever it lies either way.
             call_reset: MORI's flag; nothing to reset here (epochs), accepted.
+            routing: MORI's routing handle; not implemented (NotSupportedError).
 
         Returns:
             ``(out, out_weights)``: ``out [num_tokens, hidden_dim]`` in input's dtype,
             where ``num_tokens`` is this rank's last dispatch's; row ``t`` is the sum,
             over the ranks token ``t`` went to in ascending rank order, of the rows
             they return, accumulated in fp32 and rounded once (zeros for a token with
-            no expert). ``out_weights fp32 [num_tokens, k]`` likewise, or None. Views
-            of the op's buffers, valid until the next combine.
+            no expert). With ``quant_type="fp8_direct_cast"`` every returned value is
+            first rounded to fp8 e4m3, as MORI sends it (on CUDA the rounding is a
+            cast before the bf16 kernel: same numbers, bf16 bytes on the wire).
+            ``out_weights fp32 [num_tokens, k]`` likewise, or None. Views of the op's
+            buffers, valid until the next combine.
 
         Raises:
             InvalidStateError: no dispatch since the last combine (local check).
             InvalidArgumentError, host-side before any data moves: type, dtype, shape,
                 device, row count below ``total_recv`` (on CUDA, where total_recv is on
-                the device, that bound is a device-side trap); or another rank rejected
-                its combine inputs.
+                the device, that bound is a device-side trap), indices that are not
+                this rank's ``[num_tokens, k]`` routing; or another rank rejected its
+                combine inputs.
             MoriTimeoutError: a rank did not take part within ``timeout_s``.
         """
         del call_reset
         impl = self._impl_or_raise()
+        if routing is not None:
+            raise NotSupportedError("routing handles (routing=) are not implemented")
         if not impl.combine_pending:
             raise InvalidStateError(
                 f"combine needs a successful dispatch since the last combine (epoch {impl.epoch})"
             )
-        problem = self._check_combine(input, weights, indices, block_num, warp_per_block)
+        problem = self._check_combine(
+            input, weights, indices, block_num, rdma_block_num, warp_per_block,
+            use_external_inp_buf,
+        )  # fmt: skip
         if problem is not None:
             self._reject_combine(impl, problem)
         c = self.config
         n = impl.num_tokens
-        out = self._combine_out.get(input.dtype)
+        out_dtype = input.dtype
+        fp8_cast = self._quant == EpDispatchCombineQuantType.Fp8DirectCast
+        if fp8_cast and self._cuda:
+            input = input.to(torch.float8_e4m3fn).to(torch.bfloat16)
+        out = self._combine_out.get(out_dtype)
         if out is None:
             out = torch.empty(
-                (c.max_num_inp_token_per_rank, c.hidden_dim), dtype=input.dtype, device=self.device
+                (c.max_num_inp_token_per_rank, c.hidden_dim), dtype=out_dtype, device=self.device
             )
-            self._combine_out[input.dtype] = out
+            self._combine_out[out_dtype] = out
         out_weights = self._combine_out_weights if weights is not None else None
         if weights is not None:
             weights = weights.contiguous()
-        args = (
+        addrs = (
             input.data_ptr(),
             input.stride(0) * input.element_size(),
             input.size(0),
-            input.dtype == torch.bfloat16,
+        )
+        outs = (
             weights.data_ptr() if weights is not None else 0,
             out.data_ptr(),
             out_weights.data_ptr() if out_weights is not None else 0,
         )
         if self._cuda:
-            impl.combine(*args, *self._launch(block_num, warp_per_block), self._stream())
+            impl.combine(
+                *addrs, input.dtype == torch.bfloat16, *outs,
+                *self._launch(block_num, warp_per_block), self._stream(),
+            )  # fmt: skip
         else:
-            impl.combine(*args)
+            impl.combine(*addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast)
         return out[:n], (out_weights[:n] if out_weights is not None else None)
+
+    def get_registered_combine_input_buffer(
+        self, dtype: torch.dtype, hidden_dim: int = -1
+    ) -> torch.Tensor:
+        """A ``[max_num_tokens_to_recv, hidden_dim]`` buffer of ``dtype`` on the op's
+        device (``hidden_dim`` <= 0: the config's) for experts to write their outputs
+        into and pass to :meth:`combine` as ``input`` (MORI's zero-copy combine input).
+        Combine reads its input in place wherever it lies, so this saves the copy
+        only in the sense MORI means; the same buffer is returned for the same
+        arguments."""
+        if not isinstance(dtype, torch.dtype):
+            raise InvalidArgumentError(f"dtype {dtype!r} must be a torch.dtype")
+        h = self.config.hidden_dim if hidden_dim <= 0 else int(hidden_dim)
+        key = (dtype, h)
+        buf = self._registered_inputs.get(key)
+        if buf is None:
+            buf = torch.empty(
+                (self.config.max_num_tokens_to_recv, h), dtype=dtype, device=self.device
+            )
+            self._registered_inputs[key] = buf
+        return buf
+
+    def max_num_tokens_to_recv(self) -> int:
+        """Rows of the receive buffers (MORI's method; see the config's property)."""
+        return self.config.max_num_tokens_to_recv
+
+    def max_num_tokens_to_recv_per_rank(self) -> int:
+        return self.config.max_num_tokens_to_recv_per_rank
+
+    def max_num_tokens_to_send(self) -> int:
+        return self.config.max_num_tokens_to_send
+
+    def max_num_tokens_to_send_per_rank(self) -> int:
+        return self.config.max_num_tokens_to_send_per_rank
+
+    def decode_send_flat_idx(self, flat_idx: int) -> tuple[int, int]:
+        """MORI's decoding of a flat send index: ``divmod(flat_idx,
+        max_num_tokens_to_send())``."""
+        stride = self.max_num_tokens_to_send()
+        return int(flat_idx) // stride, int(flat_idx) % stride
+
+    def get_launch_config(
+        self, is_dispatch: bool = True, block_num: int = -1, rdma_block_num: int = -1,
+        warp_per_block: int = -1,
+    ) -> tuple[int, int, int]:  # fmt: skip
+        """MORI's launch-parameter query: ``(block_num, rdma_block_num,
+        warp_per_block)`` as given (MORI's MANUAL mode; <= 0 means the config's)."""
+        del is_dispatch
+        return block_num, rdma_block_num, warp_per_block
 
     # --------------------------------------------------------------------- misc
     def get_dispatch_src_token_pos(self) -> torch.Tensor:
