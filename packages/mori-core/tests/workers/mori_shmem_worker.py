@@ -19,20 +19,12 @@ import torch
 
 import mori
 import mori.core as mc
+from mori.core.launch import expect_raises as expect_error
 
 mode, seed = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
 ms = mori.shmem
-
-
-def expect_error(cls, pattern, fn, *args):
-    try:
-        fn(*args)
-    except cls as e:
-        assert pattern in str(e), f"{cls.__name__} message {str(e)!r} lacks {pattern!r}"
-        return
-    raise AssertionError(f"{fn.__name__}{args} did not raise {cls.__name__}")
 
 
 if mode == "torch-pg":

@@ -15,6 +15,7 @@ import torch
 
 import mori.core as mc
 from mori.core import shmem
+from mori.core.launch import expect_raises as expect_error
 
 mode, seed = sys.argv[1], int(sys.argv[2])
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 10000
@@ -38,15 +39,6 @@ else:
 
 me, n = shmem.my_pe(), shmem.n_pes()
 assert (me, n) == (rank, world)
-
-
-def expect_error(cls, pattern, fn, *args):
-    try:
-        fn(*args)
-    except cls as e:
-        assert pattern in str(e), f"{cls.__name__} message {str(e)!r} lacks {pattern!r}"
-        return
-    raise AssertionError(f"{fn.__name__}{args} did not raise {cls.__name__}")
 
 
 if mode == "basic":

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 import mori.core as mc
 from mori.core import shmem
+from mori.core.launch import expect_raises as expect
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 seed = int(sys.argv[1])
@@ -39,15 +40,6 @@ def config(dtype, hidden, m, **kw):
     # scale_type_size, max_token_type_size, max_num_inp_token_per_rank,
     # num_experts_per_rank, num_experts_per_token, then keywords.
     return EpDispatchCombineConfig(dtype, rank, world, hidden, 0, 4, 2, m, EPR, K, **kw)
-
-
-def expect(cls, pattern, fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-    except cls as e:
-        assert pattern in str(e), f"{cls.__name__} message {str(e)!r} lacks {pattern!r}"
-        return
-    raise AssertionError(f"{fn.__name__} did not raise {cls.__name__} ({pattern!r})")
 
 
 def to_self(n: int) -> torch.Tensor:

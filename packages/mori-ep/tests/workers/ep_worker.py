@@ -22,6 +22,7 @@ from ep_reference import FP8, ROUTINGS, Routing, expert, factor
 import mori.core as mc
 from mori.core import shmem
 from mori.core.dist_compat import all_gather_single
+from mori.core.launch import expect_raises as expect
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 mode, seed = sys.argv[1], int(sys.argv[2])
@@ -130,15 +131,6 @@ def run_random(fp8: bool, base_seed: int) -> float:
         assert bool((err <= want64.abs() * 2.0**-8 + 1e-30).all()), f"it {it}: tolerance"
     op.close()
     return spent
-
-
-def expect(cls, pattern, fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-    except cls as e:
-        assert pattern in str(e), f"{cls.__name__} message {str(e)!r} lacks {pattern!r}"
-        return str(e)
-    raise AssertionError(f"{fn.__name__} did not raise {cls.__name__} ({pattern!r})")
 
 
 def run_errors() -> None:

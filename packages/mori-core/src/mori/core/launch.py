@@ -123,3 +123,17 @@ def launch_local(
         msg = reason or "worker(s) exited non-zero"
         raise WorkersFailed(f"{msg}: {' '.join(argv)}\n{_format(results)}", results)
     return results
+
+
+def expect_raises(cls: type[BaseException], pattern: str, fn, *args, **kwargs) -> str:
+    """Call ``fn(*args, **kwargs)`` and return the message of the ``cls`` it raises,
+    which must contain ``pattern``; AssertionError when it raises nothing (a worker's
+    check that one rank's bad input fails there, and its rejection on the others)."""
+    try:
+        fn(*args, **kwargs)
+    except cls as e:
+        assert pattern in str(e), f"{cls.__name__} message {str(e)!r} lacks {pattern!r}"
+        return str(e)
+    raise AssertionError(
+        f"{getattr(fn, '__name__', fn)} did not raise {cls.__name__} ({pattern!r})"
+    )
