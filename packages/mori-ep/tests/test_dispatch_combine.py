@@ -37,6 +37,10 @@ def test_validation_errors_reach_every_rank():
     _run("errors", 3)
 
 
+def test_a_timed_out_op_refuses_later_calls():
+    _run("timeout", 2, timeout_s=60)
+
+
 def _config(**kw):
     base = dict(
         data_type=torch.bfloat16,

@@ -9,6 +9,7 @@ Creates a host heap over gloo, runs the scenario and prints "rank N ok" last.
            reduction order is defined) and against an fp64 sum within bf16 rounding.
   errors   each validation error raised by one rank, its message checked there
            and the rejection seen by the others; the op still works afterwards.
+  timeout  rank 1 never dispatches: rank 0 times out, then the op refuses calls.
 """
 
 import os
@@ -83,7 +84,7 @@ def run_random(fp8: bool, base_seed: int) -> float:
                 if rank in dests:
                     rows.append((s, t))
         assert total == len(rows), f"it {it} ({kind}): total_recv {total}, expected {len(rows)}"
-        want_pos = torch.tensor([s * M + t for s, t in rows], dtype=torch.int32)
+        want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
         assert torch.equal(op.get_dispatch_src_token_pos(), want_pos), f"it {it}: src pos"
         if rows:
 
@@ -176,6 +177,9 @@ def run_errors() -> None:
         ("weights must be a float32 tensor or None, got torch.float16", (x, w.half(), None, idx)),
         (f"weights must be [4, {K}], got shape (4, 2)", (x, w[:, :2], None, idx)),
         ("scales given", (x, w, torch.ones(n, 2), idx)),
+        # Passes the checks, then torch refuses it locally: the call still fails on
+        # every rank (a peer left waiting for this rank's counts would time out).
+        ("dispatch inputs could not be prepared", (x.to_sparse(), w, None, idx)),
     ]
     for pattern, args in cases:
         if rank == bad:
@@ -313,13 +317,30 @@ def run_readme_example() -> None:
     idx = torch.tensor(idx, dtype=torch.int32)
     out, out_w, _, _, total = op.dispatch(x, torch.ones(len(idx), 2), None, idx)
     assert int(total.item()) == 3
-    assert op.get_dispatch_src_token_pos().tolist() == [[0, 1, 3], [1, 3, 4]][rank]
+    assert op.get_dispatch_src_token_pos().tolist() == [[0, 1, 6], [1, 6, 7]][rank]
     assert out[:3, 0].tolist() == [[1, 2, 11], [2, 11, 12]][rank]  # a, b, d / b, d, e
     cout, cw = op.combine(out * (rank + 1), out_w, None)  # y_r = (r + 1) * token
     # rank 0: a = 1, b = 2 + 2*2, c = 0; rank 1: d = 11 + 2*11, e = 2*12
     assert cout[:, 0].tolist() == [[1, 6, 0], [33, 24]][rank], cout[:, 0]
     assert cw.tolist() == [[[1, 1], [2, 2], [0, 0]], [[2, 2], [1, 1]]][rank]
     op.close()
+
+
+def run_timeout() -> None:
+    """Rank 1 never dispatches: rank 0 times out, and the op then refuses calls
+    (they would pair with stale epochs) instead of hanging or mismatching."""
+    cfg = EpDispatchCombineConfig(
+        torch.bfloat16, rank, world, HIDDEN, 0, 4, 2, M, EPR, K
+    )  # fmt: skip
+    op = EpDispatchCombineOp(cfg, timeout_s=1.5)
+    x = torch.randn(2, HIDDEN).to(torch.bfloat16)
+    idx = torch.zeros(2, K, dtype=torch.int32)
+    if rank == 0:
+        expect(mc.MoriTimeoutError, "", op.dispatch, x, None, None, idx)
+        expect(mc.InvalidStateError, "timed out earlier", op.dispatch, x, None, None, idx)
+        expect(mc.InvalidStateError, "timed out earlier", op.combine, x, None, None)
+    print(f"rank {rank} ok", flush=True)
+    os._exit(0)  # the heap's pes no longer agree either: no collective teardown
 
 
 if mode == "random":
@@ -329,6 +350,8 @@ if mode == "random":
     print(f"rank {rank}: {2 * iters} dispatch+combine in {spent * 1e3:.0f} ms")
 elif mode == "errors":
     run_errors()
+elif mode == "timeout":
+    run_timeout()
 else:
     raise SystemExit(f"unknown mode {mode}")
 shmem.barrier_all()

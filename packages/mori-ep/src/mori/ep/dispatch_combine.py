@@ -10,13 +10,20 @@ symmetric block.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from mori.core import InvalidArgumentError, InvalidStateError, NotSupportedError, shmem
+from mori.core import (
+    InvalidArgumentError,
+    InvalidStateError,
+    MoriTimeoutError,
+    NotSupportedError,
+    shmem,
+)
 
 from . import _C
 
@@ -282,7 +289,9 @@ class EpDispatchCombineOp:
     the call's signal exchange, marking itself as rejecting, so every rank raises
     InvalidArgumentError in the same call and the op stays usable. A peer that never
     arrives makes the others raise MoriTimeoutError after ``timeout_s``; the op is
-    then unusable (create a new one).
+    then unusable (later calls raise InvalidStateError: create a new one). An input
+    that passes the checks but that torch then refuses to prepare (a sparse tensor)
+    fails the call on every rank like a failed check.
 
     On a CUDA heap the calls enqueue kernels on torch's current stream and never
     synchronise with the host (``total_recv`` stays on the device; dispatch and
@@ -351,6 +360,7 @@ class EpDispatchCombineOp:
         )
         self._quant = config.quant
         self.timeout_s = float(timeout_s)
+        self._timed_out: str | None = None
         c = config
         shape = (
             c.world_size,
@@ -429,7 +439,22 @@ class EpDispatchCombineOp:
     def _impl_or_raise(self):
         if self._impl is None:
             raise InvalidStateError("this EpDispatchCombineOp was closed")
+        if self._timed_out is not None:
+            raise InvalidStateError(
+                f"this EpDispatchCombineOp timed out earlier ({self._timed_out}); its ranks "
+                "no longer agree on the call they are in: create a new op"
+            )
         return self._impl
+
+    @contextlib.contextmanager
+    def _fails_on_timeout(self):
+        """A timed-out call leaves the ranks at different epochs: later calls would
+        pair with stale ones, so the op refuses them (InvalidStateError)."""
+        try:
+            yield
+        except MoriTimeoutError as e:
+            self._timed_out = str(e).splitlines()[0]
+            raise
 
     # ------------------------------------------------------------------ dispatch
     def _check_dispatch(
@@ -570,28 +595,34 @@ class EpDispatchCombineOp:
         if problem is not None:
             self._reject_dispatch(impl, problem)  # raises InvalidArgumentError(problem)
         c = self.config
-        input = input.contiguous()
-        n = input.size(0)
-        weights = self._zero_weights[:n] if weights is None else weights.contiguous()
-        if indices.dtype == torch.int64:
-            indices = indices.clamp(-(2**31), 2**31 - 1).to(torch.int32)
-        indices = indices.contiguous()
         has_scales = c.scale_dim > 0
-        if has_scales:
-            scales = scales.contiguous()
-        row_bytes = c.hidden_dim * input.element_size()
-        args = (
-            input.data_ptr(),
-            row_bytes,
-            weights.data_ptr(),
-            scales.data_ptr() if has_scales else 0,
-            indices.data_ptr(),
-            input.size(0),
-        )
-        if self._cuda:
-            impl.dispatch(*args, *self._launch(block_num, warp_per_block), self._stream())
-        else:
-            impl.dispatch(*args)
+        try:  # torch may still refuse an input that passed the checks (a sparse layout)
+            input = input.contiguous()
+            n = input.size(0)
+            weights = self._zero_weights[:n] if weights is None else weights.contiguous()
+            if indices.dtype == torch.int64:
+                indices = indices.clamp(-(2**31), 2**31 - 1).to(torch.int32)
+            indices = indices.contiguous()
+            if has_scales:
+                scales = scales.contiguous()
+            row_bytes = c.hidden_dim * input.element_size()
+            args = (
+                input.data_ptr(),
+                row_bytes,
+                weights.data_ptr(),
+                scales.data_ptr() if has_scales else 0,
+                indices.data_ptr(),
+                input.size(0),
+            )
+        except (RuntimeError, TypeError, ValueError) as e:
+            # Fail the call on every rank, as a check would, instead of leaving the
+            # peers waiting for this rank's counts.
+            self._reject_dispatch(impl, f"dispatch inputs could not be prepared: {e}")
+        with self._fails_on_timeout():
+            if self._cuda:
+                impl.dispatch(*args, *self._launch(block_num, warp_per_block), self._stream())
+            else:
+                impl.dispatch(*args)
         if call_local_expert_count:
             self._count_local_experts()
         out = self._recv_tokens[:, :row_bytes].view(input.dtype)
@@ -746,34 +777,40 @@ class EpDispatchCombineOp:
         n = impl.num_tokens
         out_dtype = input.dtype
         fp8_cast = self._quant == EpDispatchCombineQuantType.Fp8DirectCast
-        if fp8_cast and self._cuda:
-            input = input.to(torch.float8_e4m3fn).to(torch.bfloat16)
-        out = self._combine_out.get(out_dtype)
-        if out is None:
-            out = torch.empty(
-                (c.max_num_inp_token_per_rank, c.hidden_dim), dtype=out_dtype, device=self.device
+        try:  # as in dispatch: a local failure here fails the call on every rank
+            if fp8_cast and self._cuda:
+                input = input.to(torch.float8_e4m3fn).to(torch.bfloat16)
+            out = self._combine_out.get(out_dtype)
+            if out is None:
+                out = torch.empty(
+                    (c.max_num_inp_token_per_rank, c.hidden_dim),
+                    dtype=out_dtype,
+                    device=self.device,
+                )
+                self._combine_out[out_dtype] = out
+            out_weights = self._combine_out_weights if weights is not None else None
+            if weights is not None:
+                weights = weights.contiguous()
+            addrs = (
+                input.data_ptr(),
+                input.stride(0) * input.element_size(),
+                input.size(0),
             )
-            self._combine_out[out_dtype] = out
-        out_weights = self._combine_out_weights if weights is not None else None
-        if weights is not None:
-            weights = weights.contiguous()
-        addrs = (
-            input.data_ptr(),
-            input.stride(0) * input.element_size(),
-            input.size(0),
-        )
-        outs = (
-            weights.data_ptr() if weights is not None else 0,
-            out.data_ptr(),
-            out_weights.data_ptr() if out_weights is not None else 0,
-        )
-        if self._cuda:
-            impl.combine(
-                *addrs, input.dtype == torch.bfloat16, *outs,
-                *self._launch(block_num, warp_per_block), self._stream(),
-            )  # fmt: skip
-        else:
-            impl.combine(*addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast)
+            outs = (
+                weights.data_ptr() if weights is not None else 0,
+                out.data_ptr(),
+                out_weights.data_ptr() if out_weights is not None else 0,
+            )
+        except (RuntimeError, TypeError, ValueError) as e:
+            self._reject_combine(impl, f"combine inputs could not be prepared: {e}")
+        with self._fails_on_timeout():
+            if self._cuda:
+                impl.combine(
+                    *addrs, input.dtype == torch.bfloat16, *outs,
+                    *self._launch(block_num, warp_per_block), self._stream(),
+                )  # fmt: skip
+            else:
+                impl.combine(*addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast)
         return out[:n], (out_weights[:n] if out_weights is not None else None)
 
     def get_registered_combine_input_buffer(
@@ -827,13 +864,22 @@ class EpDispatchCombineOp:
 
     # --------------------------------------------------------------------- misc
     def get_dispatch_src_token_pos(self) -> torch.Tensor:
-        """int32 ``[total_recv]``: for each received row of the last dispatch,
-        ``src_rank * max_num_inp_token_per_rank + src_token_index`` (MORI's encoding;
-        decode with ``divmod(pos, max_num_inp_token_per_rank)``). On CUDA this reads
-        total_recv, so it synchronises the stream."""
+        """``[total_recv]`` flat send indices, one per received row of the last
+        dispatch: ``src_rank * max_num_tokens_to_send() + src_token_index`` (MORI's
+        encoding, stride ``world_size * max_num_inp_token_per_rank``; decode with
+        :meth:`decode_send_flat_idx`). int32, or int64 when ``world_size**2 *
+        max_num_inp_token_per_rank`` does not fit in int32. A new tensor on the op's
+        device. On CUDA this reads total_recv, so it synchronises the stream."""
         impl = self._impl_or_raise()
         total = int(self._total_recv.item()) if self._cuda else impl.total_recv
-        return self._recv_src_pos[:total]
+        c = self.config
+        m = c.max_num_inp_token_per_rank
+        # The buffer holds src_rank * M + token (the kernels' compact form).
+        pos = self._recv_src_pos[:total].to(torch.int64)
+        flat = pos // m * c.max_num_tokens_to_send + pos % m
+        if c.world_size * c.max_num_tokens_to_send < 2**31:
+            flat = flat.to(torch.int32)
+        return flat
 
     def reset(self) -> None:
         """MORI's reset between iterations; a no-op (every call carries its epoch)."""
