@@ -370,8 +370,24 @@ def test_rdma_zero_means_default_and_set_values_reach_the_queues():
     assert n.max_message_bytes == 1 << 20
     with pytest.raises(mori.core.InvalidArgumentError, match="max_send_wr=70000"):
         RdmaBackendConfig(max_send_wr=70000)
-    with pytest.raises(mori.core.NotSupportedError, match="num_nics_per_transfer=2"):
-        RdmaBackendConfig(num_nics_per_transfer=2)
+    with pytest.raises(mori.core.InvalidArgumentError, match="num_nics_per_transfer=0"):
+        RdmaBackendConfig(num_nics_per_transfer=0)
+
+
+def test_rdma_config_keeps_more_nics_and_refuses_them_when_building_the_backend():
+    # MORI's config is plain data: a connector sets num_nics_per_transfer from its own
+    # settings before it knows which backend serves; only building the backend refuses.
+    c = RdmaBackendConfig(4, -1, 2, PollCqMode.POLLING, True, 2048, True, 65536, 32, 2)
+    assert (c.num_nics_per_transfer, c.max_chunks_per_transfer, c.notif_per_qp) == (2, 32, 2048)
+    c.num_nics_per_transfer = 4
+    c.validate()
+    with pytest.raises(mori.core.NotSupportedError, match="num_nics_per_transfer=4"):
+        c.to_native()
+    e = IOEngine("compat-nics", IOEngineConfig(host="127.0.0.1", port=0))
+    with pytest.raises(mori.core.NotSupportedError, match="num_nics_per_transfer=4"):
+        e.create_backend(BackendType.RDMA, c)
+    assert "RDMA" not in e.get_engine_desc().backends
+    e.close()
 
 
 def test_xgmi_config_is_moris_streams_then_events():

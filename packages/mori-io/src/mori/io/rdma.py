@@ -63,8 +63,9 @@ class RdmaBackendConfig:
     enable_transfer_chunking / chunk_bytes: when on, no work request carries more than
     chunk_bytes. max_chunks_per_transfer (>= 1) is accepted and validated; mori's
     planner bounds work requests by max_send_wr instead. num_nics_per_transfer: 1 (one
-    NIC per engine; more raise NotSupportedError). max_send_wr (send-queue depth per QP),
-    max_cqe_num (entries per CQ), max_msg_sge (SGEs per work request): <= 0 keeps
+    NIC per engine; a larger value is kept, and create_backend raises NotSupportedError).
+    max_send_wr (send-queue depth per QP), max_cqe_num (entries per CQ), max_msg_sge
+    (SGEs per work request): <= 0 keeps
     mori's default (max_send_wr 1024, cq_depth 4096, the device's SGE limit up to 16);
     a value > 0 sizes the QPs and CQs the backend creates.
 
@@ -162,11 +163,8 @@ class RdmaBackendConfig:
             raise _bad("chunk_bytes", self.chunk_bytes, f"outside [1, {1 << 31}]")
         if self.max_chunks_per_transfer < 1:
             raise _bad("max_chunks_per_transfer", self.max_chunks_per_transfer, "must be >= 1")
-        if self.num_nics_per_transfer != 1:
-            raise mori.core.NotSupportedError(
-                f"RdmaBackendConfig.num_nics_per_transfer={self.num_nics_per_transfer}: "
-                "mori's RDMA backend drives one NIC per engine"
-            )
+        if self.num_nics_per_transfer < 1:
+            raise _bad("num_nics_per_transfer", self.num_nics_per_transfer, "must be >= 1")
         eff = self.effective()
         ranges = {
             "qp_per_transfer": (1, 127),
@@ -228,6 +226,13 @@ class RdmaBackendConfig:
     def to_native(self):
         """The native config (``_C.rdma.BackendConfig``), validated again in C++."""
         self.validate()
+        # Refused here, when a backend is built from it, not on construction: MORI's
+        # config is plain data and connectors set this field before choosing a backend.
+        if self.num_nics_per_transfer != 1:
+            raise mori.core.NotSupportedError(
+                f"RdmaBackendConfig.num_nics_per_transfer={self.num_nics_per_transfer}: "
+                "mori's RDMA backend drives one NIC per engine"
+            )
         c = _C.rdma.BackendConfig()
         for field in (
             "qp_per_transfer", "enable_notification", "device_name", "port", "gid_index",
