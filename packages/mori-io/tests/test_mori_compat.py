@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mori.core
+import mori.io
 from mori.io import (
     _C,
     BackendType,
@@ -179,6 +180,42 @@ def test_session_is_none_for_an_unregistered_peer(tcp_pair):
     _, m = _region(a, 64)
     stranger = MemoryDesc("compat-nobody", 1, -1, 0, 64, MemoryLocationType.CPU)
     assert a.create_session(m, stranger) is None
+
+
+@pytest.mark.parametrize("backend", [BackendType.TCP, BackendType.SHM])
+def test_engine_moves_bytes_between_two_of_its_own_regions(backend):
+    # MORI routes a pair whose remote region is this engine's own without any
+    # register_remote_engine: engine calls, sessions and batches all work on it.
+    if backend == BackendType.SHM and not mori.io.backend_availability()["SHM"][0]:
+        pytest.skip(mori.io.backend_availability()["SHM"][1])
+    e = IOEngine("compat-self", IOEngineConfig(host="127.0.0.1", port=0))
+    e.create_backend(backend)
+    rng = _rng()
+    src = rng.integers(0, 256, 8192, dtype=np.uint8)
+    (_sbuf, ms), (dst, md) = _region(e, 8192, src.copy()), _region(e, 8192)
+    s = e.write(ms, 0, md, 0, 4096, e.allocate_transfer_uid())
+    assert s.WaitFor(10000) == StatusCode.SUCCESS, s.Message()
+    assert np.array_equal(dst[:4096], src[:4096]) and not dst[4096:].any()
+    sess = e.create_session(md, ms)
+    assert sess is not None
+    s = sess.batch_read([4096, 6000], [4096, 6000], [1904, 2192], sess.allocate_transfer_uid())
+    assert s.WaitFor(10000) == StatusCode.SUCCESS, s.Message()
+    assert np.array_equal(dst, src)
+    dst[:] = 0
+    [s] = e.batch_write([ms], [[0]], [md], [[100]], [[50]], [e.allocate_transfer_uid()])
+    assert s.WaitFor(10000) == StatusCode.SUCCESS, s.Message()
+    assert np.array_equal(dst[100:150], src[:50]) and dst[:100].sum() == 0
+    s = e.write(ms, 0, md, 8000, 200, e.allocate_transfer_uid())
+    assert s.WaitFor(10000) == StatusCode.ERR_INVALID_ARGS
+    e.close()
+
+
+def test_own_region_without_a_backend_is_still_bad_state():
+    e = IOEngine("compat-self-none", IOEngineConfig(host="127.0.0.1", port=0))
+    (_abuf, ma), (_bbuf, mb) = _region(e, 64), _region(e, 64)
+    assert e.create_session(ma, mb) is None
+    assert e.write(ma, 0, mb, 0, 8, e.allocate_transfer_uid()).Code() == StatusCode.ERR_BAD_STATE
+    e.close()
 
 
 def test_session_allocates_uids_from_its_engine(tcp_pair):

@@ -315,6 +315,8 @@ class IOEngine:
             self._engine.set_backend_override(config.backend)
         self._backends: list[str] = []
         self._keep: dict[int, Any] = {}  # mem id -> object that owns the memory
+        # The backends this engine was registered with itself under (None: not yet).
+        self._self_peer: tuple[str, ...] | None = None
 
     # -- engine ----------------------------------------------------------------------
     def create_backend(self, type: BackendType, config: Any = None) -> None:
@@ -374,6 +376,7 @@ class IOEngine:
         peer's shared host memory (allocate_shared_host_memory; asked for on first use),
         else "SHM: CMA process_vm_readv/writev (...)" and why it is not mapped."""
         self._check_local(local_mem)
+        self._reach_self(remote_mem)
         return self._engine.backend_for(
             local_mem.loc, remote_mem.engine_key, remote_mem.id, remote_mem.loc
         )
@@ -381,6 +384,8 @@ class IOEngine:
     def deregister_remote_engine(self, engine_desc: EngineDesc) -> None:
         """Forget a remote engine; its in-flight transfers fail."""
         self._engine.deregister_remote_engine(engine_desc.key)
+        if engine_desc.key == self._key:
+            self._self_peer = None  # the next transfer to this engine registers it again
 
     # -- memory ----------------------------------------------------------------------
     def register_memory(
@@ -466,9 +471,21 @@ class IOEngine:
                 f"memory {mem.id} belongs to engine {mem.engine_key!r}, not {self._key!r}"
             )
 
+    def _reach_self(self, remote: MemoryDesc) -> None:
+        """As in MORI, a region of this engine is a valid remote without
+        register_remote_engine: the engine registers itself as a peer on first use (again
+        after a new backend, so the route sees it). Without a backend nothing is
+        registered and the transfer fails as any other would."""
+        if remote.engine_key != self._key or not self._backends:
+            return
+        if self._self_peer != tuple(self._backends):
+            self.register_remote_engine(self.get_engine_desc())
+            self._self_peer = tuple(self._backends)
+
     # -- transfers -------------------------------------------------------------------
     def _one(self, write, local, local_offset, remote, remote_offset, size, uid):
         self._check_local(local)
+        self._reach_self(remote)
         return self._engine.transfer(
             write, local.id, local_offset, remote.engine_key, remote.id, remote.size,
             remote_offset, size, uid, remote.loc,
@@ -476,6 +493,7 @@ class IOEngine:
 
     def _batch(self, write, local, local_offsets, remote, remote_offsets, sizes, uid):
         self._check_local(local)
+        self._reach_self(remote)
         return self._engine.batch_transfer(
             write, local.id, local_offsets, remote.engine_key, remote.id, remote.size,
             remote_offsets, sizes, uid, remote.loc,
@@ -547,8 +565,10 @@ class IOEngine:
         """A session bound to (local_mem, remote_mem): the fast path for repeated transfers.
 
         None, as in MORI, when no backend can serve the pair: this engine has created no
-        backend, or the remote engine is not registered."""
+        backend, or the remote engine is not registered (a region of this engine needs no
+        registration)."""
         self._check_local(local_mem)
+        self._reach_self(remote_mem)
         if not self._backends or not self._engine.has_remote_engine(remote_mem.engine_key):
             return None
         return IOEngineSession(
