@@ -29,7 +29,10 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kHelloMagic = 0x4d4f5242;  // "MORB"
 constexpr uint32_t kFrameMagic = 0x4d4f5246;  // "MORF"
 
-enum class Op : uint32_t { kAllGather = 1, kBroadcast = 2, kBarrier = 3 };
+// kAbort: rank 0 found a mismatch and tells the others why (the frame's nbytes
+// is the length of the message that follows) instead of leaving them waiting.
+enum class Op : uint32_t { kAllGather = 1, kBroadcast = 2, kBarrier = 3, kAbort = 4 };
+constexpr uint64_t kMaxAbortMessage = 4096;
 
 const char* OpName(uint32_t op) {
   switch (static_cast<Op>(op)) {
@@ -39,6 +42,8 @@ const char* OpName(uint32_t op) {
       return "Broadcast";
     case Op::kBarrier:
       return "Barrier";
+    case Op::kAbort:
+      return "Abort";
   }
   return "unknown";
 }
@@ -357,6 +362,13 @@ struct TcpBootstrap::Impl {
     auto deadline = Deadline();
     Frame got{};
     RecvAll(peers[0].get(), &got, sizeof(got), deadline, PeerName(0));
+    if (got.magic == kFrameMagic && got.op == static_cast<uint32_t>(Op::kAbort) &&
+        got.nbytes <= kMaxAbortMessage) {
+      std::string why(got.nbytes, '\0');
+      RecvAll(peers[0].get(), why.data(), why.size(), deadline, PeerName(0));
+      MORI_THROW(InvalidStateError, "bootstrap: rank ", opts.rank, " in ", OpName(want.op), " #",
+                 want.seq, " was stopped by rank 0: ", why);
+    }
     CheckFrame(got, want, 0);
     if (recv_n) RecvAll(peers[0].get(), recv, recv_n, deadline, PeerName(0));
   }
@@ -364,8 +376,28 @@ struct TcpBootstrap::Impl {
   void RootRecv(int r, const Frame& want, void* recv, size_t n, Clock::time_point deadline) {
     Frame got{};
     RecvAll(peers[r].get(), &got, sizeof(got), deadline, PeerName(r));
-    CheckFrame(got, want, r);
+    try {
+      CheckFrame(got, want, r);
+    } catch (const InvalidStateError& e) {
+      AbortPeers(want, e.what());
+      throw;
+    }
     if (n) RecvAll(peers[r].get(), recv, n, deadline, PeerName(r));
+  }
+
+  // Best effort, briefly bounded: a peer that is gone or stuck sending does not
+  // delay the error on rank 0.
+  void AbortPeers(const Frame& at, const std::string& why) {
+    const std::string msg = why.substr(0, kMaxAbortMessage);
+    const Frame f{kFrameMagic, static_cast<uint32_t>(Op::kAbort), at.seq, msg.size(), 0, 0};
+    const auto deadline =
+        Clock::now() + std::min<Clock::duration>(opts.timeout, std::chrono::seconds(1));
+    for (int r = 1; r < opts.world_size; ++r) {
+      try {
+        RootSend(r, f, msg.data(), msg.size(), deadline);
+      } catch (const std::exception&) {
+      }
+    }
   }
 
   void RootSend(int r, const Frame& f, const void* data, size_t n, Clock::time_point deadline) {

@@ -17,12 +17,23 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 from typing import Any
 
 from . import _C
 from .dist_compat import all_gather_single
+from .errors import InvalidStateError
 
 TcpBootstrap = _C.TcpBootstrap
+
+# TorchBootstrap's frame, the fields of TcpBootstrap's (tcp_bootstrap.cpp): magic,
+# collective, sequence number, payload bytes, root, sender. Every collective first
+# all-gathers one frame per rank, so ranks in different collectives (or sizes) all
+# raise instead of handing each other's payloads to torch with mismatched sizes.
+_FRAME = struct.Struct("<IIQQii")
+_FRAME_MAGIC = 0x4D4F5246  # "MORF"
+_ALL_GATHER, _BROADCAST, _BARRIER = 1, 2, 3
+_OP_NAMES = {_ALL_GATHER: "AllGather", _BROADCAST: "Broadcast", _BARRIER: "Barrier"}
 
 
 def _tensor_bytes(t) -> bytes:
@@ -56,24 +67,49 @@ class TorchBootstrap:
             self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.device = torch.device("cpu")
+        self._seq = 0
 
     def _tensor(self, data: bytes):
         t = self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8)
         return t.to(self.device)
 
-    def all_gather_fixed(self, data: bytes) -> bytes:
-        """All-gather equal-size blobs; returns their concatenation in rank order."""
-        n = len(data)
-        if n == 0:
-            return b""
-        out = self._torch.empty(n * self.world_size, dtype=self._torch.uint8, device=self.device)
+    def _gather(self, data: bytes) -> bytes:
+        out = self._torch.empty(
+            len(data) * self.world_size, dtype=self._torch.uint8, device=self.device
+        )
         all_gather_single(out, self._tensor(data), group=self.group)
         return _tensor_bytes(out)
+
+    def _agree(self, op: int, nbytes: int, root: int) -> None:
+        """Exchange frames; raise InvalidStateError on every rank unless all ranks
+        are in the same collective with the same size and root."""
+        seq = self._seq
+        self._seq += 1
+        frames = self._gather(_FRAME.pack(_FRAME_MAGIC, op, seq, nbytes, root, self.rank))
+        want = (op, seq, nbytes, root)
+        for r in range(self.world_size):
+            magic, *got, _ = _FRAME.unpack_from(frames, r * _FRAME.size)
+            if magic != _FRAME_MAGIC:
+                raise InvalidStateError(f"bootstrap: corrupt frame from rank {r}")
+            if tuple(got) != want:
+                raise InvalidStateError(
+                    f"bootstrap: collective mismatch: rank {self.rank} is in {_OP_NAMES[op]} "
+                    f"#{seq} ({nbytes} bytes, root {root}) but rank {r} is in "
+                    f"{_OP_NAMES.get(got[0], 'unknown')} #{got[1]} ({got[2]} bytes, root {got[3]})"
+                )
+
+    def all_gather_fixed(self, data: bytes) -> bytes:
+        """All-gather equal-size blobs; returns their concatenation in rank order.
+        Raises InvalidStateError on every rank when the ranks' calls differ."""
+        n = len(data)
+        self._agree(_ALL_GATHER, n, 0)
+        return self._gather(data) if n else b""
 
     def broadcast_fixed(self, data: bytes, root: int = 0) -> bytes:
         """Broadcast a blob whose size every rank knows from group rank ``root``."""
         if not 0 <= root < self.world_size:
             raise ValueError(f"broadcast root {root} out of range [0, {self.world_size})")
+        self._agree(_BROADCAST, len(data), root)
         if len(data) == 0:
             return b""
         t = self._tensor(data)
@@ -83,7 +119,7 @@ class TorchBootstrap:
 
     def barrier(self) -> None:
         """Return once every rank of the group has entered the barrier."""
-        self.all_gather_fixed(b"\x01")
+        self._agree(_BARRIER, 0, 0)
 
     def all_gather(self, data: bytes) -> list[bytes]:
         """Gather one blob (any size) from every rank; element r is rank r's blob."""
