@@ -12,6 +12,7 @@
 
 #include "bindings.hpp"
 #include "mori/core/error.hpp"
+#include "timeout.hpp"
 
 namespace py = pybind11;
 
@@ -136,8 +137,7 @@ one MoriTimeoutError.)doc")
                  o.world_size = world_size;
                  o.host = host;
                  o.port = port;
-                 MORI_CHECK_ARG(timeout_s > 0, "timeout_s ", timeout_s, " must be positive");
-                 o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+                 o.timeout = TimeoutMsFromSeconds(timeout_s, "timeout_s");
                  py::gil_scoped_release release;
                  return std::make_shared<TcpBootstrap>(o);
                }),

@@ -14,6 +14,7 @@
 #include "bindings.hpp"
 #include "mori/shmem/diag.hpp"
 #include "mori/shmem/shmem.hpp"
+#include "timeout.hpp"
 
 namespace py = pybind11;
 
@@ -78,7 +79,7 @@ local device address dst; scope, blocks, threads, stream as for _shmem_put_kerne
         a.peer = peer;
         a.sender = sender;
         a.threads_per_block = threads;
-        a.timeout_ns = timeout_s > 0 ? static_cast<uint64_t>(timeout_s * 1e9) : 0;
+        a.timeout_ns = OptionalTimeoutNs(timeout_s, "timeout_s");
         a.stream = stream;
         diag::SignalStressKernel(shmem::GetDeviceContext(), a);
       },
@@ -98,7 +99,7 @@ timeout_s > 0 makes each wait trap (with a printed message) after that long.)doc
       "_shmem_barrier_loop",
       [](int iters, uintptr_t stream, double timeout_s) {
         diag::BarrierLoopKernel(shmem::GetDeviceContext(), iters,
-                                timeout_s > 0 ? static_cast<uint64_t>(timeout_s * 1e9) : 0, stream);
+                                OptionalTimeoutNs(timeout_s, "timeout_s"), stream);
       },
       py::arg("iters"), py::arg("stream") = 0, py::arg("timeout_s") = 0.0,
       py::call_guard<py::gil_scoped_release>(),
