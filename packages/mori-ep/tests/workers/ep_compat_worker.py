@@ -13,6 +13,9 @@ prints "rank N ok" last.
   api        MORI's positional dispatch/combine arguments, weights=None, int64
              routing, combine(out, None, topk_ids), call_local_expert_count, the
              registered combine input buffer, decode_send_flat_idx
+  srcpos     get_dispatch_src_token_pos uses MORI's flat send index (stride
+             max_num_tokens_to_send()), so decode_send_flat_idx names the source
+             rank and token of every received row
 """
 
 import os
@@ -172,9 +175,28 @@ def run_api() -> None:
     op.close()
 
 
+def run_src_pos() -> None:
+    m, hidden = 4, 64
+    op = EpDispatchCombineOp(config(torch.bfloat16, hidden, m))
+    # Token t of rank r carries 10 * r + t and goes to both ranks, so every rank
+    # receives all world * m tokens; a stride of m instead of world * m would
+    # decode rank 1's tokens as tokens m.. of rank 0.
+    x = (torch.arange(m, dtype=torch.float32)[:, None] + 10 * rank).expand(m, hidden)
+    idx = torch.tensor([[0, EPR]] * m, dtype=torch.int32)
+    out, _, _, _, total = op.dispatch(x.to(torch.bfloat16), None, None, idx)
+    pos = op.get_dispatch_src_token_pos()
+    assert pos.dtype == torch.int32 and pos.numel() == int(total.item()) == world * m, pos
+    assert pos.tolist() == [s * world * m + t for s in range(world) for t in range(m)], pos
+    for i, p in enumerate(pos.tolist()):
+        s, t = op.decode_send_flat_idx(p)
+        assert (s, t) == (i // m, i % m) and out[i, 0].item() == 10 * s + t, (i, p, s, t)
+    op.close()
+
+
 run_cap()
 run_fp8()
 run_api()
+run_src_pos()
 dist.barrier()
 print(f"rank {rank} ok", flush=True)
 dist.destroy_process_group()

@@ -74,7 +74,7 @@ def check_dispatch(tag, n, x, w, sc, idx, out, out_w, out_s, out_idx, total, src
         if rank in {int(e) // EPR for e in ai[s][t] if e >= 0}
     ]
     assert total == len(rows), f"{tag}: total_recv {total}, expected {len(rows)}"
-    want_pos = torch.tensor([s * M + t for s, t in rows], dtype=torch.int32)
+    want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
     assert torch.equal(src_pos, want_pos), f"{tag}: src pos"
     if not rows:
         return

@@ -474,7 +474,8 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
     # Eager pass: routing counts, and the combine input (rows as bf16).
     out, out_w, _, _, total_t = op.dispatch(x, w, s, idx)
     total = int(total_t.item())
-    src_rank = torch.div(op.get_dispatch_src_token_pos(), m, rounding_mode="floor")
+    # MORI's flat send index: src_rank * (world * m) + src_token.
+    src_rank = torch.div(op.get_dispatch_src_token_pos(), world * m, rounding_mode="floor")
     local_rows = int((src_rank == rank).sum())
     y = torch.zeros(op.config.max_num_out_tokens, hidden, dtype=torch.bfloat16, device=device)
     y[:total] = out[:total].to(torch.bfloat16)
