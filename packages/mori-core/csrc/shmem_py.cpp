@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "bindings.hpp"
@@ -13,6 +15,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/shmem/shmem.hpp"
+#include "timeout.hpp"
 
 namespace py = pybind11;
 
@@ -31,17 +34,54 @@ struct Exported {
   uint64_t generation = 0;
 };
 
+// The tensors from empty() that still own their block, by address, so that
+// free() of such a tensor (or of its address) hands the block over once: the
+// tensor no longer frees it when collected, which would otherwise free whatever
+// a later malloc put there.
+struct OwnerRegistry {
+  std::mutex mu;
+  std::unordered_map<void*, Exported*> by_address;
+};
+
+OwnerRegistry& Owners() {
+  static auto* registry = new OwnerRegistry;  // never destroyed, like the heap state
+  return *registry;
+}
+
+// Clears `e`'s ownership and returns what it owned (nullptr if nothing).
+void* Disown(Exported* e) {
+  OwnerRegistry& r = Owners();
+  std::lock_guard<std::mutex> lock(r.mu);
+  void* owned = e->owned;
+  e->owned = nullptr;
+  auto it = owned != nullptr ? r.by_address.find(owned) : r.by_address.end();
+  if (it != r.by_address.end() && it->second == e) r.by_address.erase(it);
+  return owned;
+}
+
+// free() of `ptr`: a tensor of this heap that owns the block stops owning it.
+void DisownAddress(void* ptr) {
+  OwnerRegistry& r = Owners();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_address.find(ptr);
+  if (it == r.by_address.end()) return;
+  it->second->owned = nullptr;
+  r.by_address.erase(it);
+}
+
 void DeleteExported(dlpack::ManagedTensor* self) {
   auto* e = static_cast<Exported*>(self->manager_ctx);
-  if (e->owned != nullptr && shm::Initialized() && shm::Generation() == e->generation) {
+  const uint64_t generation = e->generation;
+  void* owned = Disown(e);
+  if (owned != nullptr && shm::Initialized() && shm::Generation() == generation) {
     try {
       // Free takes the heap lock, which a malloc in another thread may hold while
       // it waits for the GIL inside a Python bootstrap: never wait with the GIL.
       if (Py_IsInitialized() && PyGILState_Check()) {
         py::gil_scoped_release release;
-        shm::Free(e->owned);
+        shm::Free(owned);
       } else {
-        shm::Free(e->owned);
+        shm::Free(owned);
       }
     } catch (const std::exception& ex) {
       MORI_LOG_ERROR(kShmem, "freeing a tensor's symmetric buffer failed: ", ex.what());
@@ -79,12 +119,19 @@ py::capsule ToDlpack(uintptr_t ptr, const std::vector<int64_t>& shape, int code,
   e->managed.dl_tensor.byte_offset = 0;
   e->managed.manager_ctx = e.get();
   e->managed.deleter = DeleteExported;
-  if (owner) {
-    e->owned = reinterpret_cast<void*>(ptr);
-    e->generation = shm::Generation();
-  }
   PyObject* cap = PyCapsule_New(&e->managed, "dltensor", CapsuleDestructor);
   if (cap == nullptr) throw py::error_already_set();
+  if (owner) {
+    OwnerRegistry& r = Owners();
+    std::lock_guard<std::mutex> lock(r.mu);
+    e->owned = reinterpret_cast<void*>(ptr);
+    e->generation = shm::Generation();
+    // An entry left from an earlier heap (finalize(force) with live tensors) at
+    // this address is stale: its deleter will not free across generations.
+    auto& slot = r.by_address[e->owned];
+    if (slot != nullptr) slot->owned = nullptr;
+    slot = e.get();
+  }
   e.release();
   return py::reinterpret_steal<py::capsule>(cap);
 }
@@ -119,8 +166,7 @@ void register_shmem(py::module_& m) {
         o.heap_size = heap_size;
         o.device = device;
         o.handle_type = handle.empty() ? shm::HandleType::kAuto : shm::ParseHandleType(handle);
-        MORI_CHECK_ARG(timeout_s > 0, "timeout_s ", timeout_s, " must be positive");
-        o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+        o.timeout = TimeoutMsFromSeconds(timeout_s, "timeout_s");
         auto native = BootstrapFromPython(bootstrap);
         py::gil_scoped_release release;
         shm::Init(std::move(native), o);
@@ -161,8 +207,12 @@ void register_shmem(py::module_& m) {
       },
       py::arg("nbytes"), py::arg("align"), py::call_guard<py::gil_scoped_release>());
   m.def(
-      "shmem_free", [](uintptr_t ptr) { shm::Free(P(ptr)); }, py::arg("ptr"),
-      py::call_guard<py::gil_scoped_release>());
+      "shmem_free",
+      [](uintptr_t ptr) {
+        DisownAddress(P(ptr));
+        shm::Free(P(ptr));
+      },
+      py::arg("ptr"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "shmem_ptr",
       [](uintptr_t sym, int pe) { return reinterpret_cast<uintptr_t>(shm::Ptr(P(sym), pe)); },
@@ -197,10 +247,9 @@ void register_shmem(py::module_& m) {
       "shmem_wait_until",
       [](uintptr_t sig, const std::string& cmp, uint64_t value, double timeout_s) {
         shm::Cmp c = ParseCmp(cmp);
-        MORI_CHECK_ARG(timeout_s > 0, "timeout_s ", timeout_s, " must be positive");
+        const auto timeout = TimeoutMsFromSeconds(timeout_s, "timeout_s");
         py::gil_scoped_release release;
-        return shm::WaitUntil(static_cast<uint64_t*>(P(sig)), c, value,
-                              std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+        return shm::WaitUntil(static_cast<uint64_t*>(P(sig)), c, value, timeout);
       },
       py::arg("sig_sym"), py::arg("cmp"), py::arg("value"), py::arg("timeout_s"));
   m.def("shmem_barrier_all", &shm::BarrierAll, py::call_guard<py::gil_scoped_release>());

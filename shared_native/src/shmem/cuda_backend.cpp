@@ -429,7 +429,11 @@ class CudaBackend final : public HeapBackend {
   void MapAll() {
     const Driver& drv = GetDriver();
     const int local_n = static_cast<int>(group_.local_pes.size());
-    const size_t total = stride_ * local_n;
+    size_t total = 0;
+    if (__builtin_mul_overflow(stride_, static_cast<size_t>(local_n), &total)) {
+      MORI_THROW(InvalidArgumentError, "CUDA heap of ", stride_, " bytes x ", local_n,
+                 " pes on this node overflows the address range to reserve");
+    }
     CheckCu(drv.MemAddressReserve(&va_, total, granularity_, 0, 0), "cuMemAddressReserve", " (",
             total, " bytes)");
     reserved_ = total;

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "heap_backend.hpp"
@@ -22,7 +23,14 @@ class HostBackend final : public HeapBackend {
   HostBackend(bootstrap::Bootstrap& b, const LocalGroup& g, const BackendOptions& o)
       : heap_size_(o.heap_size), peer_bases_(b.WorldSize(), nullptr) {
     const size_t local_n = g.local_pes.size();
-    region_size_ = heap_size_ * local_n;
+    // Every local pe computes the same verdict here, before any collective step,
+    // so an oversized heap fails on all of them instead of desynchronising them.
+    if (__builtin_mul_overflow(heap_size_, local_n, &region_size_) ||
+        region_size_ > static_cast<size_t>(std::numeric_limits<off_t>::max())) {
+      MORI_THROW(InvalidArgumentError, "heap size ", heap_size_, " bytes x ", local_n,
+                 " pes on this node overflows the node's shared heap (at most ",
+                 std::numeric_limits<off_t>::max(), " bytes in all)");
+    }
     int my_fd = -1;
     if (g.my_local_index == 0) {
       my_fd = ::memfd_create("mori-shmem-heap", MFD_CLOEXEC);

@@ -33,6 +33,7 @@ using internal::LocalGroup;
 
 constexpr size_t kDefaultHeapSize = size_t{1} << 30;
 constexpr size_t kHeapGranularity = size_t{2} << 20;
+constexpr size_t kMaxHeapSize = size_t{1} << 62;
 
 // Process-wide heap state. The mutex serializes the API; the barrier and wait
 // loops do not hold it while they spin on memory.
@@ -90,7 +91,14 @@ void* AllocateCollective(State& s, size_t nbytes, size_t align, bool internal) {
   }
   MallocRecord mine{nbytes, align, offset};
   std::vector<MallocRecord> all(s.n_pes);
-  s.boot->AllGather(&mine, sizeof(mine), all.data());
+  try {
+    s.boot->AllGather(&mine, sizeof(mine), all.data());
+  } catch (...) {
+    // The collective failed (another pe is elsewhere, or gone): keep the heaps
+    // symmetric by giving the block back.
+    if (offset != UINT64_MAX) s.alloc->Free(offset);
+    throw;
+  }
 
   std::string problem;
   ErrorCode code = ErrorCode::kInvalidArgument;
@@ -151,6 +159,17 @@ char* PeerAddress(State& s, const void* sym, size_t nbytes, int pe, const char* 
   return base + off;
 }
 
+// The local (non-symmetric) side of a put/get: which memory it is cannot be
+// checked portably, but a null or wrapping range is certainly wrong.
+void CheckLocalRange(const void* p, size_t nbytes, const char* what) {
+  if (nbytes == 0) return;
+  MORI_CHECK_ARG(p != nullptr, what, " is a null address (", nbytes,
+                 " bytes); a tensor without memory (meta device, or empty storage)?");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  MORI_CHECK_ARG(a + nbytes > a, what, " ", p, " + ", nbytes,
+                 " bytes wraps around the address space");
+}
+
 size_t HeapSizeFrom(const InitOptions& o) {
   size_t size = o.heap_size;
   if (size == 0) {
@@ -158,6 +177,10 @@ size_t HeapSizeFrom(const InitOptions& o) {
     size = (env != nullptr && *env != '\0') ? ParseSize(env) : kDefaultHeapSize;
   }
   MORI_CHECK_ARG(size >= 4096, "heap size ", size, " bytes is too small (minimum 4096)");
+  // Backends add offsets of up to local_pes * size to a pointer and size files
+  // with off_t: a heap beyond 2^62 bytes per pe is a mistake, not a request.
+  MORI_CHECK_ARG(size <= kMaxHeapSize, "heap size ", size, " bytes exceeds the maximum of ",
+                 kMaxHeapSize, " bytes per pe");
   return (size + kHeapGranularity - 1) / kHeapGranularity * kHeapGranularity;
 }
 
@@ -344,7 +367,11 @@ void Free(void* ptr) {
   std::lock_guard<std::mutex> lock(s.mu);
   MORI_CHECK_ARG(ptr != nullptr, "free of a null pointer");
   const size_t off = OffsetOf(s, ptr, 1, "free of");
-  s.alloc->Free(off);
+  try {
+    s.alloc->Free(off);
+  } catch (const Error& e) {
+    ThrowError(e.code(), StrCat("free of address ", ptr, ": ", e.what()));
+  }
 }
 
 bool IsSymmetric(const void* ptr, size_t nbytes) {
@@ -365,11 +392,13 @@ void* Ptr(const void* sym, int pe) {
 
 void Put(void* dst_sym, const void* src, size_t nbytes, int pe) {
   State& s = Checked();
+  CheckLocalRange(src, nbytes, "put source");
   s.backend->Copy(PeerAddress(s, dst_sym, nbytes, pe, "put to"), src, nbytes);
 }
 
 void Get(void* dst, const void* src_sym, size_t nbytes, int pe) {
   State& s = Checked();
+  CheckLocalRange(dst, nbytes, "get destination");
   s.backend->Copy(dst, PeerAddress(s, src_sym, nbytes, pe, "get from"), nbytes);
 }
 

@@ -71,8 +71,31 @@ def _addr(x) -> int:
 
 def _nbytes(t) -> int:
     if not t.is_contiguous():
-        raise InvalidArgumentError("tensor must be contiguous")
+        raise InvalidArgumentError(
+            f"tensor (shape {tuple(t.shape)}, strides {t.stride()}) must be contiguous"
+        )
     return t.numel() * t.element_size()
+
+
+def _check_device(x, what: str) -> None:
+    """Refuse a tensor whose memory the heap's host-side copy cannot reach: no
+    memory at all (meta), or device memory when the heap is in host memory."""
+    device = getattr(x, "device", None)
+    kind = getattr(device, "type", "cpu")
+    if kind == "cpu":
+        return
+    desc = f"a tensor on device {device} (shape {tuple(x.shape)}, {x.dtype})"
+    if kind == "meta":
+        raise InvalidArgumentError(f"{what}: {desc} has no memory to copy")
+    if not _C.shmem_initialized():
+        return  # the native call reports that
+    heap = _C.shmem_info()["kind"]
+    if heap == "cuda" and kind == "cuda":
+        return
+    raise InvalidArgumentError(
+        f"{what}: {desc} is not reachable by the host-side copy of this {heap} heap "
+        f"(use a {'CPU or CUDA' if heap == 'cuda' else 'CPU'} tensor)"
+    )
 
 
 def init(
@@ -113,6 +136,8 @@ def init(
         from ._C import shmem_parse_size
 
         heap_size = shmem_parse_size(heap_size)
+    if heap_size is not None and not 0 <= int(heap_size) < 2**64:
+        raise InvalidArgumentError(f"heap_size {heap_size} bytes is out of range [0, 2**64)")
     boot = bootstrap if bootstrap is not None else default_bootstrap(group)
     _C.shmem_init(boot, int(heap_size or 0), ordinal, handle or "", float(timeout_s))
 
@@ -177,8 +202,10 @@ def malloc(nbytes: int, align: int = 256) -> int:
 
 
 def free(ptr) -> None:
-    """Local: release a block from :func:`malloc` (address or tensor from malloc'd
-    memory). Double frees and foreign pointers raise InvalidArgumentError."""
+    """Local: release a block from :func:`malloc` or :func:`empty` (address or
+    tensor). A tensor from :func:`empty` freed here no longer owns its block: its
+    collection frees nothing, and the tensor must not be used afterwards. Double
+    frees and foreign pointers raise InvalidArgumentError naming the address."""
     _C.shmem_free(_addr(ptr))
 
 
@@ -254,7 +281,11 @@ def barrier_on_stream(stream: Any = None) -> None:
 
 
 def put(dst, src, pe: int) -> None:
-    """Copy ``src`` (tensor, any device) into ``pe``'s copy of symmetric ``dst``."""
+    """Copy ``src`` (a CPU tensor; a CPU or CUDA one for CUDA heaps) into ``pe``'s
+    copy of symmetric ``dst``. Tensors on other devices (meta, ...) raise
+    InvalidArgumentError naming the device and shape."""
+    _check_device(src, "put source")
+    _check_device(dst, "put destination")
     n = _nbytes(src)
     if not isinstance(dst, int) and n > _nbytes(dst):
         raise InvalidArgumentError(f"put of {n} bytes into a {_nbytes(dst)}-byte destination")
@@ -262,7 +293,10 @@ def put(dst, src, pe: int) -> None:
 
 
 def get(dst, src, pe: int) -> None:
-    """Copy ``pe``'s copy of symmetric ``src`` into ``dst`` (tensor, any device)."""
+    """Copy ``pe``'s copy of symmetric ``src`` into ``dst`` (a CPU tensor; a CPU or
+    CUDA one for CUDA heaps). Other devices raise as in :func:`put`."""
+    _check_device(dst, "get destination")
+    _check_device(src, "get source")
     n = _nbytes(dst)
     if not isinstance(src, int) and n > _nbytes(src):
         raise InvalidArgumentError(f"get of {n} bytes from a {_nbytes(src)}-byte source")
