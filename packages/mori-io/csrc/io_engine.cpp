@@ -534,6 +534,7 @@ class Worker {
         if (alive && (evs[i].events & EPOLLOUT)) OnWritable(c);
       }
       int64_t now = NowNs();
+      ResumeAcceptIfDue(now);
       if (now >= next_scan) {
         CloseStuck(now, timeout_ns);
         next_scan = now + int64_t{wait_ms} * 1000000;
@@ -572,18 +573,49 @@ class Worker {
     for (;;) {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          MORI_LOG_WARN(kIo, "accept failed: ", ErrnoText(errno));
-        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) PauseAccept(errno);
         return;
       }
+      accept_backoff_ms_ = 0;
       SetSocketOptions(fd, engine_->tcp_config());
       auto c = std::make_shared<Conn>();
       c->fd = fd;
       c->outbound = false;
       engine_->AssignInbound(std::move(c));
     }
+  }
+
+  // Out of descriptors (EMFILE, ENFILE) or kernel memory, accept fails while the
+  // connection stays in the backlog, so the level-triggered listener would wake this loop
+  // at once, forever (a core spent, the log flooded). The listener leaves the epoll set
+  // for a growing interval instead; the backlog keeps the connection until then, and one
+  // warning per kAcceptLogIntervalMs counts the failures it does not log.
+  void PauseAccept(int err) {
+    const int64_t now = NowNs();
+    accept_backoff_ms_ = accept_backoff_ms_ == 0
+                             ? kAcceptBackoffMinMs
+                             : std::min(2 * accept_backoff_ms_, kAcceptBackoffMaxMs);
+    accept_resume_ns_ = now + accept_backoff_ms_ * 1000000;
+    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    if (now - accept_logged_ns_ < kAcceptLogIntervalMs * 1000000) {
+      ++accept_unlogged_;
+      return;
+    }
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': accept failed: ", ErrnoText(err),
+                  "; not accepting for ", accept_backoff_ms_, " ms (", accept_unlogged_,
+                  " more failure(s) since the last such message)");
+    accept_logged_ns_ = now;
+    accept_unlogged_ = 0;
+  }
+
+  void ResumeAcceptIfDue(int64_t now) {
+    if (accept_resume_ns_ == 0 || now < accept_resume_ns_) return;
+    accept_resume_ns_ = 0;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &listen_fd_;
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
   }
 
   void StartPayload(Conn& c, uint64_t length, char* dst) {
@@ -1216,6 +1248,15 @@ class Worker {
   int epfd_ = -1;
   int wake_fd_ = -1;
   int listen_fd_ = -1;
+  // PauseAccept's state (reactor thread only): the current interval, when the listener
+  // rejoins the epoll set (0: it is in it), the last warning and the failures since.
+  static constexpr int64_t kAcceptBackoffMinMs = 10;
+  static constexpr int64_t kAcceptBackoffMaxMs = 1000;
+  static constexpr int64_t kAcceptLogIntervalMs = 1000;
+  int64_t accept_backoff_ms_ = 0;
+  int64_t accept_resume_ns_ = 0;
+  int64_t accept_logged_ns_ = INT64_MIN / 2;
+  uint64_t accept_unlogged_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex conns_mu_;

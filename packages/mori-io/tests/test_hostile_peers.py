@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""A careless or hostile peer cannot make an engine spin, forge its log lines, or land
+part of a transfer it refused."""
+
+import hashlib
+import os
+import queue
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from mori.io import (
+    _C,
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    MemoryDesc,
+    StatusCode,
+    TcpBackendConfig,
+)
+
+WORKER = str(Path(__file__).with_name("hostile_target_worker.py"))
+HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
+VERSION = _C.wire_version  # mem_id, offset, length
+K_HELLO, K_WRITE, K_WRITE_ACK = 1, 2, 4
+
+
+class _Target:
+    """hostile_target_worker.py in a subprocess; stderr goes to a file (its log)."""
+
+    def __init__(self, tmp_path, env=None):
+        self.log = tmp_path / "target.log"
+        self._err = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env={**os.environ, **(env or {})},
+        )
+        self._lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.desc = EngineDesc.unpack(bytes.fromhex(self._line(30)))
+        self.mem = MemoryDesc.unpack(bytes.fromhex(self._line(30)))
+
+    def _line(self, timeout_s):
+        # Every command answers within its own bound; a hung worker fails the test there.
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(f"the target worker did not answer in {timeout_s} s") from None
+        assert line, f"the target worker exited ({self.proc.poll()})"
+        return line
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self._lines.put(raw.decode().strip())
+        self._lines.put("")
+
+    def ask(self, cmd, timeout_s=30):
+        self.proc.stdin.write(cmd.encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._line(timeout_s)
+
+    def close(self):
+        try:
+            self.proc.stdin.write(b"quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(10)
+        self._err.close()
+        return self.log.read_bytes()
+
+
+def _hello(port, key):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(key)) + key)
+    return s
+
+
+def _write_ok(initiator, local, remote, size):
+    st = initiator.write(local, 0, remote, 0, size, initiator.allocate_transfer_uid())
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS, "write hung"
+    return st
+
+
+def test_out_of_descriptors_the_target_backs_off_and_recovers(tmp_path):
+    """With a connection waiting in the backlog and accept failing with EMFILE, the target
+    neither spins nor floods its log; once descriptors are free it accepts again."""
+    target = _Target(tmp_path)
+    initiator = IOEngine("initiator")
+    waiting = None
+    try:
+        assert int(target.ask("exhaust")) > 0
+        waiting = _hello(target.desc.port, b"waiting")  # completes in the kernel's backlog
+        cpu = float(target.ask("cpu 1.0"))
+        print("CPU seconds used by the target in 1 s out of descriptors:", cpu)
+        assert cpu < 0.3, f"the target used {cpu:.2f} s of CPU in 1 s: its reactor spins"
+        assert target.ask("free") == "freed"
+        initiator.create_backend(BackendType.TCP, TcpBackendConfig(transfer_timeout_ms=5000))
+        initiator.register_remote_engine(target.desc)
+        src = np.arange(4096, dtype=np.uint32).view(np.uint8)[:4096].copy()
+        st = _write_ok(initiator, initiator.register_array(src), target.mem, src.size)
+        assert st.Succeeded(), st.Message()
+        expect = hashlib.sha256(src.tobytes() + bytes(target.mem.size - src.size)).hexdigest()
+        assert target.ask("sha") == expect
+    finally:
+        if waiting is not None:
+            waiting.close()
+        initiator.close()
+        log = target.close()
+    lines = [ln for ln in log.splitlines() if b"accept failed" in ln]
+    print(len(log), "bytes of log;", len(lines), "accept warnings")
+    assert 1 <= len(lines) <= 5 and len(log) < 8192, log[-2000:]
