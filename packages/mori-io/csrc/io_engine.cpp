@@ -24,6 +24,7 @@
 
 #include "cma_copy.hpp"
 #include "gpu_staging.hpp"
+#include "log_safe.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/macros.hpp"
@@ -665,8 +666,8 @@ class Worker {
       c.remote_key = c.hello;
       c.hello_done = true;
       engine_->NoteInbound(c.remote_key, SharedOf(c));
-      MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
-                     "'");
+      MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from ",
+                     LogSafe(c.remote_key));
       return;
     }
     if (static_cast<wire::MsgType>(h.type) == wire::MsgType::kRdmaConnect) {
@@ -677,8 +678,8 @@ class Worker {
       return;
     }
     if (!stage_error.empty()) {
-      MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': inbound write from '", c.remote_key,
-                    "': ", stage_error);
+      MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': inbound write from ",
+                    LogSafe(c.remote_key), ": ", stage_error);
       c.cur_status = wire::WireStatus::kCopyFailed;
     }
     if (c.cur_use != nullptr) {
@@ -739,8 +740,8 @@ class Worker {
 
   std::string Refusal(const Conn& c, const Pending& p, wire::WireStatus s) {
     return StrCat(IsWriteType(p.type) ? "write" : "read", " of ", p.length, " bytes at offset ",
-                  p.offset, " of memory ", p.mem_id, " of remote engine '", c.remote_key,
-                  "' refused by the target: ", WireStatusText(s));
+                  p.offset, " of memory ", p.mem_id, " of remote engine ", LogSafe(c.remote_key),
+                  " refused by the target: ", WireStatusText(s));
   }
 
   // The answer to a side request, its payload kept alive by the connection.
@@ -794,8 +795,8 @@ class Worker {
             staged = staging::Buffer(h.length);
             staging::ToHost(staged.get(), lk.base + h.offset, h.length, lk.gpu_device);
           } catch (const std::exception& e) {
-            MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': read by '", c.remote_key,
-                          "' of GPU memory ", h.mem_id, ": ", e.what());
+            MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': read by ", LogSafe(c.remote_key),
+                          " of GPU memory ", h.mem_id, ": ", e.what());
             lk.status = wire::WireStatus::kCopyFailed;
           }
           lk.use->Leave();
@@ -1002,8 +1003,8 @@ class Worker {
     std::string error;
     if (err != 0) {
       error = StrCat(write ? "process_vm_writev" : "process_vm_readv", " of ", p.length,
-                     " bytes with pid ", c.shm_pid, " (remote engine '", c.remote_key, "', memory ",
-                     p.mem_id, " offset ", p.offset, ") failed: ", ErrnoText(err));
+                     " bytes with pid ", c.shm_pid, " (remote engine ", LogSafe(c.remote_key),
+                     ", memory ", p.mem_id, " offset ", p.offset, ") failed: ", ErrnoText(err));
       if (err == EPERM) {
         // Allowed at connect, refused now: later transfers of this pair go over TCP.
         if (auto peer = c.peer.lock()) peer->shm_refused.store(true, std::memory_order_release);
@@ -1198,8 +1199,8 @@ class Worker {
       ::close(c.fd);
     }
     if (c.outbound) {
-      std::string msg = StrCat("connection to remote engine '", c.remote_key, "' (", c.peer_addr,
-                               ") lost: ", reason);
+      std::string msg = StrCat("connection to remote engine ", LogSafe(c.remote_key), " (",
+                               c.peer_addr, ") lost: ", reason);
       size_t failing = orphans.size() + (c.in_payload ? 1 : 0);
       if (failing > 0) {
         MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", msg, "; failing ", failing,
@@ -1214,8 +1215,8 @@ class Worker {
           engine_->CompletePart(p.record_id, code, msg);
       }
     } else {
-      MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from '", c.remote_key,
-                     "' closed: ", reason);
+      MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from ",
+                     LogSafe(c.remote_key), " closed: ", reason);
     }
     c.in_payload = false;
     std::lock_guard<std::mutex> lock(conns_mu_);
@@ -1659,7 +1660,7 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
     if (fd < 0 || !SendAll(fd, msg.data(), msg.size(), timeout, error)) {
       if (fd >= 0) ::close(fd);
       for (auto& c : pc->conns) ::close(c->fd);
-      *error = StrCat("cannot reach remote engine '", peer.key, "' at ", addr, ": ", *error);
+      *error = StrCat("cannot reach remote engine ", LogSafe(peer.key), " at ", addr, ": ", *error);
       return nullptr;
     }
     SetSocketOptions(fd, tcp_config_);
@@ -1682,7 +1683,8 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
       in.cma_ok = false;
       in.cma_reason = why;
       pc->host_choice = ChooseBackend(in);
-      MORI_LOG_WARN(kIo, "engine '", key_, "' -> '", peer.key, "': ", pc->host_choice.reason);
+      MORI_LOG_WARN(kIo, "engine '", key_, "' -> ", LogSafe(peer.key), ": ",
+                    pc->host_choice.reason);
     }
   }
   for (auto& c : pc->conns) {
@@ -1691,8 +1693,8 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
   peer.owned = std::move(pc);
   // Published once: readers load it with acquire and never take connect_mu.
   peer.published.store(peer.owned.get(), std::memory_order_release);
-  MORI_LOG_DEBUG(kIo, "engine '", key_, "' connected to '", peer.key, "' at ", addr, " with ",
-                 tcp_config_.qp_per_transfer,
+  MORI_LOG_DEBUG(kIo, "engine '", key_, "' connected to ", LogSafe(peer.key), " at ", addr,
+                 " with ", tcp_config_.qp_per_transfer,
                  " connection(s); host memory: ", BackendTypeName(peer.owned->host_choice.backend),
                  " (", peer.owned->host_choice.reason, ")");
   return peer.owned.get();
@@ -1762,7 +1764,7 @@ void IoEngine::RecordInboundParts(const std::string& remote_key, const InboundPa
     ++e->seen;
     if (p.status != wire::WireStatus::kOk && !e->failed) {
       e->failed = true;
-      e->message = StrCat("inbound transfer ", p.uid, " from '", remote_key, "': ", p.length,
+      e->message = StrCat("inbound transfer ", p.uid, " from ", LogSafe(remote_key), ": ", p.length,
                           " bytes at offset ", p.offset, " of memory ", p.mem_id,
                           " refused: ", WireStatusText(p.status));
     }
@@ -1814,7 +1816,7 @@ void IoEngine::EvictInboundLocked(size_t cap) {
     auto& by_uid = inbound_[o.key];
     const InboundEntry& e = by_uid[o.uid];
     MORI_LOG_DEBUG(kIo, "engine '", key_, "': dropping the unpopped inbound status of transfer ",
-                   o.uid, " from '", o.key, "' (", e.seen, "/", e.total, " parts",
+                   o.uid, " from ", LogSafe(o.key), " (", e.seen, "/", e.total, " parts",
                    e.failed ? ", failed" : "", "): more than max_inbound_statuses ", cap, " held");
     by_uid.erase(o.uid);
     --inbound_count_;
@@ -1872,8 +1874,8 @@ wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::
   try {
     b = AllocateSharedHost(bytes);
   } catch (const std::exception& e) {
-    MORI_LOG_WARN(kIo, "engine '", key_, "': no notice ring for '", initiator_key, "' (", e.what(),
-                  "): its announcements come over TCP");
+    MORI_LOG_WARN(kIo, "engine '", key_, "': no notice ring for ", LogSafe(initiator_key), " (",
+                  e.what(), "): its announcements come over TCP");
     return wire::WireStatus::kNotShareable;
   }
   NoticeRing::Init(reinterpret_cast<void*>(b.addr), bytes, slots);
@@ -1917,8 +1919,8 @@ std::shared_ptr<ShmMapping> IoEngine::NoticeRingOf(const std::shared_ptr<Peer>& 
     if (m && !NoticeRing::Check(m->region, m->size, &error)) m.reset();
   }
   if (!m) {
-    MORI_LOG_INFO(kIo, "engine '", key_, "': write announcements to '", peer->key,
-                  "' go over TCP (no notice ring: ", error.empty() ? "not granted" : error, ")");
+    MORI_LOG_INFO(kIo, "engine '", key_, "': write announcements to ", LogSafe(peer->key),
+                  " go over TCP (no notice ring: ", error.empty() ? "not granted" : error, ")");
     peer->notice_state.store(-1, std::memory_order_release);
     return nullptr;
   }
@@ -2274,8 +2276,8 @@ void IoEngine::RevokeP2pGrants(uint64_t id) {
     PostOnConn(*conn, MakeHeader(wire::MsgType::kP2pRevoke, id), nullptr);
   }
   for (const std::string& key : unreachable) {
-    MORI_LOG_WARN(kIo, "engine '", key_, "': deregistering memory ", id, ": '", key,
-                  "' mapped it over P2P but has no connection left to be asked to unmap it");
+    MORI_LOG_WARN(kIo, "engine '", key_, "': deregistering memory ", id, ": ", LogSafe(key),
+                  " mapped it over P2P but has no connection left to be asked to unmap it");
   }
   std::unique_lock<std::mutex> lock(p2p_mu_);
   auto pending = [&] {
@@ -2409,7 +2411,7 @@ bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType a
   if (status_out != nullptr) *status_out = status;
   if (status != wire::WireStatus::kOk) {
     std::string text = WireStatusText(status);
-    if (!answer->empty()) text += ": " + *answer;
+    if (!answer->empty()) text += ": " + LogSafe(*answer, 512);
     return fail(WireStatusCode(status), text);
   }
   ::close(fd);
@@ -2423,7 +2425,7 @@ std::shared_ptr<P2pMapping> IoEngine::P2pMappingFor(const std::shared_ptr<Peer>&
   auto it = peer->p2p_maps.find({mem_id, device});
   if (it != peer->p2p_maps.end()) return it->second;
   const std::string what =
-      StrCat("P2P: cannot map memory ", mem_id, " of remote engine '", peer->key, "': ");
+      StrCat("P2P: cannot map memory ", mem_id, " of remote engine ", LogSafe(peer->key), ": ");
   std::string payload;
   if (!SideRequest(*peer, wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant, mem_id, {},
                    &payload, code, error)) {
@@ -2467,8 +2469,8 @@ wire::WireStatus IoEngine::RdmaAccept(const std::string& initiator_key, const st
     *answer = rdma_->AcceptInitiator(initiator_key, request);
   } catch (const std::exception& e) {
     *answer = e.what();
-    MORI_LOG_WARN(kIo, "engine '", key_, "': RDMA connect from '", initiator_key,
-                  "' refused: ", e.what());
+    MORI_LOG_WARN(kIo, "engine '", key_, "': RDMA connect from ", LogSafe(initiator_key),
+                  " refused: ", e.what());
     return wire::WireStatus::kExportFailed;
   }
   return wire::WireStatus::kOk;
@@ -2516,14 +2518,14 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
         std::string request = rdma_->OpenInitiator(peer->key);
         if (!SideRequest(*peer, wire::MsgType::kRdmaConnect, wire::MsgType::kRdmaConnectAck, 0,
                          request, &reply, &code, &error)) {
-          return Finished(
-              code, StrCat("RDMA: cannot connect to remote engine '", peer->key, "': ", error));
+          return Finished(code, StrCat("RDMA: cannot connect to remote engine ", LogSafe(peer->key),
+                                       ": ", error));
         }
         rdma_->CompleteInitiator(peer->key, reply);
       } catch (const std::exception& e) {
         return Finished(
             StatusDetail::ERR_TRANSPORT,
-            StrCat("RDMA: cannot connect to remote engine '", peer->key, "': ", e.what()));
+            StrCat("RDMA: cannot connect to remote engine ", LogSafe(peer->key), ": ", e.what()));
       }
       peer->rdma_connected = true;
     }
@@ -2532,8 +2534,8 @@ std::shared_ptr<TransferState> IoEngine::SubmitRdma(Op op, const MemoryRegion& l
       std::string blob;
       if (!SideRequest(*peer, wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
                        remote_mem, {}, &blob, &code, &error)) {
-        return Finished(code, StrCat("RDMA: no key for memory ", remote_mem, " of remote engine '",
-                                     peer->key, "': ", error));
+        return Finished(code, StrCat("RDMA: no key for memory ", remote_mem, " of remote engine ",
+                                     LogSafe(peer->key), ": ", error));
       }
       try {
         it = peer->rdma_keys.emplace(remote_mem, rdma::DecodeRegionKey(blob)).first;
@@ -2667,8 +2669,8 @@ std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>&
     error = e.what();
   }
   if (!m) {
-    MORI_LOG_WARN(kIo, "engine '", key_, "': mapping memory ", mem_id, " of '", peer->key,
-                  "' failed (", error, "); CMA moves it");
+    MORI_LOG_WARN(kIo, "engine '", key_, "': mapping memory ", mem_id, " of ", LogSafe(peer->key),
+                  " failed (", error, "); CMA moves it");
     peer->shm_unmapped_why[mem_id] = "mapping the target's shared region failed: " + error;
     if (why_not != nullptr) *why_not = peer->shm_unmapped_why[mem_id];
   }
@@ -2705,8 +2707,9 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
   // TCP connections report the death only later: a copy that ends after the target
   // exited fails (one poll of the pidfd, no blocking), and so does every later transfer.
   if (MORI_UNLIKELY(remote->OwnerExited())) {
-    const std::string why = StrCat("remote engine '", peer->key, "' (pid ", remote->owner_pid,
-                                   ") exited; its memory ", remote_mem, " is gone");
+    const std::string why =
+        StrCat("remote engine ", LogSafe(peer->key), " (pid ", remote->owner_pid,
+               ") exited; its memory ", remote_mem, " is gone");
     peer->MarkFailed(why);
     remote.reset();
     CompletePart(rid, StatusDetail::ERR_PEER_LOST,

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +121,47 @@ def test_out_of_descriptors_the_target_backs_off_and_recovers(tmp_path):
     lines = [ln for ln in log.splitlines() if b"accept failed" in ln]
     print(len(log), "bytes of log;", len(lines), "accept warnings")
     assert 1 <= len(lines) <= 5 and len(log) < 8192, log[-2000:]
+
+
+FORGED = b"evil\n[mori 2026-01-01 00:00:00.000000 1:1 io ERROR x.cpp:1] forged"
+
+
+def test_peer_keys_cannot_forge_or_flood_log_lines(tmp_path):
+    """An initiator's key reaches the target's log escaped and truncated: a newline in it
+    starts no line, and a 4 KiB key writes a bounded one."""
+    target = _Target(tmp_path, env={"MORI_LOG_LEVEL": "debug"})
+    try:
+        for key in (FORGED, b"k" * 4096):
+            s = _hello(target.desc.port, key)
+            s.close()
+        time.sleep(0.3)  # the target logs the connections and their close
+    finally:
+        log = target.close()
+    lines = log.splitlines()
+    for ln in lines:
+        assert not ln.startswith(b"[mori 2026-01-01"), f"forged log line: {ln!r}"
+        assert len(ln) < 512, f"log line of {len(ln)} bytes: {ln[:200]!r}..."
+    assert any(b"inbound connection from 'evil\\n[mori" in ln for ln in lines), log[-2000:]
+    assert any(b"'" + b"k" * 64 + b"...' (4096 bytes)" in ln for ln in lines), log[-2000:]
+
+
+def test_peer_keys_are_escaped_in_inbound_statuses():
+    """The message of a refused inbound transfer names its initiator escaped too."""
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    mem = target.register_array(np.zeros(4096, np.uint8))
+    key = FORGED + b"x" * 3000  # a hello carries at most 4096 bytes
+    s = _hello(target._engine.port, key)
+    try:
+        s.settimeout(5)
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 4096, 16) + bytes(16))
+        ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert ack[0] == K_WRITE_ACK and ack[1] != 0
+        st = target.pop_inbound_transfer_status(key.decode(), 7)
+        assert st is not None and st.Failed()
+        msg = st.Message()
+        assert "\n" not in msg and len(msg) < 512, msg
+        assert "'evil\\n[mori" in msg and "bytes)" in msg, msg
+    finally:
+        s.close()
+        target.close()

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "log_safe.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 
@@ -611,7 +612,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     try {
       inbound_(peer_key, task.imm.uid24, task.imm.parts, task.imm.read);
     } catch (const std::exception& e) {
-      MORI_LOG_ERROR(kIo, "rdma loopback: inbound handler threw for '", peer_key, "' uid24 ",
+      MORI_LOG_ERROR(kIo, "rdma loopback: inbound handler threw for ", LogSafe(peer_key), " uid24 ",
                      task.imm.uid24, ": ", e.what());
     }
   }

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "log_safe.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "rdma/verbs_loader.hpp"
@@ -528,7 +529,8 @@ class RdmaBackendImpl final : public RdmaBackend {
           std::lock_guard<std::mutex> lock(handler_mu_);
           if (inbound_) inbound_(ctx->peer_key, imm.uid24, imm.parts, imm.read);
         } catch (const Error& e) {
-          MORI_LOG_WARN(kIo, "rdma: notification from '", ctx->peer_key, "' ignored: ", e.what());
+          MORI_LOG_WARN(kIo, "rdma: notification from ", LogSafe(ctx->peer_key),
+                        " ignored: ", e.what());
         }
       }
       std::lock_guard<std::mutex> lock(ctx->mu);
