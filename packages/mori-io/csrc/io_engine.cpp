@@ -403,6 +403,11 @@ struct Conn {
   std::vector<InboundPart> inbound_local;  // parts of one read pass, recorded at its end
   MemoryRegion region{};                   // the last region a request named...
   uint64_t region_epoch = ~uint64_t{0};    // ...valid while the engine's memory epoch is this
+  // Inbound: the last kTransferExtent, which the following parts of its transfer need.
+  bool extent_set = false;
+  uint64_t extent_uid = 0;
+  uint64_t extent_mem = 0;
+  wire::WireStatus extent_status = wire::WireStatus::kOk;
 };
 
 class Worker {
@@ -756,6 +761,23 @@ class Worker {
     c.out_local.push_back({r, g.data(), g.size(), 0, nullptr});
   }
 
+  // A part of a multi-part transfer is served only after its transfer's extent passed
+  // the registry on this connection, so a transfer with one span out of bounds lands no
+  // byte of the others. false: a protocol violation (no extent for this part); else
+  // *refused is the extent's verdict (kOk: the part is then checked itself).
+  bool ExtentVerdict(const Conn& c, const wire::Header& h, wire::WireStatus* refused,
+                     std::string* why) {
+    *refused = wire::WireStatus::kOk;
+    if (h.num_parts <= 1) return true;  // the part is the whole transfer
+    if (!c.extent_set || c.extent_uid != h.uid || c.extent_mem != h.mem_id) {
+      *why = StrCat("part of transfer ", h.uid, " (", h.num_parts, " parts) into memory ", h.mem_id,
+                    " without its extent");
+      return false;
+    }
+    *refused = c.extent_status;
+    return true;
+  }
+
   // Returns false on a protocol violation (the connection is then closed).
   bool HandleHeader(Conn& c, std::string* why) {
     const wire::Header& h = c.cur;
@@ -774,8 +796,27 @@ class Worker {
         StartPayload(c, h.length, c.hello.data());
         return true;
       }
+      if (type == wire::MsgType::kTransferExtent) {
+        MemoryRegion r{};
+        wire::WireStatus st = wire::WireStatus::kOk;
+        if (!engine_->FindRegion(h.mem_id, &r)) {
+          st = wire::WireStatus::kUnknownMemory;
+        } else if (h.length > r.size || h.offset > r.size - h.length) {
+          st = wire::WireStatus::kOutOfBounds;
+        }
+        c.extent_set = true;
+        c.extent_uid = h.uid;
+        c.extent_mem = h.mem_id;
+        c.extent_status = st;
+        return true;  // not answered
+      }
+      wire::WireStatus refused = wire::WireStatus::kOk;
+      const bool part = type == wire::MsgType::kWrite || type == wire::MsgType::kRead ||
+                        type == wire::MsgType::kShmWriteReq || type == wire::MsgType::kShmReadReq;
+      if (part && !ExtentVerdict(c, h, &refused, why)) return false;
+      const IoEngine::Lookup refusal{refused, nullptr};
       if (type == wire::MsgType::kWrite) {
-        IoEngine::Lookup lk = Target(c, h, true, true);
+        IoEngine::Lookup lk = refused != wire::WireStatus::kOk ? refusal : Target(c, h, true, true);
         c.cur_use = lk.use;
         c.cur_status = lk.status;
         if (lk.status == wire::WireStatus::kOk && lk.gpu_device >= 0) {
@@ -787,7 +828,7 @@ class Worker {
         return true;
       }
       if (type == wire::MsgType::kRead) {
-        IoEngine::Lookup lk = Target(c, h, true, true);
+        IoEngine::Lookup lk = refused != wire::WireStatus::kOk ? refusal : Target(c, h, true, true);
         std::shared_ptr<char> staged;
         if (lk.status == wire::WireStatus::kOk && lk.gpu_device >= 0) {
           // Served from a host copy: the region is free again once it is taken.
@@ -829,9 +870,10 @@ class Worker {
         // A grant holds the region (deregistration waits) until the initiator's
         // kShmWriteDone / kShmReadDone says its copy into / out of it ended.
         const bool write = type == wire::MsgType::kShmWriteReq;
-        IoEngine::Lookup lk = engine_->HasShmBackend()
-                                  ? Target(c, h, true)
-                                  : IoEngine::Lookup{wire::WireStatus::kNoShm, nullptr};
+        IoEngine::Lookup lk = !engine_->HasShmBackend()
+                                  ? IoEngine::Lookup{wire::WireStatus::kNoShm, nullptr}
+                              : refused != wire::WireStatus::kOk ? refusal
+                                                                 : Target(c, h, true);
         if (lk.use != nullptr) (write ? c.shm_write_grants : c.shm_read_grants).push_back(lk.use);
         bool ok = lk.status == wire::WireStatus::kOk;
         wire::Header r = h;
@@ -2046,6 +2088,8 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
   uint64_t chunk = tcp_config_.enable_chunking ? tcp_config_.chunk_size : ~uint64_t{0};
   if (gpu && !p2p && !rdma) chunk = std::min(chunk, kGpuChunk);
   uint64_t parts = 0;
+  uint64_t extent_lo = ~uint64_t{0};  // the lowest offset and highest end of the spans
+  uint64_t extent_hi = 0;
   for (size_t i = 0; i < n; ++i) {
     const TransferSpan& s = spans[i];
     if (s.size > local.size || s.local_offset > local.size - s.size) {
@@ -2061,7 +2105,11 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
     }
     // Not (size + chunk - 1) / chunk: with chunking off, chunk is UINT64_MAX and that
     // sum wraps to zero parts.
-    if (s.size > 0) parts += (s.size - 1) / chunk + 1;
+    if (s.size > 0) {
+      parts += (s.size - 1) / chunk + 1;
+      extent_lo = std::min(extent_lo, s.remote_offset);
+      extent_hi = std::max(extent_hi, s.remote_offset + s.size);
+    }
   }
   if (parts > UINT32_MAX) {
     return Finished(StatusDetail::ERR_INVALID_ARGS,
@@ -2117,6 +2165,13 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
     {
       std::lock_guard<std::mutex> lock(c.mu);
       if (c.pending.empty()) c.progress_ns = NowNs();  // the stall clock starts now
+      if (parts > 1 && !c.dead) {  // the target checks the whole before any part
+        wire::Header x = h;
+        x.type = static_cast<uint8_t>(wire::MsgType::kTransferExtent);
+        x.offset = extent_lo;
+        x.length = extent_hi - extent_lo;
+        c.sendq.push_back({x, nullptr, 0, 0, nullptr});
+      }
       uint64_t p = 0;  // part index across the transfer; part p goes to connection p % nconn
       for (size_t i = 0; i < n; ++i) {
         const TransferSpan& s = spans[i];

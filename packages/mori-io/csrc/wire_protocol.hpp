@@ -65,6 +65,14 @@ enum class MsgType : uint8_t {
   // the fallback (ring full, or not granted).
   kNoticeRingReq = 26,    // answered kNoticeRingGrant
   kNoticeRingGrant = 27,  // status (kNotShareable: none); payload: ShmMapGrant of the ring
+  // A transfer of more than one part is checked whole before any of its bytes move: on
+  // each connection that carries parts of it, this precedes the first of them (the parts
+  // of one transfer are contiguous on a connection). The target checks [offset,
+  // offset+length) of mem_id against its registry; if it is refused, every part of uid
+  // on this connection is refused with that status and none lands. A part of a
+  // multi-part transfer without it is a protocol violation. Not answered.
+  kTransferExtent = 28,  // uid, num_parts, mem_id; offset/length: the lowest offset and
+                         // the span up to the highest end of all the transfer's spans
 };
 
 enum class WireStatus : uint8_t {
@@ -84,8 +92,8 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 5;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
-                                         // unanswered; 5: kNoticeRing*
+inline constexpr uint16_t kVersion = 6;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
+                                         // unanswered; 5: kNoticeRing*; 6: kTransferExtent
 
 struct Header {
   uint8_t type;

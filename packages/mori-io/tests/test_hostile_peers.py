@@ -3,6 +3,7 @@
 """A careless or hostile peer cannot make an engine spin, forge its log lines, or land
 part of a transfer it refused."""
 
+import dataclasses
 import hashlib
 import os
 import queue
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from mori.io import (
     _C,
@@ -23,13 +25,17 @@ from mori.io import (
     IOEngine,
     MemoryDesc,
     StatusCode,
+    StatusDetail,
     TcpBackendConfig,
+    allocate_shared_host_memory,
 )
 
 WORKER = str(Path(__file__).with_name("hostile_target_worker.py"))
 HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
 VERSION = _C.wire_version  # mem_id, offset, length
-K_HELLO, K_WRITE, K_WRITE_ACK = 1, 2, 4
+K_HELLO, K_WRITE, K_WRITE_ACK, K_EXTENT = 1, 2, 4, 28  # wire::MsgType
+K_OUT_OF_BOUNDS = 2  # wire::WireStatus
+MIB = 1 << 20
 
 
 class _Target:
@@ -162,6 +168,73 @@ def test_peer_keys_are_escaped_in_inbound_statuses():
         msg = st.Message()
         assert "\n" not in msg and len(msg) < 512, msg
         assert "'evil\\n[mori" in msg and "bytes)" in msg, msg
+    finally:
+        s.close()
+        target.close()
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+@pytest.mark.parametrize("route", ["tcp", "cma", "mapped"])
+def test_a_refused_write_lands_no_byte(engine_pair, route, batch):
+    """A write with one span past the target's registered region is refused whole: none
+    of its in-bounds parts or spans land. The initiator's descriptor claims more than the
+    target registered (stale or wrong), so only the target can tell."""
+    backends = (BackendType.TCP,) if route == "tcp" else (BackendType.TCP, BackendType.SHM)
+    a, b = engine_pair(*backends)
+    size = 3 * MIB // 2
+    block = allocate_shared_host_memory(size) if route == "mapped" else np.empty(size, np.uint8)
+    dst = np.asarray(block)
+    dst[:] = np.random.default_rng(7).integers(0, 256, size, dtype=np.uint8)
+    before = hashlib.sha256(dst.tobytes()).hexdigest()
+    remote = dataclasses.replace(MemoryDesc.unpack(b.register_array(dst).pack()), size=2 * MIB)
+    src = np.full(2 * MIB, 0xAB, np.uint8)
+    sess = a.create_session(a.register_array(src), remote)
+    assert sess.backend()[0] == ("TCP" if route == "tcp" else "SHM"), sess.backend()
+    uid = a.allocate_transfer_uid()
+    if batch:  # four spans, two parts per connection; only the last one is out of bounds
+        offs = [0, 4096, 2 * 4096, size - 2048]
+        st = sess.batch_write([0, 4096, 8192, 12288], offs, [4096] * 4, uid)
+    else:  # two 1 MiB parts, the second past the region's end
+        st = sess.write(0, 0, 2 * MIB, uid)
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS, "write hung"
+    assert st.Failed() and st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS, st.Message()
+    time.sleep(0.2)  # any part still on its way would land meanwhile
+    assert hashlib.sha256(dst.tobytes()).hexdigest() == before, "a refused write landed bytes"
+    if route == "mapped":
+        assert a._engine.shm_mapping_state("b", remote.id) == 1
+    elif route == "cma":
+        assert a._engine.shm_mapping_state("b", remote.id) != 1
+
+
+def test_target_checks_a_multi_part_transfer_whole_before_any_part():
+    """Spoken by hand: a part of a multi-part write lands only after its transfer's
+    extent (kTransferExtent) passed the registry; a part without one closes the
+    connection."""
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    buf = np.zeros(4096, np.uint8)
+    mem = target.register_array(buf)
+    s = _hello(target._engine.port, b"raw")
+    try:
+        s.settimeout(5)
+        # Extent [0, 4097) is past the region: the in-bounds part that follows is refused.
+        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 5, mem.id, 0, buf.size + 1))
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 5, mem.id, 0, 16) + b"\x07" * 16)
+        ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert ack[0] == K_WRITE_ACK and ack[1] == K_OUT_OF_BOUNDS, ack
+        # Within bounds: served.
+        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 6, mem.id, 0, 32))
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 6, mem.id, 16, 16) + b"\x08" * 16)
+        ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert ack[0] == K_WRITE_ACK and ack[1] == 0, ack
+        assert not buf[:16].any() and (buf[16:32] == 8).all() and not buf[32:].any()
+        # A part of another multi-part transfer, without its extent: a protocol violation.
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 7, mem.id, 0, 16) + b"\x09" * 16)
+        try:
+            assert s.recv(HDR.size) == b"", "the target answered a part without an extent"
+        except ConnectionResetError:
+            pass
+        assert not buf[:16].any()
     finally:
         s.close()
         target.close()
