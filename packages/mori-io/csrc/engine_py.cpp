@@ -213,6 +213,8 @@ the transfer within its timeout.)doc")
       .def_property_readonly("has_tcp_backend", &IoEngine::HasTcpBackend)
       .def_property_readonly("has_shm_backend", &IoEngine::HasShmBackend)
       .def_property_readonly("host_id", &IoEngine::host_id)
+      .def_property_readonly("secret", [](IoEngine& e) { return py::bytes(e.secret()); })
+      .def_property_readonly("hellos_refused", &IoEngine::hellos_refused)
       .def("create_shm_backend", &IoEngine::CreateShmBackend)
       .def("create_p2p_backend", &IoEngine::CreateP2pBackend, py::arg("config"))
       .def("p2p_mapping_kind", &IoEngine::P2pMappingKind, py::arg("remote_key"), py::arg("mem_id"),
@@ -255,7 +257,7 @@ the transfer within its timeout.)doc")
       .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("key"),
            py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(), py::arg("pid") = 0,
            py::arg("remote_shm") = false, py::arg("remote_p2p") = false,
-           py::arg("remote_rdma") = false)
+           py::arg("remote_rdma") = false, py::arg("secret") = py::bytes())
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
       .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)

@@ -31,6 +31,7 @@
 #include "mori/core/telemetry.hpp"
 #include "notice_ring.hpp"
 #include "rdma/loopback_backend.hpp"
+#include "secret.hpp"
 
 namespace mori::io {
 
@@ -629,6 +630,7 @@ class Worker {
     c.in_payload = true;
     c.payload_left = length;
     c.payload_dst = dst;
+    // An empty payload is never a hello (HandleHeader refused it), so this cannot fail.
     if (length == 0) FinishPayload(c);
   }
 
@@ -657,7 +659,8 @@ class Worker {
     return error;
   }
 
-  void FinishPayload(Conn& c) {
+  // False: the connection must be closed (a hello without our secret).
+  bool FinishPayload(Conn& c) {
     c.in_payload = false;
     const wire::Header& h = c.cur;
     std::string stage_error = Unstage(c, c.cur.length);
@@ -665,22 +668,34 @@ class Worker {
       engine_->CompletePart(c.cur_pending.record_id,
                             stage_error.empty() ? StatusDetail::SUCCESS : StatusDetail::ERR_GPU_OP,
                             stage_error);
-      return;
+      return true;
     }
     if (!c.hello_done) {
-      c.remote_key = c.hello;
+      // Only an initiator given our EngineDesc knows the secret; nothing else it sends
+      // is read before this check passed.
+      const bool trusted = engine_->SecretMatches(c.hello.data(), wire::kSecretBytes);
+      c.remote_key = c.hello.substr(wire::kSecretBytes);
+      std::string().swap(c.hello);
+      if (!trusted) {
+        engine_->CountRefusedHello();
+        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection from ",
+                      "an initiator whose hello (key ", LogSafe(c.remote_key),
+                      ") lacks this engine's secret (", engine_->hellos_refused(),
+                      " refused so far)");
+        return false;
+      }
       c.hello_done = true;
       engine_->NoteInbound(c.remote_key, SharedOf(c));
       MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from ",
                      LogSafe(c.remote_key));
-      return;
+      return true;
     }
     if (static_cast<wire::MsgType>(h.type) == wire::MsgType::kRdmaConnect) {
       std::string answer;
       wire::WireStatus st = engine_->RdmaAccept(c.remote_key, c.side_in, &answer);
       std::string().swap(c.side_in);
       SideAnswer(c, h, wire::MsgType::kRdmaConnectAck, st, std::move(answer));
-      return;
+      return true;
     }
     if (!stage_error.empty()) {
       MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': inbound write from ",
@@ -704,6 +719,7 @@ class Worker {
     ack.length = h.length;
     c.out_local.push_back({ack, nullptr, 0, 0, nullptr});
     Account(c, h, c.cur_status);
+    return true;
   }
 
   // The target's check of a request against its registry. With target batching the
@@ -788,8 +804,11 @@ class Worker {
     auto type = static_cast<wire::MsgType>(h.type);
     if (!c.outbound) {
       if (!c.hello_done) {
-        if (type != wire::MsgType::kHello || h.length > 4096) {
-          *why = "first message is not a hello";
+        if (type != wire::MsgType::kHello || h.length < wire::kSecretBytes ||
+            h.length > wire::kSecretBytes + 4096) {
+          *why =
+              StrCat("first message is not a hello (type ", int(h.type), ", ", h.length, " bytes)");
+          engine_->CountRefusedHello();
           return false;
         }
         c.hello.resize(h.length);
@@ -1112,7 +1131,10 @@ class Worker {
           }
           c.rpos += k;
           c.payload_left -= k;
-          if (c.payload_left == 0) FinishPayload(c);
+          if (c.payload_left == 0 && !FinishPayload(c)) {
+            Close(c, "hello without this engine's secret");
+            return false;
+          }
           continue;
         }
         if (c.payload_left >= kDirectRecvMin && c.payload_dst != nullptr && budget > 0) {
@@ -1123,7 +1145,10 @@ class Worker {
             budget -= std::min(budget, static_cast<size_t>(n));
             if (c.payload_left == 0) {
               c.header_only = true;
-              FinishPayload(c);
+              if (!FinishPayload(c)) {
+                Close(c, "hello without this engine's secret");
+                return false;
+              }
             }
             continue;
           }
@@ -1382,6 +1407,7 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
   // Nonzero and unpredictable: a peer that reads it back through CMA has reached this
   // process, not another one that happens to have our pid in its namespace.
   shm_cookie_ = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
+  secret_ = RandomSecret(wire::kSecretBytes);
   MORI_LOG_DEBUG(kIo, "engine '", key_, "' listening on ", host_, ":", port_);
 }
 
@@ -1620,12 +1646,16 @@ IoEngine::Lookup IoEngine::CheckRegion(const MemoryRegion& r, uint64_t offset, u
 
 void IoEngine::RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
                                     const std::string& host_id, int pid, bool remote_shm,
-                                    bool remote_p2p, bool remote_rdma) {
+                                    bool remote_p2p, bool remote_rdma, const std::string& secret) {
   MORI_CHECK_ARG(!key.empty(), "register_remote_engine: empty engine key");
+  MORI_CHECK_ARG(secret.empty() || secret.size() == wire::kSecretBytes,
+                 "register_remote_engine: secret of ", secret.size(), " bytes (expected ",
+                 wire::kSecretBytes, ")");
   auto peer = std::make_shared<Peer>();
   peer->key = key;
   peer->host = host;
   peer->port = port;
+  peer->secret = secret;
   peer->host_id = host_id;
   peer->pid = pid;
   peer->remote_shm = remote_shm;
@@ -1683,10 +1713,18 @@ std::shared_ptr<Peer> IoEngine::FindPeer(const std::string& key) const {
   return it == peers_.end() ? nullptr : it->second;
 }
 
-std::string IoEngine::HelloMessage() const {
+std::string IoEngine::HelloMessage(const Peer& peer) const {
   wire::Header hello = MakeHeader(wire::MsgType::kHello);
-  hello.length = key_.size();
-  return std::string(reinterpret_cast<const char*>(&hello), kHdr) + key_;
+  // A peer registered without a secret (an EngineDesc that carried none) gets zeros,
+  // which it refuses: the hello keeps its layout.
+  std::string secret = peer.secret;
+  secret.resize(wire::kSecretBytes, '\0');
+  hello.length = wire::kSecretBytes + key_.size();
+  return std::string(reinterpret_cast<const char*>(&hello), kHdr) + secret + key_;
+}
+
+bool IoEngine::SecretMatches(const char* data, size_t n) const {
+  return SecretEqual(secret_, data, n);
 }
 
 PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::string* error) {
@@ -1696,7 +1734,7 @@ PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::s
   auto pc = std::make_unique<PeerConnections>();
   int timeout = tcp_config_.peer_timeout_ms;
   std::string addr = StrCat(peer.host, ":", peer.port);
-  const std::string msg = HelloMessage();
+  const std::string msg = HelloMessage(peer);
   for (int i = 0; i < tcp_config_.qp_per_transfer; ++i) {
     int fd = ConnectTo(peer.host, peer.port, timeout, error);
     if (fd < 0 || !SendAll(fd, msg.data(), msg.size(), timeout, error)) {
@@ -2442,7 +2480,7 @@ bool IoEngine::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType a
     return false;
   };
   if (fd < 0) return fail(StatusDetail::ERR_PEER_LOST, why);
-  std::string msg = HelloMessage();
+  std::string msg = HelloMessage(peer);
   wire::Header h = MakeHeader(type, mem_id);
   h.length = payload.size();
   msg.append(reinterpret_cast<const char*>(&h), kHdr);

@@ -106,6 +106,7 @@ struct Peer {
   std::string key;
   std::string host;
   uint16_t port = 0;
+  std::string secret;       // the remote EngineDesc's secret, presented in our hellos
   std::string host_id;      // the remote EngineDesc's host identity
   int pid = 0;              // its process id (SHM copies into/out of it)
   bool remote_shm = false;  // its EngineDesc lists SHM
@@ -207,6 +208,14 @@ class IoEngine {
   IoEngine& operator=(const IoEngine&) = delete;
 
   const std::string& key() const { return key_; }
+  // The secret a connecting initiator must present (wire::kSecretBytes, in the
+  // EngineDesc): getrandom bytes drawn at construction.
+  const std::string& secret() const { return secret_; }
+  // Whether a hello's secret is ours (constant time).
+  bool SecretMatches(const char* data, size_t n) const;
+  // Inbound connections closed because their hello lacked our secret.
+  uint64_t hellos_refused() const { return hellos_refused_.load(std::memory_order_relaxed); }
+  void CountRefusedHello() { hellos_refused_.fetch_add(1, std::memory_order_relaxed); }
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
   const HotPathOptions& options() const { return options_; }
@@ -281,9 +290,11 @@ class IoEngine {
   // Copy of the region, or throws NotFoundError.
   MemoryRegion LocalRegion(uint64_t id) const;
 
+  // `secret`: the remote EngineDesc's (without it the remote refuses our connections).
   void RegisterRemoteEngine(const std::string& key, const std::string& host, uint16_t port,
                             const std::string& host_id = {}, int pid = 0, bool remote_shm = false,
-                            bool remote_p2p = false, bool remote_rdma = false);
+                            bool remote_p2p = false, bool remote_rdma = false,
+                            const std::string& secret = {});
   void DeregisterRemoteEngine(const std::string& key);
   bool HasRemoteEngine(const std::string& key) const;
 
@@ -342,8 +353,9 @@ class IoEngine {
 
  private:
   PeerConnections* Connect(const std::shared_ptr<Peer>& peer, std::string* error);
-  // The first message on every connection this engine opens: a hello naming its key.
-  std::string HelloMessage() const;
+  // The first message on every connection this engine opens: a hello presenting the
+  // peer's secret and naming our key.
+  std::string HelloMessage(const Peer& peer) const;
   PeerConnections* Connected(const std::shared_ptr<Peer>& peer, std::string* error);
   BackendChoiceInput ChoiceInput(const Peer& peer, MemoryLocationType local_loc,
                                  MemoryLocationType remote_loc) const;
@@ -396,6 +408,8 @@ class IoEngine {
   void Shutdown();
 
   std::string key_;
+  std::string secret_;
+  std::atomic<uint64_t> hellos_refused_{0};
   std::string host_;
   uint16_t port_ = 0;
   int listen_fd_ = -1;

@@ -2,6 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mori::io::wire {
@@ -13,7 +14,8 @@ namespace mori::io::wire {
 // response to the oldest request it still waits for and never trusts an address the
 // peer sends.
 enum class MsgType : uint8_t {
-  kHello = 1,     // payload: the initiator's engine key (length bytes)
+  kHello = 1,     // payload: the target's secret (kSecretBytes, from its EngineDesc),
+                  // then the initiator's engine key; a wrong secret closes the connection
   kWrite = 2,     // payload: length bytes to place at (mem_id, offset) of the target
   kRead = 3,      // no payload; the target answers kReadData
   kWriteAck = 4,  // no payload; status says whether the bytes are in place
@@ -92,8 +94,13 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 6;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
-                                         // unanswered; 5: kNoticeRing*; 6: kTransferExtent
+inline constexpr uint16_t kVersion = 7;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
+                                         // unanswered; 5: kNoticeRing*; 6: kTransferExtent;
+                                         // 7: the hello carries the target's secret
+
+// The per-engine secret an initiator learns from the target's EngineDesc and presents
+// in its hello: whoever connects without having been given the descriptor is refused.
+inline constexpr size_t kSecretBytes = 16;
 
 struct Header {
   uint8_t type;

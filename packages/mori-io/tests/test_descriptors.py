@@ -54,3 +54,24 @@ def test_wrong_kind_version_and_types_are_refused():
     with pytest.raises(mc.InvalidArgumentError, match="limit"):
         EngineDesc.unpack(b"\x00" * (1 << 17))
     assert dataclasses.replace(m, size=11).size == 11
+
+
+def test_engine_desc_carries_a_random_secret_kept_out_of_repr():
+    from mori.io import IOEngine
+    from mori.io.descriptors import ENGINE_DESC_VERSION
+
+    a, b = IOEngine("a"), IOEngine("b")
+    da = a.get_engine_desc()
+    assert len(da.secret) == 16 and da.secret not in (bytes(16), b.get_engine_desc().secret)
+    assert EngineDesc.unpack(da.pack()) == da
+    assert da.secret.hex() not in repr(da) and str(da.secret) not in repr(da)
+    obj = msgpack.unpackb(da.pack())
+    obj[-1] = da.secret[:8]  # a secret of the wrong width
+    with pytest.raises(mc.InvalidArgumentError, match="secret of 8 bytes"):
+        EngineDesc.unpack(msgpack.packb(obj))
+    obj = msgpack.unpackb(da.pack())[:-1]  # the format before secrets
+    obj[1] = ENGINE_DESC_VERSION - 1
+    with pytest.raises(mc.InvalidArgumentError, match="older mori-io"):
+        EngineDesc.unpack(msgpack.packb(obj))
+    a.close()
+    b.close()

@@ -87,9 +87,11 @@ class _Target:
         return self.log.read_bytes()
 
 
-def _hello(port, key):
+def _hello(port, key, secret):
+    """A raw connection whose hello presents `secret` (the target's, from its EngineDesc,
+    for a peer that was given it) and names `key`."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(key)) + key)
+    s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key)) + secret + key)
     return s
 
 
@@ -107,7 +109,9 @@ def test_out_of_descriptors_the_target_backs_off_and_recovers(tmp_path):
     waiting = None
     try:
         assert int(target.ask("exhaust")) > 0
-        waiting = _hello(target.desc.port, b"waiting")  # completes in the kernel's backlog
+        waiting = _hello(
+            target.desc.port, b"waiting", target.desc.secret
+        )  # completes in the kernel's backlog
         cpu = float(target.ask("cpu 1.0"))
         print("CPU seconds used by the target in 1 s out of descriptors:", cpu)
         assert cpu < 0.3, f"the target used {cpu:.2f} s of CPU in 1 s: its reactor spins"
@@ -138,7 +142,7 @@ def test_peer_keys_cannot_forge_or_flood_log_lines(tmp_path):
     target = _Target(tmp_path, env={"MORI_LOG_LEVEL": "debug"})
     try:
         for key in (FORGED, b"k" * 4096):
-            s = _hello(target.desc.port, key)
+            s = _hello(target.desc.port, key, target.desc.secret)
             s.close()
         time.sleep(0.3)  # the target logs the connections and their close
     finally:
@@ -157,7 +161,7 @@ def test_peer_keys_are_escaped_in_inbound_statuses():
     target.create_backend(BackendType.TCP)
     mem = target.register_array(np.zeros(4096, np.uint8))
     key = FORGED + b"x" * 3000  # a hello carries at most 4096 bytes
-    s = _hello(target._engine.port, key)
+    s = _hello(target._engine.port, key, target._engine.secret)
     try:
         s.settimeout(5)
         s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 4096, 16) + bytes(16))
@@ -214,7 +218,7 @@ def test_target_checks_a_multi_part_transfer_whole_before_any_part():
     target.create_backend(BackendType.TCP)
     buf = np.zeros(4096, np.uint8)
     mem = target.register_array(buf)
-    s = _hello(target._engine.port, b"raw")
+    s = _hello(target._engine.port, b"raw", target._engine.secret)
     try:
         s.settimeout(5)
         # Extent [0, 4097) is past the region: the in-bounds part that follows is refused.
@@ -238,3 +242,73 @@ def test_target_checks_a_multi_part_transfer_whole_before_any_part():
     finally:
         s.close()
         target.close()
+
+
+def _sha(buf):
+    return hashlib.sha256(buf.tobytes()).hexdigest()
+
+
+def _closed_without_answer(s, timeout_s=5):
+    """True once the target closed `s` without sending a byte (a reset counts)."""
+    s.settimeout(timeout_s)
+    try:
+        return s.recv(HDR.size) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("hello", ["no-secret-short", "no-secret", "zeros", "one-bit-off"])
+def test_a_hello_without_the_target_secret_is_refused(hello, capfd):
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    buf = np.zeros(4096, np.uint8)
+    mem = target.register_array(buf)
+    before = _sha(buf)
+    real = target._engine.secret
+    assert len(real) == 16 and real != bytes(16)
+    key = b"raw-initiator-key"  # longer than a secret: its head cannot pass for one
+    if hello == "no-secret-short":
+        key = b"raw"
+    if hello.startswith("no-secret"):  # the version-6 hello: the key alone
+        payload = key
+    elif hello == "zeros":
+        payload = bytes(16) + key
+    else:
+        payload = bytes([real[0] ^ 1]) + real[1:] + key
+    s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
+    try:
+        s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(payload)) + payload)
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 0, 16) + b"\x07" * 16)
+        assert _closed_without_answer(s), "the target answered a connection without its secret"
+    finally:
+        s.close()
+    assert _sha(buf) == before, "a connection without the secret wrote into a region"
+    assert target.pop_inbound_transfer_status(key.decode(), 7) is None
+    assert target._engine.hellos_refused == 1
+    if hello != "no-secret-short":  # the key was read: the refusal names it
+        assert "lacks this engine's secret" in capfd.readouterr().err
+    # An initiator given the EngineDesc is served as before.
+    initiator = IOEngine("initiator")
+    initiator.create_backend(BackendType.TCP)
+    initiator.register_remote_engine(target.get_engine_desc())
+    src = np.full(4096, 3, np.uint8)
+    assert _write_ok(initiator, initiator.register_array(src), mem, 4096).Succeeded()
+    assert np.array_equal(buf, src) and target._engine.hellos_refused == 1
+    initiator.close()
+    target.close()
+
+
+def test_an_engine_desc_without_the_secret_cannot_connect():
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    buf = np.zeros(64, np.uint8)
+    mem = target.register_array(buf)
+    initiator = IOEngine("initiator")
+    initiator.create_backend(BackendType.TCP)
+    initiator.register_remote_engine(dataclasses.replace(target.get_engine_desc(), secret=b""))
+    st = initiator.write(initiator.register_array(np.ones(64, np.uint8)), 0, mem, 0, 64,
+                         initiator.allocate_transfer_uid())  # fmt: skip
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Failed(), st.Message()
+    assert not buf.any() and target._engine.hellos_refused >= 1
+    initiator.close()
+    target.close()

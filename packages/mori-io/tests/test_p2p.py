@@ -160,8 +160,10 @@ def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves(engin
 
 
 def _raw(target, key=b"raw"):
+    """A raw initiator that was given the target's EngineDesc (its secret)."""
     s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
-    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(key)) + key)
+    secret = target._engine.secret
+    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key)) + secret + key)
     return s
 
 

@@ -138,7 +138,8 @@ def _raw_initiator(target, key=b"raw"):
     """A peer speaking the wire protocol by hand that never reads its socket."""
     s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(key)) + key)
+    secret = target._engine.secret  # a peer given the target's EngineDesc
+    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key)) + secret + key)
     return s
 
 

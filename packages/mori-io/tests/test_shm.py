@@ -136,7 +136,7 @@ def test_old_engine_desc_version_is_a_clear_error():
     import msgpack
 
     obj = msgpack.unpackb(EngineDesc("a", "127.0.0.1", 1234, host_id=HOST).pack())
-    assert obj[1] == ENGINE_DESC_VERSION == 3 and obj[-2] == HOST
+    assert obj[1] == ENGINE_DESC_VERSION == 4 and obj[-3] == HOST
     old = msgpack.packb(["mori.io.EngineDesc", 1, "a", "127.0.0.1", 1234, "h", 1, ["TCP"]])
     with pytest.raises(mc.InvalidArgumentError, match="format version 1.*older mori-io"):
         EngineDesc.unpack(old)

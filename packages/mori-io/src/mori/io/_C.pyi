@@ -126,6 +126,8 @@ class Engine:
     has_tcp_backend: bool
     has_shm_backend: bool
     host_id: str
+    secret: bytes
+    hellos_refused: int
     hot_path_options: dict[str, bool]
     def __init__(self, key: str, host: str, port: int) -> None: ...
     def create_tcp_backend(self, config: TcpBackendConfig) -> None: ...
@@ -157,6 +159,7 @@ class Engine:
         remote_shm: bool = False,
         remote_p2p: bool = False,
         remote_rdma: bool = False,
+        secret: bytes = b"",
     ) -> None: ...
     def deregister_remote_engine(self, key: str) -> None: ...
     def has_remote_engine(self, key: str) -> bool: ...

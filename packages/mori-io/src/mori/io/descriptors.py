@@ -20,7 +20,9 @@ import mori.core
 from . import _C
 
 FORMAT_VERSION = 2  # MemoryDesc; 2 added device_bus_id, numa_node, ipc_handle (MORI's)
-ENGINE_DESC_VERSION = 3  # EngineDesc; 2 added host_id (same-host SHM), 3 node_id (MORI's)
+# EngineDesc; 2 added host_id (same-host SHM), 3 node_id (MORI's), 4 secret (trust model)
+ENGINE_DESC_VERSION = 4
+SECRET_BYTES = 16  # an engine's secret (wire::kSecretBytes)
 IPC_HANDLE_BYTES = 64  # MORI's ipc_handle width
 _ENGINE_TAG = "mori.io.EngineDesc"
 _MEMORY_TAG = "mori.io.MemoryDesc"
@@ -71,7 +73,10 @@ class EngineDesc:
     ``host_id`` ("<hostname>/<boot_id>/pidns:<inode>") and ``pid`` let a peer on the same
     host (equal host_id) reach the engine's memory with CMA (the SHM backend).
     ``node_id`` is MORI's: ``MORI_NODE_ID`` if set, else the kernel's boot id, else the
-    hostname (informative here; mori decides "same host" by host_id)."""
+    hostname (informative here; mori decides "same host" by host_id).
+    ``secret`` (16 random bytes, or empty) is what a connecting engine presents: the
+    engine refuses connections without it (README "Trust model"). Hand an EngineDesc only
+    to peers you trust; it is left out of repr()."""
 
     key: str
     host: str
@@ -81,9 +86,11 @@ class EngineDesc:
     backends: tuple[str, ...] = ()
     host_id: str = ""
     node_id: str = ""
+    secret: bytes = dataclasses.field(default=b"", repr=False)
 
     _FIELDS = [("key", str), ("host", str), ("port", int), ("hostname", str), ("pid", int),
-               ("backends", list), ("host_id", str), ("node_id", str)]  # fmt: skip
+               ("backends", list), ("host_id", str), ("node_id", str),
+               ("secret", bytes)]  # fmt: skip
 
     def pack(self) -> bytes:
         """Compact versioned bytes (msgpack) for another process."""
@@ -99,13 +106,14 @@ class EngineDesc:
                 list(self.backends),
                 self.host_id,
                 self.node_id,
+                bytes(self.secret),
             ]  # fmt: skip
         )
 
     @classmethod
     def unpack(cls, data: bytes) -> EngineDesc:
         """Inverse of pack(); raises InvalidArgumentError on anything else."""
-        key, host, port, hostname, pid, backends, host_id, node_id = _decode(
+        key, host, port, hostname, pid, backends, host_id, node_id, secret = _decode(
             data, _ENGINE_TAG, cls._FIELDS, ENGINE_DESC_VERSION
         )
         if (
@@ -113,12 +121,14 @@ class EngineDesc:
             or not (0 < port < 65536)
             or not (0 <= pid < (1 << 31))
             or not all(isinstance(b, str) for b in backends)
+            or len(secret) not in (0, SECRET_BYTES)
         ):
             raise mori.core.InvalidArgumentError(
-                f"EngineDesc.unpack: invalid key {key!r}, port {port}, pid {pid} or "
-                f"backends {backends!r}"
+                f"EngineDesc.unpack: invalid key {key!r}, port {port}, pid {pid}, "
+                f"backends {backends!r} or secret of {len(secret)} bytes (expected "
+                f"{SECRET_BYTES})"
             )
-        return cls(key, host, port, hostname, pid, tuple(backends), host_id, node_id)
+        return cls(key, host, port, hostname, pid, tuple(backends), host_id, node_id, secret)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -357,6 +357,7 @@ class IOEngine:
         return EngineDesc(
             self._key, self._engine.host, self._engine.port, hostname, os.getpid(),
             tuple(self._backends), self._engine.host_id, _node_id(hostname),
+            self._engine.secret,
         )  # fmt: skip
 
     def register_remote_engine(self, engine_desc: EngineDesc) -> None:
@@ -364,7 +365,7 @@ class IOEngine:
         self._engine.register_remote_engine(
             engine_desc.key, engine_desc.host, engine_desc.port, engine_desc.host_id,
             engine_desc.pid, "SHM" in engine_desc.backends, "P2P" in engine_desc.backends,
-            "RDMA" in engine_desc.backends,
+            "RDMA" in engine_desc.backends, bytes(engine_desc.secret),
         )  # fmt: skip
 
     def backend_for(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> tuple[str, str]:
