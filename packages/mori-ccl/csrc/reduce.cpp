@@ -81,24 +81,39 @@ inline uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | out);
 }
 
-template <typename T, typename Acc>
-void ReduceNative(void* dst, const void* const* srcs, int n, size_t count) {
-  T* out = static_cast<T*>(dst);
-  for (size_t i = 0; i < count; ++i) {
+// One element's reduction in Acc over the sources in order. Sum starts from zero
+// (so an all -0.0 input sums to +0.0, as an fp32 accumulator initialised to zero
+// gives); max and min start from the first source and keep the first NaN met.
+template <typename Acc, typename Load>
+inline Acc ReduceElement(ReduceOp op, int n, size_t i, Load load) {
+  if (op == ReduceOp::kSum) {
     Acc acc = 0;
-    for (int s = 0; s < n; ++s) acc += static_cast<Acc>(static_cast<const T*>(srcs[s])[i]);
-    out[i] = static_cast<T>(acc);
+    for (int s = 0; s < n; ++s) acc += load(s, i);
+    return acc;
   }
+  Acc acc = load(0, i);
+  for (int s = 1; s < n; ++s) {
+    const Acc v = load(s, i);
+    if (acc != acc) break;  // NaN stays
+    if (v != v || (op == ReduceOp::kMax ? v > acc : v < acc)) acc = v;
+  }
+  return acc;
+}
+
+template <typename T, typename Acc>
+void ReduceNative(ReduceOp op, void* dst, const void* const* srcs, int n, size_t count) {
+  T* out = static_cast<T*>(dst);
+  auto load = [srcs](int s, size_t i) {
+    return static_cast<Acc>(static_cast<const T*>(srcs[s])[i]);
+  };
+  for (size_t i = 0; i < count; ++i) out[i] = static_cast<T>(ReduceElement<Acc>(op, n, i, load));
 }
 
 template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
-void Reduce16(void* dst, const void* const* srcs, int n, size_t count) {
+void Reduce16(ReduceOp op, void* dst, const void* const* srcs, int n, size_t count) {
   uint16_t* out = static_cast<uint16_t*>(dst);
-  for (size_t i = 0; i < count; ++i) {
-    float acc = 0.f;
-    for (int s = 0; s < n; ++s) acc += Load(static_cast<const uint16_t*>(srcs[s])[i]);
-    out[i] = Store(acc);
-  }
+  auto load = [srcs](int s, size_t i) { return Load(static_cast<const uint16_t*>(srcs[s])[i]); };
+  for (size_t i = 0; i < count; ++i) out[i] = Store(ReduceElement<float>(op, n, i, load));
 }
 
 }  // namespace
@@ -132,24 +147,68 @@ DataType ParseDataType(const std::string& name) {
              "' (expected float32, float64, bfloat16, float16, int32, int64)");
 }
 
-void ReduceSumCpu(DataType dtype, void* dst, const void* const* srcs, int num_srcs, size_t count) {
-  MORI_CHECK_ARG(num_srcs >= 1, "num_srcs ", num_srcs, " must be >= 1");
-  MORI_CHECK_ARG(dst != nullptr || count == 0, "null destination for ", count, " elements");
+const char* DataTypeName(DataType dtype) {
   switch (dtype) {
     case DataType::kFloat32:
-      return ReduceNative<float, float>(dst, srcs, num_srcs, count);
+      return "float32";
     case DataType::kFloat64:
-      return ReduceNative<double, double>(dst, srcs, num_srcs, count);
-    case DataType::kInt32:
-      return ReduceNative<int32_t, int64_t>(dst, srcs, num_srcs, count);
-    case DataType::kInt64:
-      return ReduceNative<int64_t, int64_t>(dst, srcs, num_srcs, count);
+      return "float64";
     case DataType::kBFloat16:
-      return Reduce16<Bf16ToFloat, FloatToBf16>(dst, srcs, num_srcs, count);
+      return "bfloat16";
     case DataType::kFloat16:
-      return Reduce16<HalfToFloat, FloatToHalf>(dst, srcs, num_srcs, count);
+      return "float16";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+ReduceOp ParseReduceOp(const std::string& name) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "max") return ReduceOp::kMax;
+  if (name == "min") return ReduceOp::kMin;
+  MORI_THROW(InvalidArgumentError, "unsupported op '", name, "' (expected sum, max, min)");
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+  }
+  return "unknown";
+}
+
+void ReduceCpu(DataType dtype, ReduceOp op, void* dst, const void* const* srcs, int num_srcs,
+               size_t count) {
+  MORI_CHECK_ARG(num_srcs >= 1, "num_srcs ", num_srcs, " must be >= 1");
+  MORI_CHECK_ARG(dst != nullptr || count == 0, "null destination for ", count, " elements");
+  MORI_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin,
+                 "unknown reduce op code ", static_cast<int>(op));
+  switch (dtype) {
+    case DataType::kFloat32:
+      return ReduceNative<float, float>(op, dst, srcs, num_srcs, count);
+    case DataType::kFloat64:
+      return ReduceNative<double, double>(op, dst, srcs, num_srcs, count);
+    case DataType::kInt32:
+      return ReduceNative<int32_t, int64_t>(op, dst, srcs, num_srcs, count);
+    case DataType::kInt64:
+      return ReduceNative<int64_t, int64_t>(op, dst, srcs, num_srcs, count);
+    case DataType::kBFloat16:
+      return Reduce16<Bf16ToFloat, FloatToBf16>(op, dst, srcs, num_srcs, count);
+    case DataType::kFloat16:
+      return Reduce16<HalfToFloat, FloatToHalf>(op, dst, srcs, num_srcs, count);
   }
   MORI_THROW(InvalidArgumentError, "unknown dtype code ", static_cast<int>(dtype));
+}
+
+void ReduceSumCpu(DataType dtype, void* dst, const void* const* srcs, int num_srcs, size_t count) {
+  ReduceCpu(dtype, ReduceOp::kSum, dst, srcs, num_srcs, count);
 }
 
 }  // namespace mori::ccl

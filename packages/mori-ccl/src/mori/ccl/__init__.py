@@ -2,9 +2,12 @@
 # Copyright (c) 2026 The mori authors
 """mori.ccl: lightweight collectives for latency-sensitive, few-SM use.
 
-This release has the host reduction (:func:`reduce_sum`) and a reference all-reduce
-over any mori bootstrap (:func:`cpu_all_reduce`); the GPU collectives over
-symmetric memory follow (see the package README).
+:class:`Communicator` runs all-reduce (one-shot, two-shot), all-gather,
+reduce-scatter, all-to-all(v), broadcast and barrier over mori's symmetric heap, with
+functional shortcuts (:func:`all_reduce`, ...) over one cached communicator per
+group. This release runs them on host heaps (CPU tensors); the CUDA collectives are
+not built (see the package README). :func:`reduce_sum` and :func:`cpu_all_reduce`
+are the host reduction and a reference all-reduce over any mori bootstrap.
 """
 
 from __future__ import annotations
@@ -13,6 +16,26 @@ import mori.core  # noqa: F401  (loads libmori_core before the extension)
 
 from . import _C  # noqa: F401
 from ._version import __version__
+from .communicator import (
+    Communicator,
+    all_gather,
+    all_reduce,
+    all_to_all,
+    barrier,
+    broadcast,
+    reduce_scatter,
+)
 from .reference import cpu_all_reduce, reduce_sum
 
-__all__ = ["__version__", "cpu_all_reduce", "reduce_sum"]
+__all__ = [
+    "Communicator",
+    "__version__",
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "barrier",
+    "broadcast",
+    "cpu_all_reduce",
+    "reduce_scatter",
+    "reduce_sum",
+]

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// Bindings of the CPU collectives. Tensors cross as addresses; mori.ccl.communicator
+// checks devices, dtypes, shapes and sizes first.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "collectives.hpp"
+#include "mori/core/error.hpp"
+#include "protocol.hpp"
+
+namespace py = pybind11;
+
+namespace mori::ccl {
+
+namespace {
+
+AllReduceAlgorithm ParseAlgorithm(const std::string& name) {
+  if (name == "one_shot") return AllReduceAlgorithm::kOneShot;
+  if (name == "two_shot") return AllReduceAlgorithm::kTwoShot;
+  MORI_THROW(InvalidArgumentError, "algorithm '", name, "' is not one_shot or two_shot");
+}
+
+CollectiveKind ParseKind(const std::string& name) {
+  for (CollectiveKind k :
+       {CollectiveKind::kBarrier, CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+        CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll, CollectiveKind::kBroadcast}) {
+    if (name == CollectiveKindName(k)) return k;
+  }
+  MORI_THROW(InvalidArgumentError, "unknown collective '", name, "'");
+}
+
+template <typename T>
+T* Ptr(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+
+}  // namespace
+
+void register_collectives(py::module_& m) {
+  m.def(
+      "ccl_block_bytes",
+      [](int world_size, size_t max_bytes) {
+        MORI_CHECK_ARG(world_size >= 1, "world_size ", world_size, " must be >= 1");
+        return MakeBlockLayout(world_size, max_bytes).total_bytes;
+      },
+      py::arg("world_size"), py::arg("max_bytes"),
+      R"doc(Bytes of a communicator's symmetric block (protocol.hpp) for ``max_bytes``.)doc");
+
+  py::class_<CommunicatorCpu>(m, "CommunicatorCpu",
+                              R"doc(The collectives on a host symmetric heap.)doc")
+      .def(py::init([](uintptr_t block, size_t max_bytes, double timeout_s) {
+             return new CommunicatorCpu(
+                 Ptr<void>(block), max_bytes,
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+           }),
+           py::arg("block"), py::arg("max_bytes"), py::arg("timeout_s"),
+           py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes this pe's signal words, then a heap barrier.)doc")
+      .def(
+          "all_reduce",
+          [](CommunicatorCpu& self, uintptr_t src, uintptr_t dst, size_t count,
+             const std::string& dtype, const std::string& op, const std::string& algorithm) {
+            const DataType t = ParseDataType(dtype);
+            const ReduceOp o = ParseReduceOp(op);
+            const AllReduceAlgorithm a = ParseAlgorithm(algorithm);
+            py::gil_scoped_release release;
+            self.AllReduce(Ptr<const void>(src), Ptr<void>(dst), count, t, o, a);
+          },
+          py::arg("src"), py::arg("dst"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("algorithm"), R"doc(dst = op over ranks of src (count elements).)doc")
+      .def(
+          "all_gather",
+          [](CommunicatorCpu& self, uintptr_t src, uintptr_t dst, size_t bytes,
+             const std::string& dtype) {
+            const DataType t = ParseDataType(dtype);
+            py::gil_scoped_release release;
+            self.AllGather(Ptr<const void>(src), Ptr<void>(dst), bytes, t);
+          },
+          py::arg("src"), py::arg("dst"), py::arg("bytes"), py::arg("dtype"),
+          R"doc(dst[r * bytes:] = rank r's src.)doc")
+      .def(
+          "reduce_scatter",
+          [](CommunicatorCpu& self, uintptr_t src, uintptr_t dst, size_t count,
+             const std::string& dtype, const std::string& op) {
+            const DataType t = ParseDataType(dtype);
+            const ReduceOp o = ParseReduceOp(op);
+            py::gil_scoped_release release;
+            self.ReduceScatter(Ptr<const void>(src), Ptr<void>(dst), count, t, o);
+          },
+          py::arg("src"), py::arg("dst"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          R"doc(dst (count elements) = op over ranks of their src shard ``rank``.)doc")
+      .def(
+          "all_to_all",
+          [](CommunicatorCpu& self, uintptr_t src, uintptr_t dst, size_t row_bytes,
+             const std::vector<int64_t>& in_rows, const std::vector<int64_t>& out_rows,
+             const std::string& dtype) {
+            const DataType t = ParseDataType(dtype);
+            MORI_CHECK_ARG(in_rows.size() == out_rows.size(), "in_rows has ", in_rows.size(),
+                           " entries, out_rows ", out_rows.size());
+            py::gil_scoped_release release;
+            self.AllToAll(Ptr<const void>(src), Ptr<void>(dst), row_bytes, in_rows.data(),
+                          out_rows.data(), t);
+          },
+          py::arg("src"), py::arg("dst"), py::arg("row_bytes"), py::arg("in_rows"),
+          py::arg("out_rows"), py::arg("dtype"),
+          R"doc(Rank s sends in_rows[d] rows to rank d; dst holds out_rows[s] rows from each s.)doc")
+      .def(
+          "broadcast",
+          [](CommunicatorCpu& self, uintptr_t buf, size_t bytes, const std::string& dtype,
+             int root) {
+            const DataType t = ParseDataType(dtype);
+            py::gil_scoped_release release;
+            self.Broadcast(Ptr<void>(buf), bytes, t, root);
+          },
+          py::arg("buf"), py::arg("bytes"), py::arg("dtype"), py::arg("root"),
+          R"doc(buf on every rank = buf of rank ``root``.)doc")
+      .def("barrier", &CommunicatorCpu::Barrier, py::call_guard<py::gil_scoped_release>(),
+           R"doc(Returns once every rank has entered it.)doc")
+      .def(
+          "reject",
+          [](CommunicatorCpu& self, const std::string& kind, const std::string& reason) {
+            const CollectiveKind k = ParseKind(kind);
+            py::gil_scoped_release release;
+            self.Reject(k, reason);
+          },
+          py::arg("kind"), py::arg("reason"),
+          R"doc(Take part in a call as a rejecting rank, then raise InvalidArgumentError(reason).)doc")
+      .def_property_readonly("epoch", &CommunicatorCpu::epoch)
+      .def_property_readonly("max_bytes", &CommunicatorCpu::max_bytes);
+}
+
+}  // namespace mori::ccl
