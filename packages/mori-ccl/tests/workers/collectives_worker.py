@@ -18,6 +18,7 @@ Creates a gloo group; the first Communicator creates the host heap. Prints
 
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -92,6 +93,9 @@ def run_random(comm: ccl.Communicator) -> None:
         # Odd element counts: sizes that are not multiples of 16 bytes.
         limit = MAX_BYTES // es // (world if kind in ("reduce_scatter", "all_to_all") else 1)
         numel = int(torch.randint(1, min(limit, 3001), (1,), generator=gen)) | 1
+        if it % 20 == 0:
+            # Skew: each rank in turn enters late, so every arrival order occurs.
+            time.sleep(0.003 if rank == (it // 20) % world else 0)
         what = f"call {it} {kind} {dtype} {op} numel={numel} in_place={in_place} zc={zero_copy}"
 
         def staged(t: torch.Tensor, zero_copy=zero_copy) -> torch.Tensor:
@@ -226,6 +230,8 @@ def run_errors(comm: ccl.Communicator) -> None:
     assert b.tolist() == [world - 1]
     ccl.barrier()
     assert ccl.communicator._communicator(None) is ccl.communicator._communicator(None)
+    comm.close()
+    expect(mc.InvalidStateError, "this Communicator was closed", comm.barrier)
 
 
 def run_timeout(comm: ccl.Communicator) -> None:
