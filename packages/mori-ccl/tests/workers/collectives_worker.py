@@ -213,6 +213,19 @@ def run_errors(comm: ccl.Communicator) -> None:
             msg = expect(mc.InvalidArgumentError, "rejected by rank 1", comm.all_reduce, x.clone())
             assert pattern in msg, msg
     expect(mc.InvalidArgumentError, "op 'avg' is not one of", comm.all_reduce, x, op="avg")
+    if rank == 0:
+        expect(
+            mc.InvalidArgumentError,
+            "in_splits must be a tensor or a list of ints, got int",
+            comm.all_to_all,
+            torch.zeros(world, 2),
+            in_splits=3,
+        )
+    else:
+        msg = expect(
+            mc.InvalidArgumentError, "rejected by rank 0", comm.all_to_all, torch.zeros(world, 2)
+        )
+        assert "in_splits must be" in msg, msg
     # Every rank failed that call alike (op checked locally on all of them); still usable.
     y = torch.full((33,), float(rank + 1))
     comm.all_reduce(y)

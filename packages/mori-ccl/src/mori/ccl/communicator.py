@@ -247,7 +247,10 @@ class Communicator:
                     f"without {name}, {rows} rows do not split evenly over {self.world_size} ranks"
                 )
             return [rows // self.world_size] * self.world_size, None
-        values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+        try:
+            values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+        except TypeError:
+            return None, f"{name} must be a tensor or a list of ints, got {type(splits).__name__}"
         if len(values) != self.world_size or any(not isinstance(v, int) or v < 0 for v in values):
             return None, f"{name} {values} must hold {self.world_size} ints >= 0"
         if rows is not None and sum(values) != rows:
