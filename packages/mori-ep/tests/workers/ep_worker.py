@@ -219,71 +219,43 @@ def run_errors() -> None:
             None,
             idx,
         )
+
     # The op still works, and a bad combine input is rejected on every rank.
+    def combine_rejected(pattern: str, bad_args) -> None:
+        """Rank `bad` combines `bad_args` and gets `pattern`; the others combine good
+        inputs and see its rejection."""
+        if rank == bad:
+            expect(mc.InvalidArgumentError, pattern, op.combine, *bad_args)
+        else:
+            expect(
+                mc.InvalidArgumentError, f"combine rejected by rank {bad}", op.combine,
+                out[:total], None, idx,
+            )  # fmt: skip
+
     out, out_w, _, _, total = op.dispatch(x, w, None, idx)
     total = int(total.item())
-    if rank == bad:
-        expect(
-            mc.InvalidArgumentError,
-            "combine input dtype torch.float16 must be bf16, fp32 or fp8 e4m3",
-            op.combine,
-            out[:total].half(),
-            None,
-            None,
-        )
-    else:
-        expect(
-            mc.InvalidArgumentError,
-            f"combine rejected by rank {bad}",
-            op.combine,
-            out[:total],
-            None,
-            None,
-        )
+    combine_rejected(
+        "combine input dtype torch.float16 must be bf16, fp32 or fp8 e4m3",
+        (out[:total].half(), None, None),
+    )
     out, out_w, _, _, total = op.dispatch(x, w, None, idx)
     total = int(total.item())
     if rank == bad:
         assert total > 0  # every rank routes to expert E-1, which lives on rank `bad`
-        expect(
-            mc.InvalidArgumentError,
-            f"combine input has {total - 1} rows; it needs total_recv {total}",
-            op.combine,
-            out[: total - 1],
-            None,
-            None,
-        )
-    else:
-        expect(
-            mc.InvalidArgumentError,
-            f"combine rejected by rank {bad}",
-            op.combine,
-            out[:total],
-            None,
-            None,
-        )
+    combine_rejected(
+        f"combine input has {total - 1} rows; it needs total_recv {total}",
+        (out[: total - 1], None, None),
+    )
     # combine's indices are this rank's own [num_tokens, k] routing (MORI's meaning);
     # the received rows' indices are refused on the rank that passes them.
     out, out_w, _, out_idx, total = op.dispatch(x, w, None, idx)
     total = int(total.item())
     if rank == bad:
         assert total != n
-        expect(
-            mc.InvalidArgumentError,
-            f"combine indices has {total} rows but this rank dispatched {n} tokens",
-            op.combine,
-            out[:total],
-            None,
-            out_idx[:total],
-        )
-    else:
-        expect(
-            mc.InvalidArgumentError,
-            f"combine rejected by rank {bad}",
-            op.combine,
-            out[:total],
-            None,
-            idx,
-        )
+    combine_rejected(
+        f"combine indices has {total} rows but this rank dispatched {n} tokens",
+        (out[:total], None, out_idx[:total]),
+    )
     dests = [len({int(e) // EPR for e in row if e >= 0}) for row in idx]
     # MORI's calls: combine(out, None, topk_ids) with int32 and with int64 routing.
     for routing in (idx, idx.long()):
