@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""mori.shmem, ROCm/mori's shmem names: world 2 among real processes on the host
-heap (CPU), started as ROCm/mori's examples start (a torch process group
-registered as "default") and through a unique id without torch.distributed."""
+"""mori.shmem, ROCm/mori's shmem names: real processes started as ROCm/mori's
+examples start (a torch process group registered as "default") and through a
+unique id without torch.distributed; on the host heap (every GPU hidden) and, where
+a GPU is visible, on the CUDA heap mori.shmem then picks (2 pes may share a GPU)."""
 
 import random
 import struct
@@ -18,12 +19,14 @@ pytest.importorskip("torch")
 
 WORKER = str(Path(__file__).parent / "workers" / "mori_shmem_worker.py")
 ENV = {"MORI_SHMEM_HEAP_SIZE": "16M", "MORI_BOOTSTRAP_TIMEOUT_S": "60"}
+# mori.shmem puts the heap on a GPU when torch sees one: the host-heap tests hide them.
+CPU_ENV = {**ENV, "CUDA_VISIBLE_DEVICES": ""}
 
 
-def _run(mode, world, *extra):
+def _run(mode, world, *extra, env=CPU_ENV):
     seed = random.randrange(1 << 30)
     print(f"seed={seed}")
-    results = launch_local([WORKER, mode, str(seed), *extra], world, timeout_s=180, env=ENV)
+    results = launch_local([WORKER, mode, str(seed), *extra], world, timeout_s=180, env=env)
     for r in results:
         assert r.output.strip().endswith(f"pe {r.rank} ok"), r.output
 
@@ -35,6 +38,17 @@ def test_torch_process_group_init_default(world):
 
 def test_unique_id_init_without_torch_distributed(tmp_path):
     _run("uid", 2, str(tmp_path / "uid"))
+
+
+@pytest.mark.parametrize("mode", ["torch-pg", "uid"])
+def test_cuda_heap_when_a_gpu_is_visible(mode, tmp_path):
+    torch = pytest.importorskip("torch")
+    if not mc.build_info().get("with_cuda") or not torch.cuda.is_available():
+        pytest.skip("needs mori-core built with CUDA and a visible GPU")
+    from mori.core.launch import NO_MULTICAST_ENV
+
+    extra = [str(tmp_path / "uid")] if mode == "uid" else []
+    _run(mode, 2, *extra, env={**ENV, **NO_MULTICAST_ENV})
 
 
 def test_unique_id_round_trip_on_one_pe(monkeypatch):

@@ -2,11 +2,15 @@
 # Copyright (c) 2026 The mori authors
 """One pe of the mori.shmem (ROCm/mori names) tests. argv: mode seed [uid_file]
 
+The heap is wherever mori.shmem puts it, as in ROCm/mori: on the current CUDA
+device when torch sees one (the GPU test; pe r uses GPU r % count, so 2 pes may
+share one GPU), else on the host (the CPU test hides every GPU).
+
 mode "torch-pg": gloo process group registered as "default", then
 shmem_torch_process_group_init("default"), as ROCm/mori's examples start.
 mode "uid": no torch.distributed; rank 0 writes shmem_get_unique_id() to
 uid_file, every rank reads it and calls shmem_init_attr. Both then run the same
-checks over the host heap and print "pe N ok".
+checks and print "pe N ok".
 """
 
 import ctypes
@@ -25,6 +29,18 @@ mode, seed = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
 ms = mori.shmem
+CUDA = torch.cuda.is_available()
+if CUDA:
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+
+
+def words(addr: int, count: int) -> torch.Tensor:
+    """``count`` int64 words at heap address ``addr``, as a tensor on the heap's device."""
+    if CUDA:
+        return torch.as_tensor(
+            ms.MoriShmemBuffer(addr, 8 * count, torch.int64), device="cuda"
+        ).view(torch.int64)
+    return torch.frombuffer((ctypes.c_char * (8 * count)).from_address(addr), dtype=torch.int64)
 
 
 if mode == "torch-pg":
@@ -77,9 +93,11 @@ expect_error(mc.InvalidArgumentError, f"dest_pe {n} out of range", ms.shmem_ptr_
 for pe in range(n):
     remote = ms.shmem_ptr_p2p(ptr, me, pe)
     assert remote != 0 and (pe == me or remote != ptr), (pe, hex(remote))
-    ctypes.c_uint64.from_address(remote + 8 * me).value = 1000 * me + pe + 1
+    words(remote + 8 * me, 1).fill_(1000 * me + pe + 1)
+if CUDA:
+    torch.cuda.synchronize()
 ms.shmem_barrier_all()
-got = [ctypes.c_uint64.from_address(ptr + 8 * src).value for src in range(n)]
+got = words(ptr, n).tolist()
 assert got == [1000 * src + me + 1 for src in range(n)], got
 ms.shmem_barrier_all()
 
@@ -88,21 +106,27 @@ cols = random.Random(seed).randrange(1, 64)  # the same on every pe: malloc is c
 t = ms.mori_shmem_create_tensor((3, cols), torch.float32)
 assert t.shape == (3, cols) and t.dtype == torch.float32 and t.__symm_tensor__
 assert ms.shmem_ptr_p2p(t.data_ptr(), me, me) == t.data_ptr()
+assert t.device.type == ("cuda" if CUDA else "cpu"), t.device
 t.fill_(float(me + 1))
+if CUDA:
+    torch.cuda.synchronize()
 ms.shmem_barrier_all()
 for pe in range(n):
     view = ms.symm_mori_shmem_tensor(t, pe)
     assert (view is t) == (pe == me)
-    assert torch.equal(view, torch.full((3, cols), float(pe + 1))), f"pe {pe}'s copy"
+    assert torch.equal(view.cpu(), torch.full((3, cols), float(pe + 1))), f"pe {pe}'s copy"
 views = ms.mori_shmem_create_tensor_list_intra_node((5,), torch.int64, n)
 assert len(views) == n and views[me].__symm_tensor__
 for pe in range(n):
     views[pe][me] = 100 * me + pe  # write my slot into every pe's copy
+if CUDA:
+    torch.cuda.synchronize()
 ms.shmem_barrier_all()
 assert views[me].tolist()[:n] == [100 * src + me for src in range(n)], views[me].tolist()
 buf = ms.MoriShmemBuffer(t.data_ptr(), t.nbytes, t.dtype)
-assert buf.__array_interface__["data"][0] == t.data_ptr()
-assert buf.__array_interface__["shape"] == (t.nbytes,)
+interface = buf.__cuda_array_interface__ if CUDA else buf.__array_interface__
+assert interface["data"][0] == t.data_ptr()
+assert interface["shape"] == (t.nbytes,)
 expect_error(
     mc.InvalidArgumentError,
     "was not made by mori_shmem_create_tensor",
