@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """mori demo (`nox -s demo`): what this machine has, a bootstrap round among two
-local processes, KV-cache transfer between a prefill and a decode server, and one
-real call into each package's native extension.
+local processes, KV-cache transfer between a prefill and a decode server, an MoE
+layer over mori.ep, a tensor-parallel layer over mori.ccl, and one real call into
+each package's native extension.
 
 Runs on any Linux machine; uses GPUs where present."""
 
@@ -14,6 +15,7 @@ import sys
 WORKER_FLAG = "--bootstrap-worker"
 MOE_FLAG = "--moe-worker"
 KV_FLAG = "--kv-worker"
+TP_FLAG = "--tp-worker"
 
 # The KV-cache scene: each server's paged cache is [layers, blocks, block bytes]; a
 # block holds 16 tokens x 8 KV heads x 128 dims x bf16, K and V (64 KiB per layer).
@@ -164,6 +166,117 @@ def moe_worker() -> None:
     shmem.finalize()
     if not ok:
         raise SystemExit(f"rank {rank}: combine differs from the local reference ({err:.3g})")
+
+
+def tp_worker() -> None:
+    """One rank of the tensor-parallel scene: a row-parallel linear layer. Rank r
+    holds the r-th slice of the input features and of the weight's rows, computes a
+    partial product, and mori.ccl's all-reduce sums the partials; the result is
+    checked against the whole layer computed in one process, and the all-reduce is
+    timed beside torch.distributed's (gloo on CPU, NCCL on GPUs) on the same data."""
+    import json
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import mori.ccl
+    import mori.core as mc
+    from mori.core import shmem
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    cuda = bool(gpus >= world and mc.build_info().get("with_cuda"))
+    cuda = cuda and bool(getattr(mori.ccl._C, "with_cuda", False))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    dev = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://")
+    shmem.init(device=dev, heap_size="64M", timeout_s=30)
+    tokens, features, out_features = 16, 4096, 1024
+    comm = mori.ccl.Communicator(max_bytes=tokens * out_features * 4, timeout_s=30)
+
+    # The whole layer, the same on every rank (one seed); rank r keeps its slice.
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(tokens, features, generator=gen).to(torch.bfloat16).float()
+    w = torch.randn(features, out_features, generator=gen).to(torch.bfloat16).float()
+    cols = slice(rank * features // world, (rank + 1) * features // world)
+    xs, ws = x[:, cols].to(dev), w[cols].to(dev)
+    partial = xs @ ws
+    y = comm.all_reduce(partial.clone())
+
+    # fp32 sums of n products differ from any other order by at most
+    # n * 2^-24 / (1 - n * 2^-24) of the sum of magnitudes (Higham's gamma_n), for
+    # the reference and for the sharded sum alike: allow twice that.
+    ref = x @ w
+    n = features
+    bound = 2 * (n * 2.0**-24 / (1 - n * 2.0**-24)) * (x.abs() @ w.abs())
+    err = (y.cpu() - ref).abs()
+    ok = bool((err <= bound).all())
+
+    def timed(fn, reps: int = 50) -> float:
+        samples = []
+        for _ in range(reps):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(samples)
+
+    buf = partial.clone()
+    timed(lambda: comm.all_reduce(buf), 5)  # warm-up
+    mori_us = timed(lambda: comm.all_reduce(buf))
+    base_us = timed(lambda: dist.all_reduce(buf))
+    stats = {
+        "rank": rank,
+        "dev": str(dev),
+        "err": float(err.max()),
+        "ok": ok,
+        "mori_us": mori_us,
+        "base_us": base_us,
+    }
+    gathered = [None] * world
+    dist.all_gather_object(gathered, json.dumps(stats))
+    if rank == 0:
+        from tabulate import tabulate
+
+        rows = [json.loads(g) for g in gathered]
+        kib = tokens * out_features * 4 / 1024
+        print(
+            tabulate(
+                [
+                    (
+                        r["rank"],
+                        r["dev"],
+                        f"{r['err']:.1e}",
+                        "yes" if r["ok"] else "NO",
+                        f"{r['mori_us']:.1f}",
+                        f"{r['base_us']:.1f}",
+                    )
+                    for r in rows
+                ],
+                headers=[
+                    "rank",
+                    "device",
+                    "max |y - ref|",
+                    "within fp32 bound",
+                    f"mori.ccl all_reduce {kib:.0f} KiB us",
+                    f"torch.distributed ({'nccl' if cuda else 'gloo'}) us",
+                ],
+            )
+        )
+    if cuda:
+        torch.cuda.synchronize()
+    comm.close()
+    shmem.finalize()
+    dist.destroy_process_group()
+    if not ok:
+        raise SystemExit(f"rank {rank}: the all-reduced layer differs from the reference")
 
 
 def _kv_gpu(eng, b):
@@ -343,6 +456,18 @@ def kv_scene() -> None:
             print(r.output.rstrip())
 
 
+def tp_scene() -> None:
+    """The tensor-parallel scene: a row-parallel linear layer on 2 local processes."""
+    from mori.core.launch import launch_local
+
+    print("\n== mori.ccl: a row-parallel linear layer (16 x 4096 @ 4096 x 1024) on 2 local")
+    print("   processes; mori.ccl's all-reduce of the partial products, against the whole")
+    print("   layer in one process and beside torch.distributed's all-reduce")
+    for r in launch_local([__file__, TP_FLAG], 2, timeout_s=120):
+        if r.output.strip():
+            print(r.output.rstrip())
+
+
 def main() -> None:
     import torch
     from tabulate import tabulate
@@ -402,6 +527,8 @@ def main() -> None:
         if r.output.strip():
             print(r.output.rstrip())
 
+    tp_scene()
+
     print("\n== mori.ccl: host reduction (bf16 in, fp32 accumulate, one rounding)")
     xs = [torch.full((4,), v, dtype=torch.bfloat16) for v in (1.0, 2.0**-8, 2.0**-8)]
     out = mori.ccl.reduce_sum(torch.empty(4, dtype=torch.bfloat16), xs)
@@ -415,6 +542,8 @@ if __name__ == "__main__":
         bootstrap_worker()
     elif MOE_FLAG in sys.argv:
         moe_worker()
+    elif TP_FLAG in sys.argv:
+        tp_worker()
     elif KV_FLAG in sys.argv:
         kv_worker(int(sys.argv[sys.argv.index(KV_FLAG) + 1]))
     else:
@@ -422,10 +551,14 @@ if __name__ == "__main__":
 
         p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
         p.add_argument(
-            "--scene", choices=("all", "kv"), default="all",
-            help="all (default), or kv: only mori.io's KV-cache transfer scene",
+            "--scene", choices=("all", "kv", "tp"), default="all",
+            help="all (default); kv: only mori.io's KV-cache transfer scene; "
+            "tp: only mori.ccl's tensor-parallel scene",
         )  # fmt: skip
-        if p.parse_args().scene == "kv":
+        scene = p.parse_args().scene
+        if scene == "kv":
             kv_scene()
+        elif scene == "tp":
+            tp_scene()
         else:
             main()
