@@ -10,11 +10,11 @@
 #include <chrono>
 #include <string>
 
-#include "dispatch_combine.hpp"
+#include "intranode_cpu.hpp"
 #include "mori/core/error.hpp"
 #include "protocol.hpp"
 #if MORI_EP_WITH_CUDA
-#include "dispatch_combine_cuda.hpp"
+#include "intranode_cuda.hpp"
 #endif
 
 namespace py = pybind11;

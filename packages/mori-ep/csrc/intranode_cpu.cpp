@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dispatch_combine.hpp"
+#include "intranode_cpu.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"

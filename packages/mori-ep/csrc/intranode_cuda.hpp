@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <string>
 
-#include "dispatch_combine.hpp"
+#include "intranode_args.hpp"
+#include "intranode_tuning.hpp"
+#include "mori/shmem/context.hpp"
 #include "protocol.hpp"
 
 namespace mori::ep {
@@ -79,23 +81,12 @@ class IntraNodeCuda {
   char* block_;
   int device_;
   int sm_count_ = 0;
-  int combine_steps_ = 4;               // MORI_EP_COMBINE_STEPS
-  int dispatch_seg_ = 8;                // MORI_EP_DISPATCH_SEG
-  bool combine_split_ = false;          // MORI_EP_COMBINE_SPLIT (off: BENCHMARKS.md)
-  int combine_onepass_rows_ = 16;       // MORI_EP_COMBINE_ONEPASS_ROWS (rows per block; 0: off)
-  bool combine_stream_ = true;          // MORI_EP_COMBINE_STREAM (0: the tiled path)
-  int combine_return_warps_ = 0;        // MORI_EP_COMBINE_RETURN_WARPS (0: half the block)
-  int combine_step_groups_ = 0;         // MORI_EP_COMBINE_STEP_GROUPS (0: about 6 items per warp)
-  bool even_segments_ = true;           // MORI_EP_EVEN_SEG: combine's returned segments (0: full
-                                        // segments, a short last one)
-  int dispatch_dynamic_ = -1;           // MORI_EP_DISPATCH_DYNAMIC (1 / 0: always / never; -1:
-                                        // from dispatch_dynamic_tokens_ tokens up)
-  int dispatch_dynamic_tokens_ = 1024;  // MORI_EP_DISPATCH_DYNAMIC_TOKENS
-  char* scratch_ = nullptr;             // the dynamic dispatch's private scratch (device memory)
-  int scratch_blocks_ = 0;              // the largest grid the scratch serves
-  uint64_t* stamps_ = nullptr;          // MORI_EP_TIMELINE: [2][kTimelineBlocks][kTimelineStamps]
+  char* scratch_ = nullptr;     // the dynamic dispatch's private scratch (device memory)
+  int scratch_blocks_ = 0;      // the largest grid the scratch serves
+  uint64_t* stamps_ = nullptr;  // MORI_EP_TIMELINE: [2][kTimelineBlocks][kTimelineStamps]
   int timeline_blocks_[2] = {};
   uint64_t timeout_ns_;
+  IntraNodeTuning tuning_;  // read from the environment once, in the constructor
   shmem::DeviceContext ctx_;
   int max_blocks_[2][kMaxWarpsPerBlock + 1] = {};
   uint64_t epoch_ = 0;

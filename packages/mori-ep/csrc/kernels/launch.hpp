@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// What the host class (intranode_cuda.cu) and the intra-node kernels
+// (intranode_dispatch.cu, intranode_combine.cu) share: the kernels' parameter
+// structs, the constants that fix their builds, and the launch tables (which
+// instantiation serves a block size, a segment width, a path). Plain C++: the
+// host side fills the structs and launches through cudaLaunchKernel; streams cross
+// as integers.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "intranode_cuda.hpp"
+#include "mori/shmem/context.hpp"
+#include "protocol.hpp"
+
+namespace mori::ep::kernels {
+
+inline constexpr int kW = kMaxCudaWorldSize;
+inline constexpr int kMaxThreads = kMaxWarpsPerBlock * 32;
+// Grids of up to 16 warps per block run a 512-thread build of each kernel, which
+// may use 128 registers per thread (the 1024-thread build gets 64).
+inline constexpr int kNarrowThreads = 512;
+// A warp moves a row in segments of kSeg 16-byte words per lane (8 in the 512-thread
+// build: 4 KiB; 4 in the 1024-thread one, which has half the registers): all loads
+// of a segment are issued before its stores, so the copy costs one load latency per
+// segment instead of one per word batch.
+template <int kThreads>
+inline constexpr int kSegWords = kThreads <= kNarrowThreads ? 8 : 4;  // combine; dispatch: kSeg
+// 16-byte words per lane a combine reduction keeps in flight per pe (two pes at once).
+template <int kThreads>
+inline constexpr int kReduceWords = kThreads <= kNarrowThreads ? 4 : 1;
+// 32-bit metadata words (weights, indices, scales, src_pos) a lane stages at once.
+inline constexpr int kMetaWords = 4;
+// The most resident blocks an SM takes (sm_90): bounds the dynamic dispatch's scratch.
+inline constexpr int kMaxBlocksPerSm = 32;
+
+struct Common {
+  shmem::DeviceContext ctx;
+  char* block;  // this pe's symmetric block
+  EpBufferLayout layout;
+  int world, me, top_k;
+  int64_t max_tokens;  // M
+  uint64_t timeout_ns;
+};
+
+struct DispatchParams {
+  Common c;
+  int experts_per_rank, num_experts;
+  int64_t hidden_bytes, row_bytes, scale_bytes;
+  const char* tokens;
+  const float* weights;
+  const char* scales;
+  const int32_t* indices;
+  int64_t num_tokens;
+  bool vec;          // token rows move as 16-byte words
+  bool indices_vec;  // index rows load as int4 (K % 4 == 0, 16-byte aligned)
+  bool meta_staged;  // metadata fits kMetaWords words per lane, 4-byte aligned
+  uint64_t* stamps;  // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
+};
+
+struct CombineParams {
+  Common c;
+  int64_t hidden, combine_row_bytes, row_bytes;
+  const char* input;
+  int64_t input_row_stride, input_rows;
+  bool bfloat16;
+  bool vec;  // rows, slots, input and output all move as 16-byte words
+  const float* weights;
+  void* out;
+  float* out_weights;
+  int64_t num_tokens;
+  int steps;          // tiles per block the combine aims for (pipeline depth)
+  bool split;         // half the warps return rows while the other half reduce
+  int ret_seg_words;  // 16-byte words per lane of a returned row segment (SplitRow)
+  int nseg_ret;       // segments per returned row
+  int return_warps;   // streaming path: warps per block that return rows (1 .. nwarps - 1)
+  int step_groups;    // streaming path: groups a block's return warps post at once
+  uint64_t* stamps;   // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
+};
+
+// Scratch of the dynamic dispatch kernel: private device memory of the pe (not
+// symmetric), zeroed once; words carry the epoch and the item counter is reset by the
+// kernel's last block, so no launch clears them.
+struct ScratchOffsets {
+  size_t block_counts = 0, chunk_ready, token_rows, work, total;
+  ScratchOffsets(int64_t blocks, int64_t max_tokens) {
+    chunk_ready = AlignUp(blocks * kW * sizeof(uint64_t), 256);
+    token_rows = chunk_ready + AlignUp(blocks * kW * sizeof(uint64_t), 256);
+    work = token_rows + AlignUp(max_tokens * kW * sizeof(int32_t), 256);
+    total = work + 256;
+  }
+};
+struct DispatchScratch {
+  uint64_t* block_counts;  // [block][kW] CountWord(epoch, tokens of the block's chunk to d)
+  uint64_t* chunk_ready;   // [block * kW] epoch once the block's token_rows are written
+  int32_t* token_rows;     // [M][kW] row of token t at pe d, -1 when not sent there
+  uint32_t* work;          // (token, segment) items handed out; the last block resets it
+};
+
+// Combine's paths; the host picks one per call (IntraNodeCuda::Combine). One kernel
+// per path keeps each path's register allocation its own (both in one kernel spilled
+// 248 B in the 512-thread build).
+enum CombinePath : int { kTiledPath = 0, kOnePassPath = 1, kStreamPath = 2 };
+
+// The dispatch kernel for a block of `threads` (kNarrowThreads or kMaxThreads)
+// moving kseg-word segments (4 or 8; the 1024-thread build takes 4), static or
+// dynamic; its arguments are (DispatchParams, DispatchScratch).
+// intranode_dispatch.cu.
+const void* DispatchKernelFor(int threads, int kseg, bool dynamic);
+// The combine kernel of `path` for a block of `threads`; its argument is
+// CombineParams. intranode_combine.cu.
+const void* CombineKernelFor(int threads, int path);
+// One warp posts a rejected count row for the next epoch to every pe and advances
+// the epoch (IntraNodeCuda::RejectDispatch).
+void LaunchRejectDispatch(const Common& c, uintptr_t stream);
+// One warp posts a rejected combine word of the current epoch to every pe, for every
+// group (IntraNodeCuda::RejectCombine).
+void LaunchRejectCombine(const Common& c, uintptr_t stream);
+
+// A warp moves a row of `nwords` 16-byte words in segments of at most kseg words per
+// lane: as few segments as kseg allows, with the words spread evenly over them (a
+// 14336-byte bf16 row at kseg 8: 4 segments of 7 words instead of 3 of 8 and one of
+// 4), or, with even false, full kseg-word segments and a short last one.
+inline void SplitRow(int64_t nwords, int kseg, bool even, int* seg_words, int* nseg) {
+  const int64_t per_lane = std::max<int64_t>(1, (nwords + 31) / 32);
+  const int64_t n = (per_lane + kseg - 1) / kseg;
+  *nseg = static_cast<int>(n);
+  *seg_words = even ? static_cast<int>((per_lane + n - 1) / n) : kseg;
+}
+
+}  // namespace mori::ep::kernels
