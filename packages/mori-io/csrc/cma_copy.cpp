@@ -5,22 +5,29 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "mori/core/error.hpp"
+
 namespace mori::io {
 
-int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t len) {
-  // 1: refuse every copy (the engine's own probe fails); "peer": refuse copies to other
-  // processes only (the per-peer probe at connect fails).
+namespace {
+// 1: refuse every copy (the engine's own probe fails); "peer": refuse copies to other
+// processes only (the per-peer probe at connect fails).
+bool TestRefuses(int pid) {
   const char* refuse = std::getenv("MORI_IO_TEST_CMA_REFUSE");
-  if (refuse != nullptr &&
-      (std::strcmp(refuse, "1") == 0 || (std::strcmp(refuse, "peer") == 0 && pid != ::getpid()))) {
-    return EPERM;
-  }
+  return refuse != nullptr &&
+         (std::strcmp(refuse, "1") == 0 || (std::strcmp(refuse, "peer") == 0 && pid != ::getpid()));
+}
+}  // namespace
+
+int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t len) {
+  if (TestRefuses(pid)) return EPERM;
   while (len > 0) {
     iovec l{local, len};
     iovec r{reinterpret_cast<void*>(remote_addr), len};
@@ -38,6 +45,67 @@ int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t
     len -= static_cast<uint64_t>(n);
   }
   return 0;
+}
+
+int CmaCopySpans(int pid, bool to_remote, char* local_base, uint64_t remote_base,
+                 const CmaSpan* spans, size_t n) {
+  if (TestRefuses(pid)) return EPERM;
+  constexpr size_t kIov = 1024;  // UIO_MAXIOV
+  iovec l[kIov];
+  iovec r[kIov];
+  size_t i = 0;
+  while (i < n) {
+    size_t k = 0;
+    uint64_t want = 0;
+    for (; i < n && k < kIov; ++i) {
+      if (spans[i].size == 0) continue;
+      l[k] = {local_base + spans[i].local_offset, spans[i].size};
+      r[k] = {reinterpret_cast<void*>(remote_base + spans[i].remote_offset), spans[i].size};
+      want += spans[i].size;
+      ++k;
+    }
+    if (k == 0) break;
+    ssize_t got;
+    do {
+      got = to_remote ? ::process_vm_writev(pid, l, k, r, k, 0)
+                      : ::process_vm_readv(pid, l, k, r, k, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) return errno;
+    if (static_cast<uint64_t>(got) == want) continue;
+    // Short: the kernel stopped at a page it could not reach or at its per-call limit.
+    // Finish span by span from where it stopped (a bad page then fails with its errno).
+    uint64_t done = static_cast<uint64_t>(got);
+    for (size_t j = 0; j < k; ++j) {
+      uint64_t len = l[j].iov_len;
+      uint64_t skip = std::min(done, len);
+      done -= skip;
+      if (skip == len) continue;
+      int err = CmaCopy(pid, to_remote, static_cast<char*>(l[j].iov_base) + skip,
+                        reinterpret_cast<uint64_t>(r[j].iov_base) + skip, len - skip);
+      if (err != 0) return err;
+    }
+  }
+  return 0;
+}
+
+std::string PackCmaGrant(const CmaGrant& g) {
+  static_assert(sizeof(CmaGrant) == 40, "grant layout");
+  return std::string(reinterpret_cast<const char*>(&g), sizeof(g));
+}
+
+CmaGrant UnpackCmaGrant(const std::string& bytes) {
+  CmaGrant g;
+  if (bytes.size() != sizeof(g)) {
+    MORI_THROW(InvalidArgumentError, "SHM CMA grant of ", bytes.size(), " bytes (expected ",
+               sizeof(g), ")");
+  }
+  std::memcpy(&g, bytes.data(), sizeof(g));
+  if (g.pid <= 0 || g.addr + g.size < g.addr) {
+    MORI_THROW(InvalidArgumentError, "SHM CMA grant: range [", g.addr, ", +", g.size, ") of pid ",
+               g.pid);
+  }
+  CheckLivenessGrant(g.live);
+  return g;
 }
 
 MemcpyResult MemcpyStream(uint64_t size, uint64_t count) {

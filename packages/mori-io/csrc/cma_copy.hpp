@@ -2,7 +2,13 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "shared_host.hpp"
 
 namespace mori::io {
 
@@ -13,6 +19,45 @@ namespace mori::io {
 // MORI_IO_TEST_CMA_REFUSE=1 makes every call fail with EPERM, =peer every call to
 // another process (tests of the fallback; read per call, copies are >= one page).
 int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t len);
+
+// One span of a transfer (the layout of the engine's TransferSpan).
+struct CmaSpan {
+  uint64_t local_offset;
+  uint64_t remote_offset;
+  uint64_t size;
+};
+// Every span of a transfer between `local_base` and `remote_base` of process `pid`,
+// with as few process_vm_writev/readv calls as the kernel's iovec limit allows. The
+// caller checked the spans against both regions. 0 or the errno that stopped it (as
+// CmaCopy, including MORI_IO_TEST_CMA_REFUSE).
+int CmaCopySpans(int pid, bool to_remote, char* local_base, uint64_t remote_base,
+                 const CmaSpan* spans, size_t n);
+
+// What a target sends for a registered host region an initiator may copy into and out
+// of with CMA (kShmCmaGrant, fixed 40 bytes): the absolute range, checked against the
+// target's registry when granted.
+struct CmaGrant {
+  int32_t pid = 0;
+  int32_t reserved = 0;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  LivenessGrant live;  // the target engine's liveness page (liveness.hpp)
+};
+std::string PackCmaGrant(const CmaGrant& g);
+CmaGrant UnpackCmaGrant(const std::string& bytes);  // InvalidArgumentError if malformed
+
+// A target region this initiator holds a CMA grant for; when the last reference goes
+// (copies in progress hold one) `released` runs (a revoke's acknowledgement).
+struct CmaRemote {
+  int pid = 0;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  std::shared_ptr<const TargetLiveness> owner;
+  std::function<void()> released;
+  ~CmaRemote() {
+    if (released) released();
+  }
+};
 
 // The SHM backend's limit: `count` memcpy calls of `size` bytes between two buffers of
 // this process (pages touched before timing).

@@ -221,6 +221,10 @@ the transfer within its timeout.)doc")
            "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
       .def("shm_mapping_state", &IoEngine::ShmMappingState, py::arg("remote_key"),
            py::arg("mem_id"), "-1: not asked yet; 0: not shareable (CMA); 1: mapped (memcpy).")
+      .def("shm_cma_grant_state", &IoEngine::ShmCmaGrantState, py::arg("remote_key"),
+           py::arg("mem_id"), "1: a CMA grant of the remote region is held here; 0: none.")
+      .def("shm_liveness", &IoEngine::ShmLiveness, py::arg("remote_key"),
+           "How same-host copies learn that remote_key's engine is gone: 'word', 'pidfd', ''.")
       .def("notice_ring_state", &IoEngine::NoticeRingState, py::arg("remote_key"),
            "Write announcements to remote_key: 1 its notice ring; 0 not asked yet; -1 TCP.")
       .def_property_readonly("notice_rings_granted", &IoEngine::notice_rings_granted)

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <random>
 
 #include "cma_copy.hpp"
@@ -323,6 +324,8 @@ HotPathOptions HotPathOptions::FromEnv() {
   o.target_batching = EnvFlag("MORI_IO_TARGET_BATCHING", true);
   o.shm_map = EnvFlag("MORI_IO_SHM_MAP", true);
   o.notice_ring = EnvFlag("MORI_IO_NOTICE_RING", true);
+  o.cma_cache = EnvFlag("MORI_IO_CMA_CACHE", true);
+  o.liveness_word = EnvFlag("MORI_IO_SHM_LIVENESS_WORD", true);
   if (const char* slots = std::getenv("MORI_IO_NOTICE_RING_SLOTS")) {
     char* end = nullptr;
     unsigned long v = std::strtoul(slots, &end, 10);
@@ -426,8 +429,12 @@ class Worker {
       ev.data.ptr = &listen_fd_;
       ::epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
     }
+    started_future_ = started_.get_future();
     thread_ = std::thread([this] { Loop(); });
   }
+
+  // Returns once the reactor runs (reactor 0 holds the engine's liveness page then).
+  void WaitStarted() { started_future_.wait(); }
 
   ~Worker() {
     Stop();
@@ -516,6 +523,15 @@ class Worker {
 
  private:
   void Loop() {
+    LivenessPage* live = index_ == 0 ? engine_->liveness_page() : nullptr;
+    if (live != nullptr) live->Hold();
+    started_.set_value();
+    LoopUntilStopped();
+    // Before the thread ends, while the page is still mapped (liveness.hpp).
+    if (live != nullptr) live->Release();
+  }
+
+  void LoopUntilStopped() {
     epoll_event evs[64];
     const int64_t timeout_ns = int64_t{engine_->tcp_config().transfer_timeout_ms} * 1000000;
     // Stuck connections are found within transfer_timeout_ms plus one scan period.
@@ -937,7 +953,8 @@ class Worker {
         SideAnswer(c, h, wire::MsgType::kP2pGrant, st, std::move(payload));
         return true;
       }
-      if (type == wire::MsgType::kShmMapReq || type == wire::MsgType::kNoticeRingReq) {
+      if (type == wire::MsgType::kShmMapReq || type == wire::MsgType::kNoticeRingReq ||
+          type == wire::MsgType::kShmCmaReq) {
         if (c.p2p_grants.size() >= kMaxP2pGrants) {
           *why = StrCat("more than ", kMaxP2pGrants, " side requests on one connection");
           return false;
@@ -946,6 +963,9 @@ class Worker {
         if (type == wire::MsgType::kShmMapReq) {
           wire::WireStatus st = engine_->ShmMapGrantFor(h.mem_id, c.remote_key, &payload);
           SideAnswer(c, h, wire::MsgType::kShmMapGrant, st, std::move(payload));
+        } else if (type == wire::MsgType::kShmCmaReq) {
+          wire::WireStatus st = engine_->ShmCmaGrantFor(h.mem_id, c.remote_key, &payload);
+          SideAnswer(c, h, wire::MsgType::kShmCmaGrant, st, std::move(payload));
         } else {
           wire::WireStatus st = engine_->NoticeRingFor(c.remote_key, &payload);
           SideAnswer(c, h, wire::MsgType::kNoticeRingGrant, st, std::move(payload));
@@ -1326,6 +1346,8 @@ class Worker {
   int64_t accept_logged_ns_ = INT64_MIN / 2;
   uint64_t accept_unlogged_ = 0;
   std::atomic<bool> stop_{false};
+  std::promise<void> started_;
+  std::future<void> started_future_;
   std::thread thread_;
   std::mutex conns_mu_;
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;
@@ -1416,7 +1438,8 @@ IoEngine::~IoEngine() { Shutdown(); }
 void IoEngine::Shutdown() {
   p2p_.reset();  // finishes every copy in flight while the ledger and connections exist
   for (auto& w : workers_) w->Stop();
-  workers_.clear();  // closes every connection, failing what was pending
+  workers_.clear();   // closes every connection, failing what was pending
+  liveness_.reset();  // its holder, reactor 0, has released it and ended
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
   FreeNoticeRings();
@@ -1437,9 +1460,17 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
                  " must be positive");
   MORI_CHECK_ARG(config.max_inbound_statuses >= 1, "max_inbound_statuses must be at least 1");
   tcp_config_ = config;
+  try {
+    liveness_ = std::make_unique<LivenessPage>();
+  } catch (const std::exception& e) {
+    MORI_LOG_WARN(kIo, "engine '", key_, "': no liveness page (", e.what(),
+                  "); same-host initiators poll its pidfd per copy instead");
+  }
   for (int i = 0; i < config.num_worker_threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i, i == 0 ? listen_fd_ : -1));
   }
+  // Grants carry the liveness word only once reactor 0 holds it.
+  workers_[0]->WaitStarted();
 }
 
 void IoEngine::CreateShmBackend() {
@@ -1965,6 +1996,7 @@ wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::
   g.block_size = b.size;
   g.region_offset = 0;
   g.region_size = b.size;
+  if (liveness_) g.live = liveness_->Grant();
   *payload = PackShmMapGrant(g);
   std::lock_guard<std::mutex> lock(notice_mu_);
   auto it = notice_rings_.find(initiator_key);
@@ -2175,6 +2207,13 @@ std::shared_ptr<TransferState> IoEngine::Submit(Op op, const MemoryRegion& local
       return SubmitShmMapped(op, local, peer, pc, remote_mem, std::move(m), spans, n, uid);
     }
   }
+  if (shm && options_.cma_cache) {
+    StatusDetail code = StatusDetail::SUCCESS;
+    std::string error;
+    std::shared_ptr<CmaRemote> g = CmaRemoteFor(peer, remote_mem, &code, &error);
+    if (!g) return Finished(code, std::move(error));
+    return SubmitShmCma(op, local, peer, pc, remote_mem, std::move(g), spans, n, uid);
+  }
 
   uint64_t rid = SubmissionLedger::kNoRecord;
   std::shared_ptr<TransferState> state =
@@ -2282,24 +2321,75 @@ bool IoEngine::HasP2pGrants(uint64_t id) {
   return p2p_granted_.count(id) != 0;
 }
 
+void IoEngine::ForgetGrant(uint64_t mem_id, const std::string& initiator_key) {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto it = p2p_granted_.find(mem_id);
+  if (it == p2p_granted_.end()) return;
+  auto& keys = it->second;
+  keys.erase(std::remove(keys.begin(), keys.end(), initiator_key), keys.end());
+  if (keys.empty()) p2p_granted_.erase(it);
+}
+
+// A grant of `mem_id` to `initiator_key`, for map and CMA grants: the region is checked,
+// the grant recorded, and the region checked again. A deregistration sets `withdrawn`
+// and then looks for records (under p2p_mu_); so either it finds this record and
+// revokes the grant, or the second check sees the withdrawal and the grant is refused.
+// Refused requests leave no record (a peer asking for many ids costs no memory).
+wire::WireStatus IoEngine::RecordCheckedGrant(uint64_t mem_id, const std::string& initiator_key,
+                                              MemoryRegion* r) {
+  if (!shm_created_) return wire::WireStatus::kNoShm;
+  if (!FindRegion(mem_id, r) || r->use->withdrawn.load(std::memory_order_seq_cst)) {
+    return wire::WireStatus::kUnknownMemory;
+  }
+  if (r->loc != MemoryLocationType::CPU) return wire::WireStatus::kNotHostMemory;
+  RecordGrant(mem_id, initiator_key);
+  MemoryRegion again;
+  if (!FindRegion(mem_id, &again)) {
+    ForgetGrant(mem_id, initiator_key);  // deregistered already: no revoke will come
+    return wire::WireStatus::kUnknownMemory;
+  }
+  // Withdrawn: the deregistration in progress revokes the record (and drops it).
+  if (again.use->withdrawn.load(std::memory_order_seq_cst)) return wire::WireStatus::kUnknownMemory;
+  return wire::WireStatus::kOk;
+}
+
 wire::WireStatus IoEngine::ShmMapGrantFor(uint64_t mem_id, const std::string& initiator_key,
                                           std::string* payload) {
   if (!shm_created_) return wire::WireStatus::kNoShm;
   MemoryRegion r;
-  if (!FindRegion(mem_id, &r) || r.use->withdrawn.load(std::memory_order_seq_cst)) {
-    return wire::WireStatus::kUnknownMemory;
-  }
-  if (r.loc != MemoryLocationType::CPU) return wire::WireStatus::kNotHostMemory;
   SharedHostBlock b;
-  if (!FindSharedHost(r.addr, r.size, &b)) return wire::WireStatus::kNotShareable;
-  RecordGrant(mem_id, initiator_key);
+  if (FindRegion(mem_id, &r) && r.loc == MemoryLocationType::CPU &&
+      !FindSharedHost(r.addr, r.size, &b)) {
+    return wire::WireStatus::kNotShareable;
+  }
+  wire::WireStatus st = RecordCheckedGrant(mem_id, initiator_key, &r);
+  if (st != wire::WireStatus::kOk) return st;
+  if (!FindSharedHost(r.addr, r.size, &b)) {  // its block was freed meanwhile
+    ForgetGrant(mem_id, initiator_key);
+    return wire::WireStatus::kNotShareable;
+  }
   ShmMapGrant g;
   g.pid = static_cast<int32_t>(::getpid());
   g.fd = b.fd;
   g.block_size = b.size;
   g.region_offset = r.addr - b.addr;
   g.region_size = r.size;
+  if (liveness_) g.live = liveness_->Grant();
   *payload = PackShmMapGrant(g);
+  return wire::WireStatus::kOk;
+}
+
+wire::WireStatus IoEngine::ShmCmaGrantFor(uint64_t mem_id, const std::string& initiator_key,
+                                          std::string* payload) {
+  MemoryRegion r;
+  wire::WireStatus st = RecordCheckedGrant(mem_id, initiator_key, &r);
+  if (st != wire::WireStatus::kOk) return st;
+  CmaGrant g;
+  g.pid = static_cast<int32_t>(::getpid());
+  g.addr = r.addr;
+  g.size = r.size;
+  if (liveness_) g.live = liveness_->Grant();
+  *payload = PackCmaGrant(g);
   return wire::WireStatus::kOk;
 }
 
@@ -2370,7 +2460,8 @@ void IoEngine::RevokeP2pGrants(uint64_t id) {
   }
   for (const std::string& key : unreachable) {
     MORI_LOG_WARN(kIo, "engine '", key_, "': deregistering memory ", id, ": ", LogSafe(key),
-                  " mapped it over P2P but has no connection left to be asked to unmap it");
+                  " holds a grant of it (P2P, shared-memory map or CMA) but has no connection "
+                  "left to be asked to let go of it");
   }
   std::unique_lock<std::mutex> lock(p2p_mu_);
   auto pending = [&] {
@@ -2389,8 +2480,8 @@ void IoEngine::RevokeP2pGrants(uint64_t id) {
       }
     }
     MORI_THROW(TimeoutError, "deregister_memory: memory ", id, " of engine '", key_,
-               "' is still mapped over P2P by ", late,
-               ", which did not confirm unmapping it within ", tcp_config_.transfer_timeout_ms,
+               "' is still held (a P2P or shared-memory mapping, or a CMA grant) by ", late,
+               ", which did not confirm letting go of it within ", tcp_config_.transfer_timeout_ms,
                " ms; it stays registered");
   }
   p2p_granted_.erase(id);
@@ -2414,6 +2505,7 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
   };
   std::vector<std::shared_ptr<P2pMapping>> maps;  // one per local GPU that mapped it
   std::shared_ptr<ShmMapping> shm;                // shared host memory mapped here
+  std::shared_ptr<CmaRemote> cma;                 // a CMA grant held here
   if (std::shared_ptr<Peer> peer = FindPeer(target_key)) {
     std::lock_guard<std::mutex> lock(peer->p2p_mu);
     for (auto it = peer->p2p_maps.begin(); it != peer->p2p_maps.end();) {
@@ -2430,8 +2522,13 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
       peer->shm_maps.erase(sit);
     }
     peer->shm_unmapped_why.erase(mem_id);
+    auto cit = peer->cma_grants.find(mem_id);
+    if (cit != peer->cma_grants.end()) {
+      cma = std::move(cit->second);
+      peer->cma_grants.erase(cit);
+    }
   }
-  if (maps.empty() && !shm) {
+  if (maps.empty() && !shm && !cma) {
     ack();
     return;
   }
@@ -2440,6 +2537,7 @@ void IoEngine::OnP2pRevoke(const std::string& target_key, uint64_t mem_id,
   auto all_released = std::shared_ptr<void>(nullptr, [ack](void*) { ack(); });
   for (auto& m : maps) m->released = [all_released] {};
   if (shm) shm->released = [all_released] {};
+  if (cma) cma->released = [all_released] {};
 }
 
 int IoEngine::ShmMappingState(const std::string& remote_key, uint64_t mem_id) {
@@ -2448,6 +2546,21 @@ int IoEngine::ShmMappingState(const std::string& remote_key, uint64_t mem_id) {
   std::lock_guard<std::mutex> lock(peer->p2p_mu);
   auto it = peer->shm_maps.find(mem_id);
   return it == peer->shm_maps.end() ? -1 : (it->second ? 1 : 0);
+}
+
+int IoEngine::ShmCmaGrantState(const std::string& remote_key, uint64_t mem_id) {
+  std::shared_ptr<Peer> peer = FindPeer(remote_key);
+  if (!peer) return 0;
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  return peer->cma_grants.count(mem_id) != 0 ? 1 : 0;
+}
+
+std::string IoEngine::ShmLiveness(const std::string& remote_key) {
+  std::shared_ptr<Peer> peer = FindPeer(remote_key);
+  if (!peer) return {};
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  if (!peer->liveness) return {};
+  return peer->liveness->uses_word() ? "word" : "pidfd";
 }
 
 int IoEngine::P2pMappingKind(const std::string& remote_key, uint64_t mem_id) {
@@ -2757,7 +2870,10 @@ std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>&
   }
   std::shared_ptr<ShmMapping> m;
   try {
-    m = MapPeerRegion(UnpackShmMapGrant(answer), &error);
+    const ShmMapGrant g = UnpackShmMapGrant(answer);
+    std::shared_ptr<const TargetLiveness> owner = LivenessOf(*peer, g.pid, g.live, &error);
+    if (owner) m = MapPeerRegion(g, &error);
+    if (m) m->owner = std::move(owner);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -2769,6 +2885,132 @@ std::shared_ptr<ShmMapping> IoEngine::ShmMappingFor(const std::shared_ptr<Peer>&
   }
   peer->shm_maps.emplace(mem_id, m);
   return m;
+}
+
+std::shared_ptr<const TargetLiveness> IoEngine::LivenessOf(Peer& peer, int pid,
+                                                           const LivenessGrant& live,
+                                                           std::string* error) {
+  // The pid of the process that answered is not taken on trust: our copies go to the
+  // pid of the EngineDesc (same host identity, so the same pid namespace).
+  if (peer.pid > 0 && pid != peer.pid) {
+    *error = StrCat("the grant names pid ", pid, ", the remote EngineDesc pid ", peer.pid);
+    return nullptr;
+  }
+  if (peer.liveness) return peer.liveness;
+  std::shared_ptr<TargetLiveness> t =
+      TargetLiveness::Open(pid, live, options_.liveness_word, error);
+  if (!t) return nullptr;
+  if (options_.liveness_word && !t->uses_word()) {
+    MORI_LOG_INFO(kIo, "engine '", key_, "': ", LogSafe(peer.key),
+                  " offers no liveness word; its pidfd is polled per same-host copy");
+  }
+  peer.liveness = std::move(t);
+  return peer.liveness;
+}
+
+std::shared_ptr<CmaRemote> IoEngine::CmaRemoteFor(const std::shared_ptr<Peer>& peer,
+                                                  uint64_t mem_id, StatusDetail* code,
+                                                  std::string* error) {
+  std::lock_guard<std::mutex> lock(peer->p2p_mu);
+  auto it = peer->cma_grants.find(mem_id);
+  if (it != peer->cma_grants.end()) return it->second;
+  // Held across the request: a revoke of this region (OnP2pRevoke takes p2p_mu) that
+  // the target sent after granting is handled only once the grant is cached here.
+  const std::string what = StrCat("SHM: no CMA grant for memory ", mem_id, " of remote engine ",
+                                  LogSafe(peer->key), ": ");
+  std::string answer;
+  if (!SideRequest(*peer, wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant, mem_id, {},
+                   &answer, code, error)) {
+    *error = what + *error;
+    return nullptr;
+  }
+  auto r = std::make_shared<CmaRemote>();
+  try {
+    const CmaGrant g = UnpackCmaGrant(answer);
+    r->owner = LivenessOf(*peer, g.pid, g.live, error);
+    r->pid = g.pid;
+    r->addr = g.addr;
+    r->size = g.size;
+  } catch (const std::exception& e) {
+    *error = e.what();
+  }
+  if (!r->owner) {
+    *code = StatusDetail::ERR_TRANSPORT;
+    *error = what + *error;
+    return nullptr;
+  }
+  peer->cma_grants.emplace(mem_id, r);
+  return r;
+}
+
+static_assert(sizeof(TransferSpan) == sizeof(CmaSpan) &&
+                  offsetof(TransferSpan, local_offset) == offsetof(CmaSpan, local_offset) &&
+                  offsetof(TransferSpan, remote_offset) == offsetof(CmaSpan, remote_offset) &&
+                  offsetof(TransferSpan, size) == offsetof(CmaSpan, size),
+              "TransferSpan and CmaSpan share one layout");
+
+std::shared_ptr<TransferState> IoEngine::SubmitShmCma(Op op, const MemoryRegion& local,
+                                                      const std::shared_ptr<Peer>& peer,
+                                                      PeerConnections* pc, uint64_t remote_mem,
+                                                      std::shared_ptr<CmaRemote> remote,
+                                                      const TransferSpan* spans, size_t n,
+                                                      uint64_t uid) {
+  MORI_SCOPED_TIMER(kIo, "io.shm.cma_direct");
+  const bool write = op == Op::kWrite;
+  // The grant's size is the target's registered size: the whole transfer is checked
+  // against it before any byte moves.
+  if (auto err = RemoteBoundsError(op, spans, n, remote->size, remote_mem, peer->key)) return err;
+  std::shared_ptr<ShmMapping> ring = write ? NoticeRingOf(peer) : nullptr;
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state = BeginTransfer(local, 1, false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
+  auto lost = [&] {
+    const std::string why = StrCat("remote engine ", LogSafe(peer->key), " (pid ", remote->pid,
+                                   ") exited or was closed; its memory ", remote_mem, " is gone");
+    peer->MarkFailed(why);
+    CompletePart(
+        rid, StatusDetail::ERR_PEER_LOST,
+        StrCat(write ? "write" : "read", " failed: ", why, "; register it again to retry"));
+    return state;
+  };
+  // The grant names a pid, and a pid is reused once its process is gone: copy only while
+  // the target's engine is known to run (one load), so a cached grant never reaches a
+  // later process that got the same pid.
+  if (MORI_UNLIKELY(!remote->owner->Alive())) return lost();
+  int err;
+  {
+    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+    err = CmaCopySpans(remote->pid, write, reinterpret_cast<char*>(local.addr), remote->addr,
+                       reinterpret_cast<const CmaSpan*>(spans), n);
+  }
+  if (err != 0) {
+    if (err == ESRCH) return lost();
+    const std::string error =
+        StrCat(write ? "process_vm_writev" : "process_vm_readv", " of ", n, " span(s) with pid ",
+               remote->pid, " (remote engine ", LogSafe(peer->key), ", memory ", remote_mem,
+               ") failed: ", ErrnoText(err));
+    if (err == EPERM) {
+      // Allowed at connect, refused now: later transfers of this pair go over TCP.
+      peer->shm_refused.store(true, std::memory_order_release);
+      MORI_LOG_WARN(kIo, "engine '", key_, "': ", error, "; transfers to it fall back to TCP");
+    }
+    CompletePart(rid, StatusDetail::ERR_TRANSPORT, error);
+    return state;
+  }
+  // As for mapped copies: success only if the target still ran after the bytes were in
+  // place (written) or taken (read).
+  if (MORI_UNLIKELY(!remote->owner->Alive())) return lost();
+  remote.reset();  // a revoke waiting for this copy may be acknowledged now
+  if (write) {     // announced before the status completes, as for mapped writes
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) bytes += spans[i].size;
+    NotifyP2pWrite(
+        ring.get(),
+        pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()], uid,
+        remote_mem, bytes);
+  }
+  CompletePart(rid, StatusDetail::SUCCESS, {});
+  return state;
 }
 
 std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegion& local,
@@ -2798,11 +3040,14 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmMapped(Op op, const MemoryRegi
   }
   // The copy "succeeds" even into a dead target (our mapping keeps its pages), and its
   // TCP connections report the death only later: a copy that ends after the target
-  // exited fails (one poll of the pidfd, no blocking), and so does every later transfer.
-  if (MORI_UNLIKELY(remote->OwnerExited())) {
+  // exited fails, and so does every later transfer. Alive() orders the copy before its
+  // load of the target's liveness word (no syscall), so success means the bytes were in
+  // place while the target's engine still ran; a target that dies after that check is
+  // one that died after receiving the write (as after a TCP write's acknowledgement).
+  if (MORI_UNLIKELY(!remote->owner->Alive())) {
     const std::string why =
-        StrCat("remote engine ", LogSafe(peer->key), " (pid ", remote->owner_pid,
-               ") exited; its memory ", remote_mem, " is gone");
+        StrCat("remote engine ", LogSafe(peer->key), " (pid ", remote->owner->pid(),
+               ") exited or was closed; its memory ", remote_mem, " is gone");
     peer->MarkFailed(why);
     remote.reset();
     CompletePart(rid, StatusDetail::ERR_PEER_LOST,

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "backend_select.hpp"
+#include "cma_copy.hpp"
+#include "liveness.hpp"
 #include "p2p_backend.hpp"
 #include "rdma/rdma_backend.hpp"
 #include "shared_host.hpp"
@@ -87,6 +89,10 @@ struct HotPathOptions {
                                       // go over TCP instead of a shared-memory ring
   uint32_t notice_ring_slots = 4096;  // MORI_IO_NOTICE_RING_SLOTS: slots of the rings this
                                       // engine grants (a power of two; 0: grants none)
+  bool cma_cache = true;              // MORI_IO_CMA_CACHE=0: every CMA part asks the target
+                                      // for a grant (two round trips per write)
+  bool liveness_word = true;          // MORI_IO_SHM_LIVENESS_WORD=0: same-host copies poll the
+                                      // target's pidfd (a syscall) instead of its liveness word
   static HotPathOptions FromEnv();
 };
 
@@ -130,6 +136,12 @@ struct Peer {
   std::unordered_map<uint64_t, std::shared_ptr<ShmMapping>> shm_maps;
   // Why each nullptr entry's region is not mapped (backend_for's reason).
   std::unordered_map<uint64_t, std::string> shm_unmapped_why;
+  // Its host regions this engine holds a CMA grant for (SHM over CMA), by its memory id
+  // (under p2p_mu); dropped on its revoke.
+  std::unordered_map<uint64_t, std::shared_ptr<CmaRemote>> cma_grants;
+  // Its liveness (liveness.hpp), opened from the first grant that carried it (under
+  // p2p_mu); every mapping and CMA grant of it holds a reference.
+  std::shared_ptr<const TargetLiveness> liveness;
   bool remote_rdma = false;  // its EngineDesc lists RDMA
   // UseRdma's decisions: bit p (0..3) = pair p decided, bit 4 + p = RDMA, bits 8+ = the
   // override they were decided under + 1 (a different override decides again).
@@ -253,6 +265,11 @@ class IoEngine {
   wire::WireStatus RdmaAccept(const std::string& initiator_key, const std::string& request,
                               std::string* answer);
   wire::WireStatus RdmaRegionKey(uint64_t mem_id, std::string* answer);
+  // Target side of kShmCmaReq: the absolute range of registered host region `mem_id`.
+  wire::WireStatus ShmCmaGrantFor(uint64_t mem_id, const std::string& initiator_key,
+                                  std::string* payload);
+  // The page reactor 0 holds while it runs (nullptr if it could not be made).
+  LivenessPage* liveness_page() { return liveness_.get(); }
   // Target side of kShmMapReq.
   wire::WireStatus ShmMapGrantFor(uint64_t mem_id, const std::string& initiator_key,
                                   std::string* payload);
@@ -275,6 +292,11 @@ class IoEngine {
   // Remote host region `mem_id` of `remote_key`: -1 not asked yet, 0 not shareable (CMA),
   // 1 mapped here (memcpy).
   int ShmMappingState(const std::string& remote_key, uint64_t mem_id);
+  // 1: this engine holds a CMA grant of `remote_key`'s memory `mem_id`; 0: none.
+  int ShmCmaGrantState(const std::string& remote_key, uint64_t mem_id);
+  // How same-host copies learn that `remote_key`'s engine is gone: "word" (its liveness
+  // word, a load), "pidfd" (a poll per copy), "" (no grant of it yet).
+  std::string ShmLiveness(const std::string& remote_key);
   const std::string& host_id() const { return host_id_; }
   void SetBackendOverride(BackendOverride o) { override_ = o; }
   BackendOverride backend_override() const { return override_; }
@@ -374,6 +396,27 @@ class IoEngine {
   // in *why_not when given.
   std::shared_ptr<ShmMapping> ShmMappingFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id,
                                             std::string* why_not = nullptr);
+  // The liveness of the peer that sent a grant naming `pid` and `live`; opened once per
+  // peer (peer->p2p_mu held). nullptr with *error when the grant's pid is not the
+  // peer's or its page cannot be mapped.
+  std::shared_ptr<const TargetLiveness> LivenessOf(Peer& peer, int pid, const LivenessGrant& live,
+                                                   std::string* error);
+  // The CMA grant for the peer's host region `mem_id`, asked for on first use; nullptr
+  // with *code/*error when refused or unreachable.
+  std::shared_ptr<CmaRemote> CmaRemoteFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id,
+                                          StatusDetail* code, std::string* error);
+  std::shared_ptr<TransferState> SubmitShmCma(Op op, const MemoryRegion& local,
+                                              const std::shared_ptr<Peer>& peer,
+                                              PeerConnections* pc, uint64_t remote_mem,
+                                              std::shared_ptr<CmaRemote> remote,
+                                              const TransferSpan* spans, size_t n, uint64_t uid);
+  // Drops the record that `initiator_key` was granted `mem_id` (a grant refused after it
+  // was recorded).
+  void ForgetGrant(uint64_t mem_id, const std::string& initiator_key);
+  // Checks registered host region `mem_id` (into *r), records its grant to
+  // `initiator_key` and checks it again (see the definition).
+  wire::WireStatus RecordCheckedGrant(uint64_t mem_id, const std::string& initiator_key,
+                                      MemoryRegion* r);
   std::shared_ptr<TransferState> SubmitShmMapped(Op op, const MemoryRegion& local,
                                                  const std::shared_ptr<Peer>& peer,
                                                  PeerConnections* pc, uint64_t remote_mem,
@@ -480,6 +523,8 @@ class IoEngine {
   // ledger and connections its callbacks use; Shutdown resets it first.
   std::unique_ptr<P2pBackend> p2p_;
   std::unique_ptr<rdma::RdmaBackend> rdma_;
+  // Held by reactor 0 while it runs; freed after the reactors are joined.
+  std::unique_ptr<LivenessPage> liveness_;
 };
 
 }  // namespace mori::io

@@ -139,7 +139,7 @@ bool FindSharedHost(uintptr_t addr, uint64_t size, SharedHostBlock* out) {
 }
 
 std::string PackShmMapGrant(const ShmMapGrant& g) {
-  static_assert(sizeof(ShmMapGrant) == 32, "grant layout");
+  static_assert(sizeof(ShmMapGrant) == 48, "grant layout");
   return std::string(reinterpret_cast<const char*>(&g), sizeof(g));
 }
 
@@ -156,12 +156,22 @@ ShmMapGrant UnpackShmMapGrant(const std::string& bytes) {
                g.region_size, ") of a block of ", g.block_size, " bytes (pid ", g.pid, ", fd ",
                g.fd, ")");
   }
+  CheckLivenessGrant(g.live);
   return g;
+}
+
+void CheckLivenessGrant(const LivenessGrant& g) {
+  if (g.tid == 0) return;
+  if (g.fd < 0 || g.tid < 0 || g.page_size < 4 || g.page_size > (1u << 20) ||
+      g.word_offset % 4 != 0 || g.word_offset > g.page_size - 4) {
+    MORI_THROW(InvalidArgumentError, "liveness grant: word at ", g.word_offset, " of a ",
+               g.page_size, "-byte page (fd ", g.fd, ", tid ", g.tid, ")");
+  }
 }
 
 ShmMapping::~ShmMapping() {
   if (base != nullptr) ::munmap(base, map_len);
-  if (owner_pidfd >= 0) ::close(owner_pidfd);
+  owner.reset();
   if (released) released();
 }
 
@@ -173,17 +183,15 @@ std::shared_ptr<ShmMapping> MapPeerRegion(const ShmMapGrant& g, std::string* err
     ::close(pidfd);
     return nullptr;
   }
+  ::close(pidfd);
   void* p = ::mmap(nullptr, g.block_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   ::close(fd);
   if (p == MAP_FAILED) {
-    ::close(pidfd);
     *error = StrCat("mmap of the peer's block (", g.block_size, " bytes): ", std::strerror(err));
     return nullptr;
   }
   auto m = std::make_shared<ShmMapping>();
-  m->owner_pidfd = pidfd;
-  m->owner_pid = g.pid;
   m->base = p;
   m->map_len = g.block_size;
   m->region = static_cast<char*>(p) + g.region_offset;

@@ -14,6 +14,8 @@
 
 namespace mori::io {
 
+class TargetLiveness;
+
 // Duplicates fd `fd` of process `pid` into this process (pidfd_getfd, Linux >= 5.6,
 // ptrace access as for CMA); -1 with *error set otherwise.
 int PidfdGetFd(int pid, int fd, std::string* error);
@@ -38,13 +40,26 @@ bool FindSharedHost(uintptr_t addr, uint64_t size, SharedHostBlock* out);
 // -1 where the kernel cannot say (no NUMA support, an unmapped address).
 int NumaNodeOf(uintptr_t addr) noexcept;
 
-// What a target sends for a region inside a shared allocation (fixed 32 bytes).
+// What a grant says about the target's liveness page (16 bytes on the wire, inside
+// ShmMapGrant and CmaGrant). tid 0: the target offers no word; poll its pidfd instead.
+struct LivenessGrant {
+  int32_t fd = -1;           // the page's memfd in the target's fd table
+  uint32_t word_offset = 0;  // of the futex word within the page
+  int32_t tid = 0;           // the holder's tid: the word's value while it lives
+  uint32_t page_size = 0;
+};
+static_assert(sizeof(LivenessGrant) == 16, "liveness grant layout");
+// Refuses (InvalidArgumentError) a grant whose word lies outside its page.
+void CheckLivenessGrant(const LivenessGrant& g);
+
+// What a target sends for a region inside a shared allocation (fixed 48 bytes).
 struct ShmMapGrant {
   int32_t pid = 0;
   int32_t fd = 0;              // in the target's fd table
   uint64_t block_size = 0;     // bytes of the whole allocation
   uint64_t region_offset = 0;  // the region's first byte within it
   uint64_t region_size = 0;
+  LivenessGrant live;  // the target engine's liveness page (liveness.hpp)
 };
 std::string PackShmMapGrant(const ShmMapGrant& g);
 ShmMapGrant UnpackShmMapGrant(const std::string& bytes);  // InvalidArgumentError if malformed
@@ -56,12 +71,10 @@ struct ShmMapping {
   uint64_t size = 0;
   void* base = nullptr;
   uint64_t map_len = 0;
-  // The granting process. Our mapping keeps its pages alive after it dies, so a copy
-  // would still "succeed": a copy checks this pidfd before it reports success.
-  int owner_pidfd = -1;
-  int owner_pid = 0;
+  // The granting engine. Our mapping keeps its pages alive after it dies, so a copy
+  // would still "succeed": a copy checks the owner's liveness before it reports success.
+  std::shared_ptr<const TargetLiveness> owner;
   std::function<void()> released;
-  bool OwnerExited() const { return PidfdExited(owner_pidfd); }
   ~ShmMapping();
 };
 std::shared_ptr<ShmMapping> MapPeerRegion(const ShmMapGrant& g, std::string* error);

@@ -60,7 +60,7 @@ enum class MsgType : uint8_t {
   // (allocate_shared_host_memory) is mapped by the initiator once, on a short-lived
   // connection like kP2pOpenReq, and copied with memcpy; revoked like P2P grants.
   kShmMapReq = 24,    // mem_id; answered kShmMapGrant
-  kShmMapGrant = 25,  // status (kNotShareable: use CMA); payload: ShmMapGrant (32 bytes)
+  kShmMapGrant = 25,  // status (kNotShareable: use CMA); payload: ShmMapGrant (48 bytes)
   // Write announcements through shared memory (notice_ring.hpp): the initiator asks once
   // per target engine of its host, on a short-lived connection; the target allocates a
   // ring for it in shared host memory and grants it like a region. kP2pWriteDone stays
@@ -75,6 +75,13 @@ enum class MsgType : uint8_t {
   // multi-part transfer without it is a protocol violation. Not answered.
   kTransferExtent = 28,  // uid, num_parts, mem_id; offset/length: the lowest offset and
                          // the span up to the highest end of all the transfer's spans
+  // SHM over CMA with a cached grant: the initiator asks once per region, on a
+  // short-lived connection like kShmMapReq, for the region's absolute address and size
+  // (checked against the registry here); it then checks every transfer against that
+  // grant and calls process_vm_writev/readv itself, announcing writes like mapped ones.
+  // Revoked like P2P grants (kP2pRevoke) when the region is deregistered.
+  kShmCmaReq = 29,    // mem_id; answered kShmCmaGrant
+  kShmCmaGrant = 30,  // status; payload: CmaGrant (40 bytes)
 };
 
 enum class WireStatus : uint8_t {
@@ -94,9 +101,10 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 7;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
+inline constexpr uint16_t kVersion = 8;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
                                          // unanswered; 5: kNoticeRing*; 6: kTransferExtent;
-                                         // 7: the hello carries the target's secret
+                                         // 7: the hello carries the target's secret;
+                                         // 8: grants carry the liveness page, kShmCma*
 
 // The per-engine secret an initiator learns from the target's EngineDesc and presents
 // in its hello: whoever connects without having been given the descriptor is refused.

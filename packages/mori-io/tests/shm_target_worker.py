@@ -3,10 +3,10 @@
 """A target for the SHM exit/stop tests (not a test module); the test process is the
 initiator.
 
-python shm_target_worker.py <dir>
+python shm_target_worker.py <dir> [mapped|cma]
 
-Registers 1 MiB of shared host memory (so the initiator maps it and writes with
-memcpy), publishes its descriptors in <dir>, registers the initiator and writes
+Registers 1 MiB of shared host memory (mapped: the initiator maps it and writes with
+memcpy) or of a numpy array (cma: the initiator writes with process_vm_writev), publishes its descriptors in <dir>, registers the initiator and writes
 <dir>/ready. Then waits for <dir>/uids ("uid uid ... <sha256 of the region>"), pops
 every uid's inbound status (bounded) and checks the region's bytes."""
 
@@ -14,6 +14,7 @@ import hashlib
 import sys
 import time
 
+import numpy as np
 from file_rendezvous import publish, wait_file
 
 from mori.io import BackendType, EngineDesc, IOEngine, allocate_shared_host_memory
@@ -23,10 +24,11 @@ SIZE = 1 << 20
 
 def main():
     d = sys.argv[1]
+    mode = sys.argv[2] if len(sys.argv) > 2 else "mapped"
     eng = IOEngine("target")
     eng.create_backend(BackendType.TCP)
     eng.create_backend(BackendType.SHM)
-    block = allocate_shared_host_memory(SIZE)
+    block = allocate_shared_host_memory(SIZE) if mode == "mapped" else np.zeros(SIZE, np.uint8)
     mem = eng.register_array(block)
     publish(f"{d}/engine", eng.get_engine_desc().pack())
     publish(f"{d}/mem", mem.pack())

@@ -191,6 +191,48 @@ def test_target_holds_memory_under_an_unfinished_shm_write_grant():
         target.close()
 
 
+def test_a_cma_grant_holder_that_never_lets_go_keeps_the_region_registered():
+    """A CMA grant outlives a transfer, so deregistration revokes it (kP2pRevoke) and
+    waits for the holder's acknowledgement: a holder that never answers makes
+    deregister_memory raise TimeoutError and the region stays registered; once its
+    connection is gone deregistration goes through."""
+    target = _engine("target")
+    target.create_backend(BackendType.SHM)
+    buf = np.zeros(MIB, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    try:
+        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id, 0, 0))  # kShmCmaReq
+        grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert grant[0] == 30 and grant[1] == 0 and grant[7] == 40, grant  # kShmCmaGrant
+        pid, _, addr, size, _, _, tid, _ = struct.unpack(
+            "<iiQQiIiI", s.recv(40, socket.MSG_WAITALL)
+        )
+        assert (pid, addr, size) == (os.getpid(), buf.ctypes.data, MIB)
+        assert tid > 0  # the liveness word is offered
+        # An id that is not registered is refused (kUnknownMemory) and records nothing.
+        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id + 1000, 0, 0))
+        refusal = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert refusal[0] == 30 and refusal[1] == 1 and refusal[7] == 0, refusal
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="did not confirm letting go"):
+            target.deregister_memory(mem)
+        assert time.monotonic() - t0 < BOUND_S
+        revoke = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert revoke[0] == 21 and revoke[5] == mem.id, revoke  # kP2pRevoke
+        assert target.pop_inbound_transfer_status("raw", 0) is None
+    finally:
+        s.close()
+    deadline = time.monotonic() + BOUND_S
+    while True:  # the target notices the closed connection, then skips the holder
+        try:
+            target.deregister_memory(mem)
+            break
+        except TimeoutError:
+            assert time.monotonic() < deadline, "deregistration kept waiting for a closed holder"
+    target.close()
+
+
 def test_no_write_lands_after_deregistration_returned():
     target = _engine("target")
     buf = np.zeros(4 * MIB, np.uint8)

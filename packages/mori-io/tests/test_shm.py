@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -185,15 +186,27 @@ def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
         n = 4096
         blk = remote.size // n
         offs = [i * blk for i in range(n)]
-        statuses = [
-            eng.batch_read(mem, offs, remote, offs, [blk] * n, eng.allocate_transfer_uid())
-            for _ in range(20)
-        ]
+        # A CMA copy with a cached grant runs on the submitting thread: batches are
+        # submitted from a thread until one fails, and the target is killed meanwhile.
+        statuses = []
+
+        def submit():
+            until = time.monotonic() + 20
+            while time.monotonic() < until:
+                s = eng.batch_read(mem, offs, remote, offs, [blk] * n, eng.allocate_transfer_uid())
+                statuses.append(s)
+                if s.WaitFor(10000) == StatusCode.IN_PROGRESS or s.Failed():
+                    return
+
+        submitter = threading.Thread(target=submit)
+        submitter.start()
+        while len(statuses) < 3 and submitter.is_alive():
+            time.sleep(0.001)
         os.kill(target.pid, signal.SIGKILL)
-        t0 = time.monotonic()
+        submitter.join(30)
+        assert not submitter.is_alive(), "the submitter hung after the peer died"
         for s in statuses:
             assert s.WaitFor(10000) != StatusCode.IN_PROGRESS, "a transfer hung after its peer died"
-        assert time.monotonic() - t0 < 5.0
         failed = [s for s in statuses if s.Failed()]
         assert failed, "no transfer failed although the peer was killed"
         assert all(
@@ -249,6 +262,49 @@ def test_shared_host_memory_is_mapped_copied_and_revoked(engine_pair):
     assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Code() == StatusCode.ERR_NOT_FOUND, (
         st.Message()
     )
+
+
+def test_cma_grant_is_cached_and_revoked_on_deregistration(engine_pair):
+    """A region outside shared memory is granted to the initiator once (its absolute
+    range, checked by the target); later writes and reads are the initiator's own
+    process_vm_writev/readv, each write announced (the target pops it). Deregistering
+    the region revokes the grant: afterwards a write is refused and lands no byte."""
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    a, b = engine_pair(BackendType.TCP, BackendType.SHM)
+    dst = np.zeros(3 * 4096 + 11, np.uint8)
+    mb = b.register_array(dst)
+    src = rng.integers(0, 256, dst.size, dtype=np.uint8)
+    ma = a.register_array(src)
+    assert a._engine.shm_cma_grant_state("b", mb.id) == 0
+    image = np.zeros_like(dst)
+    for _ in range(8):
+        n = int(rng.integers(1, 4096))
+        lo, ro = int(rng.integers(0, src.size - n)), int(rng.integers(0, dst.size - n))
+        uid = a.allocate_transfer_uid()
+        st = a.write(ma, lo, mb, ro, n, uid)
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+        image[ro : ro + n] = src[lo : lo + n]
+        assert np.array_equal(dst, image)
+        # Announced before the write's status completed: the target finds it now.
+        inbound = b.pop_inbound_transfer_status("a", uid)
+        assert inbound is not None and inbound.Succeeded()
+        assert a._engine.shm_cma_grant_state("b", mb.id) == 1
+    assert a._engine.shm_liveness("b") == "word"
+    back = np.zeros_like(src)
+    mback = a.register_array(back)
+    st = a.read(mback, 5, mb, 9, 5000, a.allocate_transfer_uid())
+    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    assert np.array_equal(back[5:5005], dst[9:5009])
+    b.deregister_memory(mb)  # a lets go at once: no copy in flight
+    assert a._engine.shm_cma_grant_state("b", mb.id) == 0
+    before = dst.copy()
+    for op in (a.write, a.read):
+        st = op(ma, 0, mb, 0, 4096, a.allocate_transfer_uid())
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Failed()
+        assert st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
+    assert np.array_equal(dst, before), "a write landed in a deregistered region"
 
 
 def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_pair):

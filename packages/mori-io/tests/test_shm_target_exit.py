@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""Mapped SHM writes (the target's region in its shared host memory, one memcpy by the
-initiator) against a target that dies or stops. Killed (SIGKILL): no write that
-starts after the target exited reports success, and the first error comes within
-5 ms of the exit, not when the TCP connections drop. Stopped (SIGSTOP): one-sided
-writes keep landing, and on resuming the target finds every inbound status and the
-bytes."""
+"""One-sided SHM writes — mapped (the target's region in its shared host memory, one
+memcpy by the initiator) and CMA with a cached grant (one process_vm_writev) — against a
+target that dies or stops. Killed (SIGKILL): no write that starts after the target
+exited reports success, and the first error comes within 5 ms of the exit, not when the
+TCP connections drop; with the target's liveness word (a load per copy) and with its
+pidfd polled instead (MORI_IO_SHM_LIVENESS_WORD=0). Stopped (SIGSTOP): one-sided writes
+keep landing, and on resuming the target finds every inbound status and the bytes."""
 
 import hashlib
 import os
@@ -27,12 +28,21 @@ SIZE = 1 << 20  # the target's region (shm_target_worker.SIZE)
 EXIT_TO_ERROR_S = 0.005
 
 
-@pytest.fixture
-def mapped_target(tmp_path):
+@pytest.fixture(
+    params=[("mapped", "1"), ("mapped", "0"), ("cma", "1")],
+    ids=["mapped-word", "mapped-pidfd", "cma-word"],
+)
+def mapped_target(tmp_path, monkeypatch, request):
     """(initiator engine, its local memory desc, the target's desc, target process):
-    the initiator writes into the target's shared host memory with memcpy."""
+    the initiator writes into the target's memory itself, with memcpy into its shared
+    host memory (mapped) or process_vm_writev under a cached grant (cma), and learns of
+    the target's exit from its liveness word ("1") or by polling its pidfd ("0")."""
+    mode, word = request.param
+    monkeypatch.setenv("MORI_IO_SHM_LIVENESS_WORD", word)
     proc = subprocess.Popen(
-        [sys.executable, WORKER, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [sys.executable, WORKER, str(tmp_path), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     eng = IOEngine("initiator")
     try:
@@ -51,11 +61,15 @@ def mapped_target(tmp_path):
         local = np.zeros(SIZE, np.uint8)
         ma = eng.register_array(local)
         name, why = eng.backend_for(ma, remote)
-        assert name == "SHM" and "mapped memcpy" in why, why
+        assert name == "SHM" and ("mapped memcpy" if mode == "mapped" else "CMA") in why, why
         # One write first: it also maps the target's notice ring, so the writes under
-        # test are the steady state (a memcpy and a ring slot each).
+        # test are the steady state (a copy and a ring slot each).
         st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
         assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+        assert eng._engine.notice_ring_state("target") == 1
+        assert eng._engine.shm_liveness("target") == ("word" if word == "1" else "pidfd")
+        if mode == "cma":
+            assert eng._engine.shm_cma_grant_state("target", remote.id) == 1
         yield eng, ma, local, remote, proc, tmp_path
     finally:
         if proc.poll() is None:
