@@ -45,12 +45,13 @@ def test_a_rank_that_never_arrives_is_named():
     _run("timeout", 2, timeout_s=60)
 
 
-def test_a_cuda_heap_is_refused_honestly(monkeypatch):
+def test_a_cuda_heap_without_the_kernels_is_refused_honestly(monkeypatch):
     monkeypatch.setattr(communicator.shmem, "initialized", lambda: True)
     monkeypatch.setattr(communicator.shmem, "my_pe", lambda: 0)
     monkeypatch.setattr(communicator.shmem, "n_pes", lambda: 1)
     monkeypatch.setattr(communicator.shmem, "info", lambda: {"kind": "cuda", "device": 0})
-    with pytest.raises(mc.NotSupportedError, match="the CUDA collectives are not built yet"):
+    monkeypatch.setattr(communicator._C, "with_cuda", False)
+    with pytest.raises(mc.NotSupportedError, match="built without its CUDA kernels"):
         ccl.Communicator()
 
 
@@ -59,6 +60,8 @@ def test_a_cuda_heap_is_refused_honestly(monkeypatch):
     [
         (dict(max_bytes=0), "max_bytes 0 must be a positive int"),
         (dict(timeout_s=0), "timeout_s 0 must be > 0"),
+        (dict(max_blocks=0), r"max_blocks 0 must be an int in \[1, 64\]"),
+        (dict(max_blocks=65), r"max_blocks 65 must be an int in \[1, 64\]"),
     ],
 )
 def test_bad_arguments_name_the_value(kw, message):
@@ -83,8 +86,11 @@ def test_stubs_match_the_module():
                 n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"
             }
     module = {n for n in dir(ccl._C) if not n.startswith("_") or n.startswith("__mori")}
-    assert names == module
+    cuda_only = {"CommunicatorCuda"}
+    assert names - (set() if ccl._C.with_cuda else cuda_only) == module
     for cls, expected in methods.items():
+        if cls in cuda_only and not ccl._C.with_cuda:
+            continue
         assert expected == {n for n in dir(getattr(ccl._C, cls)) if not n.startswith("_")}, cls
 
 
@@ -92,3 +98,6 @@ def test_block_size_grows_with_max_bytes():
     small, big = ccl._C.ccl_block_bytes(4, 1000), ccl._C.ccl_block_bytes(4, 1 << 20)
     assert small >= 2 * 1000 and big - small == 2 * ((1 << 20) - 1024)
     assert isinstance(torch.empty(0), torch.Tensor)
+    # CUDA: staging and reduced per parity, and the copy engine's staging (5 x max_bytes).
+    small, big = ccl._C.ccl_cuda_block_bytes(4, 1024), ccl._C.ccl_cuda_block_bytes(4, 1 << 20)
+    assert big - small == 5 * ((1 << 20) - 1024)

@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """Communicator: collectives over the ranks of a process group, on mori's symmetric heap.
 
-The protocol (csrc/protocol.hpp) runs on host heaps today; on a CUDA heap the
-communicator raises NotSupportedError, since the CUDA collectives are not built.
+On a host heap the protocol of csrc/protocol.hpp runs on the calling thread (CPU
+tensors); on a CUDA heap the kernels of csrc/protocol_cuda.hpp run on torch's current
+stream (CUDA tensors), with no host synchronisation and capturable in CUDA graphs.
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ _DTYPES = {
 }
 _OPS = ("sum", "max", "min")
 _ALGORITHMS = ("auto", "one_shot", "two_shot")
+# all_gather / all_to_all: "sm" (kernels load from the peers) or "copy_engine"
+# (cudaMemcpyAsync over the peer mappings: no SM moves data; CUDA heaps only).
+_MOVE_ALGORITHMS = ("auto", "sm", "copy_engine")
 # "auto" picks two-shot above this many bytes: every rank then reduces 1/world of
-# the data instead of all of it.
+# the data instead of all of it. The same bound on CUDA heaps, not yet measured there.
 _TWO_SHOT_MIN_BYTES = 256 << 10
+# The CUDA kernels' default bound on the blocks (SMs) of one call.
+_DEFAULT_MAX_BLOCKS = 32
 
 
 def _describe(x: Any) -> str:
@@ -43,8 +49,21 @@ def _describe(x: Any) -> str:
     return type(x).__name__
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t.numel() * t.element_size()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """None when a and b are disjoint, else b's start minus a's start (bytes)."""
+    (pa, na), (pb, nb) = _span(a), _span(b)
+    if na == 0 or nb == 0 or pa >= pb + nb or pb >= pa + na:
+        return None
+    return pb - pa
+
+
 class Communicator:
-    """Collectives over every rank of ``group`` (torch tensors, CPU on a host heap).
+    """Collectives over every rank of ``group`` (CPU tensors on a host heap, CUDA
+    tensors on the heap's device on a CUDA heap).
 
     Args:
         group: torch.distributed ProcessGroup; None: the default group. The
@@ -54,8 +73,13 @@ class Communicator:
         max_bytes: the largest input, in bytes, of any call (the symmetric staging
             buffers are sized from it: about 2 x max_bytes of heap per rank).
         timeout_s: bound on every wait of every call; a rank that does not arrive in
-            time makes the others raise MoriTimeoutError naming it, after which this
-            communicator refuses further calls (InvalidStateError).
+            time makes the others raise MoriTimeoutError naming it (host heap) or trap
+            with a message naming it (CUDA heap), after which this communicator
+            refuses further calls.
+        max_blocks: CUDA heaps: the most thread blocks (hence SMs) any call's kernel
+            uses, 1 to 64 (default 32); every call may lower it with ``max_blocks=``.
+            Every rank must pass the same value (the grid is part of each call's
+            descriptor).
 
     Construction is collective. Every rank must then make the same calls in the same
     order with matching arguments: a mismatch (collective, size, dtype, op,
@@ -64,15 +88,41 @@ class Communicator:
     Results are bit-identical on every rank: reductions run over the ranks in
     ascending order, accumulating bf16/fp16 in fp32 and rounding once.
 
+    On a CUDA heap every call is enqueued on torch's current stream of the heap's
+    device and returns at once (no host synchronisation); calls may be captured in a
+    CUDA graph and replayed (the call counter lives on the device). Calls of one
+    communicator must run in order on the device (one stream, or streams the caller
+    orders). What only the device can see ends in a trap with a message, which
+    loses the process's CUDA context (as mori-ep's kernels do): a rank that does not
+    arrive within ``timeout_s`` (named), ranks whose calls differ (both calls
+    printed: each call's signal carries a hash of its collective, size, dtype, op,
+    algorithm, grid and source rank), all-to-all splits that disagree. An input that
+    fails validation on one rank raises InvalidArgumentError there and makes the
+    other ranks' kernels trap naming it; that communicator then refuses calls.
+
     Raises:
-        NotSupportedError: on a CUDA heap (the CUDA collectives are not built yet).
+        NotSupportedError: a CUDA heap with a mori.ccl built without CUDA, or more than
+            8 ranks on a CUDA heap.
     """
 
-    def __init__(self, group: Any = None, max_bytes: int = 64 << 20, *, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        group: Any = None,
+        max_bytes: int = 64 << 20,
+        *,
+        timeout_s: float = 60.0,
+        max_blocks: int | None = None,
+    ):
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise InvalidArgumentError(f"max_bytes {max_bytes!r} must be a positive int")
         if not timeout_s > 0:
             raise InvalidArgumentError(f"timeout_s {timeout_s!r} must be > 0")
+        if max_blocks is not None and (
+            not isinstance(max_blocks, int) or not 1 <= max_blocks <= _C.cuda_max_blocks
+        ):
+            raise InvalidArgumentError(
+                f"max_blocks {max_blocks!r} must be an int in [1, {_C.cuda_max_blocks}]"
+            )
         import torch.distributed as dist
 
         if not shmem.initialized():
@@ -84,21 +134,45 @@ class Communicator:
                     f"the group has rank {g_rank} of {g_size}, the shmem heap pe "
                     f"{shmem.my_pe()} of {shmem.n_pes()}: a communicator spans the heap's pes"
                 )
-        kind = shmem.info()["kind"]
-        if kind != "host":
+        info = shmem.info()
+        kind = info["kind"]
+        if kind not in ("host", "cuda"):
+            raise NotSupportedError(f"mori.ccl on a {kind} heap")
+        if kind == "cuda" and not getattr(_C, "with_cuda", False):
             raise NotSupportedError(
-                f"mori.ccl on a {kind} heap: the CUDA collectives are not built yet (the "
-                "collectives run on host heaps: shmem.init(device='cpu'))"
+                "mori.ccl on a cuda heap: this mori.ccl was built without its CUDA kernels "
+                "(rebuild with MORI_CUDA=on), or use a host heap: shmem.init(device='cpu')"
             )
         self.group = group
         self.rank = shmem.my_pe()
         self.world_size = shmem.n_pes()
         self.max_bytes = max_bytes
         self.timeout_s = float(timeout_s)
-        self.device = torch.device("cpu")
-        self._block = shmem.empty((_C.ccl_block_bytes(self.world_size, max_bytes),), torch.uint8)
-        self._impl = _C.CommunicatorCpu(self._block.data_ptr(), max_bytes, self.timeout_s)
+        self.cuda = kind == "cuda"
+        self.max_blocks = max_blocks or _DEFAULT_MAX_BLOCKS
         self._timed_out: str | None = None
+        self._rejected: str | None = None
+        if self.cuda:
+            if self.world_size > _C.cuda_max_world_size:
+                raise NotSupportedError(
+                    f"the CUDA collectives take up to {_C.cuda_max_world_size} ranks, the heap "
+                    f"has {self.world_size}"
+                )
+            self.device = torch.device("cuda", int(info["device"]))
+            nbytes = _C.ccl_cuda_block_bytes(self.world_size, max_bytes)
+            self._block = shmem.empty((nbytes,), torch.uint8)
+            self._impl = _C.CommunicatorCuda(
+                self._block.data_ptr(),
+                max_bytes,
+                self.device.index,
+                self.timeout_s,
+                self.max_blocks,
+            )
+        else:
+            self.device = torch.device("cpu")
+            nbytes = _C.ccl_block_bytes(self.world_size, max_bytes)
+            self._block = shmem.empty((nbytes,), torch.uint8)
+            self._impl = _C.CommunicatorCpu(self._block.data_ptr(), max_bytes, self.timeout_s)
 
     # ------------------------------------------------------------------ helpers
     def empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
@@ -110,6 +184,11 @@ class Communicator:
     def _impl_or_raise(self):
         if self._impl is None:
             raise InvalidStateError("this Communicator was closed")
+        if self._rejected is not None:
+            raise InvalidStateError(
+                f"this Communicator rejected a call earlier ({self._rejected}); on a CUDA heap "
+                "that makes the other ranks' kernels trap: create a new one"
+            )
         if self._timed_out is not None:
             raise InvalidStateError(
                 f"this Communicator timed out earlier ({self._timed_out}); its ranks no longer "
@@ -125,18 +204,40 @@ class Communicator:
             self._timed_out = str(e).splitlines()[0]
             raise
 
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream
+
     def _run(self, kind: str, problem: str | None, call):
         impl = self._impl_or_raise()
+        if self.cuda:
+            if problem is not None:
+                self._rejected = problem
+                impl.reject(problem, self._stream())
+            call(impl, self._stream())
+            return
         with self._fails_on_timeout():
             if problem is not None:
                 impl.reject(kind, problem)
             call(impl)
 
+    def _blocks(self, max_blocks: Any) -> tuple[int, str | None]:
+        if max_blocks is None:
+            return 0, None
+        if not isinstance(max_blocks, int) or not 1 <= max_blocks <= _C.cuda_max_blocks:
+            return 0, f"max_blocks {max_blocks!r} must be an int in [1, {_C.cuda_max_blocks}]"
+        return max_blocks, None
+
+    def _on_device(self, t: torch.Tensor) -> bool:
+        if self.cuda:
+            return t.device.type == "cuda" and t.device.index == self.device.index
+        return t.device.type == "cpu"
+
     def _check_input(self, name: str, x: Any, nbytes: int | None = None) -> str | None:
         if not isinstance(x, torch.Tensor):
             return f"{name} must be a torch.Tensor, got {_describe(x)}"
-        if x.device.type != "cpu":
-            return f"{name} is on {x.device}: the collectives run on CPU tensors (host heap)"
+        if not self._on_device(x):
+            where = f"{self.device} tensors (CUDA heap)" if self.cuda else "CPU tensors (host heap)"
+            return f"{name} is on {x.device}: the collectives run on {where}"
         if x.dtype not in _DTYPES:
             return f"{name} has dtype {x.dtype}; supported: {', '.join(str(d) for d in _DTYPES)}"
         if not x.is_contiguous():
@@ -151,8 +252,8 @@ class Communicator:
     def _check_out(self, out: Any, x: torch.Tensor, numel: int) -> str | None:
         if not isinstance(out, torch.Tensor):
             return f"out must be a torch.Tensor, got {_describe(out)}"
-        if out.device.type != "cpu" or out.dtype != x.dtype or not out.is_contiguous():
-            return f"out ({_describe(out)}) must be a contiguous CPU {x.dtype} tensor"
+        if not self._on_device(out) or out.dtype != x.dtype or not out.is_contiguous():
+            return f"out ({_describe(out)}) must be a contiguous {x.dtype} tensor on {self.device}"
         if out.numel() != numel:
             return f"out has {out.numel()} elements, expected {numel}"
         return None
@@ -168,11 +269,15 @@ class Communicator:
         op: str = "sum",
         out: torch.Tensor | None = None,
         algorithm: str = "auto",
+        *,
+        max_blocks: int | None = None,
     ) -> torch.Tensor:
         """``out = op over ranks of x`` (any shape; bf16, fp16, fp32, int32; sum, max,
-        min). In place when ``out`` is None. ``algorithm``: "one_shot" (every rank
-        reduces everything), "two_shot" (reduce-scatter, then all-gather), "auto"
-        (two-shot from 256 KiB). Returns the output."""
+        min). In place when ``out`` is None (``out`` may also be ``x``; a partial
+        overlap is refused). ``algorithm``: "one_shot" (every rank reduces
+        everything), "two_shot" (reduce-scatter, then all-gather), "auto" (two-shot
+        from 256 KiB). ``max_blocks``: CUDA heaps, the call's bound on thread blocks.
+        Returns the output."""
         problem = self._check_input("x", x) or self._check_op(op)
         if problem is None and algorithm not in _ALGORITHMS:
             problem = f"algorithm {algorithm!r} is not one of {', '.join(_ALGORITHMS)}"
@@ -180,9 +285,29 @@ class Communicator:
             problem = self._check_out(out, x, x.numel())
         if problem is None and out is None:
             out = x
+        if problem is None and self.cuda and _overlap(x, out) not in (None, 0):
+            problem = "out partially overlaps x (give x itself, or a disjoint tensor)"
+        blocks, bad = self._blocks(max_blocks)
+        problem = problem or bad
         if algorithm == "auto" and problem is None:
             nbytes = x.numel() * x.element_size()
             algorithm = "two_shot" if nbytes >= _TWO_SHOT_MIN_BYTES else "one_shot"
+        if self.cuda:
+            self._run(
+                "all_reduce",
+                problem,
+                lambda impl, stream: impl.all_reduce(
+                    x.data_ptr(),
+                    out.data_ptr(),
+                    x.numel(),
+                    _DTYPES[x.dtype],
+                    op,
+                    algorithm,
+                    blocks,
+                    stream,
+                ),
+            )
+            return out
         self._run(
             "all_reduce",
             problem,
@@ -192,17 +317,57 @@ class Communicator:
         )
         return out
 
-    def all_gather(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def _check_move_algorithm(self, algorithm: Any) -> str | None:
+        if algorithm not in _MOVE_ALGORITHMS:
+            return f"algorithm {algorithm!r} is not one of {', '.join(_MOVE_ALGORITHMS)}"
+        if algorithm == "copy_engine" and not self.cuda:
+            return "algorithm 'copy_engine' needs a CUDA heap"
+        return None
+
+    def all_gather(
+        self,
+        x: torch.Tensor,
+        out: torch.Tensor | None = None,
+        algorithm: str = "auto",
+        *,
+        max_blocks: int | None = None,
+    ) -> torch.Tensor:
         """Every rank's ``x`` ([n, ...]) stacked in rank order into ``[world * n, ...]``
-        (a 0-d ``x`` gives ``[world]``). Returns ``out``."""
-        problem = self._check_input("x", x)
+        (a 0-d ``x`` gives ``[world]``). ``algorithm``: "sm" (the kernel loads from
+        the peers), "copy_engine" (CUDA heaps: cudaMemcpyAsync over the peer
+        mappings, no SM moves data), "auto" ("sm"). ``x`` may be rank r's slot of
+        ``out``. Returns ``out``."""
+        problem = self._check_input("x", x) or self._check_move_algorithm(algorithm)
         shape = None
         if problem is None:
             shape = (self.world_size * x.shape[0], *x.shape[1:]) if x.dim() else (self.world_size,)
             if out is not None:
                 problem = self._check_out(out, x, x.numel() * self.world_size)
         if problem is None and out is None:
-            out = torch.empty(shape, dtype=x.dtype)
+            out = torch.empty(shape, dtype=x.dtype, device=self.device)
+        if problem is None and self.cuda:
+            at = _overlap(out, x)
+            nbytes = x.numel() * x.element_size()
+            if at is not None and (nbytes == 0 or at % nbytes or at < 0):
+                problem = "x overlaps out other than as one rank's slot of it"
+        blocks, bad = self._blocks(max_blocks)
+        problem = problem or bad
+        if self.cuda:
+            algo = "sm" if algorithm == "auto" else algorithm
+            self._run(
+                "all_gather",
+                problem,
+                lambda impl, stream: impl.all_gather(
+                    x.data_ptr(),
+                    out.data_ptr(),
+                    x.numel() * x.element_size(),
+                    _DTYPES[x.dtype],
+                    algo,
+                    blocks,
+                    stream,
+                ),
+            )
+            return out
         self._run(
             "all_gather",
             problem,
@@ -213,10 +378,16 @@ class Communicator:
         return out
 
     def reduce_scatter(
-        self, x: torch.Tensor, op: str = "sum", out: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        op: str = "sum",
+        out: torch.Tensor | None = None,
+        *,
+        max_blocks: int | None = None,
     ) -> torch.Tensor:
         """Rank r gets ``op over ranks of x[r * n:(r + 1) * n]`` for ``x`` of shape
-        ``[world * n, ...]``; ``out`` is ``[n, ...]``. Returns ``out``."""
+        ``[world * n, ...]``; ``out`` is ``[n, ...]`` (on a CUDA heap it may be one
+        of x's n-row slices). Returns ``out``."""
         problem = self._check_input("x", x) or self._check_op(op)
         if problem is None and (x.dim() == 0 or x.shape[0] % self.world_size):
             problem = (
@@ -228,7 +399,29 @@ class Communicator:
             if out is not None:
                 problem = self._check_out(out, x, x.numel() // self.world_size)
             else:
-                out = torch.empty((n, *x.shape[1:]), dtype=x.dtype)
+                out = torch.empty((n, *x.shape[1:]), dtype=x.dtype, device=self.device)
+        if problem is None and self.cuda:
+            at = _overlap(x, out)
+            seg = x.numel() // self.world_size * x.element_size()
+            if at is not None and (seg == 0 or at % seg or at < 0):
+                problem = "out overlaps x other than as one of its n-row slices"
+        blocks, bad = self._blocks(max_blocks)
+        problem = problem or bad
+        if self.cuda:
+            self._run(
+                "reduce_scatter",
+                problem,
+                lambda impl, stream: impl.reduce_scatter(
+                    x.data_ptr(),
+                    out.data_ptr(),
+                    out.numel(),
+                    _DTYPES[x.dtype],
+                    op,
+                    blocks,
+                    stream,
+                ),
+            )
+            return out
         self._run(
             "reduce_scatter",
             problem,
@@ -263,15 +456,30 @@ class Communicator:
         out: torch.Tensor | None = None,
         in_splits: torch.Tensor | None = None,
         out_splits: torch.Tensor | None = None,
+        algorithm: str = "auto",
+        *,
+        max_blocks: int | None = None,
     ) -> torch.Tensor:
         """Rank s sends rows ``[sum(in_splits[:d]), + in_splits[d])`` of ``x`` (``[rows,
         ...]``) to rank d; ``out`` holds the rows from each rank in rank order,
         ``out_splits[s]`` from rank s. Splits (int tensors or lists of world ints) default
         to equal splits; with ``in_splits`` given, give ``out_splits`` too (or ``out``,
-        whose rows must then split evenly). Returns ``out``."""
-        problem = self._check_input("x", x)
+        whose rows must then split evenly). Returns ``out``.
+
+        CUDA heaps: splits on the device (any int dtype, ``[world]``) are read by the
+        kernel, so an all-to-all-v needs no host synchronisation and can be captured
+        in a CUDA graph; ``x`` and ``out`` are then capacities (``sum(in_splits)`` and
+        ``sum(out_splits)`` rows at most, checked on the device; rows past them are
+        not sent / left untouched). Without ``out`` the total is
+        read back from the device (a host synchronisation; refused while capturing).
+        ``algorithm``: "sm", "copy_engine" (equal splits only), "auto" ("sm")."""
+        problem = self._check_input("x", x) or self._check_move_algorithm(algorithm)
         if problem is None and x.dim() == 0:
             problem = "x must have at least one dimension (rows)"
+        if self.cuda:
+            return self._all_to_all_cuda(
+                x, out, in_splits, out_splits, algorithm, max_blocks, problem
+            )
         ins = outs = None
         if problem is None:
             ins, problem = self._splits("in_splits", in_splits, x.shape[0])
@@ -304,11 +512,142 @@ class Communicator:
         )
         return out
 
-    def broadcast(self, x: torch.Tensor, src: int) -> torch.Tensor:
+    def _device_splits(
+        self, name: str, splits: Any, rows: int | None
+    ) -> tuple[torch.Tensor | None, list[int] | None, str | None]:
+        """(device int64 tensor or None for equal splits, the values when the host
+        knows them, problem)."""
+        if splits is None:
+            if rows is not None and rows % self.world_size:
+                return (
+                    None,
+                    None,
+                    (
+                        f"without {name}, {rows} rows do not split evenly over {self.world_size} ranks"
+                    ),
+                )
+            return None, None if rows is None else [rows // self.world_size] * self.world_size, None
+        if isinstance(splits, torch.Tensor) and splits.device.type == "cuda":
+            if splits.device != self.device:
+                return (
+                    None,
+                    None,
+                    f"{name} is on {splits.device}, the communicator on {self.device}",
+                )
+            if (
+                splits.dtype.is_floating_point
+                or splits.dtype.is_complex
+                or splits.numel() != (self.world_size)
+            ):
+                return (
+                    None,
+                    None,
+                    (f"{name} ({_describe(splits)}) must hold {self.world_size} integers"),
+                )
+            return splits.reshape(-1).to(torch.int64).contiguous(), None, None
+        values, problem = self._splits(name, splits, rows)
+        if problem is not None:
+            return None, None, problem
+        return torch.tensor(values, dtype=torch.int64, device=self.device), values, None
+
+    def _all_to_all_cuda(self, x, out, in_splits, out_splits, algorithm, max_blocks, problem):
+        ins = outs = None
+        out_known = None
+        row_elems = 0
+        if problem is None:
+            ins, _, problem = self._device_splits("in_splits", in_splits, x.shape[0])
+        if problem is None:
+            out_rows = out.shape[0] if isinstance(out, torch.Tensor) and out.dim() else None
+            if out_splits is None and out_rows is None and in_splits is not None:
+                problem = "all_to_all with in_splits needs out_splits (or out)"
+            elif out_splits is None and out_rows is None:
+                out_rows = x.shape[0]
+        if problem is None:
+            known_rows = (
+                out_rows
+                if out_splits is None
+                or not isinstance(out_splits, torch.Tensor)
+                or out_splits.device.type != "cuda"
+                else None
+            )
+            outs, out_known, problem = self._device_splits("out_splits", out_splits, known_rows)
+        if problem is None:
+            row_elems = math.prod(x.shape[1:])
+            if out is None:
+                if out_known is not None:
+                    total = sum(out_known)
+                elif torch.cuda.is_current_stream_capturing():
+                    problem = "all_to_all with device out_splits needs out while capturing a graph"
+                else:
+                    total = int(outs.sum().item())
+                if problem is None:
+                    out = torch.empty((total, *x.shape[1:]), dtype=x.dtype, device=self.device)
+            elif (
+                out_known is not None and out_splits is not None and out.shape[0] != sum(out_known)
+            ):
+                problem = f"out has {out.shape[0]} rows, out_splits sum to {sum(out_known)}"
+        if problem is None:
+            if not self._on_device(out) or out.dtype != x.dtype or not out.is_contiguous():
+                problem = (
+                    f"out ({_describe(out)}) must be a contiguous {x.dtype} tensor on {self.device}"
+                )
+            elif out.dim() == 0 or math.prod(out.shape[1:]) != row_elems:
+                problem = f"out ({_describe(out)}) must have rows of x's {row_elems} elements"
+            elif _overlap(x, out) is not None:
+                problem = "out overlaps x (all_to_all is not in place)"
+        if (
+            problem is None
+            and algorithm == "copy_engine"
+            and (in_splits is not None or out_splits is not None or out.shape[0] != x.shape[0])
+        ):
+            problem = "the copy-engine all_to_all takes equal splits only (no in/out_splits)"
+        blocks, bad = self._blocks(max_blocks)
+        problem = problem or bad
+        algo = "sm" if algorithm == "auto" else algorithm
+        if algo == "copy_engine":
+            ins = outs = None
+        self._run(
+            "all_to_all",
+            problem,
+            lambda impl, stream: impl.all_to_all(
+                x.data_ptr(),
+                out.data_ptr(),
+                row_elems * x.element_size(),
+                x.shape[0],
+                out.shape[0],
+                0 if ins is None else ins.data_ptr(),
+                0 if outs is None else outs.data_ptr(),
+                _DTYPES[x.dtype],
+                algo,
+                blocks,
+                stream,
+            ),
+        )
+        return out
+
+    def broadcast(
+        self, x: torch.Tensor, src: int, *, max_blocks: int | None = None
+    ) -> torch.Tensor:
         """``x`` on every rank becomes rank ``src``'s ``x``, in place. Returns ``x``."""
         problem = self._check_input("x", x)
         if problem is None and (not isinstance(src, int) or not 0 <= src < self.world_size):
             problem = f"src {src!r} out of range [0, {self.world_size})"
+        blocks, bad = self._blocks(max_blocks)
+        problem = problem or bad
+        if self.cuda:
+            self._run(
+                "broadcast",
+                problem,
+                lambda impl, stream: impl.broadcast(
+                    x.data_ptr(),
+                    x.numel() * x.element_size(),
+                    _DTYPES[x.dtype],
+                    src,
+                    blocks,
+                    stream,
+                ),
+            )
+            return x
         self._run(
             "broadcast",
             problem,
@@ -319,13 +658,20 @@ class Communicator:
         return x
 
     def barrier(self) -> None:
-        """Returns once every rank has entered the barrier."""
+        """Host heap: returns once every rank has entered the barrier. CUDA heap:
+        enqueued on the current stream; work after it on the stream runs once every
+        rank's stream reached it."""
+        if self.cuda:
+            self._run("barrier", None, lambda impl, stream: impl.barrier(stream))
+            return
         self._run("barrier", None, lambda impl: impl.barrier())
 
     @property
     def calls(self) -> int:
-        """Collective calls made so far (the epoch carried in the signal words)."""
-        return self._impl_or_raise().epoch
+        """Collective calls made so far (the epoch carried in the signal words; on a
+        CUDA heap the calls enqueued from the host, graph replays not counted)."""
+        impl = self._impl_or_raise()
+        return impl.calls if self.cuda else impl.epoch
 
     def close(self) -> None:
         """Drop the communicator's buffers (freed once collected); later calls raise
@@ -356,9 +702,11 @@ def all_reduce(
     return _communicator(group).all_reduce(x, op=op, out=out, algorithm=algorithm)
 
 
-def all_gather(x: torch.Tensor, group: Any = None, out: torch.Tensor | None = None) -> torch.Tensor:
+def all_gather(
+    x: torch.Tensor, group: Any = None, out: torch.Tensor | None = None, algorithm: str = "auto"
+) -> torch.Tensor:
     """:meth:`Communicator.all_gather` on the cached communicator of ``group``."""
-    return _communicator(group).all_gather(x, out=out)
+    return _communicator(group).all_gather(x, out=out, algorithm=algorithm)
 
 
 def reduce_scatter(
@@ -374,9 +722,12 @@ def all_to_all(
     out: torch.Tensor | None = None,
     in_splits: torch.Tensor | None = None,
     out_splits: torch.Tensor | None = None,
+    algorithm: str = "auto",
 ) -> torch.Tensor:
     """:meth:`Communicator.all_to_all` on the cached communicator of ``group``."""
-    return _communicator(group).all_to_all(x, out=out, in_splits=in_splits, out_splits=out_splits)
+    return _communicator(group).all_to_all(
+        x, out=out, in_splits=in_splits, out_splits=out_splits, algorithm=algorithm
+    )
 
 
 def broadcast(x: torch.Tensor, src: int, group: Any = None) -> torch.Tensor:

@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""mori.ccl.Communicator's CUDA kernels among real processes: 2 processes on one GPU,
+one process per visible GPU (2, 4 or 8), world 1, a CUDA graph, and the failures only
+the device sees (an absent rank, calls that differ, a rejected input, splits that do
+not pair up), each ending in a trap that names it within the timeout.
+
+Skipped without a CUDA GPU or a mori build without CUDA. Each scenario runs in fresh
+worker processes (tests/workers/ccl_gpu_worker.py, ccl_trap_worker.py) with a bounded
+wall time.
+"""
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from mori.core.launch import NO_MULTICAST_ENV, launch_local
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 300):
+    seed = random.randrange(1 << 30)
+    print(f"seed={seed}")
+    results = launch_local(
+        [str(WORKERS / "ccl_gpu_worker.py"), mode, placement, str(seed), str(iters)],
+        world,
+        timeout_s=timeout_s,
+        env=NO_MULTICAST_ENV,
+    )
+    for r in results:
+        print(f"----- rank {r.rank} -----\n{r.output}")
+        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    return results
+
+
+def test_world_one(cuda_gpus):
+    _run("random", "shared", 1, 40)
+
+
+def test_two_processes_one_gpu(cuda_gpus):
+    # Every collective, algorithm, dtype and op (10 x 4 x 3 = 120 calls cover them).
+    _run("random", "shared", 2, 240)
+
+
+def test_one_process_per_gpu(cuda_gpus):
+    if cuda_gpus < 2:
+        pytest.skip("needs 2 GPUs")
+    _run("random", "per_gpu", cuda_gpus, 480, timeout_s=300 + 30 * cuda_gpus)
+
+
+def test_cuda_graph_replays(cuda_gpus):
+    _run("graph", "per_gpu" if cuda_gpus >= 2 else "shared", 2, 12)
+
+
+def _outcomes(case: str, gpus: int) -> list[tuple[str, str]]:
+    placement = "per_gpu" if gpus >= 2 else "shared"
+    results = launch_local(
+        [str(WORKERS / "ccl_trap_worker.py"), case, placement],
+        2,
+        timeout_s=120,
+        env=NO_MULTICAST_ENV,
+    )
+    out = []
+    for r in results:
+        print(f"----- rank {r.rank} -----\n{r.output}")
+        m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
+        assert m and r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+        out.append((m.group(1), r.output))
+    return out
+
+
+def _seconds(outcome: str) -> float:
+    return float(re.search(r"after ([0-9.]+)s", outcome).group(1))
+
+
+def test_an_absent_rank_traps_naming_it(cuda_gpus):
+    (o0, out0), (o1, _) = _outcomes("absent_peer", cuda_gpus)
+    assert o0.startswith("CUDA error"), o0
+    assert "all_reduce (call 2) on rank 0: rank 1 did not arrive within 3000 ms" in out0, out0
+    assert _seconds(o0) < 30, o0
+    assert o1 == "stayed away"
+
+
+def test_calls_that_differ_trap_on_both_ranks_naming_both(cuda_gpus):
+    outcomes = _outcomes("mismatch", cuda_gpus)
+    for o, out in outcomes:
+        assert o.startswith("CUDA error"), o
+        assert "ranks disagree" in out, out
+        assert "rank 0 calls all_reduce of 400 bytes of float32" in out, out
+        assert "rank 1 calls all_reduce of 384 bytes of float32" in out, out
+        assert _seconds(o) < 3.0, o  # at once, not after the timeout
+
+
+def test_a_rejected_input_raises_there_and_traps_the_peer(cuda_gpus):
+    (o0, _), (o1, out1) = _outcomes("host_reject", cuda_gpus)
+    assert o0.startswith("InvalidArgumentError"), o0
+    assert "has 4100 bytes, more than the communicator's max_bytes 4096" in o0, o0
+    assert o1.startswith("CUDA error"), o1
+    assert "all_reduce (call 2) on rank 1: rejected by rank 0" in out1, out1
+
+
+def test_splits_that_do_not_pair_up_trap_on_both_ranks(cuda_gpus):
+    for o, out in _outcomes("splits", cuda_gpus):
+        assert o.startswith("CUDA error"), o
+        assert "splits disagree: rank 1 sends 1 rows to rank 0, which expects 2 rows" in out, out

@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the CUDA collectives tests. argv: mode placement seed [iters]
+
+placement: shared   every rank on GPU 0;  per_gpu  rank r on GPU r.
+mode:      random   `iters` calls cycling through every collective and algorithm
+                    (one_shot, two_shot, auto; all-gather and all-to-all by SM and by
+                    copy engine; reduce-scatter; broadcast; barrier), dtype and op, in
+                    place and out of place, sizes that are not multiples of 16 bytes,
+                    grids of 1 to 64 blocks, all-to-all-v with splits on the device;
+                    then a burst of back-to-back calls with fresh inputs and no host
+                    synchronisation between them, checked afterwards. Every rank builds
+                    every rank's input from the seed, so each result is compared bit for
+                    bit with a reference computed here (fp32 in rank order, one rounding);
+                    integer-valued inputs also against the exact sum.
+           graph    all-reduce (one- and two-shot), all-gather and all-to-all-v captured
+                    in one CUDA graph, each followed in the graph by a kernel that
+                    overwrites its input; replayed with fresh inputs.
+Prints "rank N ok" last; any failed check raises (non-zero exit).
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import mori.ccl as ccl
+from mori.core import shmem
+
+mode, placement, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+iters = int(sys.argv[4]) if len(sys.argv) > 4 else 60
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = 0 if placement == "shared" else rank
+torch.cuda.set_device(dev)
+dist.init_process_group("gloo", init_method="env://")
+shmem.init(device=dev, heap_size="256M", timeout_s=120)
+DEV = torch.device("cuda", dev)
+
+MAX_BYTES = 1 << 20
+DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.int32]
+OPS = ["sum", "max", "min"]
+BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+BLOCKS = [None, 1, 3, 64, 7]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(BITS[t.dtype]) if t.dtype in BITS else t
+
+
+def same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    a = a.cpu()
+    assert a.dtype == b.dtype and a.shape == b.shape, (what, a.dtype, a.shape, b.dtype, b.shape)
+    if not torch.equal(bits(a), bits(b)):
+        bad = (bits(a) != bits(b)).nonzero()[:4].flatten().tolist()
+        raise AssertionError(f"{what}: differs at {bad}: {a.flatten()[bad]} vs {b.flatten()[bad]}")
+
+
+def make_inputs(gen: torch.Generator, numel: int, dtype, integer: bool) -> list[torch.Tensor]:
+    """Every rank's input of one call (all ranks draw the same CPU tensors)."""
+    out = []
+    for _ in range(world):
+        if dtype == torch.int32:
+            t = torch.randint(-(1 << 27), 1 << 27, (numel,), generator=gen, dtype=torch.int32)
+        elif integer:
+            t = torch.randint(-30, 31, (numel,), generator=gen).to(dtype)
+        else:
+            t = (torch.randn(numel, generator=gen) * 4).to(dtype)
+        out.append(t)
+    return out
+
+
+def reduce_ref(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
+    dtype = inputs[0].dtype
+    if op == "sum":
+        if dtype == torch.int32:
+            return torch.stack(inputs).to(torch.int64).sum(0).to(torch.int32)
+        acc = torch.zeros(inputs[0].shape, dtype=torch.float32)
+        for t in inputs:
+            acc += t.float()
+        return acc.to(dtype)
+    stacked = torch.stack(inputs)
+    return (stacked.amax(0) if op == "max" else stacked.amin(0)).to(dtype)
+
+
+KINDS = [
+    "one_shot",
+    "two_shot",
+    "auto",
+    "all_gather",
+    "all_gather_ce",
+    "reduce_scatter",
+    "all_to_all",
+    "all_to_all_ce",
+    "bcast",
+    "barrier",
+]
+
+
+def one_call(comm, it: int, check: bool = True):
+    """Enqueues call `it` (the same on every rank); returns (what, result, reference,
+    exact reference or None, input copy to compare x with or None)."""
+    gen = torch.Generator().manual_seed(seed * 7919 + it)
+    kind = KINDS[it % len(KINDS)]
+    dtype = DTYPES[(it // len(KINDS)) % len(DTYPES)]
+    op = OPS[(it // (len(KINDS) * len(DTYPES))) % len(OPS)]
+    in_place = it % 2 == 0
+    integer = it % 5 == 0
+    blocks = BLOCKS[it % len(BLOCKS)]
+    es = torch.tensor([], dtype=dtype).element_size()
+    per = world if kind in ("reduce_scatter", "all_to_all", "all_to_all_ce", "all_gather") else 1
+    limit = MAX_BYTES // es // per
+    # Odd element counts (sizes not a multiple of 16 bytes), now and then large ones.
+    top = limit if it % 7 == 3 else min(limit, 5001)
+    numel = int(torch.randint(1, top, (1,), generator=gen)) | 1
+    what = f"call {it} {kind} {dtype} {op} numel={numel} in_place={in_place} blocks={blocks}"
+    exact = keep = None
+    if kind in ("one_shot", "two_shot", "auto"):
+        inputs = make_inputs(gen, numel, dtype, integer)
+        x = inputs[rank].to(DEV)
+        out = None if in_place else torch.empty_like(x)
+        got = comm.all_reduce(x, op=op, out=out, algorithm=kind, max_blocks=blocks)
+        assert got is (x if in_place else out), what
+        ref = reduce_ref(inputs, op)
+        if integer and op == "sum" and dtype != torch.int32:
+            exact = torch.stack(inputs).double().sum(0).to(dtype)
+        if not in_place:
+            keep = (x, inputs[rank])
+    elif kind in ("all_gather", "all_gather_ce"):
+        n = max(numel // 3, 1)
+        inputs = make_inputs(gen, n * 3, dtype, integer)
+        algo = "copy_engine" if kind.endswith("_ce") else "sm"
+        if in_place:  # x is this rank's slot of out
+            out = torch.empty((world * n, 3), dtype=dtype, device=DEV)
+            x = out[rank * n : (rank + 1) * n]
+            x.copy_(inputs[rank].view(n, 3))
+        else:
+            x, out = inputs[rank].view(n, 3).to(DEV), None
+        got = comm.all_gather(x, out=out, algorithm=algo, max_blocks=blocks)
+        ref = torch.cat([t.view(n, 3) for t in inputs])
+    elif kind == "reduce_scatter":
+        inputs = make_inputs(gen, numel * world, dtype, integer)
+        x = inputs[rank].to(DEV)
+        out = x[rank * numel : (rank + 1) * numel] if in_place else None
+        got = comm.reduce_scatter(x, op=op, out=out, max_blocks=blocks)
+        ref = reduce_ref([t[rank * numel : (rank + 1) * numel] for t in inputs], op)
+    elif kind in ("all_to_all", "all_to_all_ce"):
+        row = 5
+        rows_max = max(MAX_BYTES // es // row // world // world, 1)
+        split = torch.randint(0, min(rows_max, 40) + 1, (world, world), generator=gen)
+        if kind == "all_to_all_ce" or it % 4 == 1:
+            split[:, :] = split[0, 0]
+        inputs = [
+            make_inputs(gen, int(split[s].sum()) * row, dtype, integer)[0].view(-1, row)
+            for s in range(world)
+        ]
+        x = inputs[rank].to(DEV)
+        if kind == "all_to_all_ce":
+            got = comm.all_to_all(x, algorithm="copy_engine")
+        elif it % 3 == 0:
+            # Device splits, out as a capacity with spare rows (graph-capturable form).
+            total = int(split[:, rank].sum())
+            out = torch.full((total + 3, row), 7, dtype=dtype, device=DEV)
+            comm.all_to_all(
+                x,
+                out=out,
+                in_splits=split[rank].to(DEV),
+                out_splits=split[:, rank].to(device=DEV, dtype=torch.int32),
+                max_blocks=blocks,
+            )
+            got = out[:total]
+            keep = (out[total:], torch.full((3, row), 7, dtype=dtype))
+        else:
+            got = comm.all_to_all(
+                x, in_splits=split[rank].tolist(), out_splits=split[:, rank], max_blocks=blocks
+            )
+        parts = []
+        for s in range(world):
+            begin = int(split[s, :rank].sum())
+            parts.append(inputs[s][begin : begin + int(split[s, rank])])
+        ref = torch.cat(parts)
+    elif kind == "bcast":
+        src = it % world
+        inputs = make_inputs(gen, numel, dtype, integer)
+        x = inputs[rank].to(DEV)
+        got = comm.broadcast(x, src, max_blocks=blocks)
+        assert got is x
+        ref = inputs[src]
+    else:
+        comm.barrier()
+        return what, None, None, None, None
+    return what, got, ref, exact, keep
+
+
+def verify(what, got, ref, exact, keep) -> None:
+    if got is None:
+        return
+    same(got, ref, what)
+    if exact is not None:
+        same(got, exact, what + " exact")
+    if keep is not None:
+        same(keep[0], keep[1], what + " untouched")
+
+
+def run_random() -> None:
+    comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60)
+    counts: dict[str, int] = {}
+    for it in range(iters):
+        verify(*one_call(comm, it))
+        k = KINDS[it % len(KINDS)]
+        counts[k] = counts.get(k, 0) + 1
+    torch.cuda.synchronize()
+    # Back-to-back: every call's inputs are fresh tensors and nothing synchronises
+    # until all are enqueued (a call overwriting a buffer a peer still reads shows).
+    burst = [one_call(comm, 100000 + it) for it in range(max(iters, 2 * len(KINDS)))]
+    torch.cuda.synchronize()
+    for call in burst:
+        verify(*call)
+    assert comm.calls == iters + len(burst), (comm.calls, iters, len(burst))
+    print(f"rank {rank}: {iters} checked calls {sorted(counts.items())}, {len(burst)} back to back")
+
+
+def run_graph() -> None:
+    comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60)
+    n1, n2, rows = 1001, 70001, 6
+    x1 = torch.zeros(n1, dtype=torch.bfloat16, device=DEV)
+    x2 = torch.zeros(n2, dtype=torch.float32, device=DEV)
+    xg = torch.zeros(333, dtype=torch.int32, device=DEV)
+    splits = torch.zeros(world, world, dtype=torch.int64, device=DEV)
+    xa = torch.zeros(world * 8, rows, dtype=torch.float16, device=DEV)
+    outa = torch.zeros(world * 8, rows, dtype=torch.float16, device=DEV)
+
+    def step():
+        y1 = comm.all_reduce(x1, out=torch.empty_like(x1), algorithm="one_shot")
+        x1.fill_(-1)  # overwrites the input right after the collective
+        y2 = comm.all_reduce(x2, out=torch.empty_like(x2), algorithm="two_shot")
+        x2.mul_(3)
+        g = comm.all_gather(xg)
+        xg.zero_()
+        comm.all_to_all(xa, out=outa, in_splits=splits[rank], out_splits=splits[:, rank])
+        xa.fill_(5)
+        return y1, y2, g
+
+    step()  # eager warm-up, the same calls on every rank
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y1, y2, g = step()
+    for rep in range(iters):
+        gen = torch.Generator().manual_seed(seed * 31 + rep)
+        i1 = make_inputs(gen, n1, torch.bfloat16, rep % 2 == 0)
+        i2 = make_inputs(gen, n2, torch.float32, False)
+        ig = make_inputs(gen, 333, torch.int32, True)
+        sp = torch.randint(0, 5, (world, world), generator=gen)
+        ia = [
+            make_inputs(gen, int(sp[s].sum()) * rows, torch.float16, True)[0].view(-1, rows)
+            for s in range(world)
+        ]
+        x1.copy_(i1[rank])
+        x2.copy_(i2[rank])
+        xg.copy_(ig[rank])
+        splits.copy_(sp)
+        xa.zero_()
+        xa[: ia[rank].shape[0]].copy_(ia[rank])
+        outa.fill_(9)
+        graph.replay()
+        if rep % 3 == 2:
+            graph.replay()  # back to back: the same inputs were overwritten by the first
+            torch.cuda.synchronize()
+            continue
+        torch.cuda.synchronize()
+        tag = f"graph replay {rep}"
+        same(y1, reduce_ref(i1, "sum"), tag + " one_shot")
+        same(y2, reduce_ref(i2, "sum"), tag + " two_shot")
+        same(g, torch.cat(ig), tag + " all_gather")
+        parts = []
+        for s in range(world):
+            begin = int(sp[s, :rank].sum())
+            parts.append(ia[s][begin : begin + int(sp[s, rank])])
+        want = torch.cat(parts)
+        same(outa[: want.shape[0]], want, tag + " all_to_all")
+        same(outa[want.shape[0] :], torch.full_like(outa[want.shape[0] :].cpu(), 9), tag + " spare")
+    print(f"rank {rank}: {iters} graph replays ok")
+    del graph
+
+
+if mode == "random":
+    run_random()
+elif mode == "graph":
+    run_graph()
+else:
+    raise SystemExit(f"unknown mode {mode!r}")
+torch.cuda.synchronize()
+dist.barrier()
+print(f"rank {rank} ok")

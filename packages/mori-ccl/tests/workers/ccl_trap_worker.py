@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the CUDA collectives' failure tests (2 ranks). argv: case placement
+
+case: absent_peer  rank 1 never calls: rank 0's kernel traps after timeout_s naming it
+      mismatch     rank 0 all-reduces 100 floats, rank 1 96: both kernels trap printing
+                   both calls
+      host_reject  rank 0's input exceeds max_bytes: InvalidArgumentError there, rank 1's
+                   kernel traps naming rank 0
+      splits       all-to-all-v whose device splits do not pair up: both kernels trap
+                   naming the pair
+Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
+timeout. A trapped process's CUDA context is unusable, so the worker leaves with
+os._exit (no teardown that would touch the device again).
+"""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import mori.ccl as ccl
+import mori.core as mc
+from mori.core import shmem
+
+case, placement = sys.argv[1], sys.argv[2]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = 0 if placement == "shared" else rank
+torch.cuda.set_device(dev)
+dist.init_process_group("gloo", init_method="env://")
+shmem.init(device=dev, heap_size="64M", timeout_s=60)
+MAX_BYTES = 4096
+comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=3.0)
+comm.all_reduce(torch.ones(10, device="cuda"))  # one good call first
+torch.cuda.synchronize()
+dist.barrier()
+
+
+def done(outcome: str) -> None:
+    print(f"rank {rank} outcome: {outcome}", flush=True)
+    print(f"rank {rank} ok", flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if case == "absent_peer" and rank == 1:
+    time.sleep(8.0)  # longer than rank 0's timeout_s: rank 0 must not wait for it
+    done("stayed away")
+t0 = time.monotonic()
+try:
+    if case == "absent_peer":
+        comm.all_reduce(torch.ones(10, device="cuda"))
+    elif case == "mismatch":
+        comm.all_reduce(torch.ones(100 if rank == 0 else 96, device="cuda"))
+    elif case == "host_reject":
+        n = MAX_BYTES // 4 + (1 if rank == 0 else 0)
+        comm.all_reduce(torch.ones(n, device="cuda"))
+    elif case == "splits":
+        ins = torch.ones(world, dtype=torch.int64, device="cuda")
+        outs = ins.clone()
+        if rank == 0:
+            outs[world - 1] = 2
+        comm.all_to_all(
+            torch.zeros(world, 4, device="cuda"),
+            out=torch.zeros(world + 1, 4, device="cuda"),
+            in_splits=ins,
+            out_splits=outs,
+        )
+    torch.cuda.synchronize()
+except mc.InvalidArgumentError as e:
+    torch.cuda.synchronize()  # the rejection it posted for the peers has left the GPU
+    done(f"InvalidArgumentError after {time.monotonic() - t0:.1f}s: {e}")
+except RuntimeError as e:  # torch.AcceleratorError: the kernel trapped
+    done(f"CUDA error after {time.monotonic() - t0:.1f}s: {str(e).splitlines()[0]}")
+done("call completed")
