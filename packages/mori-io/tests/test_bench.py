@@ -177,6 +177,7 @@ def test_bench_smoke(tmp_path, extra):
         assert r["total_size"] == 4 * r["msg_size"]
         assert r["avg_bw"] > 0 and r["raw_bw"] > 0 and r["cpu_us_init"] > 0
         assert r["min_lat_us"] <= r["avg_lat_us"]
+        assert r["min_lat_us"] <= r["p50_lat_us"] <= r["p99_lat_us"]
 
 
 def test_batch_offsets_as_numpy_arrays():

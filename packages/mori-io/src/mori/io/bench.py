@@ -514,6 +514,8 @@ def run_worker(args) -> list[dict] | None:
                 "avg_bw": total / statistics.fmean(lat) / 1e9,
                 "min_lat_us": min(lat) * 1e6,
                 "avg_lat_us": statistics.fmean(lat) * 1e6,
+                "p50_lat_us": statistics.median(lat) * 1e6,
+                "p99_lat_us": sorted(lat)[min(len(lat) - 1, (99 * len(lat)) // 100)] * 1e6,
                 # Time in the issuing calls (Python, submission, copies launched): the
                 # rest of AvgLat is the transfer and its completion reaching the waiter.
                 "issue_us": statistics.fmean(issue) * 1e6,
@@ -585,6 +587,8 @@ COLUMNS = [
     ("AvgBW(GB/s)", "avg_bw", ".3f"),
     ("MinLat(us)", "min_lat_us", ".1f"),
     ("AvgLat(us)", "avg_lat_us", ".1f"),
+    ("P50Lat(us)", "p50_lat_us", ".1f"),
+    ("P99Lat(us)", "p99_lat_us", ".1f"),
     ("Issue(us)", "issue_us", ".1f"),
     ("Xfer/s", "xfer_per_s", ",.0f"),
     ("CPU us/xfer init", "cpu_us_init", ".2f"),
