@@ -5,9 +5,10 @@
 :class:`Communicator` runs all-reduce (one-shot, two-shot), all-gather,
 reduce-scatter, all-to-all(v), broadcast and barrier over mori's symmetric heap, with
 functional shortcuts (:func:`all_reduce`, ...) over one cached communicator per
-group. This release runs them on host heaps (CPU tensors); the CUDA collectives are
-not built (see the package README). :func:`reduce_sum` and :func:`cpu_all_reduce`
-are the host reduction and a reference all-reduce over any mori bootstrap.
+group: on host heaps with CPU tensors, on CUDA heaps as kernels on the current stream
+(capturable in CUDA graphs; see the package README for what has run on a GPU).
+:func:`reduce_sum` and :func:`cpu_all_reduce` are the host reduction and a reference
+all-reduce over any mori bootstrap.
 """
 
 from __future__ import annotations
