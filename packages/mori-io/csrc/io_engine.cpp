@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <random>
 
@@ -436,6 +437,18 @@ class Worker {
   // Returns once the reactor runs (reactor 0 holds the engine's liveness page then).
   void WaitStarted() { started_future_.wait(); }
 
+  // Runs `task` on this reactor's thread (the second half of a large CMA copy); tasks
+  // still queued when the reactor stops run on the stopping thread, so none is lost.
+  void Post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      tasks_.push_back(std::move(task));
+    }
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+
   ~Worker() {
     Stop();
     CloseAll("engine shut down");
@@ -450,6 +463,7 @@ class Worker {
     ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
     (void)ignored;
     thread_.join();
+    RunTasks();
   }
 
   void Add(const std::shared_ptr<Conn>& c) {
@@ -531,6 +545,15 @@ class Worker {
     if (live != nullptr) live->Release();
   }
 
+  void RunTasks() {
+    std::vector<std::function<void()>> run;
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      run.swap(tasks_);
+    }
+    for (auto& t : run) t();
+  }
+
   void LoopUntilStopped() {
     epoll_event evs[64];
     const int64_t timeout_ns = int64_t{engine_->tcp_config().transfer_timeout_ms} * 1000000;
@@ -545,6 +568,7 @@ class Worker {
           uint64_t v;
           ssize_t ignored = ::read(wake_fd_, &v, sizeof(v));
           (void)ignored;
+          RunTasks();
           continue;
         }
         if (p == &listen_fd_) {
@@ -1348,6 +1372,8 @@ class Worker {
   std::atomic<bool> stop_{false};
   std::promise<void> started_;
   std::future<void> started_future_;
+  std::mutex tasks_mu_;
+  std::vector<std::function<void()>> tasks_;
   std::thread thread_;
   std::mutex conns_mu_;
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;
@@ -2949,6 +2975,102 @@ static_assert(sizeof(TransferSpan) == sizeof(CmaSpan) &&
                   offsetof(TransferSpan, size) == offsetof(CmaSpan, size),
               "TransferSpan and CmaSpan share one layout");
 
+namespace {
+// A CMA transfer of at least this many bytes is copied by two threads, the submitting
+// one and a reactor, half each: from about 8 MiB the copy leaves the caches and one
+// thread's process_vm_writev is bound by what it alone can pull from memory.
+constexpr uint64_t kCmaSplitBytes = 8 << 20;
+
+// Splits `spans` into two shares of about half the bytes each (a span may be cut).
+void SplitCmaSpans(const TransferSpan* spans, size_t n, uint64_t bytes, std::vector<CmaSpan>* a,
+                   std::vector<CmaSpan>* b) {
+  uint64_t left = bytes / 2;
+  for (size_t i = 0; i < n; ++i) {
+    CmaSpan s{spans[i].local_offset, spans[i].remote_offset, spans[i].size};
+    if (left >= s.size) {
+      a->push_back(s);
+      left -= s.size;
+      continue;
+    }
+    if (left > 0) {
+      a->push_back({s.local_offset, s.remote_offset, left});
+      s = {s.local_offset + left, s.remote_offset + left, s.size - left};
+      left = 0;
+    }
+    b->push_back(s);
+  }
+}
+}  // namespace
+
+// One CMA transfer in flight: its shares (one, or two for large transfers) each copy
+// and complete one part of its ledger record; the last to finish checks the target's
+// liveness and announces the write before its part completes the record.
+struct IoEngine::CmaJob {
+  std::shared_ptr<CmaRemote> remote;  // reset by the last share: a revoke may then be acked
+  std::shared_ptr<Peer> peer;
+  std::shared_ptr<ShmMapping> ring;
+  std::shared_ptr<Conn> conn;  // for the announcement when the ring has no room
+  char* local_base = nullptr;
+  uint64_t rid = 0;
+  uint64_t uid = 0;
+  uint64_t remote_mem = 0;
+  uint64_t bytes = 0;
+  bool write = false;
+  std::atomic<uint32_t> shares_left{1};
+  std::atomic<bool> failed{false};
+};
+
+std::string IoEngine::CmaLost(CmaJob& job) {
+  const std::string why =
+      StrCat("remote engine ", LogSafe(job.peer->key), " (pid ", job.remote->pid,
+             ") exited or was closed; its memory ", job.remote_mem, " is gone");
+  job.peer->MarkFailed(why);
+  return StrCat(job.write ? "write" : "read", " failed: ", why, "; register it again to retry");
+}
+
+void IoEngine::CopyCmaShare(CmaJob& job, const CmaSpan* spans, size_t n) {
+  int err;
+  {
+    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+    err = CmaCopySpans(job.remote->pid, job.write, job.local_base, job.remote->addr, spans, n);
+  }
+  StatusDetail code = StatusDetail::SUCCESS;
+  std::string error;
+  if (err == ESRCH) {
+    code = StatusDetail::ERR_PEER_LOST;
+    error = CmaLost(job);
+  } else if (err != 0) {
+    code = StatusDetail::ERR_TRANSPORT;
+    error =
+        StrCat(job.write ? "process_vm_writev" : "process_vm_readv", " of ", n,
+               " span(s) with pid ", job.remote->pid, " (remote engine ", LogSafe(job.peer->key),
+               ", memory ", job.remote_mem, ") failed: ", ErrnoText(err));
+    if (err == EPERM) {
+      // Allowed at connect, refused now: later transfers of this pair go over TCP.
+      job.peer->shm_refused.store(true, std::memory_order_release);
+      MORI_LOG_WARN(kIo, "engine '", key_, "': ", error, "; transfers to it fall back to TCP");
+    }
+  }
+  if (code != StatusDetail::SUCCESS) job.failed.store(true, std::memory_order_release);
+  // The other share's copy happens before this decrement's acquire, so the last share's
+  // liveness check below comes after every byte of the transfer was in place.
+  if (job.shares_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (!job.failed.load(std::memory_order_acquire)) {
+      // As for mapped copies: success only if the target still ran after the bytes were
+      // in place (written) or taken (read).
+      if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
+        code = StatusDetail::ERR_PEER_LOST;
+        error = CmaLost(job);
+      } else if (job.write) {  // announced before the status completes, as for mapped writes
+        job.remote.reset();
+        NotifyP2pWrite(job.ring.get(), job.conn, job.uid, job.remote_mem, job.bytes);
+      }
+    }
+    job.remote.reset();  // a revoke waiting for this copy may be acknowledged now
+  }
+  CompletePart(job.rid, code, error);
+}
+
 std::shared_ptr<TransferState> IoEngine::SubmitShmCma(Op op, const MemoryRegion& local,
                                                       const std::shared_ptr<Peer>& peer,
                                                       PeerConnections* pc, uint64_t remote_mem,
@@ -2956,60 +3078,51 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmCma(Op op, const MemoryRegion&
                                                       const TransferSpan* spans, size_t n,
                                                       uint64_t uid) {
   MORI_SCOPED_TIMER(kIo, "io.shm.cma_direct");
-  const bool write = op == Op::kWrite;
   // The grant's size is the target's registered size: the whole transfer is checked
   // against it before any byte moves.
   if (auto err = RemoteBoundsError(op, spans, n, remote->size, remote_mem, peer->key)) return err;
-  std::shared_ptr<ShmMapping> ring = write ? NoticeRingOf(peer) : nullptr;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) bytes += spans[i].size;
+  const bool split = bytes >= kCmaSplitBytes;
   uint64_t rid = SubmissionLedger::kNoRecord;
-  std::shared_ptr<TransferState> state = BeginTransfer(local, 1, false, &rid);
+  std::shared_ptr<TransferState> state = BeginTransfer(local, split ? 2 : 1, false, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
-  auto lost = [&] {
-    const std::string why = StrCat("remote engine ", LogSafe(peer->key), " (pid ", remote->pid,
-                                   ") exited or was closed; its memory ", remote_mem, " is gone");
-    peer->MarkFailed(why);
-    CompletePart(
-        rid, StatusDetail::ERR_PEER_LOST,
-        StrCat(write ? "write" : "read", " failed: ", why, "; register it again to retry"));
-    return state;
-  };
+  CmaJob stack_job;
+  std::shared_ptr<CmaJob> shared_job = split ? std::make_shared<CmaJob>() : nullptr;
+  CmaJob& job = split ? *shared_job : stack_job;
+  job.write = op == Op::kWrite;
+  job.peer = peer;
+  job.rid = rid;
+  job.uid = uid;
+  job.remote_mem = remote_mem;
+  job.bytes = bytes;
+  job.local_base = reinterpret_cast<char*>(local.addr);
+  if (job.write) {
+    job.ring = NoticeRingOf(peer);
+    job.conn =
+        pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()];
+  }
+  job.remote = std::move(remote);
   // The grant names a pid, and a pid is reused once its process is gone: copy only while
   // the target's engine is known to run (one load), so a cached grant never reaches a
   // later process that got the same pid.
-  if (MORI_UNLIKELY(!remote->owner->Alive())) return lost();
-  int err;
-  {
-    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
-    err = CmaCopySpans(remote->pid, write, reinterpret_cast<char*>(local.addr), remote->addr,
-                       reinterpret_cast<const CmaSpan*>(spans), n);
-  }
-  if (err != 0) {
-    if (err == ESRCH) return lost();
-    const std::string error =
-        StrCat(write ? "process_vm_writev" : "process_vm_readv", " of ", n, " span(s) with pid ",
-               remote->pid, " (remote engine ", LogSafe(peer->key), ", memory ", remote_mem,
-               ") failed: ", ErrnoText(err));
-    if (err == EPERM) {
-      // Allowed at connect, refused now: later transfers of this pair go over TCP.
-      peer->shm_refused.store(true, std::memory_order_release);
-      MORI_LOG_WARN(kIo, "engine '", key_, "': ", error, "; transfers to it fall back to TCP");
-    }
-    CompletePart(rid, StatusDetail::ERR_TRANSPORT, error);
+  if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
+    const std::string error = CmaLost(job);
+    for (uint32_t p = split ? 2 : 1; p > 0; --p)
+      CompletePart(rid, StatusDetail::ERR_PEER_LOST, error);
     return state;
   }
-  // As for mapped copies: success only if the target still ran after the bytes were in
-  // place (written) or taken (read).
-  if (MORI_UNLIKELY(!remote->owner->Alive())) return lost();
-  remote.reset();  // a revoke waiting for this copy may be acknowledged now
-  if (write) {     // announced before the status completes, as for mapped writes
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < n; ++i) bytes += spans[i].size;
-    NotifyP2pWrite(
-        ring.get(),
-        pc->conns[peer->next_conn.fetch_add(1, std::memory_order_relaxed) % pc->conns.size()], uid,
-        remote_mem, bytes);
+  if (!split) {
+    CopyCmaShare(job, reinterpret_cast<const CmaSpan*>(spans), n);
+    return state;
   }
-  CompletePart(rid, StatusDetail::SUCCESS, {});
+  auto first = std::make_shared<std::vector<CmaSpan>>();
+  std::vector<CmaSpan> second;
+  SplitCmaSpans(spans, n, bytes, first.get(), &second);
+  job.shares_left.store(2, std::memory_order_relaxed);
+  workers_[next_worker_.fetch_add(1, std::memory_order_relaxed) % workers_.size()]->Post(
+      [this, shared_job, first] { CopyCmaShare(*shared_job, first->data(), first->size()); });
+  CopyCmaShare(job, second.data(), second.size());
   return state;
 }
 

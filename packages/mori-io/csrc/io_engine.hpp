@@ -405,6 +405,11 @@ class IoEngine {
   // with *code/*error when refused or unreachable.
   std::shared_ptr<CmaRemote> CmaRemoteFor(const std::shared_ptr<Peer>& peer, uint64_t mem_id,
                                           StatusDetail* code, std::string* error);
+  struct CmaJob;
+  // Copies one share of a CMA transfer and completes its part (cma path, io_engine.cpp).
+  void CopyCmaShare(CmaJob& job, const CmaSpan* spans, size_t n);
+  // Marks the peer failed; the message of a transfer that met its target gone.
+  std::string CmaLost(CmaJob& job);
   std::shared_ptr<TransferState> SubmitShmCma(Op op, const MemoryRegion& local,
                                               const std::shared_ptr<Peer>& peer,
                                               PeerConnections* pc, uint64_t remote_mem,

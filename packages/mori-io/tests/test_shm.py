@@ -307,6 +307,50 @@ def test_cma_grant_is_cached_and_revoked_on_deregistration(engine_pair):
     assert np.array_equal(dst, before), "a write landed in a deregistered region"
 
 
+def test_large_cma_transfers_are_copied_whole_by_two_threads(engine_pair):
+    """From 8 MiB a CMA transfer is cut in two shares (a span may be cut) copied by the
+    submitting thread and a reactor: every byte lands once, in its place, for one big
+    span and for a batch of uneven spans, writes and reads, and a write is announced
+    once."""
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    a, b = engine_pair(BackendType.TCP, BackendType.SHM)
+    size = 20 << 20
+    dst = np.zeros(size, np.uint8)
+    mb = b.register_array(dst)
+    src = rng.integers(0, 256, size, dtype=np.uint8)
+    ma = a.register_array(src)
+    uid = a.allocate_transfer_uid()
+    st = a.write(ma, 3, mb, 5, (9 << 20) + 7, uid)  # one span, cut in the middle
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    expect = np.zeros_like(dst)
+    expect[5 : 5 + (9 << 20) + 7] = src[3 : 3 + (9 << 20) + 7]
+    assert np.array_equal(dst, expect)
+    inbound = b.pop_inbound_transfer_status("a", uid)
+    assert inbound is not None and inbound.Succeeded()
+    assert b.pop_inbound_transfer_status("a", uid) is None  # announced once
+    # A batch of 40 uneven, disjoint spans totalling ~12 MiB at random places.
+    cuts = np.sort(rng.choice(np.arange(1, 40), 39, replace=False))
+    sizes = np.diff(np.concatenate(([0], cuts, [40]))) * int(rng.integers(300_000, 320_000))
+    order = rng.permutation(len(sizes))
+    offs, pos = [0] * len(sizes), 0
+    for i in order:
+        offs[i] = pos
+        pos += int(sizes[i])
+    assert pos <= size and pos >= 8 << 20
+    dst[:] = 0
+    sess = a.create_session(ma, mb)
+    st = sess.batch_write(offs, offs, [int(x) for x in sizes], a.allocate_transfer_uid())
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    assert np.array_equal(dst[:pos], src[:pos]) and not dst[pos:].any()
+    back = np.zeros_like(src)
+    mback = a.register_array(back)
+    st = a.read(mback, 0, mb, 0, pos, a.allocate_transfer_uid())
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    assert np.array_equal(back[:pos], src[:pos]) and not back[pos:].any()
+
+
 def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_pair):
     """backend_for / session.backend() say "mapped memcpy" for a target region in shared
     host memory and "CMA" (with why) for any other, before any transfer ran."""
