@@ -101,3 +101,13 @@ def test_block_size_grows_with_max_bytes():
     # CUDA: staging and reduced per parity, and the copy engine's staging (5 x max_bytes).
     small, big = ccl._C.ccl_cuda_block_bytes(4, 1024), ccl._C.ccl_cuda_block_bytes(4, 1 << 20)
     assert big - small == 5 * ((1 << 20) - 1024)
+
+
+SDMA_WORKER = str(Path(__file__).parent / "workers" / "sdma_worker.py")
+
+
+def test_mori_sdma_adapters_on_a_host_heap():
+    seed = random.randrange(1 << 30)
+    print(f"seed={seed}")
+    for r in launch_local([SDMA_WORKER, "cpu", str(seed)], 2, timeout_s=120):
+        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output

@@ -106,3 +106,16 @@ def test_splits_that_do_not_pair_up_trap_on_both_ranks(cuda_gpus):
     for o, out in _outcomes("splits", cuda_gpus):
         assert o.startswith("CUDA error"), o
         assert "splits disagree: rank 1 sends 1 rows to rank 0, which expects 2 rows" in out, out
+
+
+def test_mori_sdma_adapters_on_the_copy_engines(cuda_gpus):
+    seed = random.randrange(1 << 30)
+    placement = "per_gpu" if cuda_gpus >= 2 else "shared"
+    results = launch_local(
+        [str(WORKERS / "sdma_worker.py"), placement, str(seed)],
+        2,
+        timeout_s=240,
+        env=NO_MULTICAST_ENV,
+    )
+    for r in results:
+        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output

@@ -27,8 +27,12 @@ from .communicator import (
     reduce_scatter,
 )
 from .reference import cpu_all_reduce, reduce_sum
+from .sdma import All2allSdma, AllgatherSdma, AllreduceSdma
 
 __all__ = [
+    "All2allSdma",
+    "AllgatherSdma",
+    "AllreduceSdma",
     "Communicator",
     "__version__",
     "all_gather",
