@@ -164,6 +164,24 @@ __device__ void PrintDesc(int rank, const CallDesc& d) {
       AlgorithmName(d.algorithm), d.root, static_cast<long long>(d.row_bytes), d.blocks, d.hash);
 }
 
+__device__ void PauseNs(uint64_t ns) {
+  const uint64_t t0 = dev::GlobalTimerNs();
+  while (dev::GlobalTimerNs() - t0 < ns) __nanosleep(100000);
+}
+
+__device__ uint64_t PeerTrapPause(const Params& p) {
+  const uint64_t half = p.timeout_ns / 2;
+  return half < kPeerTrapPauseNs ? half : kPeerTrapPauseNs;
+}
+
+// A failure every rank detects at once (calls that differ, splits that do not pair
+// up, peers that time out together): rank r traps after r / (W - 1) of the pause, so
+// that no two processes sharing a GPU trap at the same instant.
+[[noreturn]] __device__ void StaggeredTrap(const Params& p) {
+  if (p.world > 1 && p.me > 0) PauseNs(PeerTrapPause(p) * p.me / (p.world - 1));
+  dev::Trap();
+}
+
 [[noreturn]] __device__ void TrapRejectedBy(const Params& p, int from, uint64_t e) {
   if (FirstToReport(p)) {
     printf(
@@ -171,10 +189,7 @@ __device__ void PrintDesc(int rank, const CallDesc& d) {
         "see its error)\n",
         KindName(p.desc.kind), static_cast<unsigned long long>(e), p.me, from);
   }
-  const uint64_t half = p.timeout_ns / 2;
-  const uint64_t pause = half < kPeerTrapPauseNs ? half : kPeerTrapPauseNs;
-  const uint64_t t0 = dev::GlobalTimerNs();
-  while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+  PauseNs(PeerTrapPause(p));
   dev::Trap();
 }
 
@@ -189,7 +204,7 @@ __device__ void PrintDesc(int rank, const CallDesc& d) {
     PrintDesc(p.me, p.desc);
     PrintDesc(peer, theirs);
   }
-  dev::Trap();
+  StaggeredTrap(p);
 }
 
 [[noreturn]] __device__ void TrapTimeout(const Params& p, int peer, uint64_t e, uint64_t word,
@@ -202,7 +217,7 @@ __device__ void PrintDesc(int rank, const CallDesc& d) {
         static_cast<unsigned long long>(p.timeout_ns / 1000000),
         static_cast<unsigned long long>(WordEpoch(word)), blockIdx.x);
   }
-  dev::Trap();
+  StaggeredTrap(p);
 }
 
 // ------------------------------------------------------------------ call steps
@@ -523,7 +538,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) AllToAllKernel(Params p) {
                 static_cast<unsigned long long>(e), p.me, s, static_cast<long long>(in_s[d]), d,
                 static_cast<long long>(expect));
           }
-          dev::Trap();
+          StaggeredTrap(p);
         }
       }
     }
