@@ -102,6 +102,10 @@ constexpr size_t kReadBudget = 8 << 20;
 constexpr int kMaxIov = 512;
 constexpr size_t kLedgerCapacity = 1 << 14;
 constexpr size_t kMaxP2pGrants = 16;
+// The slowest an inbound write's payload may arrive once it holds its region (beyond
+// transfer_timeout_ms): a peer trickling bytes resets the stuck clock with each one,
+// and would otherwise keep the region from being deregistered for as long as it likes.
+constexpr uint64_t kMinPayloadBytesPerS = 1 << 20;
 // GPU memory over TCP: parts of at most kGpuChunk are staged by initiators; a target
 // refuses to stage a single part larger than kMaxStagedPart.
 constexpr uint64_t kGpuChunk = 4 << 20;
@@ -389,6 +393,10 @@ struct Conn {
   Pending cur_pending{};
   bool hello_done = false;
   std::string hello;
+  int64_t opened_ns = 0;  // inbound: accepted (NowNs); a hello must complete in time
+  // Inbound write mid-payload into a region: by then the payload must have arrived,
+  // however slowly its bytes trickle in (each byte resets the stuck clock); 0: none.
+  int64_t payload_deadline_ns = 0;
   int64_t rx_ns = 0;             // last readiness event (reactor only)
   RegionUse* cur_use = nullptr;  // inbound write mid-payload: its region, entered
   // The current payload is received into stage_in and then copied to stage_dst, GPU
@@ -595,7 +603,17 @@ class Worker {
   // outstanding that moved no byte either way for timeout_ns is closed, failing its
   // requests with ERR_TIMEOUT (outbound) or dropping what it owed a stuck initiator
   // (inbound), so nothing waits on it forever.
+  // How long an inbound write's payload may take once its region is entered: the stuck
+  // bound plus its length at kMinPayloadBytesPerS.
+  int64_t PayloadBudgetNs(uint64_t length) const {
+    const int64_t timeout_ns = int64_t{engine_->tcp_config().transfer_timeout_ms} * 1000000;
+    return timeout_ns +
+           static_cast<int64_t>(
+               std::min<uint64_t>(length / kMinPayloadBytesPerS, uint64_t{1} << 20) * 1000000000);
+  }
+
   void CloseStuck(int64_t now, int64_t timeout_ns) {
+    const int64_t hello_deadline_ns = int64_t{engine_->tcp_config().peer_timeout_ms} * 1000000;
     std::vector<std::pair<Conn*, std::string>> stuck;
     {
       std::lock_guard<std::mutex> lock(conns_mu_);
@@ -603,6 +621,21 @@ class Worker {
         Conn& c = *kv.second;
         std::lock_guard<std::mutex> clock(c.mu);
         if (c.dead) continue;
+        if (!c.outbound && !c.hello_done && now - c.opened_ns >= hello_deadline_ns) {
+          // Unauthenticated: a connection that never completes its hello (or trickles it)
+          // would otherwise hold a descriptor and a receive buffer for ever.
+          stuck.emplace_back(&c, StrCat("no complete hello within ", hello_deadline_ns / 1000000,
+                                        " ms of connecting (peer_timeout_ms)"));
+          continue;
+        }
+        if (!c.outbound && c.payload_deadline_ns != 0 && now > c.payload_deadline_ns) {
+          stuck.emplace_back(
+              &c,
+              StrCat("a write of ", c.cur.length, " bytes into memory ", c.cur.mem_id,
+                     " did not arrive within transfer_timeout_ms plus ", kMinPayloadBytesPerS >> 10,
+                     " KiB/s of its length (it keeps the region from being deregistered)"));
+          continue;
+        }
         bool busy = !c.pending.empty() || !c.sendq.empty() || c.in_payload ||
                     !c.shm_write_grants.empty() || !c.shm_read_grants.empty();
         int64_t idle = now - std::max(c.progress_ns, c.rx_ns);
@@ -629,6 +662,7 @@ class Worker {
       auto c = std::make_shared<Conn>();
       c->fd = fd;
       c->outbound = false;
+      c->opened_ns = NowNs();
       engine_->AssignInbound(std::move(c));
     }
   }
@@ -702,6 +736,7 @@ class Worker {
   // False: the connection must be closed (a hello without our secret).
   bool FinishPayload(Conn& c) {
     c.in_payload = false;
+    c.payload_deadline_ns = 0;
     const wire::Header& h = c.cur;
     std::string stage_error = Unstage(c, c.cur.length);
     if (c.outbound) {
@@ -878,6 +913,8 @@ class Worker {
         IoEngine::Lookup lk = refused != wire::WireStatus::kOk ? refusal : Target(c, h, true, true);
         c.cur_use = lk.use;
         c.cur_status = lk.status;
+        // While the payload lands the region cannot be deregistered: bound how long.
+        if (lk.use != nullptr) c.payload_deadline_ns = NowNs() + PayloadBudgetNs(h.length);
         if (lk.status == wire::WireStatus::kOk && lk.gpu_device >= 0) {
           StagePayload(c, h.length, lk.base + h.offset, lk.gpu_device);
           return true;

@@ -233,6 +233,76 @@ def test_a_cma_grant_holder_that_never_lets_go_keeps_the_region_registered():
     target.close()
 
 
+def _closed_by_peer(s, timeout_s):
+    """True once the peer closed `s` (FIN or RST) within timeout_s; False if it did not."""
+    s.settimeout(timeout_s)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_connection_that_never_completes_its_hello_is_closed():
+    """Before its hello an inbound connection is nobody's: one that sends nothing, or
+    half a hello, is closed within peer_timeout_ms (plus a scan period) instead of
+    holding a descriptor and a buffer for ever; initiators that do say hello still work."""
+    target = _engine("target", peer_timeout_ms=500)
+    buf = np.zeros(4096, np.uint8)
+    mem = target.register_array(buf)
+    port = target._engine.port
+    silent = socket.create_connection(("127.0.0.1", port), timeout=5)
+    partial = socket.create_connection(("127.0.0.1", port), timeout=5)
+    secret = target._engine.secret
+    partial.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + 3) + secret[:5])
+    try:
+        t0 = time.monotonic()
+        for s in (silent, partial):
+            assert _closed_by_peer(s, 10), "a connection without a complete hello stayed open"
+        assert time.monotonic() - t0 < 5
+        s = _raw_initiator(target)  # a complete hello: served
+        s.sendall(HDR.pack(2, 0, VERSION, 1, 7, mem.id, 0, 16) + b"\x05" * 16)
+        ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert ack[0] == 4 and ack[1] == 0 and bytes(buf[:16]) == b"\x05" * 16
+        s.close()
+    finally:
+        silent.close()
+        partial.close()
+        target.close()
+
+
+def test_a_write_that_trickles_its_payload_cannot_hold_its_region():
+    """Each byte of a payload resets the stuck clock, so a peer sending one byte every
+    50 ms used to keep the region it writes into from being deregistered for as long as
+    it liked. The payload now has transfer_timeout_ms (plus its length at 1 MiB/s) to
+    arrive; then the connection is closed and deregistration goes through."""
+    target = _engine("target")
+    buf = np.zeros(MIB, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    try:
+        s.sendall(HDR.pack(2, 0, VERSION, 1, 9, mem.id, 0, 64 << 10) + b"\x07")
+        t0 = time.monotonic()
+        took = None
+        while time.monotonic() - t0 < BOUND_S + 3:
+            try:
+                s.sendall(b"\x07")
+            except OSError:
+                pass  # closed by the target: fine
+            try:
+                target.deregister_memory(mem)
+                took = time.monotonic() - t0
+                break
+            except mc.InvalidStateError:
+                time.sleep(0.05)
+        assert took is not None, "a trickling write kept its region registered"
+        assert took < BOUND_S + 1
+    finally:
+        s.close()
+        target.close()
+
+
 def test_no_write_lands_after_deregistration_returned():
     target = _engine("target")
     buf = np.zeros(4 * MIB, np.uint8)
