@@ -1916,6 +1916,8 @@ void IoEngine::RecordInboundParts(const std::string& remote_key, const InboundPa
   if (!tcp_config_.enable_notification) return;
   std::lock_guard<std::mutex> lock(inbound_mu_);
   auto& by_uid = inbound_[remote_key];
+  std::shared_ptr<const std::string>& shared_key = inbound_keys_[remote_key];
+  if (!shared_key) shared_key = std::make_shared<const std::string>(remote_key);
   InboundEntry* e = nullptr;
   uint64_t uid = 0;
   const size_t cap = tcp_config_.max_inbound_statuses;
@@ -1929,7 +1931,7 @@ void IoEngine::RecordInboundParts(const std::string& remote_key, const InboundPa
       uid = p.uid;
       if (inserted) {
         e->seq = ++inbound_seq_;
-        inbound_order_.push_back({remote_key, p.uid, e->seq});
+        inbound_order_.push_back({shared_key, p.uid, e->seq});
         ++inbound_count_;
         EvictInboundLocked(cap);
       }
@@ -1976,7 +1978,7 @@ std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::str
 }
 
 bool IoEngine::InboundLive(const InboundOrder& o) const {
-  auto k = inbound_.find(o.key);
+  auto k = inbound_.find(*o.key);
   if (k == inbound_.end()) return false;
   auto e = k->second.find(o.uid);
   return e != k->second.end() && e->second.seq == o.seq;
@@ -1987,10 +1989,10 @@ void IoEngine::EvictInboundLocked(size_t cap) {
     InboundOrder o = std::move(inbound_order_.front());
     inbound_order_.pop_front();
     if (!InboundLive(o)) continue;
-    auto& by_uid = inbound_[o.key];
+    auto& by_uid = inbound_[*o.key];
     const InboundEntry& e = by_uid[o.uid];
     MORI_LOG_DEBUG(kIo, "engine '", key_, "': dropping the unpopped inbound status of transfer ",
-                   o.uid, " from ", LogSafe(o.key), " (", e.seen, "/", e.total, " parts",
+                   o.uid, " from ", LogSafe(*o.key), " (", e.seen, "/", e.total, " parts",
                    e.failed ? ", failed" : "", "): more than max_inbound_statuses ", cap, " held");
     by_uid.erase(o.uid);
     --inbound_count_;

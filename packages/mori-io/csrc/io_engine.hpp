@@ -498,11 +498,14 @@ class IoEngine {
   // Entries in insertion order (key, uid, seq); an item whose entry was popped or
   // replaced is stale and skipped. Compacted when stale items dominate.
   struct InboundOrder {
-    std::string key;
+    // Shared with every other item of that initiator (inbound_keys_): a key is up to 4 KiB,
+    // and a copy per held status made 65,536 statuses of one long key cost 256 MiB.
+    std::shared_ptr<const std::string> key;
     uint64_t uid;
     uint64_t seq;
   };
   std::deque<InboundOrder> inbound_order_;
+  std::unordered_map<std::string, std::shared_ptr<const std::string>> inbound_keys_;
   size_t inbound_count_ = 0;
   uint64_t inbound_seq_ = 0;
   uint64_t inbound_evicted_ = 0;

@@ -303,6 +303,40 @@ def test_a_write_that_trickles_its_payload_cannot_hold_its_region():
         target.close()
 
 
+def _rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
+    """A target whose application does not pop keeps up to max_inbound_statuses
+    (65,536) statuses; announced under a 4000-byte key (the hello allows 4096), each one
+    held a copy of the key (+256 MiB). The key is now shared by its statuses."""
+    target = _engine("target")
+    key = b"k" * 4000
+    n = 1 << 16
+    frames = b"".join(HDR.pack(15, 0, VERSION, 1, uid, 1, 0, 64) for uid in range(1, n + 1))
+    s = _raw_initiator(target, key=key)
+    try:
+        rss0 = _rss_bytes()
+        s.sendall(frames)  # kP2pWriteDone for uids 1..n: unanswered
+        deadline = time.monotonic() + 60
+        while target._engine.inbound_stats()["held"] < n:
+            assert time.monotonic() < deadline, target._engine.inbound_stats()
+            time.sleep(0.01)
+        grown = _rss_bytes() - rss0
+        print(f"{n} statuses under a {len(key)}-byte key: +{grown / 2**20:.1f} MiB")
+        assert grown < 64 << 20, f"+{grown / 2**20:.0f} MiB for {n} statuses"
+        st = target.pop_inbound_transfer_status(key.decode(), 77)
+        assert st is not None and st.Succeeded()
+    finally:
+        s.close()
+        target.close()
+
+
 def test_no_write_lands_after_deregistration_returned():
     target = _engine("target")
     buf = np.zeros(4 * MIB, np.uint8)
