@@ -340,6 +340,15 @@ HotPathOptions HotPathOptions::FromEnv() {
     }
     o.notice_ring_slots = static_cast<uint32_t>(v);
   }
+  if (const char* rings = std::getenv("MORI_IO_MAX_NOTICE_RINGS")) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(rings, &end, 10);
+    if (end == rings || *end != '\0' || v > (1u << 16)) {
+      MORI_THROW(InvalidArgumentError, "MORI_IO_MAX_NOTICE_RINGS='", rings,
+                 "': expected a count in [0, 65536]");
+    }
+    o.max_notice_rings = static_cast<uint32_t>(v);
+  }
   return o;
 }
 
@@ -2042,9 +2051,38 @@ size_t IoEngine::notice_rings_granted() {
   return notice_rings_.size();
 }
 
+bool IoEngine::HasLiveInbound(const std::string& key) {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto range = inbound_by_key_.equal_range(key);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (std::shared_ptr<Conn> c = it->second.lock()) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (!c->dead) return true;
+    }
+  }
+  return false;
+}
+
 wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::string* payload) {
   const uint32_t slots = options_.notice_ring_slots;
-  if (slots == 0) return wire::WireStatus::kNotShareable;
+  // Rings carry announcements of one-sided same-host writes, which only SHM and P2P make.
+  if (slots == 0 || (!shm_created_ && !p2p_)) return wire::WireStatus::kNotShareable;
+  const size_t cap = options_.max_notice_rings;
+  // At the cap, rings of initiators with no connection left go first (drained): such an
+  // initiator has failed its peer and asks again when it registers us again.
+  std::vector<std::string> gone;
+  {
+    std::vector<std::string> others;
+    {
+      std::lock_guard<std::mutex> lock(notice_mu_);
+      if (notice_rings_.count(initiator_key) == 0 && notice_rings_.size() >= cap) {
+        for (const auto& kv : notice_rings_) others.push_back(kv.first);
+      }
+    }
+    for (const std::string& k : others) {
+      if (!HasLiveInbound(k)) gone.push_back(k);
+    }
+  }
   const uint64_t bytes = NoticeRing::BytesFor(slots);
   SharedHostBlock b;
   try {
@@ -2062,9 +2100,22 @@ wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::
   g.region_offset = 0;
   g.region_size = b.size;
   if (liveness_) g.live = liveness_->Grant();
-  *payload = PackShmMapGrant(g);
   std::lock_guard<std::mutex> lock(notice_mu_);
+  for (const std::string& k : gone) {
+    auto it = notice_rings_.find(k);
+    if (it == notice_rings_.end()) continue;
+    DrainNoticesLocked(it->first, it->second);
+    FreeSharedHost(it->second.addr);
+    notice_rings_.erase(it);
+  }
   auto it = notice_rings_.find(initiator_key);
+  if (it == notice_rings_.end() && notice_rings_.size() >= cap) {
+    FreeSharedHost(b.addr);
+    MORI_LOG_WARN(kIo, "engine '", key_, "': no notice ring for ", LogSafe(initiator_key), " (",
+                  notice_rings_.size(), " granted, MORI_IO_MAX_NOTICE_RINGS ", cap,
+                  "): its announcements come over TCP");
+    return wire::WireStatus::kNotShareable;
+  }
   if (it != notice_rings_.end()) {
     // The same engine key asks again (it re-registered us, or restarted): what its
     // previous ring holds is recorded before the ring goes.
@@ -2073,6 +2124,7 @@ wire::WireStatus IoEngine::NoticeRingFor(const std::string& initiator_key, std::
     notice_rings_.erase(it);
   }
   notice_rings_.emplace(initiator_key, GrantedRing{b.addr, slots, 0});
+  *payload = PackShmMapGrant(g);
   return wire::WireStatus::kOk;
 }
 

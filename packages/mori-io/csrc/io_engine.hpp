@@ -89,6 +89,8 @@ struct HotPathOptions {
                                       // go over TCP instead of a shared-memory ring
   uint32_t notice_ring_slots = 4096;  // MORI_IO_NOTICE_RING_SLOTS: slots of the rings this
                                       // engine grants (a power of two; 0: grants none)
+  uint32_t max_notice_rings = 256;    // MORI_IO_MAX_NOTICE_RINGS: rings this engine grants at
+                                      // most at a time (beyond: announcements over TCP)
   bool cma_cache = true;              // MORI_IO_CMA_CACHE=0: every CMA part asks the target
                                       // for a grant (two round trips per write)
   bool liveness_word = true;          // MORI_IO_SHM_LIVENESS_WORD=0: same-host copies poll the
@@ -523,6 +525,9 @@ class IoEngine {
   std::mutex notice_mu_;
   std::unordered_map<std::string, GrantedRing> notice_rings_;
   void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
+  // Whether `key` has an inbound connection that is not closed (an initiator without one
+  // has failed its peer and announces nothing more until it registers us again).
+  bool HasLiveInbound(const std::string& key);
   void FreeNoticeRings();
 
   std::atomic<uint64_t> next_uid_{1};

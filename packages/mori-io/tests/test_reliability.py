@@ -337,6 +337,57 @@ def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
         target.close()
 
 
+def _ask_notice_ring(target, key):
+    """(connection, status) of a kNoticeRingReq under `key`, its grant read."""
+    s = _raw_initiator(target, key=key)
+    s.sendall(HDR.pack(26, 0, VERSION, 0, 0, 0, 0, 0))  # kNoticeRingReq
+    h = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+    assert h[0] == 27, h  # kNoticeRingGrant
+    if h[7]:
+        s.recv(h[7], socket.MSG_WAITALL)
+    return s, h[1]
+
+
+def test_notice_rings_are_bounded_and_a_gone_initiator_gives_its_ring_up(monkeypatch):
+    """Each initiator key that asked got a ring (131 KiB of shared memory and an fd) until
+    shutdown, from any engine. Now an engine without SHM or P2P grants none, one grants
+    at most MORI_IO_MAX_NOTICE_RINGS (beyond: refused, announcements go over TCP), a key
+    asking again replaces its ring, and at the cap the rings of keys with no connection
+    left are reclaimed."""
+    monkeypatch.setenv("MORI_IO_MAX_NOTICE_RINGS", "3")
+    target = _engine("target")
+    target.create_backend(BackendType.SHM)
+    tcp_only = _engine("tcp-only")
+    socks = []
+    try:
+        s, status = _ask_notice_ring(tcp_only, b"k")
+        s.close()
+        assert status == 10 and tcp_only._engine.notice_rings_granted == 0  # kNotShareable
+        for i in range(5):
+            s, status = _ask_notice_ring(target, f"k{i}".encode())
+            socks.append(s)
+            assert status == (0 if i < 3 else 10), (i, status)
+        assert target._engine.notice_rings_granted == 3
+        s, status = _ask_notice_ring(target, b"k1")  # a holder asks again: replaced
+        socks.append(s)
+        assert status == 0 and target._engine.notice_rings_granted == 3
+        socks[0].close()  # k0 has no connection left
+        deadline = time.monotonic() + BOUND_S
+        while True:
+            s, status = _ask_notice_ring(target, b"k3")
+            socks.append(s)
+            if status == 0:
+                break
+            assert time.monotonic() < deadline, "the ring of a gone initiator was not reclaimed"
+            time.sleep(0.02)
+        assert target._engine.notice_rings_granted == 3
+    finally:
+        for s in socks:
+            s.close()
+        target.close()
+        tcp_only.close()
+
+
 def test_no_write_lands_after_deregistration_returned():
     target = _engine("target")
     buf = np.zeros(4 * MIB, np.uint8)
