@@ -109,6 +109,8 @@ __device__ const char* AlgorithmName(int a) {
       return "sm";
     case 3:
       return "copy_engine";
+    case 4:
+      return "one_shot_ll";
   }
   return "-";
 }
@@ -146,6 +148,11 @@ __device__ __forceinline__ uint64_t* Words(const Params& p, size_t area, int par
 
 __device__ __forceinline__ size_t DescOffset(const Params& p, int parity) {
   return p.layout.desc + static_cast<size_t>(parity) * sizeof(CallDesc);
+}
+
+// Offset in the block of the packets pe `from` posts, parity `parity`.
+__device__ __forceinline__ size_t LLSlotOffset(const Params& p, int parity, int from) {
+  return p.layout.ll + (static_cast<size_t>(parity) * p.world + from) * (p.layout.ll_words + 1) * 8;
 }
 
 // ------------------------------------------------------------------ failures
@@ -594,10 +601,162 @@ __global__ void RejectKernel(Params p) {
     dev::SignalSet(p.ctx, &words[p.me], w, i % p.world);
   }
   uint64_t* staged = At<uint64_t>(p, p.layout.ce_staged);
+  const uint64_t header = (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | kRejectedHash;
   for (int s = threadIdx.x; s < p.world; s += blockDim.x) {
     dev::SignalSet(p.ctx, &staged[p.me], w, s);
+    dev::SignalSet(p.ctx, At<uint64_t>(p, LLSlotOffset(p, par, p.me)), header, s);
   }
   Finish(p, e);
+}
+
+// ------------------------------------------------------------------ one_shot_ll
+
+__device__ __forceinline__ void StoreRelaxed(uint64_t* addr, uint64_t value) {
+  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(addr), "l"(value) : "memory");
+}
+
+__device__ __forceinline__ uint64_t LoadRelaxed(const uint64_t* addr) {
+  uint64_t value;
+  asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(value) : "l"(addr) : "memory");
+  return value;
+}
+
+// Spins until packet `*addr` carries `flag` (bounded); returns it.
+__device__ __forceinline__ uint64_t WaitPacket(const Params& p, const uint64_t* addr, uint32_t flag,
+                                               int from, uint64_t e) {
+  uint64_t v = LoadRelaxed(addr);
+  if (static_cast<uint32_t>(v >> 32) == flag) return v;
+  const uint64_t t0 = dev::GlobalTimerNs();
+  while (static_cast<uint32_t>((v = LoadRelaxed(addr)) >> 32) != flag) {
+    if (dev::GlobalTimerNs() - t0 > p.timeout_ns) {
+      TrapTimeout(p, from, e, MakeWord(v >> 32, 0), "send its packets");
+    }
+  }
+  return v;
+}
+
+// 32-bit word i of the input as elements of T (zero past `bytes`); element loads, so
+// any T-aligned input works.
+template <typename T>
+__device__ __forceinline__ uint32_t LoadWord(const char* src, int64_t bytes, int64_t i) {
+  if constexpr (sizeof(T) == 4) {
+    return reinterpret_cast<const uint32_t*>(src)[i];
+  } else {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+    const uint32_t lo = h[2 * i];
+    const uint32_t hi = 4 * i + 2 < bytes ? h[2 * i + 1] : 0u;
+    return lo | (hi << 16);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T WordElem(uint32_t w, int k) {
+  if constexpr (sizeof(T) == 4) {
+    T v;
+    memcpy(&v, &w, 4);
+    return v;
+  } else {
+    const uint16_t bits = static_cast<uint16_t>(w >> (16 * k));
+    T v;
+    memcpy(&v, &bits, 2);
+    return v;
+  }
+}
+
+// One kernel: push this rank's words to every pe, check every pe's header, reduce the
+// block's words as the peers' packets arrive (rank order, fp32, one rounding).
+template <typename T, int Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) AllReduceLLKernel(Params p) {
+  using E = Elem<T>;
+  using Acc = typename E::Acc;
+  constexpr int kPer = 4 / sizeof(T);
+  const uint64_t e = CallEpoch(p);
+  const int par = static_cast<int>(e & 1), W = p.world;
+  const uint32_t flag = static_cast<uint32_t>(e);
+  const int64_t nw = (p.bytes + 3) / 4;
+  const int64_t per = (nw + gridDim.x - 1) / gridDim.x;
+  const int64_t wlo = min(nw, per * blockIdx.x), whi = min(nw, wlo + per);
+  const size_t mine = LLSlotOffset(p, par, p.me);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *At<CallDesc>(p, DescOffset(p, par)) = p.desc;
+    dev::Fence();
+    for (int s = 0; s < W; ++s) {
+      dev::StoreRelease(PeerAt<uint64_t>(p, mine, s),
+                        (static_cast<uint64_t>(flag) << 32) | p.desc.hash);
+    }
+  }
+  for (int64_t i = wlo + threadIdx.x; i < whi; i += blockDim.x) {
+    const uint64_t pkt = (static_cast<uint64_t>(flag) << 32) | LoadWord<T>(p.src, p.bytes, i);
+    for (int k = 0; k < W; ++k) {
+      const int s = (p.me + k) % W;
+      StoreRelaxed(PeerAt<uint64_t>(p, mine + 8 * (1 + i), s), pkt);
+    }
+  }
+  // Every block checks every header before it writes a byte: calls that differ never mix.
+  for (int s = threadIdx.x; s < W; s += blockDim.x) {
+    const uint64_t* header = At<const uint64_t>(p, LLSlotOffset(p, par, s));
+    uint64_t h = dev::LoadAcquire(header);
+    if (static_cast<uint32_t>(h >> 32) != flag) {
+      const uint64_t t0 = dev::GlobalTimerNs();
+      while (static_cast<uint32_t>((h = dev::LoadAcquire(header)) >> 32) != flag) {
+        if (dev::GlobalTimerNs() - t0 > p.timeout_ns) {
+          TrapTimeout(p, s, e, MakeWord(h >> 32, 0), "arrive");
+        }
+      }
+    }
+    const uint32_t hash = static_cast<uint32_t>(h) & kHashMask;
+    if (hash != p.desc.hash) TrapMismatch(p, s, e, par, MakeWord(e, hash));
+  }
+  __syncthreads();
+  for (int64_t i = wlo + threadIdx.x; i < whi; i += blockDim.x) {
+    Acc acc[kPer];
+    for (int s = 0; s < W; ++s) {
+      const uint64_t* pkt = At<const uint64_t>(p, LLSlotOffset(p, par, s) + 8 * (1 + i));
+      const uint32_t w = static_cast<uint32_t>(WaitPacket(p, pkt, flag, s, e));
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const Acc v = E::Load(WordElem<T>(w, k));
+        acc[k] = s == 0 ? First<Op, Acc>(v) : Combine<Op, Acc>(acc[k], v);
+      }
+    }
+    T* out = reinterpret_cast<T*>(p.dst);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t el = i * kPer + k;
+      if (el * static_cast<int64_t>(sizeof(T)) < p.bytes) out[el] = E::Store(acc[k]);
+    }
+  }
+  Finish(p, e);
+}
+
+template <typename T>
+const void* LLKernelByOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return reinterpret_cast<const void*>(&AllReduceLLKernel<T, 0>);
+    case ReduceOp::kMax:
+      return reinterpret_cast<const void*>(&AllReduceLLKernel<T, 1>);
+    case ReduceOp::kMin:
+      return reinterpret_cast<const void*>(&AllReduceLLKernel<T, 2>);
+  }
+  MORI_THROW(InvalidArgumentError, "unknown reduce op code ", static_cast<int>(op));
+}
+
+const void* LLKernelFor(DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return LLKernelByOp<float>(op);
+    case DataType::kBFloat16:
+      return LLKernelByOp<__nv_bfloat16>(op);
+    case DataType::kFloat16:
+      return LLKernelByOp<__half>(op);
+    case DataType::kInt32:
+      return LLKernelByOp<int32_t>(op);
+    default:
+      break;
+  }
+  MORI_THROW(InvalidArgumentError, "the CUDA collectives reduce float32, bfloat16, float16 and ",
+             "int32, not ", DataTypeName(dtype));
 }
 
 template <int Kind, typename T>
@@ -669,6 +828,8 @@ CommunicatorCuda::CommunicatorCuda(void* block, size_t max_bytes, int device,
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   MORI_CUDA_CHECK(cudaMemset(block_, 0, CudaSignalBytes(layout_)));
+  // Packets of flag 0 never match a call (calls count from 1).
+  MORI_CUDA_CHECK(cudaMemset(block_ + layout_.ll, 0, layout_.total_bytes - layout_.ll));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   shmem::BarrierAll();
 }
@@ -717,14 +878,20 @@ void CommunicatorCuda::AllReduce(const void* src, void* dst, size_t count, DataT
   if (static_cast<size_t>(bytes) > max_bytes_) {
     Reject(StrCat("all_reduce of ", bytes, " bytes exceeds max_bytes ", max_bytes_), stream);
   }
-  MORI_CHECK_ARG(algorithm == CudaAlgorithm::kOneShot || algorithm == CudaAlgorithm::kTwoShot,
+  MORI_CHECK_ARG(algorithm == CudaAlgorithm::kOneShot || algorithm == CudaAlgorithm::kTwoShot ||
+                     algorithm == CudaAlgorithm::kOneShotLL,
                  "all_reduce algorithm code ", static_cast<int>(algorithm));
+  if (algorithm == CudaAlgorithm::kOneShotLL && static_cast<size_t>(bytes) > ll_max_bytes()) {
+    Reject(StrCat("one_shot_ll all_reduce of ", bytes, " bytes exceeds its ", ll_max_bytes()),
+           stream);
+  }
   mori::cuda::ScopedDevice guard(device_);
   Launch l{};
   l.blocks = BlocksFor(bytes, max_blocks);
   l.threads = kThreadsPerBlock;
-  l.kernel = algorithm == CudaAlgorithm::kOneShot ? ReduceKernelFor<kOneShotKernel>(dtype, op)
-                                                  : ReduceKernelFor<kTwoShotKernel>(dtype, op);
+  l.kernel = algorithm == CudaAlgorithm::kOneShot   ? ReduceKernelFor<kOneShotKernel>(dtype, op)
+             : algorithm == CudaAlgorithm::kTwoShot ? ReduceKernelFor<kTwoShotKernel>(dtype, op)
+                                                    : LLKernelFor(dtype, op);
   l.params.desc = Describe(CollectiveKind::kAllReduce, dtype, static_cast<int>(op), algorithm, -1,
                            l.blocks, bytes, 0);
   l.params.src = static_cast<const char*>(src);

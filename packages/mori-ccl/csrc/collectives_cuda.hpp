@@ -62,6 +62,8 @@ class CommunicatorCuda {
   uint64_t calls() const { return calls_; }
   size_t max_bytes() const { return max_bytes_; }
   int max_blocks() const { return max_blocks_; }
+  // The largest input of a one_shot_ll all-reduce.
+  size_t ll_max_bytes() const { return layout_.ll_words * 4; }
   // The grid a call of `bytes` gets with `max_blocks` (<= 0: the communicator's).
   int BlocksFor(int64_t bytes, int max_blocks) const;
 

@@ -45,8 +45,9 @@ CudaAlgorithm ParseCudaAlgorithm(const std::string& name) {
   if (name == "two_shot") return CudaAlgorithm::kTwoShot;
   if (name == "sm") return CudaAlgorithm::kSm;
   if (name == "copy_engine") return CudaAlgorithm::kCopyEngine;
+  if (name == "one_shot_ll") return CudaAlgorithm::kOneShotLL;
   MORI_THROW(InvalidArgumentError, "algorithm '", name,
-             "' is not one_shot, two_shot, sm or copy_engine");
+             "' is not one_shot, two_shot, one_shot_ll, sm or copy_engine");
 }
 
 template <typename T>
@@ -249,7 +250,8 @@ InvalidArgumentError(reason).)doc")
            R"doc(The grid a call of ``bytes`` gets with ``max_blocks`` (<= 0: the default).)doc")
       .def_property_readonly("calls", &CommunicatorCuda::calls)
       .def_property_readonly("max_bytes", &CommunicatorCuda::max_bytes)
-      .def_property_readonly("max_blocks", &CommunicatorCuda::max_blocks);
+      .def_property_readonly("max_blocks", &CommunicatorCuda::max_blocks)
+      .def_property_readonly("ll_max_bytes", &CommunicatorCuda::ll_max_bytes);
 #endif
 }
 

@@ -47,6 +47,16 @@
 //   staging     u8  [2][B]
 //   reduced     u8  [2][B]
 //   ce_staging  u8  [B]
+//   ll          u64 [2][W][L + 1]  one_shot_ll packets (L = min(B, kLLMaxBytes) / 4):
+//                                  [p][s][0] = flag << 32 | hash, posted by pe s (release);
+//                                  [p][s][1 + i] = flag << 32 | 32-bit word i of pe s's
+//                                  input, flag = the low 32 bits of the call number
+//
+// one_shot_ll ("data is its own flag"): each rank stores its input, 4 bytes per 8-byte
+// packet tagged with the call's flag, into its slot of every peer's ll[e % 2], and
+// reads each peer's packets as their flags turn to this call's: one pass, no separate
+// flag exchange. The parity argument above covers the packets too (every call, of any
+// kind, hears from every peer).
 
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +73,8 @@ inline constexpr int64_t kBytesPerBlock = 16 << 10;
 inline constexpr uint32_t kHashBits = 24;
 inline constexpr uint32_t kHashMask = (1u << kHashBits) - 1;
 inline constexpr uint32_t kRejectedHash = kHashMask;
+// The largest input of the low-latency one-shot all-reduce.
+inline constexpr size_t kLLMaxBytes = 256 << 10;
 
 // Algorithms beyond AllReduceAlgorithm's, as stored in CallDesc::algorithm.
 enum class CudaAlgorithm : int32_t {
@@ -70,6 +82,7 @@ enum class CudaAlgorithm : int32_t {
   kTwoShot = 1,
   kSm = 2,          // all-gather / all-to-all / broadcast / reduce-scatter by SM loads
   kCopyEngine = 3,  // all-gather / all-to-all by cudaMemcpyAsync over peer mappings
+  kOneShotLL = 4,   // all-reduce, packets that carry their own flag
 };
 
 struct CudaCallState {
@@ -92,8 +105,8 @@ struct CallDesc {
 };
 
 struct CudaLayout {
-  size_t state, arrive, ready, ce_staged, desc, rows, staging, reduced, ce_staging;
-  size_t max_bytes, total_bytes;
+  size_t state, arrive, ready, ce_staged, desc, rows, staging, reduced, ce_staging, ll;
+  size_t max_bytes, ll_words, total_bytes;
 };
 
 inline CudaLayout MakeCudaLayout(int world_size, size_t max_bytes) {
@@ -115,6 +128,8 @@ inline CudaLayout MakeCudaLayout(int world_size, size_t max_bytes) {
   l.staging = take(2 * B);
   l.reduced = take(2 * B);
   l.ce_staging = take(B);
+  l.ll_words = (B < kLLMaxBytes ? B : kLLMaxBytes) / 4;
+  l.ll = take(2 * W * (l.ll_words + 1) * 8);
   l.max_bytes = B;
   l.total_bytes = off;
   return l;

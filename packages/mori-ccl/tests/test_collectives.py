@@ -98,9 +98,11 @@ def test_block_size_grows_with_max_bytes():
     small, big = ccl._C.ccl_block_bytes(4, 1000), ccl._C.ccl_block_bytes(4, 1 << 20)
     assert small >= 2 * 1000 and big - small == 2 * ((1 << 20) - 1024)
     assert isinstance(torch.empty(0), torch.Tensor)
-    # CUDA: staging and reduced per parity, and the copy engine's staging (5 x max_bytes).
+    # CUDA: staging and reduced per parity, and the copy engine's staging (5 x max_bytes),
+    # and one_shot_ll's packets (8 bytes per 4 input bytes, per parity and rank, up to
+    # 256 KiB of input).
     small, big = ccl._C.ccl_cuda_block_bytes(4, 1024), ccl._C.ccl_cuda_block_bytes(4, 1 << 20)
-    assert big - small == 5 * ((1 << 20) - 1024)
+    assert big - small == 5 * ((1 << 20) - 1024) + 2 * 4 * 8 * ((256 << 10) - 1024) // 4
 
 
 SDMA_WORKER = str(Path(__file__).parent / "workers" / "sdma_worker.py")

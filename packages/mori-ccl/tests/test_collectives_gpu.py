@@ -51,6 +51,11 @@ def test_one_process_per_gpu(cuda_gpus):
     _run("random", "per_gpu", cuda_gpus, 480, timeout_s=300 + 30 * cuda_gpus)
 
 
+def test_one_shot_ll(cuda_gpus):
+    # Apart from the other algorithms, so that a failure of one says which.
+    _run("ll", "per_gpu" if cuda_gpus >= 2 else "shared", 2, 120)
+
+
 def test_cuda_graph_replays(cuda_gpus):
     _run("graph", "per_gpu" if cuda_gpus >= 2 else "shared", 2, 12)
 

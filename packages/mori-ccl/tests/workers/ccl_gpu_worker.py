@@ -13,6 +13,7 @@ mode:      random   `iters` calls cycling through every collective and algorithm
                     every rank's input from the seed, so each result is compared bit for
                     bit with a reference computed here (fp32 in rank order, one rounding);
                     integer-valued inputs also against the exact sum.
+           ll       one_shot_ll alone (run_ll's docstring).
            graph    all-reduce (one- and two-shot), all-gather and all-to-all-v captured
                     in one CUDA graph, each followed in the graph by a kernel that
                     overwrites its input; replayed with fresh inputs.
@@ -284,10 +285,71 @@ def run_graph() -> None:
     del graph
 
 
+def run_ll() -> None:
+    """one_shot_ll alone: every dtype and op, odd sizes up to its bound, grids of 1 to
+    64 blocks, in and out of place; half the calls checked at once, half back to back
+    and checked at the end; then a CUDA graph of two calls, each followed by a kernel
+    overwriting its input, replayed back to back."""
+    comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60)
+    cap = comm._impl.ll_max_bytes
+    later = []
+    for it in range(iters):
+        gen = torch.Generator().manual_seed(seed * 104729 + it)
+        dtype, op = DTYPES[it % len(DTYPES)], OPS[(it // len(DTYPES)) % len(OPS)]
+        es = torch.tensor([], dtype=dtype).element_size()
+        top = cap // es if it % 7 == 3 else min(cap // es, 5001)
+        numel = min(int(torch.randint(1, top + 1, (1,), generator=gen)) | 1, cap // es)
+        inputs = make_inputs(gen, numel, dtype, it % 3 == 0)
+        x = inputs[rank].to(DEV)
+        out = None if it % 2 == 0 else torch.empty_like(x)
+        what = f"ll call {it} {dtype} {op} numel={numel} in_place={out is None}"
+        got = comm.all_reduce(
+            x, op=op, out=out, algorithm="one_shot_ll", max_blocks=BLOCKS[it % len(BLOCKS)]
+        )
+        call = (what, got, reduce_ref(inputs, op), None, None if out is None else (x, inputs[rank]))
+        if it % 4 < 2:
+            verify(*call)
+        else:
+            later.append(call)
+    torch.cuda.synchronize()
+    for call in later:
+        verify(*call)
+    x1 = torch.zeros(777, dtype=torch.bfloat16, device=DEV)
+    x2 = torch.zeros(cap // 4, dtype=torch.float32, device=DEV)
+
+    def step():
+        y1 = comm.all_reduce(x1, out=torch.empty_like(x1), algorithm="one_shot_ll")
+        x1.fill_(-1)
+        y2 = comm.all_reduce(x2, out=torch.empty_like(x2), algorithm="one_shot_ll", op="max")
+        x2.fill_(-1)
+        return y1, y2
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y1, y2 = step()
+    for rep in range(8):
+        gen = torch.Generator().manual_seed(seed * 13 + rep)
+        i1 = make_inputs(gen, 777, torch.bfloat16, False)
+        i2 = make_inputs(gen, cap // 4, torch.float32, False)
+        x1.copy_(i1[rank])
+        x2.copy_(i2[rank])
+        graph.replay()
+        torch.cuda.synchronize()
+        same(y1, reduce_ref(i1, "sum"), f"ll graph replay {rep} sum")
+        same(y2, reduce_ref(i2, "max"), f"ll graph replay {rep} max")
+        graph.replay()  # back to back, on the overwritten inputs
+    torch.cuda.synchronize()
+    print(f"rank {rank}: {iters} one_shot_ll calls and 16 graph replays ok")
+
+
 if mode == "random":
     run_random()
 elif mode == "graph":
     run_graph()
+elif mode == "ll":
+    run_ll()
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 torch.cuda.synchronize()

@@ -44,7 +44,7 @@ from mori.core.launch import NO_MULTICAST_ENV
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "int32": "int32"}
 MORI_ALGORITHMS = {
-    "all_reduce": ("one_shot", "two_shot"),
+    "all_reduce": ("one_shot", "two_shot", "one_shot_ll"),
     "all_gather": ("sm", "copy_engine"),
     "reduce_scatter": ("sm",),
     "all_to_all": ("sm", "copy_engine"),
@@ -272,7 +272,9 @@ def worker(args: argparse.Namespace) -> None:
             calls = max(3, min(50, (64 << 20) // max(case.bytes, 1)))
             impls: list[tuple[str, Any]] = []
             for algo in MORI_ALGORITHMS[op]:
-                if algo == "copy_engine" and not cuda:
+                if algo in ("copy_engine", "one_shot_ll") and not cuda:
+                    continue
+                if algo == "one_shot_ll" and case.bytes > comm._impl.ll_max_bytes:
                     continue
                 impls.append((f"mori:{algo}", _mori_call(torch, comm, case, op, algo)))
             if base_group is not None:

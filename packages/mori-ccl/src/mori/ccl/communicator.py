@@ -32,7 +32,7 @@ _DTYPES = {
     torch.int32: "int32",
 }
 _OPS = ("sum", "max", "min")
-_ALGORITHMS = ("auto", "one_shot", "two_shot")
+_ALGORITHMS = ("auto", "one_shot", "two_shot", "one_shot_ll")
 # all_gather / all_to_all: "sm" (kernels load from the peers) or "copy_engine"
 # (cudaMemcpyAsync over the peer mappings: no SM moves data; CUDA heaps only).
 _MOVE_ALGORITHMS = ("auto", "sm", "copy_engine")
@@ -275,12 +275,19 @@ class Communicator:
         """``out = op over ranks of x`` (any shape; bf16, fp16, fp32, int32; sum, max,
         min). In place when ``out`` is None (``out`` may also be ``x``; a partial
         overlap is refused). ``algorithm``: "one_shot" (every rank reduces
-        everything), "two_shot" (reduce-scatter, then all-gather), "auto" (two-shot
-        from 256 KiB). ``max_blocks``: CUDA heaps, the call's bound on thread blocks.
+        everything), "two_shot" (reduce-scatter, then all-gather), "one_shot_ll" (CUDA
+        heaps, inputs up to 256 KiB: one-shot with packets that carry their own flag,
+        no separate flag exchange), "auto" (two-shot from 256 KiB, else one-shot). ``max_blocks``: CUDA heaps, the call's bound on thread blocks.
         Returns the output."""
         problem = self._check_input("x", x) or self._check_op(op)
         if problem is None and algorithm not in _ALGORITHMS:
             problem = f"algorithm {algorithm!r} is not one of {', '.join(_ALGORITHMS)}"
+        if problem is None and algorithm == "one_shot_ll":
+            nbytes = x.numel() * x.element_size()
+            if not self.cuda:
+                problem = "algorithm 'one_shot_ll' needs a CUDA heap"
+            elif nbytes > self._impl.ll_max_bytes:
+                problem = f"one_shot_ll takes inputs up to {self._impl.ll_max_bytes} bytes, x has {nbytes}"
         if problem is None and out is not None:
             problem = self._check_out(out, x, x.numel())
         if problem is None and out is None:
