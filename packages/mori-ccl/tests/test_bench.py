@@ -38,11 +38,14 @@ def test_cpu_rows_match_gloo(tmp_path):
 
 
 def test_gpu_smoke_two_processes(tmp_path, cuda_gpus):
-    doc = _bench(tmp_path, "--max-size", "1M", "--sizes", "1K,8K,1M")
+    # Two processes on one GPU: NCCL is tried (and reported skipped), SymmetricMemory not.
+    extra = ["--no-symm"] if cuda_gpus < 2 else []
+    doc = _bench(tmp_path, "--max-size", "1M", "--sizes", "1K,8K,1M", *extra)
     rows = doc["records"]
     mori = [r for r in rows if r["impl"].startswith("mori:")]
     assert {r["mode"] for r in mori} == {"graph", "eager"}, rows
     assert all(r["check"] in ("exact", "=nccl") for r in mori), mori
+    assert {"mori:one_shot", "mori:two_shot", "mori:one_shot_ll"} <= {r["impl"] for r in mori}
     assert {"mori:copy_engine", "mori:sm"} <= {r["impl"] for r in mori if r["op"] == "all_gather"}
 
 
