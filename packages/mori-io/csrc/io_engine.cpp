@@ -106,6 +106,14 @@ constexpr size_t kMaxP2pGrants = 16;
 // transfer_timeout_ms): a peer trickling bytes resets the stuck clock with each one,
 // and would otherwise keep the region from being deregistered for as long as it likes.
 constexpr uint64_t kMinPayloadBytesPerS = 1 << 20;
+// A target stops reading requests from a connection whose answers pile up unsent (the
+// initiator does not read them), and reads again once they drained: so a peer that
+// floods requests cannot grow the queue without bound, and its stalled connection is
+// then closed as stuck (it otherwise kept the stuck clock fresh by sending).
+constexpr size_t kPauseQueuedItems = 4096;
+constexpr uint64_t kPauseQueuedBytes = 64 << 20;
+constexpr size_t kResumeQueuedItems = 1024;
+constexpr uint64_t kResumeQueuedBytes = 16 << 20;
 // GPU memory over TCP: parts of at most kGpuChunk are staged by initiators; a target
 // refuses to stage a single part larger than kMaxStagedPart.
 constexpr uint64_t kGpuChunk = 4 << 20;
@@ -381,7 +389,9 @@ struct Conn {
   std::deque<Pending> pending;  // outbound: requests awaiting their response, in order
   bool dead = false;
   bool out_armed = false;
-  bool need_flush = false;  // the reactor queued requests (kShmWriteDone) in sendq
+  bool in_paused = false;     // inbound: not reading requests (answers queued; under mu)
+  uint64_t queued_bytes = 0;  // inbound: payload bytes of the answers in sendq (under mu)
+  bool need_flush = false;    // the reactor queued requests (kShmWriteDone) in sendq
   std::string dead_reason;
   // Last time a byte was sent, or work was queued on an idle connection (NowNs).
   int64_t progress_ns = 0;
@@ -497,7 +507,7 @@ class Worker {
 
   void ArmOut(Conn& c, bool on) {
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u);
+    ev.events = (c.in_paused ? 0u : EPOLLIN | EPOLLRDHUP) | (on ? EPOLLOUT : 0u);
     ev.data.ptr = &c;
     ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
   }
@@ -538,6 +548,7 @@ class Worker {
         if (left >= rem) {
           left -= rem;
           if (f.use != nullptr) f.use->Leave();
+          if (!c.outbound) c.queued_bytes -= f.len;
           c.sendq.pop_front();
         } else {
           f.sent += left;
@@ -545,11 +556,25 @@ class Worker {
         }
       }
     }
-    if (c.out_armed) {
-      ArmOut(c, false);
+    if (c.out_armed || c.in_paused) {
       c.out_armed = false;
+      c.in_paused = false;  // every answer left: read requests again
+      ArmOut(c, false);
     }
     return 0;
+  }
+
+  // With c.mu held, after answers were queued (inbound) or some left: stops or resumes
+  // reading requests from the connection (kPauseQueued*, kResumeQueued*).
+  void PaceRequests(Conn& c) {
+    if (c.outbound || c.dead) return;
+    const bool pause = c.sendq.size() > kPauseQueuedItems || c.queued_bytes > kPauseQueuedBytes;
+    const bool resume =
+        c.sendq.size() <= kResumeQueuedItems && c.queued_bytes <= kResumeQueuedBytes;
+    if ((!c.in_paused && pause) || (c.in_paused && resume)) {
+      c.in_paused = !c.in_paused;
+      ArmOut(c, c.out_armed);
+    }
   }
 
  private:
@@ -1299,13 +1324,17 @@ class Worker {
     {
       std::lock_guard<std::mutex> lock(c.mu);
       if (c.sendq.empty()) c.progress_ns = NowNs();
-      for (SendItem& it : c.out_local) c.sendq.push_back(it);
+      for (SendItem& it : c.out_local) {
+        c.sendq.push_back(it);
+        if (!c.outbound) c.queued_bytes += it.len;
+      }
       c.need_flush = false;
       if (c.dead) {
         LeaveAll(c.sendq);
         err = 0;
       } else {
         err = FlushLocked(c);
+        PaceRequests(c);
       }
     }
     c.out_local.clear();
@@ -1321,6 +1350,7 @@ class Worker {
     {
       std::lock_guard<std::mutex> lock(c.mu);
       err = c.dead ? 0 : FlushLocked(c);
+      if (err == 0) PaceRequests(c);
     }
     if (err != 0) Close(c, StrCat("send failed: ", ErrnoText(err)));
   }

@@ -388,6 +388,65 @@ def test_notice_rings_are_bounded_and_a_gone_initiator_gives_its_ring_up(monkeyp
         tcp_only.close()
 
 
+def test_a_peer_that_floods_reads_and_never_takes_the_answers_is_bounded():
+    """A peer sending read requests without ever reading the answers kept the target
+    reading them (each request refreshed the stuck clock) and queueing answers without
+    bound, each answer holding the region (deregistration refused throughout). The target
+    now stops reading from a connection whose answers pile up, so the flood stalls, the
+    connection is closed as stuck and the region can be deregistered; the target's memory
+    stays bounded meanwhile."""
+    import threading
+
+    target = _engine("target")
+    buf = np.ones(MIB, np.uint8)
+    mem = target.register_array(buf)
+    s = _raw_initiator(target)
+    s.settimeout(0.5)
+    chunk = b"".join(HDR.pack(3, 0, VERSION, 1, 7, mem.id, 0, 64 << 10) for _ in range(10_000))
+    stop = threading.Event()
+    first_sent = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            try:
+                s.sendall(chunk)  # kRead x 10,000, answers never read
+                first_sent.set()
+            except TimeoutError:
+                continue  # the target stopped reading: keep trying
+            except OSError:
+                return  # closed by the target
+
+    rss0 = _rss_bytes()
+    flooder = threading.Thread(target=flood)
+    flooder.start()
+    try:
+        assert first_sent.wait(10), "the flood did not start"
+        time.sleep(0.2)
+        # Served: answers are queued, each holding the region.
+        with pytest.raises(mc.InvalidStateError):
+            target.deregister_memory(mem)
+        t0 = time.monotonic()
+        took = None
+        peak = 0
+        while time.monotonic() - t0 < BOUND_S + 3:
+            peak = max(peak, _rss_bytes() - rss0)
+            try:
+                target.deregister_memory(mem)
+                took = time.monotonic() - t0
+                break
+            except mc.InvalidStateError:
+                time.sleep(0.05)
+        print(f"deregistered after {took} s; target RSS +{peak / 2**20:.1f} MiB at most")
+        assert took is not None, "a flood of unread reads kept the region registered"
+        assert peak < 256 << 20, f"the target grew by {peak / 2**20:.0f} MiB"
+    finally:
+        stop.set()
+        flooder.join(10)
+        s.close()
+        target.close()
+    assert not flooder.is_alive()
+
+
 def test_no_write_lands_after_deregistration_returned():
     target = _engine("target")
     buf = np.zeros(4 * MIB, np.uint8)
