@@ -140,17 +140,18 @@ void register_dispatch_combine(py::module_& m) {
       m, "IntraNodeCuda", R"doc(Intra-node dispatch/combine kernels on a CUDA symmetric heap.)doc")
       .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
                        int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                       uintptr_t block, int device, double timeout_s) {
+                       uintptr_t block, int device, double timeout_s, int64_t recv_capacity) {
              return new IntraNodeCuda(
                  MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
-                           scale_bytes, num_experts_per_rank),
+                           scale_bytes, num_experts_per_rank, recv_capacity),
                  reinterpret_cast<void*>(block), device,
                  std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
            }),
            py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
            py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
            py::arg("num_experts_per_rank"), py::arg("block"), py::arg("device"),
-           py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+           py::arg("timeout_s"), py::arg("recv_capacity") = 0,
+           py::call_guard<py::gil_scoped_release>(),
            R"doc(Collective: zeroes this pe's signal words and state, then a heap barrier.)doc")
       .def(
           "dispatch",
@@ -177,19 +178,23 @@ void register_dispatch_combine(py::module_& m) {
       .def(
           "combine",
           [](IntraNodeCuda& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
-             bool bfloat16, uintptr_t weights, uintptr_t out, uintptr_t out_weights, int block_num,
-             int warp_per_block, uintptr_t stream) {
+             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast,
+             int block_num, int warp_per_block, uintptr_t stream) {
+            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
+                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
             self.Combine(
                 CombineArgs{reinterpret_cast<const void*>(input), input_row_stride, input_rows,
-                            bfloat16 ? CombineDtype::kBFloat16 : CombineDtype::kFloat32,
+                            static_cast<CombineDtype>(dtype),
                             reinterpret_cast<const float*>(weights), reinterpret_cast<void*>(out),
-                            reinterpret_cast<float*>(out_weights)},
+                            reinterpret_cast<float*>(out_weights), fp8_cast},
                 LaunchShape{block_num, warp_per_block}, stream);
           },
-          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("bfloat16"),
-          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("block_num"),
-          py::arg("warp_per_block"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
-          R"doc(Enqueue the combine kernel on ``stream`` (row stride in bytes); no host sync.)doc")
+          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
+          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
+          py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>(),
+          R"doc(Enqueue the combine kernel on ``stream`` (row stride in bytes; dtype 0 bf16,
+1 fp32, 2 fp8 e4m3fn; fp8_cast: bf16 rows cross as fp8); no host sync.)doc")
       .def(
           "reject_combine",
           [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream) {
@@ -198,7 +203,7 @@ void register_dispatch_combine(py::module_& m) {
           py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
           R"doc(Reject the pending combine on every pe, then raise InvalidArgumentError(reason).)doc")
       .def("max_resident_blocks", &IntraNodeCuda::MaxResidentBlocks, py::arg("dispatch"),
-           py::arg("warps"),
+           py::arg("warps"), py::arg("fp8_wire") = false,
            R"doc(Largest grid of ``warps`` warps per block kept resident (the launch clamp).)doc")
       .def("timeline", &IntraNodeCuda::Timeline, py::call_guard<py::gil_scoped_release>(),
            R"doc(Per-phase timestamps of the last dispatch and combine kernels as text, when the

@@ -11,8 +11,8 @@
 
 namespace mori::ep {
 
-// Element type of combine's input and output. kFloat8E4M3 (e4m3fn, the CPU
-// implementation only) accumulates in fp32 like the others.
+// Element type of combine's input and output. kFloat8E4M3 (e4m3fn) accumulates in
+// fp32 like the others and is rounded once, saturating (numeric.hpp).
 enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2 };
 
 struct DispatchArgs {
@@ -33,7 +33,7 @@ struct CombineArgs {
   void* out;                 // [num_tokens of the dispatch][hidden_dim]
   float* out_weights;        // [num_tokens][K], or nullptr: weights are not combined
   // MORI's fp8_direct_cast: every bf16 row is rounded to fp8 e4m3fn before it is
-  // reduced (as if it travelled as fp8), then accumulated in fp32 (bf16 only).
+  // reduced (the CUDA kernels send it as fp8), then accumulated in fp32 (bf16 only).
   bool fp8_cast = false;
 };
 

@@ -12,6 +12,7 @@
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
+#include "numeric.hpp"
 
 namespace mori::ep {
 
@@ -35,57 +36,6 @@ inline uint16_t FloatToBFloat16(float f) {
   std::memcpy(&bits, &f, 4);
   bits += 0x7FFF + ((bits >> 16) & 1);
   return static_cast<uint16_t>(bits >> 16);
-}
-
-// fp8 e4m3fn (no infinities, 0x7f / 0xff are NaN, largest finite 448), converted
-// as torch 2.13 converts (round to nearest even, saturating: magnitudes past 448 and
-// infinities give +-448, NaN gives NaN), so references computed with torch match
-// bit for bit.
-inline float Float8E4M3ToFloat(uint8_t v) {
-  const uint32_t sign = (v & 0x80u) << 24;
-  const uint32_t exp = (v >> 3) & 0xFu, mant = v & 0x7u;
-  float mag;
-  if (exp == 0xF && mant == 0x7) {
-    mag = __builtin_nanf("");
-  } else if (exp == 0) {
-    mag = static_cast<float>(mant) * 0x1p-9f;  // subnormal: mant * 2^-6 / 8
-  } else {
-    uint32_t bits = ((exp + 120u) << 23) | (mant << 20);
-    std::memcpy(&mag, &bits, 4);
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &mag, 4);
-  bits |= sign;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline uint8_t FloatToFloat8E4M3(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const uint32_t sign = bits & 0x80000000u;
-  bits ^= sign;
-  uint8_t out;
-  if (bits > 0x7F800000u) {  // NaN
-    out = 0x7F;
-  } else if (bits >= 0x43E00000u) {  // >= 448 (or inf): saturate
-    out = 0x7E;
-  } else if (bits < (121u << 23)) {  // below 2^-6: subnormal, rounded by an fp32 add
-    const uint32_t denorm = 141u << 23;
-    float a, d;
-    std::memcpy(&a, &bits, 4);
-    std::memcpy(&d, &denorm, 4);
-    a += d;
-    uint32_t r;
-    std::memcpy(&r, &a, 4);
-    out = static_cast<uint8_t>(r - denorm);
-  } else {
-    const uint32_t mant_odd = (bits >> 20) & 1u;
-    bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + mant_odd;
-    out = static_cast<uint8_t>(bits >> 20);
-  }
-  return static_cast<uint8_t>(out | (sign >> 24));
 }
 
 // What a combine row element contributes: its value, or (fp8_cast) its value

@@ -45,6 +45,7 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
       tuning_(IntraNodeTuning::FromEnv()),
+      capped_(RecvCapacity(shape) < shape.world_size * shape.max_tokens),
       ctx_(shmem::GetDeviceContext()) {
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);
@@ -141,10 +142,10 @@ std::string IntraNodeCuda::Timeline() {
   return text;
 }
 
-int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
+int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire) {
   MORI_CHECK_ARG(warps >= 1 && warps <= kMaxWarpsPerBlock, "warp_per_block ", warps,
                  " must be in [1, ", kMaxWarpsPerBlock, "]");
-  int& cached = max_blocks_[dispatch ? 1 : 0][warps];
+  int& cached = max_blocks_[dispatch ? 1 : fp8_wire ? 2 : 0][warps];
   if (cached == 0) {
     int per_sm = 0;
     const bool narrow = warps * 32 <= kNarrowThreads;
@@ -156,13 +157,13 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
     if (dispatch) {  // either kernel may run on the grid: the smaller bound holds
       const int threads = !narrow ? kMaxThreads : kNarrowThreads,
                 seg = !narrow ? 4 : tuning_.dispatch_seg;
-      per_sm = std::min(occupancy(DispatchKernelFor(threads, seg, false)),
-                        occupancy(DispatchKernelFor(threads, seg, true)));
+      per_sm = std::min(occupancy(DispatchKernelFor(threads, seg, false, capped_)),
+                        occupancy(DispatchKernelFor(threads, seg, true, capped_)));
     } else {  // any combine path may run on the grid: the smallest bound holds
-      per_sm = occupancy(CombineKernelFor(narrow ? kNarrowThreads : kMaxThreads, kTiledPath));
+      const int threads = narrow ? kNarrowThreads : kMaxThreads;
+      per_sm = occupancy(CombineKernelFor(threads, kTiledPath, fp8_wire));
       for (int path : {kOnePassPath, kStreamPath}) {
-        per_sm = std::min(per_sm,
-                          occupancy(CombineKernelFor(narrow ? kNarrowThreads : kMaxThreads, path)));
+        per_sm = std::min(per_sm, occupancy(CombineKernelFor(threads, path, fp8_wire)));
       }
     }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
@@ -172,10 +173,11 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps) {
   return cached;
 }
 
-LaunchShape IntraNodeCuda::Resolve(LaunchShape launch, bool dispatch) {
+LaunchShape IntraNodeCuda::Resolve(LaunchShape launch, bool dispatch, bool fp8_wire) {
   MORI_CHECK_ARG(launch.block_num >= 1, "block_num ", launch.block_num, " must be >= 1");
   // Blocks wait for signals of other blocks of the grid: all must be resident.
-  launch.block_num = std::min(launch.block_num, MaxResidentBlocks(dispatch, launch.warp_per_block));
+  launch.block_num =
+      std::min(launch.block_num, MaxResidentBlocks(dispatch, launch.warp_per_block, fp8_wire));
   return launch;
 }
 
@@ -191,7 +193,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
                    stream);
   }
   mori::cuda::ScopedDevice guard(device_);
-  launch = Resolve(launch, true);
+  launch = Resolve(launch, true, false);
   DispatchParams p{};
   p.c = Common{ctx_, block_, layout_, shape_.world_size, shape_.rank, shape_.top_k, M, timeout_ns_};
   p.experts_per_rank = shape_.num_experts_per_rank;
@@ -204,6 +206,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.scales = static_cast<const char*>(a.scales);
   p.indices = a.indices;
   p.num_tokens = a.num_tokens;
+  p.recv_capacity = RecvCapacity(shape_);
   auto aligned = [](const void* ptr, uintptr_t a) {
     return reinterpret_cast<uintptr_t>(ptr) % a == 0;
   };
@@ -226,9 +229,10 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
                            ? a.num_tokens >= tuning_.dispatch_dynamic_tokens
                            : tuning_.dispatch_dynamic != 0;
   void* args[] = {&p, &scratch};
-  MORI_CUDA_CHECK(cudaLaunchKernel(DispatchKernelFor(narrow ? kNarrowThreads : kMaxThreads,
-                                                     narrow ? tuning_.dispatch_seg : 4, dynamic),
-                                   dim3(launch.block_num), dim3(threads), args, 0, s));
+  MORI_CUDA_CHECK(
+      cudaLaunchKernel(DispatchKernelFor(narrow ? kNarrowThreads : kMaxThreads,
+                                         narrow ? tuning_.dispatch_seg : 4, dynamic, capped_),
+                       dim3(launch.block_num), dim3(threads), args, 0, s));
   MORI_CUDA_CHECK(cudaGetLastError());
   ++epoch_;
   num_tokens_ = a.num_tokens;
@@ -253,15 +257,22 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
     MORI_THROW(InvalidStateError, "combine needs a successful dispatch since the last combine ",
                "(epoch ", epoch_, ")");
   }
-  const int64_t elem = a.dtype == CombineDtype::kBFloat16 ? 2 : 4;
+  const int64_t elem = a.dtype == CombineDtype::kBFloat16     ? 2
+                       : a.dtype == CombineDtype::kFloat8E4M3 ? 1
+                                                              : 4;
   const int64_t row_bytes = shape_.hidden_dim * elem;
   if (row_bytes > shape_.combine_row_bytes) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
                          shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"),
                   stream);
   }
+  if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
+    RejectCombine("fp8_direct_cast combines bf16 input only", stream);
+  }
+  // fp8 input, and bf16 under fp8_direct_cast, cross as fp8 e4m3 bytes (half of bf16's).
+  const bool fp8_wire = a.dtype == CombineDtype::kFloat8E4M3 || a.fp8_cast;
   mori::cuda::ScopedDevice guard(device_);
-  launch = Resolve(launch, false);
+  launch = Resolve(launch, false, fp8_wire);
   CombineParams p{};
   p.c = Common{ctx_,        block_,       layout_,           shape_.world_size,
                shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
@@ -271,7 +282,8 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   p.input = static_cast<const char*>(a.input);
   p.input_row_stride = a.input_row_stride;
   p.input_rows = a.input_rows;
-  p.bfloat16 = a.dtype == CombineDtype::kBFloat16;
+  p.dtype = a.dtype;
+  p.fp8_cast = a.fp8_cast;
   p.weights = a.weights;
   p.out = a.out;
   p.out_weights = a.out_weights;
@@ -318,8 +330,8 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   p.stamps = TimelineSlot(1, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
   void* args[] = {&p};
-  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path), dim3(launch.block_num),
-                                   dim3(threads), args, 0, s));
+  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, fp8_wire),
+                                   dim3(launch.block_num), dim3(threads), args, 0, s));
   MORI_CUDA_CHECK(cudaGetLastError());
   combine_pending_ = false;
 }

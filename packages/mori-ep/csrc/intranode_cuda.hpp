@@ -47,14 +47,17 @@ class IntraNodeCuda {
 
   // Enqueues the dispatch kernel on `stream`. Expert ids are checked in the kernel:
   // an id outside [-1, num_experts) makes it post a rejection to every pe, print
-  // the token, slot and value, and trap (the peers trap naming this pe).
+  // the token, slot and value, and trap (the peers trap naming this pe). With a
+  // receive cap (shape.recv_capacity), a call that would deliver more rows than the
+  // cap to some pe traps on every pe before any row moves, naming the pe and counts.
   void Dispatch(const DispatchArgs& args, LaunchShape launch, uintptr_t stream);
   // Posts a rejected count row for the next epoch (peers' kernels trap naming this
   // pe), then throws InvalidArgumentError(reason).
   [[noreturn]] void RejectDispatch(const std::string& reason, uintptr_t stream);
 
   // Enqueues the combine kernel: rows back to their sources, then the reduction in
-  // ascending pe order (fp32, one rounding), bit-identical to IntraNodeCpu.
+  // ascending pe order (fp32, one rounding), bit-identical to IntraNodeCpu. fp8
+  // e4m3 input, and bf16 with args.fp8_cast, cross NVLink as fp8 bytes.
   // A total_recv above args.input_rows is a device-side trap.
   void Combine(const CombineArgs& args, LaunchShape launch, uintptr_t stream);
   [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream);
@@ -64,14 +67,15 @@ class IntraNodeCuda {
   int64_t num_tokens() const { return num_tokens_; }
   uint64_t epoch() const { return epoch_; }
   bool combine_pending() const { return combine_pending_; }
-  // The largest grid of `warps` warps per block that stays resident, per kernel.
-  int MaxResidentBlocks(bool dispatch, int warps);
+  // The largest grid of `warps` warps per block that stays resident, for dispatch's
+  // kernels or combine's (those moving fp8 rows with fp8_wire).
+  int MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire = false);
   // With MORI_EP_TIMELINE=1: the per-phase stamps of the last dispatch and combine
   // kernels as text (synchronises the device); else "". A measurement aid.
   std::string Timeline();
 
  private:
-  LaunchShape Resolve(LaunchShape launch, bool dispatch);
+  LaunchShape Resolve(LaunchShape launch, bool dispatch, bool fp8_wire);
   // The stamp buffer of kernel 0 (dispatch) or 1 (combine), cleared on `stream`, or
   // nullptr when the timeline is off.
   uint64_t* TimelineSlot(int kernel, int blocks, uintptr_t stream);
@@ -87,8 +91,9 @@ class IntraNodeCuda {
   int timeline_blocks_[2] = {};
   uint64_t timeout_ns_;
   IntraNodeTuning tuning_;  // read from the environment once, in the constructor
+  bool capped_;             // a receive cap below world x max tokens: dispatch checks it
   shmem::DeviceContext ctx_;
-  int max_blocks_[2][kMaxWarpsPerBlock + 1] = {};
+  int max_blocks_[3][kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
   uint64_t epoch_ = 0;
   int64_t num_tokens_ = 0;
   bool combine_pending_ = false;

@@ -62,3 +62,12 @@ def test_absent_peer_traps_after_the_timeout(cuda_gpus):
     assert float(re.search(r"after ([0-9.]+)s", o0).group(1)) < 30
     assert "timed out" in out0
     assert o1 == "stayed away"
+
+
+def test_dispatch_past_the_receive_cap_traps_every_rank_naming_the_counts(cuda_gpus):
+    (o0, out0), (o1, out1) = _outcomes("over_cap", cuda_gpus)
+    want = "dispatch would deliver 11 tokens to rank 0, more than the receive capacity of 10 rows"
+    for o, out in ((o0, out0), (o1, out1)):
+        assert o.startswith("CUDA error"), (o0, o1)
+        assert want in out, out
+        assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)

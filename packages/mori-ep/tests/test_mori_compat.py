@@ -24,6 +24,7 @@ from mori.ep import (
 )
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_compat_worker.py")
+FP8_CAP_WORKER = str(Path(__file__).parent / "workers" / "ep_fp8_cap_worker.py")
 
 # ROCm/mori's EpDispatchCombineConfig, in order, with its defaults.
 MORI_FIELDS = [
@@ -117,3 +118,13 @@ def test_compat_scenarios_on_cpu_at_world_2():
     print(f"seed={seed}")
     results = launch_local([WORKER, str(seed)], 2, timeout_s=240)
     assert all(r.output.strip().endswith(f"rank {r.rank} ok") for r in results)
+
+
+def test_fp8_combine_and_cap_on_cpu_at_world_2():
+    """The scenarios the CUDA kernels are checked with (test_fp8_cap_gpu.py), on the CPU
+    implementation: the references they use hold for it bit for bit."""
+    seed = random.randrange(1 << 30)
+    print(f"seed={seed}")
+    results = launch_local([FP8_CAP_WORKER, "cpu", str(seed)], 2, timeout_s=240)
+    for r in results:
+        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output

@@ -4,8 +4,8 @@
 
 // Device helpers shared by the intra-node dispatch and combine kernels
 // (intranode_dispatch.cu, intranode_combine.cu): addressing the op's block and the
-// peers' copies, the timeline stamps, torch's bf16 rounding, the rejection trap and
-// the grid-completion counter.
+// peers' copies, the timeline stamps, torch's bf16 rounding (fp8's is in
+// numeric.hpp), the rejection trap and the grid-completion counter.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "kernels/launch.hpp"
 #include "mori/shmem/device.cuh"
+#include "numeric.hpp"
 
 namespace mori::ep::kernels {
 

@@ -46,9 +46,29 @@ __global__ void RejectCombineKernel(Common c) {
   PostCombineWords(c, (State(c)->epoch << 1) | 1u, threadIdx.x, blockDim.x);
 }
 
+// How combine rows cross to their sources: kWireNative as the input dtype (bf16 or
+// fp32), kWireFp8 as fp8 e4m3 bytes (fp8 input, or bf16 input rounded to fp8 on the
+// way: MORI's fp8_direct_cast). A kernel template parameter, so the bf16/fp32
+// kernels carry none of the fp8 code (their registers are their own).
+enum CombineWire : int { kWireNative = 0, kWireFp8 = 1 };
+
+// 8 bf16 values (a 16-byte word) rounded to 8 fp8 e4m3 bytes, element j in byte j.
+__device__ __forceinline__ uint2 Bf16WordToFp8(const int4& v) {
+  const uint32_t w[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y),
+                         static_cast<uint32_t>(v.z), static_cast<uint32_t>(v.w)};
+  uint32_t o[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t b16 = (w[j / 2] >> (16 * (j % 2))) & 0xFFFFu;
+    o[j / 4] |= static_cast<uint32_t>(FloatToFloat8E4M3(BFloat16ToFloat(b16))) << (8 * (j % 4));
+  }
+  return make_uint2(o[0], o[1]);
+}
+
 // Segment `seg` of received row i back to its source s, slot [me][t] there (with
-// segment 0, its weights).
-template <int kSeg>
+// segment 0, its weights). kWireFp8 with p.fp8_cast: each bf16 word goes as 8 fp8
+// bytes (the slot's row is hidden bytes long).
+template <int kSeg, int kWire>
 __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t i, int s, int seg,
                                                  unsigned lane) {
   const Common& c = p.c;
@@ -56,6 +76,7 @@ __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t
   const int64_t t = At<int32_t>(c, c.layout.recv_src_pos)[i] % M;
   const int64_t slot = static_cast<int64_t>(c.me) * M + t;
   const char* src_row = p.input + i * p.input_row_stride;
+  const bool cast = kWire == kWireFp8 && p.fp8_cast;
   if (p.vec) {
     const int64_t nwords = p.row_bytes / 16;
     const int4* src = reinterpret_cast<const int4*>(src_row);
@@ -68,10 +89,25 @@ __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t
       const int64_t w = w0 + k * 32;
       v[k] = k < sw && w < nwords ? __ldg(src + w) : make_int4(0, 0, 0, 0);
     }
+    if (cast) {
+      uint2* dst8 = reinterpret_cast<uint2*>(dst);
 #pragma unroll
-    for (int k = 0; k < kSeg; ++k) {
-      const int64_t w = w0 + k * 32;
-      if (k < sw && w < nwords) dst[w] = v[k];
+      for (int k = 0; k < kSeg; ++k) {
+        const int64_t w = w0 + k * 32;
+        if (k < sw && w < nwords) dst8[w] = Bf16WordToFp8(v[k]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kSeg; ++k) {
+        const int64_t w = w0 + k * 32;
+        if (k < sw && w < nwords) dst[w] = v[k];
+      }
+    }
+  } else if (cast) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(src_row);
+    uint8_t* dst = PeerAt<uint8_t>(c, c.layout.comb_tokens + slot * p.combine_row_bytes, s);
+    for (int64_t h = lane; h < p.hidden; h += 32) {
+      dst[h] = FloatToFloat8E4M3(BFloat16ToFloat(__ldg(src + h)));
     }
   } else {
     dev::PutWarp_nbi(c.ctx, At<char>(c, c.layout.comb_tokens) + slot * p.combine_row_bytes, src_row,
@@ -84,20 +120,78 @@ __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t
   }
 }
 
-// Adds the 16-byte word `raw` (8 bf16 or 4 fp32 values) to acc.
-template <bool kBf16>
-__device__ __forceinline__ void Accumulate(float* acc, const uint4& raw) {
+// What a reduction reads and writes: 16-byte words of bf16 (8 values), fp32 (4) or
+// fp8 (16) rows; kBf16ViaFp8 (fp8_direct_cast): bf16 output words of 8 values, whose
+// peers' parts arrive as 8 fp8 bytes and whose own part (the combine input, bf16) is
+// rounded to fp8 here, as the CPU implementation rounds every part.
+enum RowKind : int { kBf16Row = 0, kF32Row = 1, kFp8Row = 2, kBf16ViaFp8Row = 3 };
+
+template <int kKind>
+constexpr int kRowVals = kKind == kF32Row   ? 4
+                         : kKind == kFp8Row ? 16
+                                            : 8;
+
+// Word w of the partial row at `row`: a peer's part under kBf16ViaFp8Row is its 8-byte
+// fp8 word (in x, y).
+template <int kKind>
+__device__ __forceinline__ uint4 LoadPartWord(const char* row, int64_t w, bool own) {
+  if constexpr (kKind == kBf16ViaFp8Row) {
+    if (!own) {
+      const uint2 v = __ldcg(reinterpret_cast<const uint2*>(row) + w);
+      return make_uint4(v.x, v.y, 0, 0);
+    }
+  }
+  return __ldcg(reinterpret_cast<const uint4*>(row) + w);
+}
+
+// Adds the word `raw` (LoadPartWord's) to acc.
+template <int kKind>
+__device__ __forceinline__ void Accumulate(float* acc, const uint4& raw, bool own) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (kBf16) {
+  if constexpr (kKind == kBf16Row) {
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       acc[2 * v] += BFloat16ToFloat(w[v] & 0xFFFFu);
       acc[2 * v + 1] += BFloat16ToFloat(w[v] >> 16);
     }
-  } else {
+  } else if constexpr (kKind == kF32Row) {
 #pragma unroll
     for (int v = 0; v < 4; ++v) acc[v] += __uint_as_float(w[v]);
+  } else if constexpr (kKind == kFp8Row) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) acc[j] += Float8E4M3ToFloat((w[j / 4] >> (8 * (j % 4))) & 0xFFu);
+  } else if (own) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float x = BFloat16ToFloat((w[j / 2] >> (16 * (j % 2))) & 0xFFFFu);
+      acc[j] += Float8E4M3ToFloat(FloatToFloat8E4M3(x));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] += Float8E4M3ToFloat((w[j / 4] >> (8 * (j % 4))) & 0xFFu);
   }
+}
+
+// acc rounded once to the output's 16-byte word.
+template <int kKind>
+__device__ __forceinline__ uint4 OutputWord(const float* acc) {
+  uint32_t o[4] = {0, 0, 0, 0};
+  if constexpr (kKind == kF32Row) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) o[v] = __float_as_uint(acc[v]);
+  } else if constexpr (kKind == kFp8Row) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      o[j / 4] |= static_cast<uint32_t>(FloatToFloat8E4M3(acc[j])) << (8 * (j % 4));
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      o[v] = FloatToBFloat16(acc[2 * v]) |
+             (static_cast<uint32_t>(FloatToBFloat16(acc[2 * v + 1])) << 16);
+    }
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 // The partial row pe d returned for my token t: my own from the combine input,
@@ -109,84 +203,90 @@ __device__ __forceinline__ const char* PartialRow(const CombineParams& p, int d,
          (static_cast<int64_t>(d) * p.c.max_tokens + t) * p.combine_row_bytes;
 }
 
-// Columns [seg * kU * 512 B, ...) of my token t: the sum over the pes it went to,
-// ascending, fp32, rounded once. Pes are taken two at a time so that 2 x kU loads
-// per lane are in flight; the additions keep the ascending order.
-template <int kU, bool kBf16>
+// Columns [seg * kU * 512 B, ...) of my token t's output: the sum over the pes it went
+// to, ascending, fp32, rounded once. Pes are taken two at a time so that 2 x kU loads
+// per lane are in flight; the additions keep the ascending order. fp8 rows (16 values
+// a word) take the segment's words kU / 2 at a time, so that the accumulators fit in
+// the registers the bf16 build uses.
+template <int kU, int kKind>
 __device__ __forceinline__ void ReduceSegment(const CombineParams& p, int64_t t, int seg,
                                               unsigned lane) {
-  constexpr int kVals = kBf16 ? 8 : 4;
+  constexpr int kVals = kRowVals<kKind>;
+  constexpr int kC = kKind == kFp8Row && kU > 1 ? kU / 2 : kU;
   const Common& c = p.c;
   const int W = c.world;
   const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * W;
   const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
   const int64_t nwords = p.row_bytes / 16;
-  const int64_t w0 = static_cast<int64_t>(seg) * kU * 32 + lane;
-  float acc[kU][kVals];
-#pragma unroll
-  for (int k = 0; k < kU; ++k) {
-#pragma unroll
-    for (int v = 0; v < kVals; ++v) acc[k][v] = 0.0f;
-  }
-#pragma unroll
-  for (int d0 = 0; d0 < kW; d0 += 2) {
-    if (d0 >= W) break;
-    const bool a = ranks[d0] != 0;
-    const bool b = d0 + 1 < W && ranks[d0 + 1] != 0;
-    const uint4* ra = reinterpret_cast<const uint4*>(PartialRow(p, d0, t, self_row));
-    const uint4* rb = reinterpret_cast<const uint4*>(PartialRow(p, d0 + 1, t, self_row));
-    uint4 va[kU], vb[kU];
-#pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      const int64_t w = w0 + k * 32;
-      va[k] = a && w < nwords ? __ldcg(ra + w) : make_uint4(0, 0, 0, 0);
-      vb[k] = b && w < nwords ? __ldcg(rb + w) : make_uint4(0, 0, 0, 0);
-    }
-    if (a) {
-#pragma unroll
-      for (int k = 0; k < kU; ++k) Accumulate<kBf16>(acc[k], va[k]);
-    }
-    if (b) {
-#pragma unroll
-      for (int k = 0; k < kU; ++k) Accumulate<kBf16>(acc[k], vb[k]);
-    }
-  }
   uint4* out = reinterpret_cast<uint4*>(static_cast<char*>(p.out) + t * p.row_bytes);
 #pragma unroll
-  for (int k = 0; k < kU; ++k) {
-    const int64_t w = w0 + k * 32;
-    if (w >= nwords) continue;
-    if constexpr (kBf16) {
-      uint32_t o[4];
+  for (int k0 = 0; k0 < kU; k0 += kC) {
+    const int64_t w0 = (static_cast<int64_t>(seg) * kU + k0) * 32 + lane;
+    float acc[kC][kVals];
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        o[v] = FloatToBFloat16(acc[k][2 * v]) |
-               (static_cast<uint32_t>(FloatToBFloat16(acc[k][2 * v + 1])) << 16);
+    for (int k = 0; k < kC; ++k) {
+#pragma unroll
+      for (int v = 0; v < kVals; ++v) acc[k][v] = 0.0f;
+    }
+#pragma unroll
+    for (int d0 = 0; d0 < kW; d0 += 2) {
+      if (d0 >= W) break;
+      const bool a = ranks[d0] != 0;
+      const bool b = d0 + 1 < W && ranks[d0 + 1] != 0;
+      const bool own_a = d0 == c.me, own_b = d0 + 1 == c.me;
+      const char* ra = PartialRow(p, d0, t, self_row);
+      const char* rb = PartialRow(p, d0 + 1, t, self_row);
+      uint4 va[kC], vb[kC];
+#pragma unroll
+      for (int k = 0; k < kC; ++k) {
+        const int64_t w = w0 + k * 32;
+        va[k] = a && w < nwords ? LoadPartWord<kKind>(ra, w, own_a) : make_uint4(0, 0, 0, 0);
+        vb[k] = b && w < nwords ? LoadPartWord<kKind>(rb, w, own_b) : make_uint4(0, 0, 0, 0);
       }
-      out[w] = make_uint4(o[0], o[1], o[2], o[3]);
-    } else {
-      out[w] = make_uint4(__float_as_uint(acc[k][0]), __float_as_uint(acc[k][1]),
-                          __float_as_uint(acc[k][2]), __float_as_uint(acc[k][3]));
+      if (a) {
+#pragma unroll
+        for (int k = 0; k < kC; ++k) Accumulate<kKind>(acc[k], va[k], own_a);
+      }
+      if (b) {
+#pragma unroll
+        for (int k = 0; k < kC; ++k) Accumulate<kKind>(acc[k], vb[k], own_b);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kC; ++k) {
+      const int64_t w = w0 + k * 32;
+      if (w < nwords) out[w] = OutputWord<kKind>(acc[k]);
     }
   }
 }
 
 // Any row layout: one warp reduces all of token t, element by element.
+template <int kWire>
 __device__ void ReduceTokenScalar(const CombineParams& p, int64_t t, unsigned lane) {
   const Common& c = p.c;
   const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * c.world;
   const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
   char* out_row = static_cast<char*>(p.out) + t * p.row_bytes;
+  const bool bf16 = p.dtype == CombineDtype::kBFloat16;
   for (int64_t h = lane; h < p.hidden; h += 32) {
     float acc = 0.0f;
     for (int d = 0; d < c.world; ++d) {
       if (!ranks[d]) continue;
       const char* row = PartialRow(p, d, t, self_row);
-      acc += p.bfloat16 ? BFloat16ToFloat(__ldcg(reinterpret_cast<const uint16_t*>(row) + h))
-                        : __ldcg(reinterpret_cast<const float*>(row) + h);
+      if constexpr (kWire == kWireNative) {
+        acc += bf16 ? BFloat16ToFloat(__ldcg(reinterpret_cast<const uint16_t*>(row) + h))
+                    : __ldcg(reinterpret_cast<const float*>(row) + h);
+      } else if (bf16 && d == c.me) {  // fp8_direct_cast, my own part: rounded here
+        const float x = BFloat16ToFloat(__ldcg(reinterpret_cast<const uint16_t*>(row) + h));
+        acc += Float8E4M3ToFloat(FloatToFloat8E4M3(x));
+      } else {
+        acc += Float8E4M3ToFloat(__ldcg(reinterpret_cast<const uint8_t*>(row) + h));
+      }
     }
-    if (p.bfloat16) {
+    if (bf16) {
       reinterpret_cast<uint16_t*>(out_row)[h] = FloatToBFloat16(acc);
+    } else if (kWire == kWireFp8) {
+      reinterpret_cast<uint8_t*>(out_row)[h] = FloatToFloat8E4M3(acc);
     } else {
       reinterpret_cast<float*>(out_row)[h] = acc;
     }
@@ -212,16 +312,22 @@ __device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t,
 }
 
 // One reduce item: segment `seg` of token t's row (the whole row without vector
-// access), and with segment 0 the token's weights. Shared by both combine paths.
-template <int kU>
+// access), and with segment 0 the token's weights. Shared by every combine path.
+template <int kU, int kWire>
 __device__ __forceinline__ void ReduceItem(const CombineParams& p, int64_t t, int seg,
                                            unsigned lane) {
   if (!p.vec) {
-    ReduceTokenScalar(p, t, lane);
-  } else if (p.bfloat16) {
-    ReduceSegment<kU, true>(p, t, seg, lane);
+    ReduceTokenScalar<kWire>(p, t, lane);
+  } else if constexpr (kWire == kWireNative) {
+    if (p.dtype == CombineDtype::kBFloat16) {
+      ReduceSegment<kU, kBf16Row>(p, t, seg, lane);
+    } else {
+      ReduceSegment<kU, kF32Row>(p, t, seg, lane);
+    }
+  } else if (p.fp8_cast) {
+    ReduceSegment<kU, kBf16ViaFp8Row>(p, t, seg, lane);
   } else {
-    ReduceSegment<kU, false>(p, t, seg, lane);
+    ReduceSegment<kU, kFp8Row>(p, t, seg, lane);
   }
   if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
 }
@@ -278,7 +384,7 @@ __device__ __forceinline__ void WaitGroupWords(const Common& c, uint64_t epoch, 
 // returning tile j's rows, posting its groups' words, then reducing tile j - 1 once
 // the peers' words of it arrived, so reductions of early groups overlap the
 // transfers of later ones.
-template <int kThreads>
+template <int kThreads, int kWire>
 __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t total) {
   constexpr int kU = kReduceWords<kThreads>;
   const Common& c = p.c;
@@ -336,8 +442,8 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
           int64_t r = item / nseg_ret;
           int s = 0;
           while (r >= s_cnt[s]) r -= s_cnt[s++];
-          ReturnRowSegment<kSegWords<kThreads>>(p, s_lo[s] + r, s,
-                                                static_cast<int>(item % nseg_ret), lane);
+          ReturnRowSegment<kSegWords<kThreads>, kWire>(p, s_lo[s] + r, s,
+                                                       static_cast<int>(item % nseg_ret), lane);
         }
       }
     }
@@ -367,7 +473,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
         for (int64_t item = rwarp; item < items; item += rwarps) {
           const int64_t t = t0 + item / nseg_red;
           const int seg = static_cast<int>(item % nseg_red);
-          ReduceItem<kU>(p, t, seg, lane);
+          ReduceItem<kU, kWire>(p, t, seg, lane);
         }
       }
     }
@@ -386,7 +492,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
 // reduction, waiting only for its token's group. The words mean what the tiled
 // path's mean, so a peer on either path reads them unchanged, and the reduction is
 // ReduceSegment's: the bits are the tiled path's.
-template <int kThreads>
+template <int kThreads, int kWire>
 __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t total) {
   constexpr int kU = kReduceWords<kThreads>;
   const Common& c = p.c;
@@ -409,7 +515,7 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
     int64_t i = item / nseg_ret;
     if (i >= own_lo) i += own_hi - own_lo;
     const int s = static_cast<int>(src_pos[i] / M);
-    ReturnRowSegment<kSegWords<kThreads>>(p, i, s, static_cast<int>(item % nseg_ret), lane);
+    ReturnRowSegment<kSegWords<kThreads>, kWire>(p, i, s, static_cast<int>(item % nseg_ret), lane);
   }
 
   // 2. The last block to finish (it sees every block's returns as performed) posts
@@ -434,14 +540,14 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
       WaitGroupWords(c, epoch, g, lane);
       waited = g;
     }
-    ReduceItem<kU>(p, t, seg, lane);
+    ReduceItem<kU, kWire>(p, t, seg, lane);
   }
 }
 
 // The block's reduce: (token, segment) items of tokens [t_lo, t_hi) in order, taken
 // from the block's counter *next, each waiting (lane d for pe d) for its group's
 // words; a warp waits once per group.
-template <int kU>
+template <int kU, int kWire>
 __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t t_lo, int64_t t_hi,
                                  int nseg_red, unsigned long long* next, bool first_item) {
   const unsigned lane = threadIdx.x & 31;
@@ -461,7 +567,7 @@ __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t
       if (first_item) Stamp(p.stamps, 2, lane == 0);
       first_item = false;
     }
-    ReduceItem<kU>(p, t, seg, lane);
+    ReduceItem<kU, kWire>(p, t, seg, lane);
   }
 }
 
@@ -476,7 +582,7 @@ __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t
 // warps join them once their rows are out. No barrier ties the two roles, so a block
 // keeps stores in flight to the peers while it reduces. Words and reduction order
 // are the other paths'.
-template <int kThreads>
+template <int kThreads, int kWire>
 __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
   constexpr int kU = kReduceWords<kThreads>;
   constexpr int kSeg = kSegWords<kThreads>;
@@ -532,7 +638,7 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
             r -= cs;
           }
           const int32_t fs = __shfl_sync(kFull, first, s);
-          ReturnRowSegment<kSeg>(p, fs + r, s, static_cast<int>(item % nseg_ret), lane);
+          ReturnRowSegment<kSeg, kWire>(p, fs + r, s, static_cast<int>(item % nseg_ret), lane);
           stored = true;
         }
         if (stored) dev::Quiet();
@@ -564,15 +670,15 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
   }
 
   // Reduce: (token, segment) items of range 1's tokens, in order, from s_next.
-  ReduceTokenRange<kU>(p, epoch, std::min(n, r1lo * kGroupTokens), std::min(n, r1hi * kGroupTokens),
-                       nseg_red, &s_next, warp == R);
+  ReduceTokenRange<kU, kWire>(p, epoch, std::min(n, r1lo * kGroupTokens),
+                              std::min(n, r1hi * kGroupTokens), nseg_red, &s_next, warp == R);
   if (p.stamps != nullptr) {
     __syncthreads();
     Stamp(p.stamps, 3);
   }
 }
 
-template <int kThreads, int kPath>
+template <int kThreads, int kPath, int kWire>
 __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
   const Common& c = p.c;
   const int W = c.world, me = c.me;
@@ -602,13 +708,13 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
 
   if constexpr (kPath == kOnePassPath) {
     Stamp(p.stamps, 0);
-    CombineOnePass<kThreads>(p, epoch, total);
+    CombineOnePass<kThreads, kWire>(p, epoch, total);
     Stamp(p.stamps, 3);
   } else if constexpr (kPath == kStreamPath) {
-    CombineStream<kThreads>(p, epoch);
+    CombineStream<kThreads, kWire>(p, epoch);
   } else {
     Stamp(p.stamps, 0);
-    CombineTiles<kThreads>(p, epoch, total);
+    CombineTiles<kThreads, kWire>(p, epoch, total);
     Stamp(p.stamps, 3);
   }
   // A pe with no tokens waits for nothing above; it still must see a rejection
@@ -622,22 +728,29 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
   }
 }
 
-}  // namespace
-
-// The combine kernel of `path` for a block of `threads`.
-const void* CombineKernelFor(int threads, int path) {
+// The combine kernel of `path` for a block of `threads`, moving kWire rows.
+template <int kWire>
+const void* CombineKernelOf(int threads, int path) {
   auto pick = [path](auto tiled, auto onepass, auto stream) {
     return path == kOnePassPath  ? reinterpret_cast<const void*>(onepass)
            : path == kStreamPath ? reinterpret_cast<const void*>(stream)
                                  : reinterpret_cast<const void*>(tiled);
   };
   if (threads > kNarrowThreads) {
-    return pick(CombineKernel<kMaxThreads, kTiledPath>, CombineKernel<kMaxThreads, kOnePassPath>,
-                CombineKernel<kMaxThreads, kStreamPath>);
+    return pick(CombineKernel<kMaxThreads, kTiledPath, kWire>,
+                CombineKernel<kMaxThreads, kOnePassPath, kWire>,
+                CombineKernel<kMaxThreads, kStreamPath, kWire>);
   }
-  return pick(CombineKernel<kNarrowThreads, kTiledPath>,
-              CombineKernel<kNarrowThreads, kOnePassPath>,
-              CombineKernel<kNarrowThreads, kStreamPath>);
+  return pick(CombineKernel<kNarrowThreads, kTiledPath, kWire>,
+              CombineKernel<kNarrowThreads, kOnePassPath, kWire>,
+              CombineKernel<kNarrowThreads, kStreamPath, kWire>);
+}
+
+}  // namespace
+
+const void* CombineKernelFor(int threads, int path, bool fp8_wire) {
+  return fp8_wire ? CombineKernelOf<kWireFp8>(threads, path)
+                  : CombineKernelOf<kWireNative>(threads, path);
 }
 
 void LaunchRejectCombine(const Common& c, uintptr_t stream) {

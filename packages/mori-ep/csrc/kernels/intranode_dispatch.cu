@@ -113,6 +113,30 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
   }
 }
 
+// A receive cap (MORI's max_total_recv_tokens) that the count matrix exceeds at pe
+// d: every pe sees the same matrix, so every pe ends its launch here, before any row
+// moves (IntraNodeCpu fails the same call); pe d at once, the others after
+// TrapRejectedBy's pause (two processes trapping together on one GPU left a launch
+// hanging). Not inlined, and given scalars only, so that the kernels' hot paths keep
+// their registers.
+__device__ __noinline__ void TrapOverCapacity(int me, int world, int d, const uint32_t* counts,
+                                              int64_t capacity, uint64_t timeout_ns) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    int64_t rows = 0;
+    for (int s = 0; s < world; ++s) rows += counts[s * world + d];
+    printf(
+        "mori.ep dispatch on rank %d: dispatch would deliver %lld tokens to rank %d, more than "
+        "the receive capacity of %lld rows (max_total_recv_tokens)\n",
+        me, static_cast<long long>(rows), d, static_cast<long long>(capacity));
+  }
+  if (d != me) {
+    const uint64_t pause = std::min<uint64_t>(timeout_ns / 2, kPeerTrapPauseNs);
+    const uint64_t t0 = dev::GlobalTimerNs();
+    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+  }
+  dev::Trap();
+}
+
 // Row of the current token at destination d, held by lane d (< 0: not sent there).
 __device__ __forceinline__ int32_t RowAt(int32_t lane_row, int d) {
   return __shfl_sync(kFull, lane_row, d);
@@ -251,6 +275,19 @@ __device__ __forceinline__ void SetRowBases(const Common& c, const uint32_t* cou
     int32_t recv = 0;
     for (int s = 0; s < W; ++s) recv += static_cast<int32_t>(counts[s * W + c.me]);
     *At<int32_t>(c, c.layout.total_recv) = recv;
+  }
+}
+
+// With a receive cap: *over = the lowest pe that would receive more rows than
+// p.recv_capacity (left as it was, kW, when none would); read it after a block barrier.
+__device__ __forceinline__ void MarkOverCapacity(const DispatchParams& p, const uint32_t* counts,
+                                                 int* over) {
+  const unsigned tid = threadIdx.x;
+  const int W = p.c.world;
+  if (tid < static_cast<unsigned>(W)) {
+    int64_t rows = 0;
+    for (int s = 0; s < W; ++s) rows += counts[s * W + tid];
+    if (rows > p.recv_capacity) atomicMin_block(over, static_cast<int>(tid));
   }
 }
 
@@ -409,7 +446,7 @@ __device__ __forceinline__ TokenRange BlockChunk(int64_t n) {
 
 // The static kernel (MORI_EP_DISPATCH_DYNAMIC=0): every block routes every token to
 // count those before its chunk, then scans and moves its own chunk.
-template <int kThreads, int kSeg>
+template <int kThreads, int kSeg, bool kCapped>
 __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, DispatchScratch) {
   const Common& c = p.c;
   const int W = c.world;
@@ -421,7 +458,9 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, Dis
   __shared__ uint32_t s_counts[kW * kW];
   __shared__ uint32_t s_warp[kThreads / 32][kW];
   __shared__ int32_t s_rows[kThreads][kW];
+  __shared__ int s_over;  // MarkOverCapacity (kCapped)
   if (tid < kW) s_total[tid] = s_before[tid] = 0;
+  if (kCapped && tid == 0) s_over = kW;
   __syncthreads();
 
   // 1. Count: all tokens, and those before this block's chunk.
@@ -455,7 +494,11 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, Dis
   if (warp == 0) WaitCountWords(c, epoch, lane, s_counts);
   __syncthreads();
   SetRowBases(c, s_counts, s_before, s_base, s_run);
+  if constexpr (kCapped) MarkOverCapacity(p, s_counts, &s_over);
   __syncthreads();
+  if constexpr (kCapped) {
+    if (s_over < kW) TrapOverCapacity(c.me, W, s_over, s_counts, p.recv_capacity, c.timeout_ns);
+  }
   Stamp(p.stamps, 2);
   PostTailGroupRows(c, n, s_base, s_counts);
 
@@ -486,7 +529,7 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, Dis
 // chunk into token_rows; then, once every chunk is scanned, warps take (token,
 // segment) items from one grid-wide counter until none is left, so blocks that get
 // more NVLink bandwidth move more rows and the grid finishes together.
-template <int kThreads, int kSeg>
+template <int kThreads, int kSeg, bool kCapped>
 __global__ void __launch_bounds__(kThreads)
     DispatchDynamicKernel(DispatchParams p, DispatchScratch s) {
   const Common& c = p.c;
@@ -498,7 +541,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ uint32_t s_chunk[kW], s_total[kW], s_before[kW], s_run[kW], s_base[kW];
   __shared__ uint32_t s_counts[kW * kW];
   __shared__ uint32_t s_warp[kThreads / 32][kW];
+  __shared__ int s_over;  // MarkOverCapacity (kCapped)
   if (tid < kW) s_chunk[tid] = 0;
+  if (kCapped && tid == 0) s_over = kW;
   __syncthreads();
 
   // 1. Route this block's chunk, count per pe, publish the counts.
@@ -541,7 +586,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   SetRowBases(c, s_counts, s_before, s_base, s_run);
+  if constexpr (kCapped) MarkOverCapacity(p, s_counts, &s_over);
   __syncthreads();
+  if constexpr (kCapped) {
+    if (s_over < kW) TrapOverCapacity(c.me, W, s_over, s_counts, p.recv_capacity, c.timeout_ns);
+  }
   Stamp(p.stamps, 2);
   PostTailGroupRows(c, n, s_base, s_counts);
 
@@ -590,21 +639,28 @@ __global__ void RejectDispatchKernel(Common c) {
   if (threadIdx.x == 0) state->epoch = epoch;
 }
 
-}  // namespace
-
 // The dispatch kernel for a block of `threads` (kNarrowThreads or kMaxThreads)
 // moving kseg-word segments (4 or 8; the 1024-thread build takes 4).
-const void* DispatchKernelFor(int threads, int kseg, bool dynamic) {
+template <bool kCapped>
+const void* DispatchKernelOf(int threads, int kseg, bool dynamic) {
   if (threads > kNarrowThreads) {
-    return dynamic ? reinterpret_cast<const void*>(DispatchDynamicKernel<kMaxThreads, 4>)
-                   : reinterpret_cast<const void*>(DispatchKernel<kMaxThreads, 4>);
+    return dynamic ? reinterpret_cast<const void*>(DispatchDynamicKernel<kMaxThreads, 4, kCapped>)
+                   : reinterpret_cast<const void*>(DispatchKernel<kMaxThreads, 4, kCapped>);
   }
   if (kseg == 4) {
-    return dynamic ? reinterpret_cast<const void*>(DispatchDynamicKernel<kNarrowThreads, 4>)
-                   : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 4>);
+    return dynamic
+               ? reinterpret_cast<const void*>(DispatchDynamicKernel<kNarrowThreads, 4, kCapped>)
+               : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 4, kCapped>);
   }
-  return dynamic ? reinterpret_cast<const void*>(DispatchDynamicKernel<kNarrowThreads, 8>)
-                 : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8>);
+  return dynamic ? reinterpret_cast<const void*>(DispatchDynamicKernel<kNarrowThreads, 8, kCapped>)
+                 : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8, kCapped>);
+}
+
+}  // namespace
+
+const void* DispatchKernelFor(int threads, int kseg, bool dynamic, bool capped) {
+  return capped ? DispatchKernelOf<true>(threads, kseg, dynamic)
+                : DispatchKernelOf<false>(threads, kseg, dynamic);
 }
 
 void LaunchRejectDispatch(const Common& c, uintptr_t stream) {

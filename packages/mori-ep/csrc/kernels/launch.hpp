@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "intranode_args.hpp"
 #include "intranode_cuda.hpp"
 #include "mori/shmem/context.hpp"
 #include "protocol.hpp"
@@ -56,10 +57,11 @@ struct DispatchParams {
   const char* scales;
   const int32_t* indices;
   int64_t num_tokens;
-  bool vec;          // token rows move as 16-byte words
-  bool indices_vec;  // index rows load as int4 (K % 4 == 0, 16-byte aligned)
-  bool meta_staged;  // metadata fits kMetaWords words per lane, 4-byte aligned
-  uint64_t* stamps;  // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
+  int64_t recv_capacity;  // rows of every pe's receive buffers (RecvCapacity)
+  bool vec;               // token rows move as 16-byte words
+  bool indices_vec;       // index rows load as int4 (K % 4 == 0, 16-byte aligned)
+  bool meta_staged;       // metadata fits kMetaWords words per lane, 4-byte aligned
+  uint64_t* stamps;       // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
 };
 
 struct CombineParams {
@@ -67,8 +69,9 @@ struct CombineParams {
   int64_t hidden, combine_row_bytes, row_bytes;
   const char* input;
   int64_t input_row_stride, input_rows;
-  bool bfloat16;
-  bool vec;  // rows, slots, input and output all move as 16-byte words
+  CombineDtype dtype;  // of input and output
+  bool fp8_cast;       // bf16 rows cross as fp8 e4m3 (MORI's fp8_direct_cast)
+  bool vec;            // rows, slots, input and output all move as 16-byte words
   const float* weights;
   void* out;
   float* out_weights;
@@ -108,12 +111,14 @@ enum CombinePath : int { kTiledPath = 0, kOnePassPath = 1, kStreamPath = 2 };
 
 // The dispatch kernel for a block of `threads` (kNarrowThreads or kMaxThreads)
 // moving kseg-word segments (4 or 8; the 1024-thread build takes 4), static or
-// dynamic; its arguments are (DispatchParams, DispatchScratch).
-// intranode_dispatch.cu.
-const void* DispatchKernelFor(int threads, int kseg, bool dynamic);
-// The combine kernel of `path` for a block of `threads`; its argument is
-// CombineParams. intranode_combine.cu.
-const void* CombineKernelFor(int threads, int path);
+// dynamic, checking a receive cap (capped: MORI's max_total_recv_tokens below
+// world x max tokens) or built without the check; its arguments are (DispatchParams,
+// DispatchScratch). intranode_dispatch.cu.
+const void* DispatchKernelFor(int threads, int kseg, bool dynamic, bool capped);
+// The combine kernel of `path` for a block of `threads`, moving fp8 e4m3 rows
+// (fp8 input, or bf16 input with fp8_cast) or the input's own (bf16, fp32); its
+// argument is CombineParams. intranode_combine.cu.
+const void* CombineKernelFor(int threads, int path, bool fp8_wire);
 // One warp posts a rejected count row for the next epoch to every pe and advances
 // the epoch (IntraNodeCuda::RejectDispatch).
 void LaunchRejectDispatch(const Common& c, uintptr_t stream);

@@ -7,6 +7,9 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
       host_reject  rank 0 passes more tokens than max_num_inp_token_per_rank: it raises
                    InvalidArgumentError on the host, rank 1's kernel traps naming rank 0
       absent_peer  rank 1 never calls dispatch: rank 0's kernel traps after timeout_s
+      over_cap     max_total_recv_tokens 10: ranks 0 and 1 send 6 and 5 tokens to rank 0;
+                   both kernels print the counts and trap (rank 0 at once, rank 1 after
+                   the pause)
 Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
 timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
 os._exit (no teardown that would touch the device again).
@@ -41,14 +44,20 @@ cfg = EpDispatchCombineConfig(
     warp_num_per_block=8,
     block_num=16,
     data_type=torch.bfloat16,
+    max_total_recv_tokens=10 if case == "over_cap" else 0,
 )
 op = EpDispatchCombineOp(cfg, timeout_s=3.0)
 n = M + 1 if (case == "host_reject" and rank == 0) else 16
+if case == "over_cap":
+    n = 6 if rank == 0 else 5
 x = torch.randn(n, HIDDEN, device="cuda").to(torch.bfloat16)
 w = torch.rand(n, K, device="cuda")
 idx = torch.stack([torch.randperm(E)[:K] for _ in range(n)]).to(torch.int32).cuda()
 if case == "bad_expert" and rank == 0:
     idx[3, 2] = E
+if case == "over_cap":  # every token to expert 0 (rank 0) alone
+    idx[:, 0] = 0
+    idx[:, 1:] = -1
 dist.barrier()
 
 

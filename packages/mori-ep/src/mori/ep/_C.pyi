@@ -103,6 +103,7 @@ class IntraNodeCuda:
         block: int,
         device: int,
         timeout_s: float,
+        recv_capacity: int = 0,
     ) -> None: ...
     def dispatch(
         self,
@@ -122,16 +123,17 @@ class IntraNodeCuda:
         input: int,
         input_row_stride: int,
         input_rows: int,
-        bfloat16: bool,
+        dtype: int,
         weights: int,
         out: int,
         out_weights: int,
+        fp8_cast: bool,
         block_num: int,
         warp_per_block: int,
         stream: int,
     ) -> None: ...
     def reject_combine(self, reason: str, stream: int) -> None: ...
-    def max_resident_blocks(self, dispatch: bool, warps: int) -> int: ...
+    def max_resident_blocks(self, dispatch: bool, warps: int, fp8_wire: bool = False) -> int: ...
     def timeline(self) -> str: ...
     @property
     def num_tokens(self) -> int: ...

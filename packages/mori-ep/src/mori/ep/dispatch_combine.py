@@ -29,8 +29,7 @@ from . import _C
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
-# Combine's element types and the CPU implementation's code for each; CUDA kernels
-# combine bf16 and fp32 (fp8 e4m3 input is CPU-only for now).
+# Combine's element types and the native code for each (both implementations).
 _COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
 
 
@@ -116,7 +115,8 @@ class EpDispatchCombineConfig:
             receive buffers hold ``world_size * min(ceil(cap / world_size), M)``
             rows (:attr:`max_num_tokens_to_recv`) instead of ``world_size * M``. A
             dispatch that would deliver more rows to some rank fails on every rank
-            before any row moves. CPU implementation only in this release.
+            before any row moves (CPU: InvalidArgumentError on every rank; CUDA: the
+            kernel traps on every rank naming the rank and the counts).
         use_external_inp_buf, gpu_per_node, rdma_block_num, num_qp_per_pe: MORI's
             fields, accepted for porting; the intra-node implementation reads its
             combine input wherever it lies, so it needs none of them.
@@ -298,7 +298,9 @@ class EpDispatchCombineOp:
     combine can be captured in a CUDA graph, each replay advancing the epoch kept in
     device memory). Failures that only the device can see are traps that print what
     was wrong: an expert id outside ``[-1, num_experts)`` (naming token, slot and
-    value), combine input shorter than ``total_recv``, a peer that does not arrive
+    value), a dispatch that would deliver more rows to some rank than
+    ``max_total_recv_tokens`` allows (naming the rank and both counts; every rank
+    traps), combine input shorter than ``total_recv``, a peer that does not arrive
     within ``timeout_s``. A rejected call (host-side check on one rank) raises
     InvalidArgumentError on that rank and makes the kernels of the others trap naming
     it, min(timeout_s / 2, 1 s) later: on CUDA a rejection ends the job, it does not
@@ -348,12 +350,6 @@ class EpDispatchCombineOp:
                 "mori.ep was built without CUDA (MORI_CUDA=off): the dispatch/combine kernels "
                 "are missing; rebuild with MORI_CUDA=on or use a host heap"
             )
-        if kind == "cuda" and config.max_num_tokens_to_recv < config.max_num_tokens_to_send:
-            raise NotSupportedError(
-                f"max_total_recv_tokens {config.max_total_recv_tokens} caps the receive buffers "
-                f"at {config.max_num_tokens_to_recv} rows; the CUDA kernels do not check a cap "
-                "yet (the CPU implementation does): use 0 on a CUDA heap"
-            )
         self.config = config
         self.device = (
             torch.device("cuda", info["device"]) if kind == "cuda" else torch.device("cpu")
@@ -378,7 +374,11 @@ class EpDispatchCombineOp:
         self._cuda = kind == "cuda"
         if self._cuda:
             self._impl = _C.IntraNodeCuda(
-                *shape, self._block.data_ptr(), self.device.index, self.timeout_s
+                *shape,
+                self._block.data_ptr(),
+                self.device.index,
+                self.timeout_s,
+                recv_capacity=cap,
             )
         else:
             self._impl = _C.IntraNodeCpu(
@@ -657,11 +657,6 @@ class EpDispatchCombineOp:
             return f"input is on {input.device}, the op runs on {self.device}"
         if input.dtype not in _COMBINE_DTYPE_CODES:
             return f"combine input dtype {input.dtype} must be bf16, fp32 or fp8 e4m3"
-        if input.dtype == torch.float8_e4m3fn and self._cuda:
-            return (
-                "combine of fp8 e4m3 input runs on the CPU implementation only; on CUDA "
-                "combine bf16 (quant_type='fp8_direct_cast' rounds it to fp8 like MORI)"
-            )
         if (
             self._quant == EpDispatchCombineQuantType.Fp8DirectCast
             and input.dtype != torch.bfloat16
@@ -722,7 +717,7 @@ class EpDispatchCombineOp:
         """Return every received row to its source token and sum per token.
 
         Args:
-            input: bf16, fp32 or (CPU implementation) fp8 e4m3 ``[rows, hidden_dim]``,
+            input: bf16, fp32 or fp8 e4m3 ``[rows, hidden_dim]``,
                 rows in the order of the last dispatch's output (``total_recv <= rows
                 <= capacity``; the dispatch output itself, the experts' outputs, or
                 :meth:`get_registered_combine_input_buffer` qualify). Row-contiguous.
@@ -745,8 +740,8 @@ class EpDispatchCombineOp:
             over the ranks token ``t`` went to in ascending rank order, of the rows
             they return, accumulated in fp32 and rounded once (zeros for a token with
             no expert). With ``quant_type="fp8_direct_cast"`` every returned value is
-            first rounded to fp8 e4m3, as MORI sends it (on CUDA the rounding is a
-            cast before the bf16 kernel: same numbers, bf16 bytes on the wire).
+            first rounded to fp8 e4m3, as MORI sends it (on CUDA the rows cross
+            NVLink as fp8 bytes and the kernel rounds this rank's own part likewise).
             ``out_weights fp32 [num_tokens, k]`` likewise, or None. Views of the op's
             buffers, valid until the next combine.
 
@@ -778,8 +773,6 @@ class EpDispatchCombineOp:
         out_dtype = input.dtype
         fp8_cast = self._quant == EpDispatchCombineQuantType.Fp8DirectCast
         try:  # as in dispatch: a local failure here fails the call on every rank
-            if fp8_cast and self._cuda:
-                input = input.to(torch.float8_e4m3fn).to(torch.bfloat16)
             out = self._combine_out.get(out_dtype)
             if out is None:
                 out = torch.empty(
@@ -806,7 +799,7 @@ class EpDispatchCombineOp:
         with self._fails_on_timeout():
             if self._cuda:
                 impl.combine(
-                    *addrs, input.dtype == torch.bfloat16, *outs,
+                    *addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast,
                     *self._launch(block_num, warp_per_block), self._stream(),
                 )  # fmt: skip
             else:

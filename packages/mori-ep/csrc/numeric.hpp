@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// fp8 e4m3fn conversions shared by the CPU implementation and the CUDA kernels, so
+// that both give the same bits: e4m3fn has no infinities, 0x7f / 0xff are NaN and
+// 448 is the largest finite value. Converted as torch 2.13 converts (round to
+// nearest even, saturating: magnitudes past 448 and infinities give +-448, NaN gives
+// NaN), so references computed with torch match bit for bit.
+
+#include <cstdint>
+#include <cstring>
+
+#include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
+
+namespace mori::ep {
+
+MORI_HOST_DEVICE inline uint32_t FloatBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+MORI_HOST_DEVICE inline float BitsFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+MORI_HOST_DEVICE inline float Float8E4M3ToFloat(uint8_t v) {
+  const uint32_t sign = (v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xFu, mant = v & 0x7u;
+  uint32_t mag;
+  if (exp == 0xF && mant == 0x7) {
+    mag = 0x7FC00000u;  // the canonical quiet NaN
+  } else if (exp == 0) {
+    mag = FloatBits(static_cast<float>(mant) * 0x1p-9f);  // subnormal: mant * 2^-6 / 8
+  } else {
+    mag = ((exp + 120u) << 23) | (mant << 20);
+  }
+  return BitsFloat(mag | sign);
+}
+
+MORI_HOST_DEVICE inline uint8_t FloatToFloat8E4M3(float f) {
+  uint32_t bits = FloatBits(f);
+  const uint32_t sign = bits & 0x80000000u;
+  bits ^= sign;
+  uint8_t out;
+  if (bits > 0x7F800000u) {  // NaN
+    out = 0x7F;
+  } else if (bits >= 0x43E00000u) {  // >= 448 (or inf): saturate
+    out = 0x7E;
+  } else if (bits < (121u << 23)) {  // below 2^-6: subnormal, rounded by an fp32 add
+    const uint32_t denorm = 141u << 23;
+    const float a = BitsFloat(bits) + BitsFloat(denorm);
+    out = static_cast<uint8_t>(FloatBits(a) - denorm);
+  } else {
+    const uint32_t mant_odd = (bits >> 20) & 1u;
+    bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + mant_odd;
+    out = static_cast<uint8_t>(bits >> 20);
+  }
+  return static_cast<uint8_t>(out | (sign >> 24));
+}
+
+}  // namespace mori::ep
