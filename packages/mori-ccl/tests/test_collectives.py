@@ -15,8 +15,10 @@ from mori.core.launch import launch_local
 
 WORKER = str(Path(__file__).parent / "workers" / "collectives_worker.py")
 # The first communicator creates the heap: 2 x 64 KiB for the tests' own, 2 x 64 MiB
-# for the functional shortcuts' default one.
-ENV = {"MORI_SHMEM_HEAP_SIZE": "160M"}
+# for the functional shortcuts' default one. It is a host heap because the workers see
+# no GPU: with one visible, shmem.init() without a device makes a CUDA heap, and these
+# tests pass CPU tensors.
+ENV = {"MORI_SHMEM_HEAP_SIZE": "160M", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _run(mode, world, *extra, timeout_s=120):

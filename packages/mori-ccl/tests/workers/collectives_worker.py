@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """One rank of the CPU collectives tests. argv: mode seed [iters]
 
-Creates a gloo group; the first Communicator creates the host heap. Prints
-"rank N ok" last.
+Creates a gloo group; the first Communicator creates the heap, a host heap because
+the test hides the GPUs (CUDA_VISIBLE_DEVICES=""; checked below). Prints "rank N ok"
+last.
   random   `iters` calls on one communicator cycling through every collective,
            algorithm, dtype and op, in place and out of place, staged and symmetric
            (zero-copy) inputs, sizes not a multiple of 16 bytes. Every rank builds
@@ -75,6 +76,12 @@ def reduce_ref(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
         return acc.to(dtype)
     stacked = torch.stack(inputs)
     return (stacked.amax(0) if op == "max" else stacked.amin(0)).to(dtype)
+
+
+def host_heap(comm: ccl.Communicator) -> ccl.Communicator:
+    kind = mc.shmem.info()["kind"]
+    assert kind == "host" and not comm.cuda, f"these tests need a host heap, got a {kind} heap"
+    return comm
 
 
 def run_random(comm: ccl.Communicator) -> None:
@@ -259,11 +266,11 @@ def run_timeout(comm: ccl.Communicator) -> None:
 
 
 if mode == "random":
-    run_random(ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60))
+    run_random(host_heap(ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60)))
 elif mode == "errors":
-    run_errors(ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60))
+    run_errors(host_heap(ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60)))
 elif mode == "timeout":
-    run_timeout(ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=2))
+    run_timeout(host_heap(ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=2)))
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 dist.destroy_process_group()
