@@ -56,9 +56,15 @@ def tcp_pair():
     b.close()
 
 
+# register_memory(ptr, ...) does not own the memory (as in MORI): the buffers live here
+# until the test session ends, even where a test keeps only the descriptor.
+_ALIVE = []
+
+
 def _region(engine, nbytes, fill=None):
     """A host buffer registered MORI's way: register_memory(ptr, size, device, loc)."""
     buf = np.zeros(nbytes, np.uint8) if fill is None else fill
+    _ALIVE.append(buf)
     desc = engine.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
     return buf, desc
 
