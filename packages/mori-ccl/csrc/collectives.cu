@@ -281,15 +281,19 @@ struct CommunicatorCuda::Launch {
 };
 
 CommunicatorCuda::CommunicatorCuda(void* block, size_t max_bytes, int device,
-                                   std::chrono::milliseconds timeout, int max_blocks)
+                                   std::chrono::milliseconds timeout, int max_blocks,
+                                   const std::vector<int>& pes)
     : block_(static_cast<char*>(block)),
       max_bytes_(max_bytes),
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
       max_blocks_(max_blocks) {
-  ctx_ = shmem::GetDeviceContext();
+  const shmem::DeviceContext heap = shmem::GetDeviceContext();
+  std::vector<char*> bases;
+  ctx_ = TeamContext(heap, pes, bases);
   world_ = ctx_.n_pes;
   me_ = ctx_.my_pe;
+  for (int r = 0; r < world_; ++r) pes_.push_back(pes.empty() ? r : pes[r]);
   layout_ = MakeCudaLayout(world_, max_bytes);
   if (world_ > kMaxCudaWorld) {
     MORI_THROW(NotSupportedError, "the CUDA collectives take world sizes up to ", kMaxCudaWorld,
@@ -301,18 +305,31 @@ CommunicatorCuda::CommunicatorCuda(void* block, size_t max_bytes, int device,
                  "the communicator's buffer is not a symmetric block of ", layout_.total_bytes,
                  " bytes");
   for (int pe = 0; pe < world_; ++pe) {
-    if (shmem::Ptr(block, pe) == nullptr) {
-      MORI_THROW(NotSupportedError, "the CUDA collectives need every pe on this node, but pe ", pe,
-                 " is not load/store reachable from pe ", me_);
+    if (shmem::Ptr(block, pes_[pe]) == nullptr) {
+      MORI_THROW(NotSupportedError, "the CUDA collectives need every pe on this node, but pe ",
+                 pes_[pe], " is not load/store reachable from pe ", heap.my_pe);
     }
   }
   mori::cuda::ScopedDevice guard(device_);
+  if (!bases.empty()) {
+    MORI_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&team_bases_dev_), bases.size() * sizeof(char*)));
+    MORI_CUDA_CHECK(cudaMemcpy(team_bases_dev_, bases.data(), bases.size() * sizeof(char*),
+                               cudaMemcpyHostToDevice));
+    ctx_.peer_bases = team_bases_dev_;
+  }
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   MORI_CUDA_CHECK(cudaMemset(block_, 0, CudaSignalBytes(layout_)));
   // Packets of flag 0 never match a call (calls count from 1).
   MORI_CUDA_CHECK(cudaMemset(block_ + layout_.ll, 0, layout_.total_bytes - layout_.ll));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   shmem::BarrierAll();
+}
+
+CommunicatorCuda::~CommunicatorCuda() {
+  // Unchecked: a destructor must not throw (after a trap the context is gone), and
+  // cudaFree needs no current device under unified addressing.
+  if (team_bases_dev_ != nullptr) (void)cudaFree(team_bases_dev_);
 }
 
 int CommunicatorCuda::BlocksFor(int64_t bytes, int max_blocks) const {
@@ -430,7 +447,7 @@ void CommunicatorCuda::CopyEngineCall(const CallDesc& desc, const void* src, siz
   char* out = static_cast<char*>(dst);
   for (int k = 0; k < world_; ++k) {
     const int pe = (me_ + k) % world_;
-    const char* peer = static_cast<const char*>(shmem::Ptr(staging, pe));
+    const char* peer = static_cast<const char*>(shmem::Ptr(staging, pes_[pe]));
     const size_t from = all_to_all ? static_cast<size_t>(me_) * chunk_bytes : 0;
     if (chunk_bytes > 0) {
       MORI_CUDA_CHECK(cudaMemcpyAsync(out + static_cast<size_t>(pe) * chunk_bytes, peer + from,

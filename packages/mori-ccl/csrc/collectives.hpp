@@ -3,8 +3,9 @@
 #pragma once
 
 // The collectives on a host symmetric heap (protocol.hpp), run by the calling
-// thread. Every call is collective over all pes of the heap; every wait is bounded
-// by the communicator's timeout.
+// thread. Every call is collective over the communicator's ranks (every pe of the
+// heap, or a team of them: team.hpp); every wait is bounded by the communicator's
+// timeout.
 
 #include <chrono>
 #include <cstddef>
@@ -15,14 +16,17 @@
 #include "mori/shmem/context.hpp"
 #include "protocol.hpp"
 #include "reduce.hpp"
+#include "team.hpp"
 
 namespace mori::ccl {
 
 class CommunicatorCpu {
  public:
-  // `block`: a symmetric block of MakeBlockLayout(n_pes, max_bytes).total_bytes on a
-  // host heap. Collective: zeroes this pe's signal words, then a heap barrier.
-  CommunicatorCpu(void* block, size_t max_bytes, std::chrono::milliseconds timeout);
+  // `block`: a symmetric block of MakeBlockLayout(ranks, max_bytes).total_bytes on a
+  // host heap. `pes`: the ranks (TeamContext; empty: every pe). Collective over every
+  // pe of the heap: zeroes this pe's signal words, then a heap barrier.
+  CommunicatorCpu(void* block, size_t max_bytes, std::chrono::milliseconds timeout,
+                  const std::vector<int>& pes = {});
 
   // dst = op over ranks (ascending) of every rank's src, `count` elements; dst may be src.
   void AllReduce(const void* src, void* dst, size_t count, DataType dtype, ReduceOp op,
@@ -67,7 +71,8 @@ class CommunicatorCpu {
   void ReduceRange(DataType dtype, ReduceOp op, size_t src_offset, size_t first, size_t count,
                    void* dst);
 
-  shmem::DeviceContext ctx_;
+  std::vector<char*> team_bases_;  // ctx_.peer_bases of a team (before ctx_)
+  shmem::DeviceContext ctx_;       // ranks, not heap pes, when the communicator is a team
   char* block_;
   size_t max_bytes_;
   BlockLayout layout_;

@@ -68,8 +68,9 @@ const char* CollectiveKindName(CollectiveKind kind) {
   return "unknown";
 }
 
-CommunicatorCpu::CommunicatorCpu(void* block, size_t max_bytes, std::chrono::milliseconds timeout)
-    : ctx_(shmem::GetDeviceContext()),
+CommunicatorCpu::CommunicatorCpu(void* block, size_t max_bytes, std::chrono::milliseconds timeout,
+                                 const std::vector<int>& pes)
+    : ctx_(TeamContext(shmem::GetDeviceContext(), pes, team_bases_)),
       block_(static_cast<char*>(block)),
       max_bytes_(max_bytes),
       layout_(MakeBlockLayout(ctx_.n_pes, max_bytes)),

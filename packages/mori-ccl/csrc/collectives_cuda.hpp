@@ -18,11 +18,13 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mori/shmem/context.hpp"
 #include "protocol.hpp"
 #include "protocol_cuda.hpp"
 #include "reduce.hpp"
+#include "team.hpp"
 
 namespace mori::ccl {
 
@@ -31,9 +33,13 @@ class CommunicatorCuda {
   // Collective: zeroes this pe's signal words, synchronises the device, then a heap
   // barrier. `block`: a symmetric block of MakeCudaLayout(n_pes,
   // max_bytes).total_bytes on CUDA device `device`. `max_blocks` bounds the grid of
-  // every call (the SMs a call occupies), at most kMaxBlocks.
+  // every call (the SMs a call occupies), at most kMaxBlocks. `pes`: the ranks
+  // (TeamContext; empty: every pe of the heap); MakeCudaLayout takes their count.
   CommunicatorCuda(void* block, size_t max_bytes, int device, std::chrono::milliseconds timeout,
-                   int max_blocks);
+                   int max_blocks, const std::vector<int>& pes = {});
+  ~CommunicatorCuda();
+  CommunicatorCuda(const CommunicatorCuda&) = delete;
+  CommunicatorCuda& operator=(const CommunicatorCuda&) = delete;
 
   // `max_blocks` <= 0: the communicator's. Pointers are device addresses.
   void AllReduce(const void* src, void* dst, size_t count, DataType dtype, ReduceOp op,
@@ -82,7 +88,9 @@ class CommunicatorCuda {
   int max_blocks_;
   int sm_count_ = 0;
   CudaLayout layout_;
-  shmem::DeviceContext ctx_{};
+  shmem::DeviceContext ctx_{};       // ranks, not heap pes, when the communicator is a team
+  std::vector<int> pes_;             // heap pe of each rank
+  char** team_bases_dev_ = nullptr;  // a team's peer bases, in device memory
   int world_, me_;
   uint64_t calls_ = 0;
 };

@@ -79,14 +79,16 @@ void register_collectives(py::module_& m) {
 
   py::class_<CommunicatorCpu>(m, "CommunicatorCpu",
                               R"doc(The collectives on a host symmetric heap.)doc")
-      .def(py::init([](uintptr_t block, size_t max_bytes, double timeout_s) {
+      .def(py::init([](uintptr_t block, size_t max_bytes, double timeout_s,
+                       const std::vector<int>& pes) {
              return new CommunicatorCpu(
                  Ptr<void>(block), max_bytes,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), pes);
            }),
            py::arg("block"), py::arg("max_bytes"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: zeroes this pe's signal words, then a heap barrier.)doc")
+           py::arg("pes") = std::vector<int>{}, py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes this pe's signal words, then a heap barrier. ``pes``: the
+ranks as ascending heap pes of this node (empty: every pe).)doc")
       .def(
           "all_reduce",
           [](CommunicatorCpu& self, uintptr_t src, uintptr_t dst, size_t count,
@@ -161,15 +163,18 @@ void register_collectives(py::module_& m) {
 #if MORI_CCL_WITH_CUDA
   py::class_<CommunicatorCuda>(m, "CommunicatorCuda",
                                R"doc(The collectives on a CUDA symmetric heap, on a stream.)doc")
-      .def(py::init(
-               [](uintptr_t block, size_t max_bytes, int device, double timeout_s, int max_blocks) {
-                 return new CommunicatorCuda(
-                     Ptr<void>(block), max_bytes, device,
-                     std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), max_blocks);
-               }),
+      .def(py::init([](uintptr_t block, size_t max_bytes, int device, double timeout_s,
+                       int max_blocks, const std::vector<int>& pes) {
+             return new CommunicatorCuda(
+                 Ptr<void>(block), max_bytes, device,
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), max_blocks,
+                 pes);
+           }),
            py::arg("block"), py::arg("max_bytes"), py::arg("device"), py::arg("timeout_s"),
-           py::arg("max_blocks"), py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: zeroes the signal words, synchronises the device, heap barrier.)doc")
+           py::arg("max_blocks"), py::arg("pes") = std::vector<int>{},
+           py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes the signal words, synchronises the device, heap barrier.
+``pes``: the ranks as ascending heap pes of this node (empty: every pe).)doc")
       .def(
           "all_reduce",
           [](CommunicatorCuda& self, uintptr_t src, uintptr_t dst, size_t count,

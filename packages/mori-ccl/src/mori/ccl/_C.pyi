@@ -13,7 +13,9 @@ cuda_max_blocks: int
 cuda_max_world_size: int
 
 class CommunicatorCpu:
-    def __init__(self, block: int, max_bytes: int, timeout_s: float) -> None: ...
+    def __init__(
+        self, block: int, max_bytes: int, timeout_s: float, pes: list[int] = ...
+    ) -> None: ...
     def all_reduce(
         self, src: int, dst: int, count: int, dtype: str, op: str, algorithm: str
     ) -> None: ...
@@ -39,7 +41,13 @@ class CommunicatorCpu:
 # Built only with CUDA (with_cuda is True).
 class CommunicatorCuda:
     def __init__(
-        self, block: int, max_bytes: int, device: int, timeout_s: float, max_blocks: int
+        self,
+        block: int,
+        max_bytes: int,
+        device: int,
+        timeout_s: float,
+        max_blocks: int,
+        pes: list[int] = ...,
     ) -> None: ...
     def all_reduce(
         self,

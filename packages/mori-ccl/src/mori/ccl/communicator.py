@@ -100,9 +100,13 @@ class Communicator:
     fails validation on one rank raises InvalidArgumentError there and makes the
     other ranks' kernels trap naming it; that communicator then refuses calls.
 
+    A heap that spans hosts (``shmem.info()["local_pes"]`` not every pe) makes a
+    two-level communicator (hosts.py): each host's part on mori over the host's pes,
+    the part between hosts through ``group``'s torch.distributed backend.
+
     Raises:
-        NotSupportedError: a CUDA heap with a mori.ccl built without CUDA, or more than
-            8 ranks on a CUDA heap.
+        NotSupportedError: a CUDA heap with a mori.ccl built without CUDA, more than
+            8 ranks of one host on a CUDA heap, or hosts with unequal numbers of ranks.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class Communicator:
         *,
         timeout_s: float = 60.0,
         max_blocks: int | None = None,
+        _team: list[int] | None = None,
     ):
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise InvalidArgumentError(f"max_bytes {max_bytes!r} must be a positive int")
@@ -152,6 +157,32 @@ class Communicator:
         self.max_blocks = max_blocks or _DEFAULT_MAX_BLOCKS
         self._timed_out: str | None = None
         self._rejected: str | None = None
+        self._spanning = None
+        self.local: Communicator | None = None
+        local_pes = sorted(int(p) for p in info["local_pes"])
+        if _team is None and len(local_pes) != self.world_size:
+            # The heap spans hosts: the host's part on a communicator over the host's
+            # pes, the rest through the group's backend (hosts.py).
+            from .hosts import SpanningHosts
+
+            self.device = (
+                torch.device("cuda", int(info["device"])) if self.cuda else torch.device("cpu")
+            )
+            # The host's all-reduce shards are padded to a multiple of its ranks.
+            self.local = Communicator(
+                group,
+                max_bytes + 64 * len(local_pes),
+                timeout_s=timeout_s,
+                max_blocks=max_blocks,
+                _team=local_pes,
+            )
+            self._impl = self.local._impl
+            self._block = None
+            self._spanning = SpanningHosts(self, group, local_pes)
+            return
+        team = list(_team or [])
+        if team:
+            self.rank, self.world_size = team.index(self.rank), len(team)
         if self.cuda:
             if self.world_size > _C.cuda_max_world_size:
                 raise NotSupportedError(
@@ -167,12 +198,13 @@ class Communicator:
                 self.device.index,
                 self.timeout_s,
                 self.max_blocks,
+                team,
             )
         else:
             self.device = torch.device("cpu")
             nbytes = _C.ccl_block_bytes(self.world_size, max_bytes)
             self._block = shmem.empty((nbytes,), torch.uint8)
-            self._impl = _C.CommunicatorCpu(self._block.data_ptr(), max_bytes, self.timeout_s)
+            self._impl = _C.CommunicatorCpu(self._block.data_ptr(), max_bytes, self.timeout_s, team)
 
     # ------------------------------------------------------------------ helpers
     def empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
@@ -219,6 +251,12 @@ class Communicator:
             if problem is not None:
                 impl.reject(kind, problem)
             call(impl)
+
+    def _reject(self, kind: str, problem: str) -> None:
+        """Take part in a call of ``kind`` as a rank whose input failed validation
+        (``problem``): raises InvalidArgumentError here, the other ranks' calls fail
+        naming this rank."""
+        self._run(kind, problem, None)
 
     def _blocks(self, max_blocks: Any) -> tuple[int, str | None]:
         if max_blocks is None:
@@ -299,6 +337,8 @@ class Communicator:
         if algorithm == "auto" and problem is None:
             nbytes = x.numel() * x.element_size()
             algorithm = "two_shot" if nbytes >= _TWO_SHOT_MIN_BYTES else "one_shot"
+        if self._spanning is not None:
+            return self._spanning.all_reduce(x, op, out, algorithm, max_blocks, problem)
         if self.cuda:
             self._run(
                 "all_reduce",
@@ -359,6 +399,8 @@ class Communicator:
                 problem = "x overlaps out other than as one rank's slot of it"
         blocks, bad = self._blocks(max_blocks)
         problem = problem or bad
+        if self._spanning is not None:
+            return self._spanning.all_gather(x, out, algorithm, max_blocks, problem)
         if self.cuda:
             algo = "sm" if algorithm == "auto" else algorithm
             self._run(
@@ -414,6 +456,8 @@ class Communicator:
                 problem = "out overlaps x other than as one of its n-row slices"
         blocks, bad = self._blocks(max_blocks)
         problem = problem or bad
+        if self._spanning is not None:
+            return self._spanning.reduce_scatter(x, op, out, max_blocks, problem)
         if self.cuda:
             self._run(
                 "reduce_scatter",
@@ -483,7 +527,7 @@ class Communicator:
         problem = self._check_input("x", x) or self._check_move_algorithm(algorithm)
         if problem is None and x.dim() == 0:
             problem = "x must have at least one dimension (rows)"
-        if self.cuda:
+        if self.cuda and self._spanning is None:
             return self._all_to_all_cuda(
                 x, out, in_splits, out_splits, algorithm, max_blocks, problem
             )
@@ -504,7 +548,13 @@ class Communicator:
             if out is not None:
                 problem = self._check_out(out, x, total * row_elems)
             else:
-                out = torch.empty((total, *x.shape[1:]), dtype=x.dtype)
+                out = torch.empty((total, *x.shape[1:]), dtype=x.dtype, device=self.device)
+        if self._spanning is not None:
+            if problem is None and self.cuda and _overlap(x, out) is not None:
+                problem = "out overlaps x (all_to_all is not in place)"
+            return self._spanning.all_to_all(
+                x, out, ins, outs, row_elems, algorithm, max_blocks, problem
+            )
         self._run(
             "all_to_all",
             problem,
@@ -641,6 +691,8 @@ class Communicator:
             problem = f"src {src!r} out of range [0, {self.world_size})"
         blocks, bad = self._blocks(max_blocks)
         problem = problem or bad
+        if self._spanning is not None:
+            return self._spanning.broadcast(x, src, max_blocks, problem)
         if self.cuda:
             self._run(
                 "broadcast",
@@ -668,6 +720,9 @@ class Communicator:
         """Host heap: returns once every rank has entered the barrier. CUDA heap:
         enqueued on the current stream; work after it on the stream runs once every
         rank's stream reached it."""
+        if self._spanning is not None:
+            self._spanning.barrier()
+            return
         if self.cuda:
             self._run("barrier", None, lambda impl, stream: impl.barrier(stream))
             return
@@ -678,6 +733,8 @@ class Communicator:
         """Collective calls made so far (the epoch carried in the signal words; on a
         CUDA heap the calls enqueued from the host, graph replays not counted)."""
         impl = self._impl_or_raise()
+        if self._spanning is not None:
+            return self._spanning.calls
         return impl.calls if self.cuda else impl.epoch
 
     def close(self) -> None:
@@ -685,6 +742,8 @@ class Communicator:
         InvalidStateError. Not collective."""
         self._impl = None
         self._block = None
+        if self.local is not None:
+            self.local.close()
 
 
 _COMMUNICATORS: dict[Any, Communicator] = {}
