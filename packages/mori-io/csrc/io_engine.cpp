@@ -468,7 +468,12 @@ class Worker {
   // still queued when the reactor stops run on the stopping thread, so none is lost.
   void Post(std::function<void()> task) {
     {
-      std::lock_guard<std::mutex> lock(tasks_mu_);
+      std::unique_lock<std::mutex> lock(tasks_mu_);
+      if (tasks_stopped_) {  // the reactor is gone (the engine is shutting down): run here
+        lock.unlock();
+        task();
+        return;
+      }
       tasks_.push_back(std::move(task));
     }
     uint64_t one = 1;
@@ -490,6 +495,10 @@ class Worker {
     ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
     (void)ignored;
     thread_.join();
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      tasks_stopped_ = true;  // later Posts run on their caller
+    }
     RunTasks();
   }
 
@@ -1450,6 +1459,7 @@ class Worker {
   std::future<void> started_future_;
   std::mutex tasks_mu_;
   std::vector<std::function<void()>> tasks_;
+  bool tasks_stopped_ = false;
   std::thread thread_;
   std::mutex conns_mu_;
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;
@@ -3226,7 +3236,9 @@ std::shared_ptr<TransferState> IoEngine::SubmitShmCma(Op op, const MemoryRegion&
   job.remote = std::move(remote);
   // The grant names a pid, and a pid is reused once its process is gone: copy only while
   // the target's engine is known to run (one load), so a cached grant never reaches a
-  // later process that got the same pid.
+  // later process that got the same pid. (What remains is the time from this load to the
+  // syscall: the pid would have to be freed and handed to a new process within it, as
+  // between a per-transfer grant's arrival and its copy before.)
   if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
     const std::string error = CmaLost(job);
     for (uint32_t p = split ? 2 : 1; p > 0; --p)
