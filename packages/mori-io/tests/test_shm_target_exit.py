@@ -53,7 +53,9 @@ def mapped_target(tmp_path, monkeypatch, request):
         eng.create_backend(BackendType.TCP)
         eng.create_backend(BackendType.SHM)
         eng.register_remote_engine(EngineDesc.unpack((tmp_path / "engine").read_bytes()))
-        (tmp_path / "initiator").write_bytes(eng.get_engine_desc().pack())
+        # Published by rename: the target must never read a partly written file.
+        (tmp_path / "initiator.tmp").write_bytes(eng.get_engine_desc().pack())
+        os.replace(tmp_path / "initiator.tmp", tmp_path / "initiator")
         remote = MemoryDesc.unpack((tmp_path / "mem").read_bytes())
         while not (tmp_path / "ready").exists():
             assert time.monotonic() < deadline and proc.poll() is None, "target not ready"
@@ -172,7 +174,8 @@ def test_writes_land_in_a_stopped_target_and_it_finds_them_on_resuming(mapped_ta
         uids.append(uid)
     assert _state(proc.pid) == "T", "the target ran during the writes"
     digest = hashlib.sha256(image.tobytes()).hexdigest()
-    (d / "uids").write_text(" ".join(map(str, uids)) + " " + digest)
+    (d / "uids.tmp").write_text(" ".join(map(str, uids)) + " " + digest)
+    os.replace(d / "uids.tmp", d / "uids")  # whole, as the target reads it
     os.kill(proc.pid, signal.SIGCONT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out.decode()
