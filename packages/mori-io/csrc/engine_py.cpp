@@ -13,6 +13,7 @@
 #include "io_engine.hpp"
 #include "mori/core/error.hpp"
 #include "notice_ring.hpp"
+#include "secret.hpp"
 
 namespace py = pybind11;
 
@@ -320,6 +321,25 @@ max_inbound_statuses cap dropped (oldest first).)doc")
             py::arg("notice_ring_slots") = o.notice_ring_slots);
       });
 
+  // The wire-level credential of hellos, for peers that speak the protocol by hand
+  // (tests) and for checking SipHash-2-4 against its published vectors.
+  m.def(
+      "initiator_credential",
+      [](py::bytes initiator_secret, py::bytes target_secret, py::bytes key) {
+        return py::bytes(InitiatorCredential(initiator_secret, target_secret, key));
+      },
+      py::arg("initiator_secret"), py::arg("target_secret"), py::arg("key"),
+      "The 16 bytes a hello carries after the key: a MAC of the target's secret and the "
+      "key under the initiator's engine secret.");
+  m.def(
+      "siphash24",
+      [](py::bytes key, py::bytes data) {
+        std::string k = key, d = data;
+        MORI_CHECK_ARG(k.size() == 16, "siphash24: key of ", k.size(), " bytes (expected 16)");
+        return SipHash24(reinterpret_cast<const unsigned char*>(k.data()),
+                         reinterpret_cast<const unsigned char*>(d.data()), d.size());
+      },
+      py::arg("key"), py::arg("data"), "SipHash-2-4 of data under a 16-byte key.");
   m.def(
       "notice_ring_stress",
       [](uint32_t capacity, int producers, uint64_t per_producer) {

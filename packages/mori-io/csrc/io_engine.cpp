@@ -412,7 +412,8 @@ struct Conn {
   Pending cur_pending{};
   bool hello_done = false;
   std::string hello;
-  int64_t opened_ns = 0;  // inbound: accepted (NowNs); a hello must complete in time
+  std::string credential;  // inbound: what the hello proved (InitiatorCredential); "" none
+  int64_t opened_ns = 0;   // inbound: accepted (NowNs); a hello must complete in time
   // Inbound write mid-payload into a region: by then the payload must have arrived,
   // however slowly its bytes trickle in (each byte resets the stuck clock); 0: none.
   int64_t payload_deadline_ns = 0;
@@ -792,8 +793,21 @@ class Worker {
       // Only an initiator given our EngineDesc knows the secret; nothing else it sends
       // is read before this check passed.
       const bool trusted = engine_->SecretMatches(c.hello.data(), wire::kSecretBytes);
-      c.remote_key = c.hello.substr(wire::kSecretBytes);
+      if (c.cur.num_parts > 0) {  // the key's length; the initiator's credential follows it
+        c.remote_key = c.hello.substr(wire::kSecretBytes, c.cur.num_parts);
+        c.credential = c.hello.substr(wire::kSecretBytes + c.cur.num_parts);
+      } else {  // a hello without a credential (raw peers; refused for registered keys)
+        c.remote_key = c.hello.substr(wire::kSecretBytes);
+      }
       std::string().swap(c.hello);
+      std::string why_not;
+      if (trusted && !engine_->InitiatorAccepted(c.remote_key, c.credential, &why_not)) {
+        engine_->CountRefusedHello();
+        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection claiming to be ",
+                      LogSafe(c.remote_key), ": ", why_not, " (", engine_->hellos_refused(),
+                      " refused so far)");
+        return false;
+      }
       if (!trusted) {
         engine_->CountRefusedHello();
         MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection from ",
@@ -923,7 +937,8 @@ class Worker {
     if (!c.outbound) {
       if (!c.hello_done) {
         if (type != wire::MsgType::kHello || h.length < wire::kSecretBytes ||
-            h.length > wire::kSecretBytes + 4096) {
+            h.length > 2 * wire::kSecretBytes + 4096 ||
+            (h.num_parts > 0 && h.length != 2 * wire::kSecretBytes + h.num_parts)) {
           *why =
               StrCat("first message is not a hello (type ", int(h.type), ", ", h.length, " bytes)");
           engine_->CountRefusedHello();
@@ -1862,12 +1877,41 @@ std::string IoEngine::HelloMessage(const Peer& peer) const {
   // which it refuses: the hello keeps its layout.
   std::string secret = peer.secret;
   secret.resize(wire::kSecretBytes, '\0');
-  hello.length = wire::kSecretBytes + key_.size();
-  return std::string(reinterpret_cast<const char*>(&hello), kHdr) + secret + key_;
+  hello.num_parts = static_cast<uint32_t>(key_.size());
+  hello.length = 2 * wire::kSecretBytes + key_.size();
+  return std::string(reinterpret_cast<const char*>(&hello), kHdr) + secret + key_ +
+         InitiatorCredential(secret_, secret, key_);
 }
 
 bool IoEngine::SecretMatches(const char* data, size_t n) const {
   return SecretEqual(secret_, data, n);
+}
+
+bool IoEngine::InitiatorAccepted(const std::string& key, const std::string& credential,
+                                 std::string* why_not) {
+  std::shared_ptr<Peer> peer = FindPeer(key);
+  if (peer && !peer->secret.empty()) {
+    // Registered here: its EngineDesc's secret is known, so its hellos must prove it.
+    std::string expected = InitiatorCredential(peer->secret, secret_, key);
+    if (SecretEqual(expected, credential.data(), credential.size())) return true;
+    *why_not = credential.empty() ? "no credential, and that engine is registered here"
+                                  : "its credential is not that of the registered EngineDesc";
+    return false;
+  }
+  // Not registered (MORI's flows need not register the reading side): the first
+  // connection of the key binds its credential while any of its connections is open.
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto range = inbound_by_key_.equal_range(key);
+  for (auto it = range.first; it != range.second; ++it) {
+    std::shared_ptr<Conn> c = it->second.lock();
+    if (!c) continue;
+    std::lock_guard<std::mutex> cl(c->mu);
+    if (!c->dead && !SecretEqual(c->credential, credential.data(), credential.size())) {
+      *why_not = "another credential than that of its connections already open here";
+      return false;
+    }
+  }
+  return true;
 }
 
 PeerConnections* IoEngine::Connect(const std::shared_ptr<Peer>& peer_ptr, std::string* error) {

@@ -227,6 +227,12 @@ class IoEngine {
   const std::string& secret() const { return secret_; }
   // Whether a hello's secret is ours (constant time).
   bool SecretMatches(const char* data, size_t n) const;
+  // Whether a hello that presented our secret may speak for initiator `key` with
+  // `credential` (secret.hpp InitiatorCredential): if `key` is registered here, the
+  // credential must be the one its EngineDesc's secret gives; otherwise it must match the
+  // credential of the key's connections still open here (the first one binds it).
+  bool InitiatorAccepted(const std::string& key, const std::string& credential,
+                         std::string* why_not);
   // Inbound connections closed because their hello lacked our secret.
   uint64_t hellos_refused() const { return hellos_refused_.load(std::memory_order_relaxed); }
   void CountRefusedHello() { hellos_refused_.fetch_add(1, std::memory_order_relaxed); }

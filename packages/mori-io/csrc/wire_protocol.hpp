@@ -15,7 +15,10 @@ namespace mori::io::wire {
 // peer sends.
 enum class MsgType : uint8_t {
   kHello = 1,     // payload: the target's secret (kSecretBytes, from its EngineDesc),
-                  // then the initiator's engine key; a wrong secret closes the connection
+                  // then the initiator's engine key (num_parts: its length), then the
+                  // initiator's credential (kSecretBytes, secret.hpp); a wrong secret, or
+                  // a credential that does not prove the key, closes the connection.
+                  // num_parts 0: no credential (refused for keys registered there)
   kWrite = 2,     // payload: length bytes to place at (mem_id, offset) of the target
   kRead = 3,      // no payload; the target answers kReadData
   kWriteAck = 4,  // no payload; status says whether the bytes are in place
@@ -101,10 +104,11 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 8;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
+inline constexpr uint16_t kVersion = 9;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
                                          // unanswered; 5: kNoticeRing*; 6: kTransferExtent;
                                          // 7: the hello carries the target's secret;
-                                         // 8: grants carry the liveness page, kShmCma*
+                                         // 8: grants carry the liveness page, kShmCma*;
+                                         // 9: the hello carries the initiator credential
 
 // The per-engine secret an initiator learns from the target's EngineDesc and presents
 // in its hello: whoever connects without having been given the descriptor is refused.

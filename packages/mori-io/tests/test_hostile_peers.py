@@ -314,3 +314,82 @@ def test_an_engine_desc_without_the_secret_cannot_connect():
     assert not buf.any() and target._engine.hellos_refused >= 1
     initiator.close()
     target.close()
+
+
+def test_siphash_matches_its_published_vectors():
+    key = bytes(range(16))
+    assert _C.siphash24(key, bytes(range(15))) == 0xA129CA6149BE45E5  # the paper's example
+    assert _C.siphash24(key, b"") == 0x726FDB47DD0E0E31
+
+
+def _announce(port, target_secret, key, credential, uid, mem_id):
+    """A raw hello claiming `key` (with `credential`, or none), then an announcement that
+    transfer `uid` of that key wrote 64 bytes into `mem_id` (kP2pWriteDone)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    n = len(key) if credential else 0
+    payload = target_secret + key + credential
+    s.sendall(HDR.pack(K_HELLO, 0, VERSION, n, 0, 0, 0, len(payload)) + payload)
+    s.sendall(HDR.pack(15, 0, VERSION, 1, uid, mem_id, 0, 64))
+    return s
+
+
+def test_a_hello_cannot_speak_for_another_initiator():
+    """A hello proves its key with a MAC of the target's secret and the key under the
+    initiator's own engine secret. A peer holding only the target's EngineDesc cannot
+    speak for an initiator the target registered (announce writes for its uids, take its
+    notice ring), nor for an unregistered one while that one's connections are open:
+    the connection is closed unread. Whoever holds the initiator's EngineDesc can (the
+    trust model's rule), and the real initiators keep working."""
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    a, c = IOEngine("a"), IOEngine("c")
+    buf = np.zeros(4096, np.uint8)
+    mem = target.register_array(buf)
+    try:
+        for e in (a, c):
+            e.create_backend(BackendType.TCP)
+            e.register_remote_engine(target.get_engine_desc())
+        target.register_remote_engine(a.get_engine_desc())  # c stays unregistered there
+        src = {e: np.full(64, i + 1, np.uint8) for i, e in enumerate((a, c))}
+        local = {e: e.register_array(src[e]) for e in (a, c)}
+        for e in (a, c):
+            assert _write_ok(e, local[e], mem, 64).Succeeded()
+        port, ts = target._engine.port, target._engine.secret
+        refused = target._engine.hellos_refused
+        wrong_secret = bytes(16)
+        forged = [
+            (b"a", b""),  # no credential
+            (b"a", os.urandom(16)),
+            (b"a", _C.initiator_credential(wrong_secret, ts, b"a")),
+            (b"a", _C.initiator_credential(a._engine.secret, ts, b"c")),  # another key's
+            (b"c", b""),
+            (b"c", os.urandom(16)),
+        ]
+        for key, credential in forged:
+            s = _announce(port, ts, key, credential, 4242, mem.id)
+            try:
+                assert _closed_without_answer(s), f"a hello speaking for {key!r} was served"
+            finally:
+                s.close()
+        assert target._engine.hellos_refused == refused + len(forged)
+        time.sleep(0.1)
+        for key in ("a", "c"):
+            assert target.pop_inbound_transfer_status(key, 4242) is None, key
+        # Holding a's EngineDesc (its secret) is what it takes to speak for it.
+        good = _C.initiator_credential(a._engine.secret, ts, b"a")
+        s = _announce(port, ts, b"a", good, 4243, mem.id)
+        try:
+            deadline = time.monotonic() + 10
+            while (st := target.pop_inbound_transfer_status("a", 4243)) is None:
+                assert time.monotonic() < deadline, "a proven hello was not served"
+                time.sleep(0.005)
+            assert st.Succeeded()
+        finally:
+            s.close()
+        for e in (a, c):
+            assert _write_ok(e, local[e], mem, 64).Succeeded()
+        assert np.array_equal(buf[:64], src[c])
+    finally:
+        a.close()
+        c.close()
+        target.close()

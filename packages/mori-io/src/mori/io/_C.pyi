@@ -10,6 +10,9 @@ __mori_core_version_compiled__: str
 
 wire_version: int  # the control protocol's version
 
+def initiator_credential(initiator_secret: bytes, target_secret: bytes, key: bytes) -> bytes: ...
+def siphash24(key: bytes, data: bytes) -> int: ...
+
 class BackendType(enum.IntEnum):
     Unknown = 0
     P2P = 1  # also BackendType.XGMI
