@@ -9,6 +9,7 @@ namespace py = pybind11;
 
 namespace mori::ep {
 void register_dispatch_combine(py::module_& m);
+void register_low_latency(py::module_& m);
 }  // namespace mori::ep
 
 namespace {
@@ -39,6 +40,7 @@ PYBIND11_MODULE(_C, m) {
 #endif
 
   mori::ep::register_dispatch_combine(m);
+  mori::ep::register_low_latency(m);
 
   m.def(
       "dispatch_layout_cpu",

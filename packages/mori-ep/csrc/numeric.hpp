@@ -62,4 +62,17 @@ MORI_HOST_DEVICE inline uint8_t FloatToFloat8E4M3(float f) {
   return static_cast<uint8_t>(out | (sign >> 24));
 }
 
+// bf16 <-> fp32 as torch converts (round to nearest even, NaN to the canonical
+// quiet NaN), so references computed with torch match bit for bit.
+MORI_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t v) {
+  return BitsFloat(static_cast<uint32_t>(v) << 16);
+}
+
+MORI_HOST_DEVICE inline uint16_t FloatToBf16Bits(float f) {
+  if (f != f) return 0x7FC0;
+  uint32_t bits = FloatBits(f);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
 }  // namespace mori::ep

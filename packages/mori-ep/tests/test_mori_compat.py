@@ -105,11 +105,15 @@ def test_bad_cap_names_the_value():
         _positional(max_total_recv_tokens=-1)
 
 
+_IMPLEMENTED = ("IntraNode", "IntraNodeLL", "AsyncLL")
+
+
 @pytest.mark.parametrize(
-    "kind", [k for k in EpDispatchCombineKernelType if k != EpDispatchCombineKernelType.IntraNode]
+    "kind", [k for k in EpDispatchCombineKernelType if k.name not in _IMPLEMENTED]
 )
 def test_unimplemented_kernel_types_name_the_implemented_ones(kind):
-    with pytest.raises(mc.NotSupportedError, match=r"implemented: \['IntraNode'\]"):
+    match = r"implemented: \['IntraNode', 'IntraNodeLL', 'AsyncLL'\]"
+    with pytest.raises(mc.NotSupportedError, match=match):
         EpDispatchCombineOp(_positional(kernel_type=kind))
 
 

@@ -26,6 +26,7 @@ from mori.core import (
 )
 
 from . import _C
+from .low_latency import LowLatencyMixin
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -70,7 +71,15 @@ _QUANT_NAMES = {
     "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant,
 }
 _IMPLEMENTED_QUANT = (EpDispatchCombineQuantType.None_, EpDispatchCombineQuantType.Fp8DirectCast)
-_IMPLEMENTED_KERNELS = (EpDispatchCombineKernelType.IntraNode,)
+_IMPLEMENTED_KERNELS = (
+    EpDispatchCombineKernelType.IntraNode,
+    EpDispatchCombineKernelType.IntraNodeLL,
+    EpDispatchCombineKernelType.AsyncLL,
+)
+_LOW_LATENCY_KERNELS = (
+    EpDispatchCombineKernelType.IntraNodeLL,
+    EpDispatchCombineKernelType.AsyncLL,
+)
 
 
 def _quant_type(value) -> EpDispatchCombineQuantType:
@@ -268,7 +277,7 @@ def _describe(x) -> str:
     return type(x).__name__
 
 
-class EpDispatchCombineOp:
+class EpDispatchCombineOp(LowLatencyMixin):
     """Dispatch tokens to the ranks of their experts and combine the results back.
 
     Collective: every rank of the shmem heap creates the op with the same config
@@ -369,6 +378,11 @@ class EpDispatchCombineOp:
             c.num_experts_per_rank,
         )
         cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
+        self._cuda = kind == "cuda"
+        self._ll = c.kernel_type in _LOW_LATENCY_KERNELS
+        if self._ll:
+            self._init_low_latency(shape)
+            return
         self._layout = _C.ep_buffer_layout(*shape, recv_capacity=cap)
         self._block = shmem.empty((self._layout["total_bytes"],), torch.uint8)
         self._cuda = kind == "cuda"
@@ -592,6 +606,9 @@ class EpDispatchCombineOp:
         problem = self._check_dispatch(
             input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
         )
+        if self._ll:
+            return self._ll_dispatch(problem, input, weights, scales, indices, block_num,
+                                     warp_per_block, call_local_expert_count)  # fmt: skip
         if problem is not None:
             self._reject_dispatch(impl, problem)  # raises InvalidArgumentError(problem)
         c = self.config
@@ -649,7 +666,10 @@ class EpDispatchCombineOp:
         c = self.config
         k, cap = c.num_experts_per_token, c.max_num_tokens_to_recv
         # On CUDA total_recv is on the device: rows >= total_recv is a kernel trap there.
-        total = 0 if self._cuda else self._impl.total_recv
+        if self._ll:
+            total = 0 if self._cuda else self._ll_total_recv
+        else:
+            total = 0 if self._cuda else self._impl.total_recv
         n = self._impl.num_tokens
         if not isinstance(input, torch.Tensor):
             return f"input must be a torch.Tensor, got {_describe(input)}"
@@ -758,6 +778,9 @@ class EpDispatchCombineOp:
         impl = self._impl_or_raise()
         if routing is not None:
             raise NotSupportedError("routing handles (routing=) are not implemented")
+        if self._ll:
+            return self._ll_combine(input, weights, indices, block_num, rdma_block_num,
+                                    warp_per_block, use_external_inp_buf)  # fmt: skip
         if not impl.combine_pending:
             raise InvalidStateError(
                 f"combine needs a successful dispatch since the last combine (epoch {impl.epoch})"
@@ -864,7 +887,8 @@ class EpDispatchCombineOp:
         max_num_inp_token_per_rank`` does not fit in int32. A new tensor on the op's
         device. On CUDA this reads total_recv, so it synchronises the stream."""
         impl = self._impl_or_raise()
-        total = int(self._total_recv.item()) if self._cuda else impl.total_recv
+        del impl
+        total = int(self._total_recv.item())
         c = self.config
         m = c.max_num_inp_token_per_rank
         # The buffer holds src_rank * M + token (the kernels' compact form).

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The low-latency dispatch/combine protocol (kernel types IntraNodeLL and AsyncLL,
+// the expert-major layout of MORI's standard MoE and DeepEP's low_latency_*), shared
+// by the CPU implementation (low_latency_cpu.cpp) and the CUDA kernels
+// (kernels/low_latency.cu). No Python, no torch. The package's
+// docs/low_latency.md walks through it with an example.
+//
+// Why it differs from the intra-node protocol (protocol.hpp): there a count
+// exchange (one cross-rank round trip) precedes every data move and doubles as the
+// "receive buffers are free" barrier. Here every source rank owns a fixed slot
+// range in every destination, so data moves at once, and the count travels with it:
+//
+//   * Receive slots: pe d's dispatch area has M slots per source pe s (W x M); s
+//     writes its j-th token routed to d into slot [s][j] (j counts s's tokens that
+//     go to d, in token order), one copy per destination pe however many of its
+//     experts live there (expanded into expert rows on the receiving side), then
+//     posts flag[s] = Word(call, count) with release. The receiver waits for W
+//     flags, no count exchange before data.
+//   * Double buffering: the areas come in two halves; call c uses half c & 1 (the
+//     call counters live with the op: CUDA keeps them in the block's private state
+//     so graph replays advance them; the host does not track them). Why s may write
+//     half p in call c + 2 without a barrier: s got to call c + 2 by receiving
+//     every flag of call c + 1, d's among them; d posts its call c + 1 flags only
+//     after it finished receiving call c (a pe sends call c + 1 after receiving call
+//     c: the op's call order), so d no longer reads half p. Combine keeps its own
+//     counter and halves with the same argument.
+//   * Flags are compared with >= on words nobody zeroes again (the call number sits
+//     in the high bits, so a stale flag of call c - 2 is smaller), and a rejected
+//     call (a pe whose inputs failed the host-side checks) carries kLlRejected as its
+//     count: every receiver fails that same call, no data is read.
+//
+// Dispatch writes for each token routed to d: its bytes (the caller's, or for the
+// expert-major fp8 cast: e4m3 bytes and fp32 scales per 128 columns, cast on the
+// sender so half the bytes cross), K weights, the caller's scales, K expert ids and
+// the source token index. The receiver then lays the rows out
+//   * token-major (MORI's IntraNodeLL/AsyncLL dispatch): rows ordered by source pe,
+//     then source token, exactly as the intra-node kernels order them;
+//   * expert-major (standard MoE / DeepEP): local expert e gets one row per (token,
+//     slot k) naming it, ordered by source pe, then token; the rows of source s
+//     start at begin(e, s) = sum over s' < s of count(e, s'), so the layout is a
+//     function of the routing alone. Expert ids must be distinct within a token.
+//
+// Combine returns rows into the source's combine area (two halves by the combine
+// counter) and posts comb_flag[d] = Word(call, 0):
+//   * token-major: pe d writes its row for source token t into slot [d][t] (and its
+//     weights); the source sums, per token, the rows of the pes it went to in
+//     ascending pe order (fp32, one rounding): the intra-node combine's numbers;
+//   * expert-major: the row of (token t, slot k) goes to slot [t][k]; the source
+//     computes sum over k ascending of w[t][k] * y[t][k] (fp32 products and sums, one
+//     rounding to bf16): DeepEP's weighted combine in a fixed order.
+//
+// Block layout (offsets from the block's start, identical on every pe; W = world,
+// M = max tokens per rank, K = top-k, H = hidden_dim * max_token_type_size,
+// S = scale bytes of the caller's scales, Q = hidden_dim / 128 fp32 cast scales,
+// Hc = hidden_dim * max(max_token_type_size, 2), R = M * max(W, K)):
+//   signals (written by peers), then the private state, zeroed at construction
+//     disp_flag   u64 [2][W]
+//     comb_flag   u64 [2][W]
+//     state       LlDeviceState
+//   per half h (written by peers)
+//     disp_tokens u8  [2][W*M][H]
+//     disp_weights f32 [2][W*M][K]
+//     disp_scales u8  [2][W*M][S]
+//     disp_cast_scales f32 [2][W*M][Q]
+//     disp_indices i32 [2][W*M][K]
+//     disp_src    i32 [2][W*M]     source token index
+//     comb_tokens u8  [2][R][Hc]
+//     comb_weights f32 [2][W*M][K]
+//   private to the pe
+//     token_ranks u8 [M][W]         1 where my token t went to pe d (last dispatch)
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "mori/shmem/context.hpp"
+#include "protocol.hpp"
+
+namespace mori::ep {
+
+inline constexpr uint64_t kLlRejected = kRejectedCount;
+
+MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count) {
+  return CountWord(call, count);
+}
+
+// Columns per fp32 cast scale (DeepEP's per-128-channel fp8 cast).
+inline constexpr int kLlCastGroup = 128;
+// amax floor of the cast (DeepEP's kFP8Margin) and e4m3's largest finite value.
+inline constexpr float kLlCastMargin = 1e-4f;
+inline constexpr float kE4M3Max = 448.0f;
+inline constexpr float kE4M3MaxInv = 1.0f / 448.0f;
+
+struct LlDeviceState {
+  uint64_t dispatch_calls;
+  uint64_t combine_calls;
+  uint32_t blocks_done;
+  uint32_t pad;
+};
+
+struct LlBufferLayout {
+  size_t disp_flag, comb_flag, state;
+  size_t disp_tokens, disp_weights, disp_scales, disp_cast_scales, disp_indices, disp_src;
+  size_t comb_tokens, comb_weights;
+  size_t token_ranks;
+  size_t total_bytes;
+  // Bytes of one half of each per-half region.
+  size_t half_tokens, half_weights, half_scales, half_cast_scales, half_indices, half_src;
+  size_t half_comb_tokens, half_comb_weights;
+};
+
+MORI_HOST_DEVICE inline int64_t LlCastScales(int64_t hidden_dim) {
+  return hidden_dim % kLlCastGroup == 0 ? hidden_dim / kLlCastGroup : 0;
+}
+
+MORI_HOST_DEVICE inline int64_t LlCombineRows(const EpShape& s) {
+  return s.max_tokens * (s.world_size > s.top_k ? s.world_size : s.top_k);
+}
+
+inline LlBufferLayout MakeLlLayout(const EpShape& s) {
+  const size_t W = s.world_size, M = s.max_tokens, K = s.top_k;
+  const size_t slots = W * M;
+  LlBufferLayout l{};
+  size_t off = 0;
+  auto take = [&off](size_t bytes) {
+    size_t at = off;
+    off = AlignUp(off + bytes, 256);
+    return at;
+  };
+  l.half_tokens = AlignUp(slots * s.hidden_bytes, 256);
+  l.half_weights = AlignUp(slots * K * 4, 256);
+  l.half_scales = AlignUp(slots * s.scale_bytes, 256);
+  l.half_cast_scales = AlignUp(slots * LlCastScales(s.hidden_dim) * 4, 256);
+  l.half_indices = AlignUp(slots * K * 4, 256);
+  l.half_src = AlignUp(slots * 4, 256);
+  l.half_comb_tokens = AlignUp(static_cast<size_t>(LlCombineRows(s)) * s.combine_row_bytes, 256);
+  l.half_comb_weights = AlignUp(slots * K * 4, 256);
+  l.disp_flag = take(2 * W * 8);
+  l.comb_flag = take(2 * W * 8);
+  l.state = take(sizeof(LlDeviceState));
+  l.disp_tokens = take(2 * l.half_tokens);
+  l.disp_weights = take(2 * l.half_weights);
+  l.disp_scales = take(2 * l.half_scales);
+  l.disp_cast_scales = take(2 * l.half_cast_scales);
+  l.disp_indices = take(2 * l.half_indices);
+  l.disp_src = take(2 * l.half_src);
+  l.comb_tokens = take(2 * l.half_comb_tokens);
+  l.comb_weights = take(2 * l.half_comb_weights);
+  l.token_ranks = take(M * W);
+  l.total_bytes = off;
+  return l;
+}
+
+inline size_t LlSignalBytes(const LlBufferLayout& l) { return l.disp_tokens; }
+
+// How the receiver lays out dispatch's rows, and what dispatch's sender casts.
+enum class LlLayout : int { kTokenMajor = 0, kExpertMajor = 1 };
+
+// fp8 cast of 128 columns as DeepEP's low-latency dispatch does it: amax floored at
+// kLlCastMargin; round_scale: power-of-two scales (the inverse scale is 2^ceil(log2(
+// amax / 448))). Returns the multiplier applied before the e4m3 rounding; *scale_inv
+// receives the scale the receiver multiplies by.
+MORI_HOST_DEVICE inline float LlCastScale(float amax, bool round_scale, float* scale_inv) {
+  if (round_scale) {
+    const float v = amax * kE4M3MaxInv;
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    const int e = static_cast<int>((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0 ? 1 : 0);
+    const uint32_t inv_bits = static_cast<uint32_t>(e + 127) << 23;
+    const uint32_t fwd_bits = static_cast<uint32_t>(127 - e) << 23;
+    float inv, fwd;
+    memcpy(&inv, &inv_bits, 4);
+    memcpy(&fwd, &fwd_bits, 4);
+    *scale_inv = inv;
+    return fwd;
+  }
+  *scale_inv = amax * kE4M3MaxInv;
+  return kE4M3Max / amax;
+}
+
+}  // namespace mori::ep

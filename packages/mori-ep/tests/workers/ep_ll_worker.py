@@ -1,0 +1,441 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the low-latency tests (IntraNodeLL / AsyncLL, the expert-major layout,
+DeepEP's entry points). argv: mode seed iters [device]
+
+  token    MORI's token-major calls on IntraNodeLL and AsyncLL ops (bf16 and fp8 with
+           scales), every routing kind, fresh inputs per call: dispatch compared bit
+           for bit with a reference built from every rank's inputs, combine with the
+           ordered fp32 sum (the intra-node kernels' numbers).
+  expert   low_latency_dispatch/combine (bf16; fp8; fp8 with round_scale; ue8m0) with
+           and without receive hooks, dispatch_standard_moe/combine_standard_moe,
+           convert_dispatch_output/convert_combine_input: DeepEP's oracle (counts per
+           expert equal the global counts, rows bit for bit or their exact fp8 cast and
+           scales, src_info and layout ranges consistent, combine exactly the fp32 sum
+           over k in order).
+  errors   bad inputs on one rank fail the call on every rank; the op works after.
+Prints "rank N ok" last. device: "cpu" (default) or "cuda" (2 processes may share a GPU).
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor
+
+import mori.core as mc
+from mori.core import shmem
+from mori.core.launch import expect_raises as expect
+from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
+
+mode, seed, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if device == "cuda":
+    from ep_reference import start_gpu_rank
+
+    _, _, dev = start_gpu_rank("shared" if torch.cuda.device_count() < world else "per_gpu",
+                               "512M", 60)  # fmt: skip
+    DEV = torch.device("cuda", dev)
+else:
+    dist.init_process_group("gloo", init_method="env://")
+    shmem.init(device="cpu", heap_size="64M", timeout_s=60)
+    DEV = torch.device("cpu")
+
+HIDDEN, M, EPR, K = 512, 16, 4, 4
+E = EPR * world
+REF = Routing(world, rank, M, EPR, K)
+LL = (EpDispatchCombineKernelType.IntraNodeLL, EpDispatchCombineKernelType.AsyncLL)
+
+
+def make_op(kind, fp8=False) -> EpDispatchCombineOp:
+    cfg = EpDispatchCombineConfig(
+        FP8 if fp8 else torch.bfloat16, rank=rank, world_size=world, hidden_dim=HIDDEN,
+        scale_dim=HIDDEN // 128 if fp8 else 0, scale_type_size=4, max_token_type_size=2,
+        max_num_inp_token_per_rank=M, num_experts_per_rank=EPR, num_experts_per_token=K,
+        kernel_type=kind,
+    )  # fmt: skip
+    return EpDispatchCombineOp(cfg, timeout_s=30)
+
+
+def cpu(t):
+    return t.cpu() if t is not None else None
+
+
+def gathered(x, n, fill=0):
+    return REF.gather(REF.padded(x, n, fill))
+
+
+def all_counts(n):
+    out = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(out, torch.tensor([n], dtype=torch.int64))
+    return [int(c) for c in out]
+
+
+# ---------------------------------------------------------------- token-major
+def run_token(kind, fp8, base_seed):
+    op = make_op(kind, fp8)
+    async_ll = kind == EpDispatchCombineKernelType.AsyncLL
+    for it in range(iters):
+        rk = ROUTINGS[it % len(ROUTINGS)]
+        gen = torch.Generator().manual_seed(base_seed * 1009 + it * 31 + rank)
+        n = REF.num_tokens(rk, gen, it)
+        x = torch.randn(n, HIDDEN, generator=gen)
+        x = x.to(FP8) if fp8 else x.to(torch.bfloat16)
+        w = torch.rand(n, K, generator=gen)
+        sc = torch.rand(n, HIDDEN // 128, generator=gen) + 0.5 if fp8 else None
+        idx = REF.routing(rk, n, gen, it)
+        args = (x.to(DEV), w.to(DEV), sc.to(DEV) if fp8 else None, idx.to(DEV))
+        if async_ll:
+            out, out_w, out_s, out_idx, total = op.dispatch_send(*args)
+            op.dispatch_recv()
+        else:
+            out, out_w, out_s, out_idx, total = op.dispatch(*args)
+        total = int(total.item())
+        counts = all_counts(n)
+        ax, aw, ai = gathered(x, n), gathered(w, n), gathered(idx, n, -1)
+        asc = gathered(sc, n) if fp8 else None
+        rows = [(s, t) for s in range(world) for t in range(counts[s])
+                if rank in {int(e) // EPR for e in ai[s][t] if e >= 0}]  # fmt: skip
+        assert total == len(rows), f"{kind} it {it} ({rk}): total_recv {total} != {len(rows)}"
+        want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
+        assert torch.equal(cpu(op.get_dispatch_src_token_pos()), want_pos), f"it {it}: src pos"
+        if rows:
+
+            def sel(a, rows=rows):
+                return torch.stack([a[s][t] for s, t in rows])
+
+            assert torch.equal(cpu(out[:total]).view(torch.uint8), sel(ax).view(torch.uint8)), (
+                f"{kind} it {it} ({rk}): tokens differ"
+            )
+            assert torch.equal(cpu(out_w[:total]).view(torch.int32), sel(aw).view(torch.int32))
+            assert torch.equal(cpu(out_idx[:total]), sel(ai))
+            if fp8:
+                assert torch.equal(cpu(out_s[:total]).view(torch.int32), sel(asc).view(torch.int32))
+        y = expert(cpu(out[:total]), cpu(out_s[:total]) if fp8 else None, rank).to(DEV)
+        yw = out_w[:total] * factor(rank)
+        if async_ll:
+            cout, cw = op.combine_send(y, yw, idx.to(DEV))
+            op.combine_recv()
+        else:
+            cout, cw = op.combine(y, yw, idx.to(DEV))
+        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
+        want_w = torch.zeros(n, K, dtype=torch.float32)
+        for t in range(n):
+            for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
+                want[t] += expert(x[t : t + 1], sc[t : t + 1] if fp8 else None, d)[0].float()
+                want_w[t] += w[t] * factor(d)
+        assert torch.equal(
+            cpu(cout).view(torch.int16), want.to(torch.bfloat16).view(torch.int16)
+        ), f"{kind} it {it} ({rk}): combine differs from the ordered fp32 sum"
+        assert torch.equal(cpu(cw).view(torch.int32), want_w.view(torch.int32)), f"it {it}: weights"
+    op.close()
+
+
+# --------------------------------------------------------------- expert-major
+INV448 = torch.tensor(1.0 / 448.0, dtype=torch.float32)
+
+
+def cast_ref(x, round_scale):
+    """DeepEP's per-128-column e4m3 cast of bf16 rows: (e4m3 [n, H], scale_inv [n, H/128])."""
+    n = x.size(0)
+    xf = x.float().view(n, HIDDEN // 128, 128)
+    amax = xf.abs().amax(-1).clamp(min=1e-4)
+    if round_scale:
+        mant, ex = torch.frexp(amax * INV448)
+        e = torch.where(mant == 0.5, ex - 1, ex)
+        scale_inv = torch.ldexp(torch.ones_like(amax), e)
+        scale = torch.ldexp(torch.ones_like(amax), -e)
+    else:
+        scale_inv = amax * INV448
+        scale = torch.tensor(448.0, dtype=torch.float32) / amax
+    q = (xf * scale[..., None]).to(FP8).view(n, HIDDEN)
+    return q, scale_inv
+
+
+def expert_out(rows, g):
+    """Expert g's output for received rows (bf16 values, or e4m3 dequantised)."""
+    return (rows.float() * (1.0 + 0.125 * (g % 16))).to(torch.bfloat16)
+
+
+def dequant(q, scale_inv):
+    return (q.float().view(q.size(0), -1, 128) * scale_inv[..., None]).view(q.size(0), -1)
+
+
+def check_expert_layout(what, counts, ai, recv_count, src_info, layout_range, src_stride):
+    """The per-expert rows this rank must hold: [(s, t, k)] per local expert."""
+    want_rows = []
+    for e in range(EPR):
+        g = rank * EPR + e
+        rows = [(s, t, k) for s in range(world) for t in range(counts[s]) for k in range(K)
+                if int(ai[s][t][k]) == g]  # fmt: skip
+        glob = sum(int((ai[s][: counts[s]] == g).sum()) for s in range(world))
+        assert int(recv_count[e]) == len(rows) == glob, f"{what}: expert {g} count"
+        begin = 0
+        for s in range(world):
+            cnt = sum(1 for r in rows if r[0] == s)
+            assert int(layout_range[e][s]) == (begin << 32) | cnt, f"{what}: expert {g} range {s}"
+            begin += cnt
+        got_src = src_info[e][: len(rows)].tolist()
+        assert got_src == [s * src_stride + t for s, t, _ in rows], f"{what}: src_info of {g}"
+        want_rows.append(rows)
+    return want_rows
+
+
+def run_expert(kind, base_seed):
+    op = make_op(kind)
+    variants = [  # (use_fp8, round_scale, use_ue8m0, hook)
+        (False, False, False, False), (True, False, False, False),
+        (True, True, False, True), (True, True, True, False), (False, False, False, True),
+    ]  # fmt: skip
+    # The expert-major layout refuses duplicate experts in a token ("dup", and
+    # "round_robin" at world 2 repeat one).
+    kinds = ["random", "zero", "one_expert", "one_rank", "one_token", "max"]
+    for it in range(iters):
+        rk = kinds[it % len(kinds)]
+        use_fp8, round_scale, ue8m0, hook = variants[it % len(variants)]
+        gen = torch.Generator().manual_seed(base_seed * 7919 + it * 17 + rank)
+        n = REF.num_tokens(rk, gen, it)
+        x = torch.randn(n, HIDDEN, generator=gen) * (1 + 3 * torch.rand(n, 1, generator=gen))
+        x = x.to(torch.bfloat16)
+        if n and it % 3 == 0:
+            x[0, :128] = 0  # an all-zero group: the amax floor decides its scale
+        w = torch.rand(n, K, generator=gen)
+        idx = REF.routing(rk, n, gen, it).long()
+        stats = torch.zeros(EPR, dtype=torch.int32, device=DEV)
+        recv_x, recv_count, handle, event, recv_hook = op.low_latency_dispatch(
+            x.to(DEV), idx.to(DEV), M, E, cumulative_local_expert_recv_stats=stats,
+            use_fp8=use_fp8, round_scale=round_scale, use_ue8m0=ue8m0,
+            async_finish=not hook, return_recv_hook=hook,
+        )  # fmt: skip
+        if hook:
+            recv_hook()
+        else:
+            event.current_stream_wait()
+        what = f"{kind} it {it} ({rk}, fp8={use_fp8} round={round_scale} ue8m0={ue8m0})"
+        counts = all_counts(n)
+        ax, ai = gathered(x, n), gathered(idx, n, -1)
+        src_info, layout_range = cpu(handle[0]), cpu(handle[1])
+        assert handle[2:] == (M, HIDDEN, E)
+        rows = check_expert_layout(what, counts, ai, cpu(recv_count), src_info, layout_range, 0)
+        assert torch.equal(cpu(stats), cpu(recv_count)), f"{what}: stats"
+        ys = torch.zeros(EPR, world * M, HIDDEN, dtype=torch.bfloat16)
+        for e in range(EPR):
+            if not rows[e]:
+                continue
+            src = torch.stack([ax[s][t] for s, t, _ in rows[e]])
+            cnt = len(rows[e])
+            if use_fp8:
+                q, sinv = cast_ref(src, round_scale)
+                got_q = cpu(recv_x[0][e][:cnt])
+                assert torch.equal(got_q.view(torch.uint8), q.view(torch.uint8)), (
+                    f"{what}: fp8 rows"
+                )
+                sc = recv_x[1]
+                assert sc.stride(1) == 1 and sc.stride(2) == world * M, "scales not column-major"
+                got_s = cpu(sc[e][:cnt])
+                if ue8m0:
+                    want_s = (sinv.view(torch.int32) >> 23).to(torch.uint8).view(cnt, -1, 4)
+                    want_s = want_s.contiguous().view(torch.int32).view(cnt, -1)
+                    assert torch.equal(got_s, want_s), f"{what}: ue8m0 scales"
+                else:
+                    assert torch.equal(got_s.view(torch.int32), sinv.view(torch.int32)), (
+                        f"{what}: scales"
+                    )
+                got = dequant(got_q, sinv)
+            else:
+                got = cpu(recv_x[e][:cnt])
+                assert torch.equal(got.view(torch.int16), src.view(torch.int16)), f"{what}: rows"
+            ys[e, :cnt] = expert_out(got, rank * EPR + e)
+        # Combine: weighted sum over k in order, fp32, one rounding.
+        zero_copy = it % 2 == 1
+        xin = ys.to(DEV)
+        if zero_copy:
+            op.get_next_low_latency_combine_buffer(handle).copy_(xin)
+        out = torch.empty(n, HIDDEN, dtype=torch.bfloat16, device=DEV) if it % 4 == 3 else None
+        cout, event, chook = op.low_latency_combine(
+            xin, idx.to(DEV), w.to(DEV), handle, zero_copy=zero_copy, async_finish=not hook,
+            return_recv_hook=hook, out=out,
+        )  # fmt: skip
+        if hook:
+            chook()
+        if out is not None:
+            assert cout.data_ptr() == out.data_ptr()
+        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
+        if n:
+            if use_fp8:
+                q, sinv = cast_ref(x, round_scale)
+                seen = dequant(q, sinv)
+            else:
+                seen = x.float()
+            for k in range(K):
+                g = idx[:, k]
+                part = torch.stack([expert_out(seen[t : t + 1], int(g[t]))[0] for t in range(n)])
+                prod = w[:, k : k + 1] * part.float()
+                want = torch.where((g >= 0)[:, None], want + prod, want)
+        assert torch.equal(
+            cpu(cout).view(torch.int16), want.to(torch.bfloat16).view(torch.int16)
+        ), f"{what}: combine differs from the ordered fp32 sum"
+    run_standard_moe(op, base_seed)
+    op.close()
+
+
+def run_standard_moe(op, base_seed):
+    for it in range(max(2, iters // 4)):
+        rk = ["random", "one_expert", "zero", "max"][it % 4]
+        gen = torch.Generator().manual_seed(base_seed * 31 + it + 100 * rank)
+        n = REF.num_tokens(rk, gen, it)
+        x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+        w = torch.rand(n, K, generator=gen)
+        idx = REF.routing(rk, n, gen, it)
+        px, pc, psrc, prange = op.dispatch_standard_moe(x.to(DEV), w.to(DEV), None, idx.to(DEV))
+        counts = all_counts(n)
+        ax, ai = gathered(x, n), gathered(idx, n, -1)
+        what = f"standard moe it {it} ({rk})"
+        rows = check_expert_layout(what, counts, ai, cpu(pc), cpu(psrc), cpu(prange), world * M)
+        ys = torch.zeros(EPR, world * M, HIDDEN, dtype=torch.bfloat16)
+        for e in range(EPR):
+            if rows[e]:
+                src = torch.stack([ax[s][t] for s, t, _ in rows[e]])
+                assert torch.equal(
+                    cpu(px[e][: len(rows[e])]).view(torch.int16), src.view(torch.int16)
+                )
+                ys[e, : len(rows[e])] = expert_out(src, rank * EPR + e)
+        cout, cw = op.combine_standard_moe(ys.to(DEV), None, idx.to(DEV))
+        assert cw is None
+        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
+        for k in range(K):
+            g = idx[:, k]
+            if n:
+                part = torch.stack([expert_out(x[t : t + 1], int(g[t]))[0] for t in range(n)])
+                want = torch.where((g >= 0)[:, None], want + w[:, k : k + 1] * part.float(), want)
+        assert torch.equal(
+            cpu(cout).view(torch.int16), want.to(torch.bfloat16).view(torch.int16)
+        ), f"{what}: combine"
+
+
+def run_convert(base_seed):
+    """convert_dispatch_output / convert_combine_input after a token-major dispatch."""
+    op = make_op(EpDispatchCombineKernelType.IntraNodeLL)
+    gen = torch.Generator().manual_seed(base_seed + rank)
+    n = M
+    x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+    w = torch.rand(n, K, generator=gen)
+    idx = REF.routing("random", n, gen, 0)
+    out, out_w, _, out_idx, total = op.dispatch(x.to(DEV), w.to(DEV), None, idx.to(DEV))
+    total = int(total.item())
+    px, pc, psrc, prange = op.convert_dispatch_output(out, out_idx)
+    flat = cpu(op.get_dispatch_src_token_pos())
+    oi = cpu(out_idx[:total])
+    for e in range(EPR):
+        g = rank * EPR + e
+        rows = [i for i in range(total) for k in range(K) if int(oi[i][k]) == g]
+        assert int(pc[e]) == len(rows)
+        assert cpu(psrc[e][: len(rows)]).tolist() == [int(flat[i]) for i in rows]
+        if rows:
+            assert torch.equal(cpu(px[e][: len(rows)]), cpu(out[rows]))
+    ys = torch.stack([expert_out(cpu(px[e]), rank * EPR + e) for e in range(EPR)]).to(DEV)
+    cin = op.convert_combine_input(ys, psrc, prange)
+    want = torch.zeros(world * M, HIDDEN, dtype=torch.float32)
+    ow = cpu(out_w)
+    for i in range(total):
+        for k in range(K):
+            g = int(oi[i][k])
+            if rank * EPR <= g < (rank + 1) * EPR:
+                want[i] = want[i] + ow[i][k] * expert_out(cpu(out[i : i + 1]), g)[0].float()
+    assert torch.equal(cpu(cin).view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+    op.combine(cin, None, idx.to(DEV))
+    op.close()
+
+
+# ----------------------------------------------------------------------- errors
+def run_errors():
+    bad = world - 1
+    n = 4
+    x = torch.randn(n, HIDDEN).to(torch.bfloat16)
+    w = torch.rand(n, K)
+    idx = torch.tensor([[0, 1, -1, E - 1]] * n, dtype=torch.int64)
+    over = idx.clone()
+    over[2, 1] = 300
+    dup = idx.clone()
+    dup[1, 1] = 0
+    big = torch.zeros(M + 1, HIDDEN, dtype=torch.bfloat16)
+    big_idx = torch.zeros(M + 1, K, dtype=torch.int64)
+    for kind in LL:
+        op = make_op(kind)
+        cases = [
+            (f"expert id 300 out of range [-1, {E}) at token 2 slot 1", (x, w, None, over)),
+            (f"num_tokens {M + 1} exceeds max_num_inp_token_per_rank {M}",
+             (big, torch.zeros(M + 1, K), None, big_idx)),
+        ]  # fmt: skip
+        for pattern, args in cases:
+            if rank == bad:
+                expect(mc.InvalidArgumentError, pattern, op.dispatch_send, *args)
+            else:
+
+                def call(op=op, kind=kind):
+                    op.dispatch_send(x, w, None, idx)
+                    if kind == EpDispatchCombineKernelType.AsyncLL:
+                        op.dispatch_recv()
+
+                expect(mc.InvalidArgumentError, f"dispatch rejected by rank {bad}", call)
+        # DeepEP's entry point: out of range, duplicates, too many tokens.
+        for pattern, args in [
+            (f"expert id 300 out of range [-1, {E}) at token 2 slot 1", (x, over)),
+            ("expert id 0 appears twice in token 1 (slots 0 and 1)", (x, dup)),
+            (f"num_tokens {M + 1} exceeds max_num_inp_token_per_rank {M}", (big, big_idx)),
+        ]:
+            if rank == bad:
+                expect(mc.InvalidArgumentError, pattern, op.low_latency_dispatch, *args, M, E)
+            else:
+                expect(mc.InvalidArgumentError, f"dispatch rejected by rank {bad}",
+                       op.low_latency_dispatch, x, idx, M, E)  # fmt: skip
+        expect(mc.InvalidStateError, "needs a received expert-major dispatch",
+               op.low_latency_combine, torch.zeros(EPR, world * M, HIDDEN, dtype=torch.bfloat16),
+               idx, w, None)  # fmt: skip
+        # The op still works; a bad combine input fails the combine on every rank.
+        recv_x, cnt, handle, _, _ = op.low_latency_dispatch(x, idx, M, E, use_fp8=False)
+        y = recv_x.clone()
+        if rank == bad:
+            expect(mc.InvalidArgumentError, "x must be a bf16 tensor", op.low_latency_combine,
+                   y.float(), idx, w, handle)  # fmt: skip
+        else:
+            expect(mc.InvalidArgumentError, f"combine rejected by rank {bad}",
+                   op.low_latency_combine, y, idx, w, handle)  # fmt: skip
+        recv_x, cnt, handle, _, _ = op.low_latency_dispatch(x, idx, M, E, use_fp8=False)
+        cout, _, _ = op.low_latency_combine(recv_x, idx, torch.ones(n, K), handle)
+        dests = (idx >= 0).sum(1)
+        want = (x.float() * dests[:, None].float()).to(torch.bfloat16)  # exact: y = x per slot
+        assert torch.equal(cout, want), f"{kind}: after errors"
+        if kind == EpDispatchCombineKernelType.AsyncLL:
+            op.dispatch_send(x, w, None, idx)
+            expect(mc.InvalidStateError, "was sent and not received", op.dispatch_send,
+                   x, w, None, idx)  # fmt: skip
+            op.dispatch_recv()
+        op.close()
+    op = make_op(EpDispatchCombineKernelType.IntraNode)
+    expect(mc.NotSupportedError, "needs kernel_type IntraNodeLL or AsyncLL",
+           op.low_latency_dispatch, x, idx, M, E)  # fmt: skip
+    op.close()
+
+
+if mode == "token":
+    for i, kind in enumerate(LL):
+        run_token(kind, False, seed + i)
+        run_token(kind, True, seed + 10 + i)
+elif mode == "expert":
+    for i, kind in enumerate(LL):
+        run_expert(kind, seed + i)
+    run_convert(seed + 5)
+elif mode == "errors":
+    run_errors()
+else:
+    raise SystemExit(f"unknown mode {mode}")
+shmem.barrier_all()
+import gc  # noqa: E402
+
+gc.collect()
+shmem.finalize()
+dist.destroy_process_group()
+print(f"rank {rank} ok")
