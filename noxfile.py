@@ -7,6 +7,9 @@
     nox -s build    one wheel and one sdist per package into dist/, then check them
     nox -s lint     pre-commit: ruff, ruff-format, clang-format, license headers
     nox -s demo     the main job: topology, a bootstrap round, each package's extension
+    nox -s sanitize mori-core and mori-io (and the C++ unit tests) built with
+                    AddressSanitizer + UndefinedBehaviorSanitizer, their tests run
+                    under them (not part of the default run: several times slower)
 
 Environment: MORI_CUDA=auto|on|off and MORI_CUDA_ARCHS (default 90) reach CMake;
 MORI_TORCH overrides the torch requirement installed for tests (default
@@ -101,10 +104,15 @@ def _ensure_ibverbs_headers(session: nox.Session) -> None:
     session.warn("libibverbs-dev not installed: mori-io's RDMA backend is compiled out")
 
 
-def _cpp_tests(session: nox.Session) -> None:
+SANITIZE_FLAGS = (
+    "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+)
+
+
+def _cpp_tests(session: nox.Session, build_name: str = "cpp-tests", cxx_flags: str = "") -> None:
     if not _ensure_gtest(session):
         return
-    build = ROOT / "build" / "cpp-tests"
+    build = ROOT / "build" / build_name
     version = (ROOT / "packages/mori-core/src/mori/core/_version.py").read_text()
     version = version.split('__version__ = "')[1].split('"')[0]
     session.run(
@@ -119,6 +127,10 @@ def _cpp_tests(session: nox.Session) -> None:
         "-DMORI_BUILD_TESTS=ON",
         f"-DMORI_CORE_VERSION={version}",
         "-DMORI_CORE_INSTALL=OFF",
+        *(
+            [f"-DCMAKE_CXX_FLAGS={cxx_flags}", f"-DCMAKE_EXE_LINKER_FLAGS={cxx_flags}"]
+            * bool(cxx_flags)
+        ),
         env=_build_env(),
     )
     session.run("cmake", "--build", str(build), env=_build_env())
@@ -134,7 +146,8 @@ def _cpp_tests(session: nox.Session) -> None:
         "-j",
         str(os.cpu_count() or 2),
     )
-    session.run(str(build / "tests" / "bench_telemetry"), "20000000", external=True)
+    if not cxx_flags:
+        session.run(str(build / "tests" / "bench_telemetry"), "20000000", external=True)
 
 
 @nox.session(reuse_venv=True)
@@ -211,3 +224,74 @@ def demo(session: nox.Session) -> None:
     session.install(TORCH, "numpy>=1.24")  # as users have them
     _install_packages(session, *PACKAGES)
     session.run("python", str(ROOT / "examples" / "demo.py"), *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def sanitize(session: nox.Session) -> None:
+    """mori-core and mori-io built with ASan + UBSan (any UB aborts), then the C++
+    unit tests and both packages' Python tests under them.
+
+    The sanitizer runtimes are preloaded into every Python process (tests start
+    real worker processes, which inherit the environment); leak checking is off,
+    since CPython and torch keep allocations alive at exit by design."""
+    session.install(TORCH, *TEST_REQUIREMENTS)
+    _ensure_ibverbs_headers(session)
+    session.install(*BUILD_REQUIREMENTS)
+    for pkg in ("mori-core", "mori-io"):
+        session.install(
+            "--no-build-isolation",
+            "-C",
+            "build-dir=build/nox-sanitize",
+            "-C",
+            "cmake.build-type=RelWithDebInfo",
+            "-C",
+            f"cmake.define.CMAKE_CXX_FLAGS={SANITIZE_FLAGS}",
+            "-C",
+            f"cmake.define.CMAKE_SHARED_LINKER_FLAGS={SANITIZE_FLAGS}",
+            str(ROOT / "packages" / pkg),
+            # mori-io's configure step imports the sanitized mori-core into an
+            # uninstrumented Python: let the ASan runtime load late there.
+            env={
+                **_build_env(),
+                "MORI_CUDA": "off",
+                "ASAN_OPTIONS": "verify_asan_link_order=0:detect_leaks=0",
+            },
+        )
+    _cpp_tests(session, "cpp-tests-sanitize", SANITIZE_FLAGS)
+    runtimes = []
+    for lib in ("libasan.so", "libubsan.so"):
+        path = session.run(
+            os.environ.get("CXX", "c++"), f"-print-file-name={lib}", silent=True, external=True
+        ).strip()
+        if not os.path.isabs(path):
+            session.error(
+                f"the compiler has no {lib} (got {path!r}): install its sanitizer runtimes"
+            )
+        runtimes.append(path)
+    paths = [str(ROOT / "packages" / p / "tests") for p in ("mori-core", "mori-io")]
+    # Reports go to files (pytest's capture would lose a report printed by a process
+    # that then aborts); they are printed below when the run fails.
+    reports = ROOT / "build" / "sanitize-reports"
+    shutil.rmtree(reports, ignore_errors=True)
+    reports.mkdir(parents=True)
+    try:
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            "-ra",
+            "--import-mode=importlib",
+            "-p",
+            "no:cacheprovider",
+            "--timeout=1800",
+            *(session.posargs or paths),
+            env={
+                "LD_PRELOAD": " ".join(runtimes),
+                "ASAN_OPTIONS": f"detect_leaks=0:abort_on_error=1:log_path={reports}/asan",
+                "UBSAN_OPTIONS": f"print_stacktrace=1:halt_on_error=1:log_path={reports}/ubsan",
+                "PYTHONFAULTHANDLER": "1",
+            },
+        )
+    finally:
+        for report in sorted(reports.iterdir()):
+            session.log(f"==== {report.name}\n{report.read_text(errors='replace')[:20000]}")
