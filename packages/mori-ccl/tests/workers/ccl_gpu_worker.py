@@ -354,4 +354,6 @@ else:
     raise SystemExit(f"unknown mode {mode!r}")
 torch.cuda.synchronize()
 dist.barrier()
+# gloo without destroy_process_group can abort at exit (pytorch/pytorch#190489).
+dist.destroy_process_group()
 print(f"rank {rank} ok")
