@@ -734,6 +734,16 @@ class Worker {
     accept_unlogged_ = 0;
   }
 
+  // Refused hellos are logged at most once per kAcceptLogIntervalMs per reactor: a peer
+  // that reconnects in a loop must not flood the log (each message carries the
+  // engine's running count, so nothing is hidden).
+  bool RefusalLogDue() {
+    const int64_t now = NowNs();
+    if (now - refusal_logged_ns_ < kAcceptLogIntervalMs * 1000000) return false;
+    refusal_logged_ns_ = now;
+    return true;
+  }
+
   void ResumeAcceptIfDue(int64_t now) {
     if (accept_resume_ns_ == 0 || now < accept_resume_ns_) return;
     accept_resume_ns_ = 0;
@@ -803,17 +813,21 @@ class Worker {
       std::string why_not;
       if (trusted && !engine_->InitiatorAccepted(c.remote_key, c.credential, &why_not)) {
         engine_->CountRefusedHello();
-        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection claiming to be ",
-                      LogSafe(c.remote_key), ": ", why_not, " (", engine_->hellos_refused(),
-                      " refused so far)");
+        if (RefusalLogDue()) {
+          MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection claiming to be ",
+                        LogSafe(c.remote_key), ": ", why_not, " (", engine_->hellos_refused(),
+                        " refused so far)");
+        }
         return false;
       }
       if (!trusted) {
         engine_->CountRefusedHello();
-        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection from ",
-                      "an initiator whose hello (key ", LogSafe(c.remote_key),
-                      ") lacks this engine's secret (", engine_->hellos_refused(),
-                      " refused so far)");
+        if (RefusalLogDue()) {
+          MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': refused a connection from ",
+                        "an initiator whose hello (key ", LogSafe(c.remote_key),
+                        ") lacks this engine's secret (", engine_->hellos_refused(),
+                        " refused so far)");
+        }
         return false;
       }
       c.hello_done = true;
@@ -1469,6 +1483,7 @@ class Worker {
   int64_t accept_resume_ns_ = 0;
   int64_t accept_logged_ns_ = INT64_MIN / 2;
   uint64_t accept_unlogged_ = 0;
+  int64_t refusal_logged_ns_ = INT64_MIN / 2;
   std::atomic<bool> stop_{false};
   std::promise<void> started_;
   std::future<void> started_future_;

@@ -136,7 +136,7 @@ def _burst(port: int, prefix: bytes, frames: list[bytes]) -> None:
         s.close()
 
 
-def test_frame_parser_survives_random_frames():
+def test_frame_parser_survives_random_frames(capfd):
     rng = _seed("frames")
     target = IOEngine("fuzz-target")
     initiator = None
@@ -165,6 +165,10 @@ def test_frame_parser_survives_random_frames():
         print("unauthenticated frames:", frames)
         time.sleep(0.2)  # let the reactor finish what it read
         assert np.array_equal(block, before), "a peer without the secret changed memory"
+        # Thousands of refused hellos: their warnings are rate-limited, not one each.
+        refusals = capfd.readouterr().err.count("refused a connection")
+        print("refusal warnings logged:", refusals)
+        assert refusals <= 4 * (SECONDS + 2), f"{refusals} refusal warnings: not rate-limited"
 
         # Peers with the secret: anything inside the registered regions may change,
         # nothing outside them.
