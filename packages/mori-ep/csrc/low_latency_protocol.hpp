@@ -25,8 +25,9 @@
 //     half p in call c + 2 without a barrier: s got to call c + 2 by receiving
 //     every flag of call c + 1, d's among them; d posts its call c + 1 flags only
 //     after it finished receiving call c (a pe sends call c + 1 after receiving call
-//     c: the op's call order), so d no longer reads half p. Combine keeps its own
-//     counter and halves with the same argument.
+//     c: the op's call order; a pe that rejects a call still receives its flags),
+//     so d no longer reads half p. Combine keeps its own counter and halves with the
+//     same argument.
 //   * Flags are compared with >= on words nobody zeroes again (the call number sits
 //     in the high bits, so a stale flag of call c - 2 is smaller), and a rejected
 //     call (a pe whose inputs failed the host-side checks) carries kLlRejected as its

@@ -14,7 +14,10 @@ DeepEP's entry points). argv: mode seed iters [device]
            scales, src_info and layout ranges consistent, combine exactly the fp32 sum
            over k in order).
   errors   bad inputs on one rank fail the call on every rank; the op works after.
-Prints "rank N ok" last. device: "cpu" (default) or "cuda" (2 processes may share a GPU).
+  graph    (CUDA) an IntraNodeLL dispatch + combine, token-major and expert-major, each
+           captured in a CUDA graph and replayed with fresh inputs, checked per replay.
+Prints "rank N ok" last. placement: "cpu" (default, a host heap), "shared" (every rank
+on GPU 0) or "per_gpu".
 """
 
 import os
@@ -30,13 +33,12 @@ from mori.core.launch import expect_raises as expect
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 mode, seed, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+placement = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if device == "cuda":
+if placement != "cpu":
     from ep_reference import start_gpu_rank
 
-    _, _, dev = start_gpu_rank("shared" if torch.cuda.device_count() < world else "per_gpu",
-                               "512M", 60)  # fmt: skip
+    _, _, dev = start_gpu_rank(placement, "512M", 60)
     DEV = torch.device("cuda", dev)
 else:
     dist.init_process_group("gloo", init_method="env://")
@@ -420,6 +422,55 @@ def run_errors():
     op.close()
 
 
+def run_graph(base_seed):
+    op = make_op(EpDispatchCombineKernelType.IntraNodeLL)
+    n = M
+    x_s = torch.zeros(n, HIDDEN, dtype=torch.bfloat16, device=DEV)
+    w_s = torch.zeros(n, K, device=DEV)
+    idx_s = torch.full((n, K), -1, dtype=torch.int32, device=DEV)
+
+    def token_step():
+        out, ow, _, _, _ = op.dispatch(x_s, w_s, None, idx_s)
+        return op.combine(out * 2, ow, idx_s)
+
+    def expert_step():
+        recv_x, _, handle, _, _ = op.low_latency_dispatch(x_s, idx_s, M, E, use_fp8=False)
+        return op.low_latency_combine(recv_x * 2, idx_s, w_s, handle)[0]
+
+    for step in (token_step, expert_step):
+        step()  # eager once (and torch's lazy set-up) before the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            res = step()
+        for it in range(iters):
+            gen = torch.Generator().manual_seed(base_seed * 13 + it * 7 + rank)
+            x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+            w = torch.rand(n, K, generator=gen)
+            idx = REF.routing("random", n, gen, it)
+            x_s.copy_(x)
+            w_s.copy_(w)
+            idx_s.copy_(idx)
+            graph.replay()
+            torch.cuda.synchronize()
+            if step is token_step:
+                m = torch.tensor([len({int(e) // EPR for e in r if e >= 0}) for r in idx])
+                want = (x.float() * 2 * m[:, None].float()).to(torch.bfloat16)
+                got = cpu(res[0])
+            else:
+                want = torch.zeros(n, HIDDEN)
+                for k in range(K):
+                    part = w[:, k : k + 1] * (x.float() * 2).to(torch.bfloat16).float()
+                    want = torch.where((idx[:, k] >= 0)[:, None], want + part, want)
+                want = want.to(torch.bfloat16)
+                got = cpu(res)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (
+                f"{step.__name__} replay {it}"
+            )
+        del graph
+    op.close()
+
+
 if mode == "token":
     for i, kind in enumerate(LL):
         run_token(kind, False, seed + i)
@@ -430,6 +481,8 @@ elif mode == "expert":
     run_convert(seed + 5)
 elif mode == "errors":
     run_errors()
+elif mode == "graph":
+    run_graph(seed)
 else:
     raise SystemExit(f"unknown mode {mode}")
 shmem.barrier_all()

@@ -240,3 +240,103 @@ class LowLatencyCpu:
     def combine_recv_pending(self) -> bool: ...
     @property
     def num_tokens(self) -> int: ...
+
+class LowLatencyCuda:
+    """Low-latency dispatch/combine kernels (fixed slots, double-buffered) on a CUDA heap;
+    present when mori.ep was built with CUDA."""
+
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        max_tokens: int,
+        top_k: int,
+        hidden_dim: int,
+        max_token_type_size: int,
+        scale_bytes: int,
+        num_experts_per_rank: int,
+        block: int,
+        device: int,
+        timeout_s: float,
+    ) -> None: ...
+    def dispatch_send(
+        self,
+        layout: int,
+        tokens: int,
+        token_row_bytes: int,
+        weights: int,
+        scales: int,
+        indices: int,
+        num_tokens: int,
+        fp8_cast: bool,
+        round_scale: bool,
+        fuse: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
+    def reject_dispatch(self, reason: str, stream: int) -> None: ...
+    def dispatch_recv_token_major(
+        self,
+        out_tokens: int,
+        out_weights: int,
+        out_scales: int,
+        out_indices: int,
+        out_src_pos: int,
+        total_recv: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> int: ...
+    def dispatch_recv_expert_major(
+        self,
+        packed_x: int,
+        packed_scales: int,
+        ue8m0: bool,
+        packed_count: int,
+        src_info: int,
+        src_info_stride: int,
+        layout_range: int,
+        slot_k: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> int: ...
+    def combine_send_token_major(
+        self,
+        input: int,
+        input_row_stride: int,
+        input_rows: int,
+        dtype: int,
+        weights: int,
+        src_pos: int,
+        total_recv: int,
+        out: int,
+        out_weights: int,
+        fp8_cast: bool,
+        fuse: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
+    def combine_send_expert_major(
+        self,
+        input: int,
+        input_row_stride: int,
+        src_info: int,
+        src_info_stride: int,
+        layout_range: int,
+        slot_k: int,
+        topk_idx: int,
+        topk_weights: int,
+        num_tokens: int,
+        out: int,
+        fuse: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
+    def reject_combine(self, reason: str, stream: int) -> None: ...
+    def combine_recv(self, block_num: int, warp_per_block: int, stream: int) -> None: ...
+    @property
+    def num_tokens(self) -> int: ...

@@ -124,6 +124,13 @@ class LowLatencyMixin:
     def _ll_launch(self, block_num: int, warp_per_block: int) -> tuple:
         return (*self._launch(block_num, warp_per_block), self._stream()) if self._cuda else ()
 
+    def _ll_send_launch(self, fuse: bool, block_num: int, warp_per_block: int) -> tuple:
+        """A send's extra arguments on CUDA: whether the receive follows at once (one
+        fused kernel), the launch shape and the stream."""
+        if not self._cuda:
+            return ()
+        return (fuse, *self._launch(block_num, warp_per_block), self._stream())
+
     def _ll_reject_dispatch(self, problem: str):
         self._ll_pending_dispatch = None
         self._ll_combine_ready = False
@@ -178,7 +185,8 @@ class LowLatencyMixin:
             self._impl.dispatch_send(
                 _TOKEN_MAJOR, input.data_ptr(), row_bytes, weights.data_ptr(),
                 scales.data_ptr() if has_scales else 0, indices.data_ptr(), n, False, False,
-                *self._ll_launch(block_num, warp_per_block),
+                *self._ll_send_launch(c.kernel_type.name == "IntraNodeLL", block_num,
+                                      warp_per_block),
             )  # fmt: skip
         self._ll_pending_dispatch = dict(
             layout=_TOKEN_MAJOR, block_num=block_num, warp_per_block=warp_per_block,
@@ -299,7 +307,7 @@ class LowLatencyMixin:
                 input.data_ptr(), input.stride(0) * input.element_size(), input.size(0),
                 _COMBINE_CODES[input.dtype], weights.data_ptr() if weights is not None else 0,
                 self._recv_src_pos.data_ptr(),
-                0 if self._cuda else self._ll_total_recv,
+                self._total_recv.data_ptr() if self._cuda else self._ll_total_recv,
                 out.data_ptr(), out_weights.data_ptr() if out_weights is not None else 0,
                 fp8_cast,
             )  # fmt: skip
@@ -308,7 +316,10 @@ class LowLatencyMixin:
         self._ll_keep = (input, weights)
         self._ll_combine_ready = False
         with self._fails_on_timeout():
-            impl.combine_send_token_major(*args, *self._ll_launch(block_num, warp_per_block))
+            fuse = c.kernel_type.name == "IntraNodeLL"
+            impl.combine_send_token_major(
+                *args, *self._ll_send_launch(fuse, block_num, warp_per_block)
+            )
         self._ll_pending_combine = dict(block_num=block_num, warp_per_block=warp_per_block)
         if c.kernel_type.name == "IntraNodeLL":
             self._ll_combine_recv()
@@ -420,7 +431,7 @@ class LowLatencyMixin:
         return None
 
     def _ll_expert_dispatch(self, x, topk_idx, weights, fp8, round_scale, ue8m0, src_stride,
-                            problem, dtypes, what):  # fmt: skip
+                            problem, dtypes, what, fuse):  # fmt: skip
         self._impl_or_raise()
         self._ll_check_order(what)
         if problem is None:
@@ -445,7 +456,7 @@ class LowLatencyMixin:
         with self._fails_on_timeout():
             self._impl.dispatch_send(
                 _EXPERT_MAJOR, x.data_ptr(), c.hidden_dim * x.element_size(), w.data_ptr(), 0,
-                idx.data_ptr(), n, fp8, round_scale, *self._ll_launch(-1, -1),
+                idx.data_ptr(), n, fp8, round_scale, *self._ll_send_launch(fuse, -1, -1),
             )  # fmt: skip
         self._ll_pending_dispatch = dict(
             layout=_EXPERT_MAJOR, bufs=bufs, ue8m0=ue8m0, src_info_stride=src_stride,
@@ -527,7 +538,7 @@ class LowLatencyMixin:
             )
         bufs = self._ll_expert_dispatch(
             x, topk_idx, None, bool(use_fp8), bool(round_scale), bool(use_ue8m0), 0, problem,
-            (torch.bfloat16,), "low_latency_dispatch",
+            (torch.bfloat16,), "low_latency_dispatch", not return_recv_hook,
         )  # fmt: skip
         handle = LowLatencyHandle(
             (bufs["src_info"], bufs["layout_range"], c.max_num_inp_token_per_rank, c.hidden_dim,
@@ -556,7 +567,7 @@ class LowLatencyMixin:
             return LowLatencyEvent(ev)
         return LowLatencyEvent()
 
-    def _ll_expert_combine(self, x, topk_idx, topk_weights, handle, out, what):
+    def _ll_expert_combine(self, x, topk_idx, topk_weights, handle, out, what, fuse):
         self._impl_or_raise()
         self._ll_check_order(what)
         c = self.config
@@ -639,7 +650,8 @@ class LowLatencyMixin:
             self._impl.combine_send_expert_major(
                 x.data_ptr(), x.stride(1) * 2, src_info.data_ptr(), handle.src_info_stride,
                 layout_range.data_ptr(), handle.slot_k.data_ptr(), idx.data_ptr(),
-                w.data_ptr() if w is not None else 0, n, out.data_ptr(), *self._ll_launch(-1, -1),
+                w.data_ptr() if w is not None else 0, n, out.data_ptr(),
+                *self._ll_send_launch(fuse, -1, -1),
             )  # fmt: skip
         self._ll_pending_combine = dict(block_num=-1, warp_per_block=-1)
         return out
@@ -684,7 +696,9 @@ class LowLatencyMixin:
             raise NotSupportedError("combine_wait_recv_cost_stats is not implemented (pass None)")
         if zero_copy:
             x = self._ll_next_combine_input.get(self._ll_combine_parity, x)
-        res = self._ll_expert_combine(x, topk_idx, topk_weights, handle, out, "low_latency_combine")
+        res = self._ll_expert_combine(
+            x, topk_idx, topk_weights, handle, out, "low_latency_combine", not return_recv_hook
+        )
         hook = None
         if return_recv_hook:
             hook = self._ll_combine_recv
@@ -748,7 +762,7 @@ class LowLatencyMixin:
             problem = "dispatch_standard_moe carries no scales (pass None)"
         bufs = self._ll_expert_dispatch(
             input, indices, weights, False, False, False, c.max_num_tokens_to_send, problem,
-            (torch.bfloat16, torch.float16, torch.float32, _FP8), "dispatch_standard_moe",
+            (torch.bfloat16, torch.float16, torch.float32, _FP8), "dispatch_standard_moe", True,
         )  # fmt: skip
         self._ll_dispatch_recv()
         n = input.size(0)
@@ -785,7 +799,7 @@ class LowLatencyMixin:
         if s is None:
             raise InvalidStateError("combine_standard_moe needs a dispatch_standard_moe first")
         out = self._ll_expert_combine(
-            input, indices, s["weights"], s["handle"], None, "combine_standard_moe"
+            input, indices, s["weights"], s["handle"], None, "combine_standard_moe", True
         )
         self._ll_combine_recv()
         self._ll_stdmoe = None

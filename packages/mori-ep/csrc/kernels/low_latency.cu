@@ -1,0 +1,541 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// The low-latency dispatch/combine kernel (low_latency_protocol.hpp): one kernel
+// that runs the phases a launch asks for (kLlDispatchSend, ...), one warp per token
+// (send, reduce) or per (expert, source) (expert-major layout). Written for few
+// tokens per rank: every block recomputes the routing masks of all tokens in shared
+// memory instead of a grid-wide scan. The arithmetic (bf16/fp8 rounding, the fp8
+// cast, the reduction order, fp32 products and sums without fused multiply-adds) is
+// the CPU implementation's (low_latency_cpu.cpp), so outputs are bit-identical.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "low_latency_cuda.hpp"
+#include "mori/core/cuda_runtime.hpp"
+#include "mori/core/error.hpp"
+#include "mori/shmem/device.cuh"
+#include "numeric.hpp"
+
+namespace mori::ep::kernels {
+
+namespace {
+
+namespace dev = mori::shmem::device;
+using mori::shmem::Cmp;
+
+constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr uint64_t kPeerTrapPauseNs = 1000000000;
+
+struct Ctx {
+  const LlParams& p;
+  __device__ char* Local(size_t offset) const { return p.block + offset; }
+  __device__ char* Peer(size_t offset, int pe) const {
+    return p.ctx.peer_bases[pe] + (p.block - p.ctx.my_base) + offset;
+  }
+  __device__ LlDeviceState* State() const {
+    return reinterpret_cast<LlDeviceState*>(p.block + p.layout.state);
+  }
+};
+
+__device__ void TrapRejected(const LlParams& p, int from, const char* what) {
+  if (from != p.me) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      printf(
+          "mori.ep low-latency %s on rank %d: rejected by rank %d (its inputs failed "
+          "validation; see its error)\n",
+          what, p.me, from);
+    const uint64_t pause =
+        p.timeout_ns / 2 < kPeerTrapPauseNs ? p.timeout_ns / 2 : kPeerTrapPauseNs;
+    const uint64_t t0 = dev::GlobalTimerNs();
+    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+  }
+  dev::Trap();
+}
+
+// Release every store of the block, then count it; true in the last block.
+__device__ bool FinishBlock(uint32_t* blocks_done) {
+  __shared__ bool last;
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t prev = atomicAdd(blocks_done, 1u);
+    last = prev == gridDim.x - 1;
+    if (last) {
+      __threadfence_system();
+      *blocks_done = 0;
+    }
+  }
+  __syncthreads();
+  return last;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+__device__ __forceinline__ int WarpSum(int v) { return __reduce_add_sync(kFull, v); }
+
+// Waits for the W flags of `call` in `flags` (this pe's copy); threads < W wait,
+// the block gets the counts and the first rejecting pe (or -1).
+__device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t call, int64_t* counts,
+                          int* rejected_by) {
+  if (threadIdx.x == 0) *rejected_by = -1;
+  __syncthreads();
+  if (threadIdx.x < p.world) {
+    const int s = threadIdx.x;
+    const uint64_t w = dev::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+    const bool rej = CountOf(w) == kLlRejected;
+    counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
+    if (rej) atomicCAS(rejected_by, -1, s);
+  }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------- dispatch send
+__device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) {
+  const Ctx c{p};
+  const LlDispatchArgs& a = p.d;
+  const int W = p.world, K = p.top_k, me = p.me;
+  const int64_t M = p.max_tokens, n = a.num_tokens, hidden = p.hidden_dim;
+  const int num_experts = p.experts_per_rank * W;
+  const bool expert_major = a.layout == LlLayout::kExpertMajor;
+  LlDeviceState* st = c.State();
+  // Routing masks of every token (each block its own copy), and the id checks.
+  for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
+    uint32_t mask = 0;
+    const int32_t* row = a.indices + t * K;
+    for (int j = 0; j < K; ++j) {
+      const int32_t e = row[j];
+      if (e == -1) continue;
+      bool bad = e < 0 || e >= num_experts;
+      const char* why = "out of range";
+      if (!bad && expert_major) {
+        for (int i = 0; i < j; ++i) bad |= row[i] == e;
+        why = "repeated (the expert-major layout needs distinct experts)";
+      }
+      if (bad) {
+        if (blockIdx.x == 0 && atomicCAS(&st->pad, 0u, 1u) == 0u) {
+          printf(
+              "mori.ep low-latency dispatch on rank %d: expert id %d %s at token %lld slot %d "
+              "(valid: [-1, %d))\n",
+              me, e, why, static_cast<long long>(t), j, num_experts);
+        }
+        continue;
+      }
+      mask |= 1u << (e / p.experts_per_rank);
+    }
+    masks[t] = mask;
+  }
+  __syncthreads();
+
+  const size_t half = call & 1;
+  const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, Q = LlCastScales(hidden);
+  const size_t tok_off = p.layout.disp_tokens + half * p.layout.half_tokens;
+  const size_t w_off = p.layout.disp_weights + half * p.layout.half_weights;
+  const size_t s_off = p.layout.disp_scales + half * p.layout.half_scales;
+  const size_t cs_off = p.layout.disp_cast_scales + half * p.layout.half_cast_scales;
+  const size_t i_off = p.layout.disp_indices + half * p.layout.half_indices;
+  const size_t src_off = p.layout.disp_src + half * p.layout.half_src;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  uint8_t* token_ranks = reinterpret_cast<uint8_t*>(c.Local(p.layout.token_ranks));
+  for (int64_t t = gwarp; t < n; t += nwarps) {
+    const uint32_t mask = masks[t];
+    // Slot of t in each destination: the tokens before it routed there.
+    int before[kMaxCudaWorldSize];
+    for (int d = 0; d < W; ++d) before[d] = 0;
+    for (int64_t u = lane; u < t; u += 32) {
+      const uint32_t m = masks[u];
+      for (int d = 0; d < W; ++d) before[d] += (m >> d) & 1;
+    }
+    for (int d = 0; d < W; ++d) before[d] = WarpSum(before[d]);
+    if (lane < W) token_ranks[t * W + lane] = (mask >> lane) & 1;
+    const char* row = static_cast<const char*>(a.tokens) + t * a.token_row_bytes;
+    for (int d = 0; d < W; ++d) {
+      if (!((mask >> d) & 1)) continue;
+      const int64_t slot = me * M + before[d];
+      if (a.fp8_cast) {
+        const uint16_t* x = reinterpret_cast<const uint16_t*>(row);
+        uint8_t* dst = reinterpret_cast<uint8_t*>(c.Peer(tok_off, d)) + slot * H;
+        float* dsc = reinterpret_cast<float*>(c.Peer(cs_off, d)) + slot * Q;
+        for (int64_t g = 0; g < Q; ++g) {
+          float v[4];
+          float amax = kLlCastMargin;
+          for (int i = 0; i < 4; ++i) {
+            v[i] = Bf16BitsToFloat(x[g * kLlCastGroup + lane * 4 + i]);
+            amax = fmaxf(amax, fabsf(v[i]));
+          }
+          amax = WarpMax(amax);
+          float inv;
+          const float scale = LlCastScale(amax, a.round_scale, &inv);
+          uint32_t packed = 0;
+          for (int i = 0; i < 4; ++i) {
+            packed |= static_cast<uint32_t>(FloatToFloat8E4M3(__fmul_rn(v[i], scale))) << (8 * i);
+          }
+          reinterpret_cast<uint32_t*>(dst + g * kLlCastGroup)[lane] = packed;
+          if (lane == 0) dsc[g] = inv;
+        }
+      } else {
+        char* dst = c.Peer(tok_off, d) + slot * H;
+        mori::shmem::device::detail::CopyBytes(dst, row, a.token_row_bytes, lane, 32);
+      }
+      float* dw = reinterpret_cast<float*>(c.Peer(w_off, d)) + slot * K;
+      int32_t* di = reinterpret_cast<int32_t*>(c.Peer(i_off, d)) + slot * K;
+      if (lane < K) {
+        dw[lane] = a.weights != nullptr ? a.weights[t * K + lane] : 0.0f;
+        di[lane] = a.indices[t * K + lane];
+      }
+      if (Sb > 0 && a.scales != nullptr) {
+        mori::shmem::device::detail::CopyBytes(c.Peer(s_off, d) + slot * Sb,
+                                               static_cast<const char*>(a.scales) + t * Sb, Sb,
+                                               lane, 32);
+      }
+      if (lane == 0) reinterpret_cast<int32_t*>(c.Peer(src_off, d))[slot] = static_cast<int32_t>(t);
+    }
+  }
+  if (FinishBlock(&st->blocks_done)) {
+    // The last block: every block's rows are released; post the counts.
+    const bool rejected = st->pad != 0;
+    if (threadIdx.x < W) {
+      const int d = threadIdx.x;
+      int count = 0;
+      for (int64_t t = 0; t < n; ++t) count += (masks[t] >> d) & 1;
+      uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
+      dev::SignalSet(p.ctx, &flags[me], LlWord(call, rejected ? kLlRejected : count), d);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) st->dispatch_calls = call;
+    if (rejected) {
+      // Receive the call as every pe does (its flags), then end the launch.
+      const uint64_t* flags =
+          reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
+      if (threadIdx.x < W)
+        dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+      __syncthreads();
+      if (threadIdx.x == 0) st->pad = 0;
+      __threadfence();
+      dev::Trap();
+    }
+  }
+}
+
+// ---------------------------------------------------------- dispatch receive
+__device__ void DispatchRecv(const LlParams& p, uint64_t call) {
+  const Ctx c{p};
+  const LlRecvArgs& o = p.r;
+  const int W = p.world, K = p.top_k, E = p.experts_per_rank;
+  const int64_t M = p.max_tokens, WM = W * M, hidden = p.hidden_dim;
+  const size_t half = call & 1;
+  __shared__ int64_t counts[kMaxCudaWorldSize];
+  __shared__ int64_t base[kMaxCudaWorldSize + 1];
+  __shared__ int rejected_by;
+  const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
+  WaitFlags(p, flags, call, counts, &rejected_by);
+  if (rejected_by >= 0) TrapRejected(p, rejected_by, "dispatch");
+  if (threadIdx.x == 0) {
+    base[0] = 0;
+    for (int s = 0; s < W; ++s) base[s + 1] = base[s] + counts[s];
+  }
+  __syncthreads();
+  const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, Q = LlCastScales(hidden);
+  const char* tokens = c.Local(p.layout.disp_tokens + half * p.layout.half_tokens);
+  const float* weights =
+      reinterpret_cast<const float*>(c.Local(p.layout.disp_weights + half * p.layout.half_weights));
+  const char* scales = c.Local(p.layout.disp_scales + half * p.layout.half_scales);
+  const float* cast = reinterpret_cast<const float*>(
+      c.Local(p.layout.disp_cast_scales + half * p.layout.half_cast_scales));
+  const int32_t* indices = reinterpret_cast<const int32_t*>(
+      c.Local(p.layout.disp_indices + half * p.layout.half_indices));
+  const int32_t* src =
+      reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_src + half * p.layout.half_src));
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+
+  if (p.recv_layout == LlLayout::kTokenMajor) {
+    const int64_t rb = p.recv_row_bytes;
+    for (int64_t row = gwarp; row < base[W]; row += nwarps) {
+      int s = 0;
+      while (row >= base[s + 1]) ++s;
+      const int64_t slot = s * M + (row - base[s]);
+      mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.out_tokens) + row * H,
+                                             tokens + slot * H, rb, lane, 32);
+      if (lane < K) {
+        o.out_weights[row * K + lane] = weights[slot * K + lane];
+        o.out_indices[row * K + lane] = indices[slot * K + lane];
+      }
+      if (Sb > 0 && o.out_scales != nullptr) {
+        mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.out_scales) + row * Sb,
+                                               scales + slot * Sb, Sb, lane, 32);
+      }
+      if (lane == 0) o.out_src_pos[row] = EncodeSrcPos(s, src[slot], M);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) *o.total_recv = static_cast<int32_t>(base[W]);
+    return;
+  }
+
+  // Expert-major: warp per (local expert e, source s).
+  const int32_t lo = p.me * E;
+  const int64_t xb = p.recv_fp8 ? hidden : p.recv_row_bytes;
+  auto slot_of = [&](int64_t slot, int e) -> int {  // the k naming e in that row, or -1
+    int kk = -1;
+    for (int k = 0; k < K; ++k) kk = (kk < 0 && indices[slot * K + k] == lo + e) ? k : kk;
+    return kk;
+  };
+  for (int64_t item = gwarp; item < static_cast<int64_t>(E) * W; item += nwarps) {
+    const int e = static_cast<int>(item / W), s = static_cast<int>(item % W);
+    int64_t begin = 0;
+    for (int s2 = 0; s2 < s; ++s2) {
+      for (int64_t j0 = 0; j0 < counts[s2]; j0 += 32) {
+        const bool hit = j0 + lane < counts[s2] && slot_of(s2 * M + j0 + lane, e) >= 0;
+        begin += __popc(__ballot_sync(kFull, hit));
+      }
+    }
+    int64_t pos = begin;
+    for (int64_t j0 = 0; j0 < counts[s]; j0 += 32) {
+      const int64_t j = j0 + lane;
+      const int k = j < counts[s] ? slot_of(s * M + j, e) : -1;
+      uint32_t hits = __ballot_sync(kFull, k >= 0);
+      while (hits != 0) {
+        const int l = __ffs(hits) - 1;
+        hits &= hits - 1;
+        const int64_t slot = s * M + j0 + l;
+        const int kl = __shfl_sync(kFull, k, l);
+        const int64_t r = e * WM + pos;
+        mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.packed_x) + r * xb,
+                                               tokens + slot * H, xb, lane, 32);
+        if (lane == 0) {
+          o.src_info[r] = static_cast<int32_t>(s * o.src_info_stride + src[slot]);
+          o.slot_k[r] = kl;
+        }
+        if (p.recv_fp8) {
+          for (int64_t q = lane; q < Q; q += 32) {
+            const float v = cast[slot * Q + q];
+            if (o.ue8m0) {
+              static_cast<uint8_t*>(
+                  o.packed_scales)[((e * (Q / 4) + q / 4) * WM + pos) * 4 + q % 4] =
+                  static_cast<uint8_t>(__float_as_uint(v) >> 23);
+            } else {
+              static_cast<float*>(o.packed_scales)[(e * Q + q) * WM + pos] = v;
+            }
+          }
+        }
+        ++pos;
+      }
+    }
+    if (lane == 0) {
+      o.layout_range[e * W + s] = (begin << 32) | (pos - begin);
+      if (s == W - 1) o.packed_count[e] = static_cast<int32_t>(pos);
+    }
+  }
+}
+
+// -------------------------------------------------------------- combine send
+__device__ void CombineSend(const LlParams& p, uint64_t call) {
+  const Ctx c{p};
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k, E = p.experts_per_rank, me = p.me;
+  const int64_t M = p.max_tokens, WM = W * M, Hc = p.combine_row_bytes;
+  const size_t half = call & 1;
+  const size_t ct_off = p.layout.comb_tokens + half * p.layout.half_comb_tokens;
+  const size_t cw_off = p.layout.comb_weights + half * p.layout.half_comb_weights;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  const char* input = static_cast<const char*>(a.input);
+  LlDeviceState* st = c.State();
+  if (a.layout == LlLayout::kTokenMajor) {
+    const int64_t total = *p.total_recv;
+    if (total > a.input_rows) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) {
+        printf(
+            "mori.ep low-latency combine on rank %d: input has %lld rows, fewer than "
+            "total_recv %lld\n",
+            me, static_cast<long long>(a.input_rows), static_cast<long long>(total));
+      }
+      dev::Trap();
+    }
+    const int64_t eb =
+        a.dtype == CombineDtype::kFloat32 ? 4 : (a.dtype == CombineDtype::kBFloat16 ? 2 : 1);
+    for (int64_t i = gwarp; i < total; i += nwarps) {
+      const int s = static_cast<int>(a.src_pos[i] / M);
+      const int64_t t = a.src_pos[i] % M;
+      const int64_t slot = me * M + t;
+      mori::shmem::device::detail::CopyBytes(c.Peer(ct_off, s) + slot * Hc,
+                                             input + i * a.input_row_stride, p.hidden_dim * eb,
+                                             lane, 32);
+      if (a.weights != nullptr && lane < K) {
+        reinterpret_cast<float*>(c.Peer(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+      }
+    }
+  } else {
+    for (int64_t item = gwarp; item < static_cast<int64_t>(E) * WM; item += nwarps) {
+      const int e = static_cast<int>(item / WM);
+      const int64_t pos = item % WM;
+      int s = -1;
+      for (int s2 = 0; s2 < W; ++s2) {
+        const int64_t range = a.layout_range[e * W + s2];
+        const int64_t b = range >> 32, cnt = range & 0xFFFFFFFF;
+        if (pos >= b && pos < b + cnt) s = s2;
+      }
+      if (s < 0) continue;
+      const int64_t r = e * WM + pos;
+      const int64_t t = a.src_info[r] - s * a.src_info_stride;
+      const int64_t slot = t * K + a.slot_k[r];
+      mori::shmem::device::detail::CopyBytes(c.Peer(ct_off, s) + slot * Hc,
+                                             input + r * a.input_row_stride, p.hidden_dim * 2, lane,
+                                             32);
+    }
+  }
+  if (FinishBlock(&st->blocks_done)) {
+    if (threadIdx.x < W) {
+      uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
+      dev::SignalSet(p.ctx, &flags[me], LlWord(call, 0), threadIdx.x);
+    }
+    if (threadIdx.x == 0) st->combine_calls = call;
+  }
+}
+
+__device__ __forceinline__ float CombineValue(const char* row, int64_t h, CombineDtype dtype,
+                                              bool fp8_cast) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16: {
+      const float v = Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
+      return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
+    }
+    case CombineDtype::kFloat8E4M3:
+      return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
+    case CombineDtype::kFloat32:
+      break;
+  }
+  return reinterpret_cast<const float*>(row)[h];
+}
+
+__device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, CombineDtype dtype) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      static_cast<uint16_t*>(out)[i] = FloatToBf16Bits(v);
+      return;
+    case CombineDtype::kFloat8E4M3:
+      static_cast<uint8_t*>(out)[i] = FloatToFloat8E4M3(v);
+      return;
+    case CombineDtype::kFloat32:
+      break;
+  }
+  static_cast<float*>(out)[i] = v;
+}
+
+// ----------------------------------------------------------- combine receive
+__device__ void CombineRecv(const LlParams& p, uint64_t call) {
+  const Ctx c{p};
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k;
+  const int64_t M = p.max_tokens, hidden = p.hidden_dim, Hc = p.combine_row_bytes;
+  const size_t half = call & 1;
+  __shared__ int64_t counts[kMaxCudaWorldSize];
+  __shared__ int rejected_by;
+  const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
+  WaitFlags(p, flags, call, counts, &rejected_by);
+  if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine");
+  const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);
+  const float* combw = reinterpret_cast<const float*>(
+      c.Local(p.layout.comb_weights + half * p.layout.half_comb_weights));
+  const uint8_t* token_ranks = reinterpret_cast<const uint8_t*>(c.Local(p.layout.token_ranks));
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  if (a.layout == LlLayout::kTokenMajor) {
+    const int64_t n = p.combine_tokens;
+    for (int64_t t = gwarp; t < n; t += nwarps) {
+      for (int64_t h = lane; h < hidden; h += 32) {
+        float acc = 0.0f;
+        for (int d = 0; d < W; ++d) {
+          if (!token_ranks[t * W + d]) continue;
+          acc = __fadd_rn(acc, CombineValue(comb + (d * M + t) * Hc, h, a.dtype, a.fp8_cast));
+        }
+        StoreValue(a.out, t * hidden + h, acc, a.dtype);
+      }
+      if (a.out_weights != nullptr && lane < K) {
+        float acc = 0.0f;
+        for (int d = 0; d < W; ++d) {
+          if (token_ranks[t * W + d]) acc = __fadd_rn(acc, combw[(d * M + t) * K + lane]);
+        }
+        a.out_weights[t * K + lane] = acc;
+      }
+    }
+    return;
+  }
+  for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
+    for (int64_t h = lane; h < hidden; h += 32) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        if (a.topk_idx[t * K + k] < 0) continue;
+        const float w = a.topk_weights != nullptr ? a.topk_weights[t * K + k] : 1.0f;
+        const uint16_t y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc)[h];
+        acc = __fadd_rn(acc, __fmul_rn(w, Bf16BitsToFloat(y)));
+      }
+      static_cast<uint16_t*>(a.out)[t * hidden + h] = FloatToBf16Bits(acc);
+    }
+  }
+}
+
+__device__ void Reject(const LlParams& p, bool dispatch) {
+  const Ctx c{p};
+  LlDeviceState* st = c.State();
+  const int W = p.world;
+  const uint64_t call = (dispatch ? st->dispatch_calls : st->combine_calls) + 1;
+  const size_t half = call & 1;
+  uint64_t* flags =
+      reinterpret_cast<uint64_t*>(c.Local(dispatch ? p.layout.disp_flag : p.layout.comb_flag)) +
+      half * W;
+  if (threadIdx.x < W) dev::SignalSet(p.ctx, &flags[p.me], LlWord(call, kLlRejected), threadIdx.x);
+  if (threadIdx.x < W) dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (dispatch) {
+      st->dispatch_calls = call;
+    } else {
+      st->combine_calls = call;
+    }
+  }
+}
+
+__global__ void LowLatencyKernel(const __grid_constant__ LlParams p) {
+  extern __shared__ uint32_t masks[];
+  const Ctx c{p};
+  LlDeviceState* st = c.State();
+  if (p.phases & kLlRejectDispatch) return Reject(p, true);
+  if (p.phases & kLlRejectCombine) return Reject(p, false);
+  // Every block reads the counters before any block can advance them (the last
+  // block of a send phase does, after every block arrived there).
+  const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
+  const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
+  __syncthreads();
+  if (p.phases & kLlDispatchSend) DispatchSend(p, dcall, masks);
+  if (p.phases & kLlDispatchRecv) DispatchRecv(p, dcall);
+  if (p.phases & kLlCombineSend) CombineSend(p, ccall);
+  if (p.phases & kLlCombineRecv) CombineRecv(p, ccall);
+}
+
+}  // namespace
+
+void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stream) {
+  const size_t smem = (p.phases & kLlDispatchSend) ? static_cast<size_t>(p.max_tokens) * 4 : 0;
+  if (smem > 48 * 1024) {
+    MORI_CUDA_CHECK(cudaFuncSetAttribute(
+        LowLatencyKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  LowLatencyKernel<<<blocks, threads, smem, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mori::ep::kernels

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// LowLatencyCuda: the host side of the low-latency kernels (kernels/low_latency.cu):
+// which phases a launch runs, launch shapes. Nothing here synchronises with the
+// device on the hot path.
+#include "low_latency_cuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "mori/core/cuda_runtime.hpp"
+#include "mori/core/error.hpp"
+#include "mori/shmem/shmem.hpp"
+
+namespace mori::ep {
+
+LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
+                               std::chrono::milliseconds timeout)
+    : shape_(shape),
+      layout_(MakeLlLayout(shape)),
+      block_(static_cast<char*>(block)),
+      device_(device),
+      timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
+      ctx_(shmem::GetDeviceContext()) {
+  MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
+                 " differs from the heap's n_pes ", ctx_.n_pes);
+  MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
+                 ctx_.my_pe);
+  if (shape.world_size > kMaxCudaWorldSize) {
+    MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take world sizes up to ",
+               kMaxCudaWorldSize, ", got ", shape.world_size);
+  }
+  if (shape.top_k > 32) {
+    MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take top-k up to 32, got ",
+               shape.top_k);
+  }
+  if (shape.max_tokens > 8192) {
+    MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take up to 8192 tokens per rank ",
+               "(max_num_inp_token_per_rank), got ", shape.max_tokens);
+  }
+  MORI_CHECK_ARG(shmem::IsSymmetric(block, layout_.total_bytes),
+                 "the op's buffer is not a symmetric block of ", layout_.total_bytes, " bytes");
+  for (int pe = 0; pe < ctx_.n_pes; ++pe) {
+    if (shmem::Ptr(block, pe) == nullptr) {
+      MORI_THROW(NotSupportedError, "low-latency dispatch/combine needs every pe on this node, ",
+                 "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
+    }
+  }
+  mori::cuda::ScopedDevice guard(device_);
+  MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  MORI_CUDA_CHECK(cudaMemset(block_, 0, LlSignalBytes(layout_)));
+  MORI_CUDA_CHECK(cudaDeviceSynchronize());
+  shmem::BarrierAll();
+}
+
+kernels::LlParams LowLatencyCuda::Base() const {
+  kernels::LlParams p{};
+  p.ctx = ctx_;
+  p.block = block_;
+  p.layout = layout_;
+  p.world = shape_.world_size;
+  p.me = shape_.rank;
+  p.top_k = shape_.top_k;
+  p.experts_per_rank = shape_.num_experts_per_rank;
+  p.max_tokens = shape_.max_tokens;
+  p.hidden_dim = shape_.hidden_dim;
+  p.hidden_bytes = shape_.hidden_bytes;
+  p.combine_row_bytes = shape_.combine_row_bytes;
+  p.scale_bytes = shape_.scale_bytes;
+  p.timeout_ns = timeout_ns_;
+  return p;
+}
+
+void LowLatencyCuda::Launch(const kernels::LlParams& p, LaunchShape launch, uintptr_t stream) {
+  // Every block of a launch may wait for the flags its last block posts: the grid
+  // must be resident, one block per SM at most (and the peers' grids beside it).
+  const int warps = std::clamp(launch.warp_per_block, 1, 16);
+  const int blocks = std::clamp(launch.block_num, 1, std::max(1, sm_count_ / 2));
+  mori::cuda::ScopedDevice guard(device_);
+  kernels::LaunchLowLatency(p, blocks, warps * 32, stream);
+}
+
+void LowLatencyCuda::DispatchSend(const LlDispatchArgs& a, bool fuse, LaunchShape launch,
+                                  uintptr_t stream) {
+  MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= shape_.max_tokens, "num_tokens ",
+                 a.num_tokens, " exceeds max_num_inp_token_per_rank ", shape_.max_tokens);
+  MORI_CHECK_ARG(a.token_row_bytes <= shape_.hidden_bytes, "token rows of ", a.token_row_bytes,
+                 " bytes exceed ", shape_.hidden_bytes);
+  dispatch_ = a;
+  num_tokens_ = a.num_tokens;
+  if (fuse) {
+    dispatch_deferred_ = true;
+    return;
+  }
+  kernels::LlParams p = Base();
+  p.phases = kernels::kLlDispatchSend;
+  p.d = a;
+  Launch(p, launch, stream);
+}
+
+void LowLatencyCuda::DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uintptr_t stream) {
+  kernels::LlParams p = Base();
+  p.phases = kernels::kLlDispatchRecv;
+  if (dispatch_deferred_) p.phases |= kernels::kLlDispatchSend;
+  dispatch_deferred_ = false;
+  p.d = dispatch_;
+  p.r = out;
+  p.recv_layout = dispatch_.layout;
+  p.recv_fp8 = dispatch_.fp8_cast;
+  p.recv_row_bytes = dispatch_.token_row_bytes;
+  Launch(p, launch, stream);
+}
+
+void LowLatencyCuda::RejectDispatch(const std::string& reason, uintptr_t stream) {
+  dispatch_deferred_ = false;
+  kernels::LlParams p = Base();
+  p.phases = kernels::kLlRejectDispatch;
+  Launch(p, LaunchShape{1, 1}, stream);
+  throw InvalidArgumentError(reason);
+}
+
+void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_recv, bool fuse,
+                                 LaunchShape launch, uintptr_t stream) {
+  combine_ = a;
+  combine_total_ = total_recv;
+  if (fuse) {
+    combine_deferred_ = true;
+    return;
+  }
+  kernels::LlParams p = Base();
+  p.phases = kernels::kLlCombineSend;
+  p.c = a;
+  p.total_recv = total_recv;
+  p.combine_tokens = num_tokens_;
+  Launch(p, launch, stream);
+}
+
+void LowLatencyCuda::CombineRecv(LaunchShape launch, uintptr_t stream) {
+  kernels::LlParams p = Base();
+  p.phases = kernels::kLlCombineRecv;
+  if (combine_deferred_) p.phases |= kernels::kLlCombineSend;
+  combine_deferred_ = false;
+  p.c = combine_;
+  p.total_recv = combine_total_;
+  p.combine_tokens = num_tokens_;
+  Launch(p, launch, stream);
+}
+
+void LowLatencyCuda::RejectCombine(const std::string& reason, uintptr_t stream) {
+  combine_deferred_ = false;
+  kernels::LlParams p = Base();
+  p.phases = kernels::kLlRejectCombine;
+  Launch(p, LaunchShape{1, 1}, stream);
+  throw InvalidArgumentError(reason);
+}
+
+}  // namespace mori::ep

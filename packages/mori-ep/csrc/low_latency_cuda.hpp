@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The low-latency protocol (low_latency_protocol.hpp) as CUDA kernels
+// (kernels/low_latency.cu) on a CUDA symmetric heap. One kernel per call on the
+// caller's stream, no host synchronisation: the call counters live in the block's
+// private state, so CUDA-graph replays advance them. IntraNodeLL fuses send and
+// receive into one kernel; AsyncLL launches the send kernel, then the receive one.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "intranode_cuda.hpp"  // LaunchShape
+#include "low_latency_args.hpp"
+#include "mori/shmem/context.hpp"
+
+namespace mori::ep {
+
+namespace kernels {
+
+// Phases one launch runs, in this order.
+inline constexpr int kLlDispatchSend = 1, kLlDispatchRecv = 2, kLlCombineSend = 4,
+                     kLlCombineRecv = 8, kLlRejectDispatch = 16, kLlRejectCombine = 32;
+
+struct LlParams {
+  shmem::DeviceContext ctx;
+  char* block;
+  LlBufferLayout layout;
+  int world, me, top_k, experts_per_rank;
+  int64_t max_tokens, hidden_dim, hidden_bytes, combine_row_bytes, scale_bytes;
+  uint64_t timeout_ns;
+  int phases;
+  LlDispatchArgs d;
+  LlRecvArgs r;
+  LlLayout recv_layout;
+  bool recv_fp8;           // the dispatch being received was cast to e4m3
+  int64_t recv_row_bytes;  // its token row bytes (before a cast)
+  LlCombineArgs c;
+  const int32_t* total_recv;  // token-major combine: the dispatch's total_recv (device)
+  int64_t combine_tokens;     // token-major combine: this pe's tokens of the dispatch
+};
+
+void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stream);
+
+}  // namespace kernels
+
+class LowLatencyCuda {
+ public:
+  // Collective: zeroes this pe's signal words and state, synchronises the device,
+  // then a heap barrier.
+  LowLatencyCuda(const EpShape& shape, void* block, int device, std::chrono::milliseconds timeout);
+
+  // Expert ids are checked in the kernel: a bad id (or, expert-major, a repeated
+  // one) posts the call as rejected to every pe, prints the token, slot and value,
+  // and traps; the peers' receive traps naming this pe. With `fuse` the receive
+  // half runs in the same kernel (DispatchRecv then launches nothing new).
+  void DispatchSend(const LlDispatchArgs& args, bool fuse, LaunchShape launch, uintptr_t stream);
+  void DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uintptr_t stream);
+  [[noreturn]] void RejectDispatch(const std::string& reason, uintptr_t stream);
+  void CombineSend(const LlCombineArgs& args, const int32_t* total_recv, bool fuse,
+                   LaunchShape launch, uintptr_t stream);
+  void CombineRecv(LaunchShape launch, uintptr_t stream);
+  [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream);
+
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  kernels::LlParams Base() const;
+  void Launch(const kernels::LlParams& p, LaunchShape launch, uintptr_t stream);
+
+  EpShape shape_;
+  LlBufferLayout layout_;
+  char* block_;
+  int device_;
+  int sm_count_ = 0;
+  uint64_t timeout_ns_;
+  shmem::DeviceContext ctx_;
+  // Host mirrors of what was enqueued, for the next half's launch (never read by
+  // the kernels as state: the call counters are on the device).
+  LlDispatchArgs dispatch_{};
+  bool dispatch_deferred_ = false;
+  LlCombineArgs combine_{};
+  const int32_t* combine_total_ = nullptr;
+  bool combine_deferred_ = false;
+  int64_t num_tokens_ = 0;
+};
+
+}  // namespace mori::ep

@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""The low-latency CUDA kernels (IntraNodeLL, AsyncLL, the expert-major layout,
+DeepEP's entry points) among real processes: 2 processes on one GPU, and one per GPU
+when two are visible; the scenarios of test_low_latency.py (the same worker and
+references, bit for bit) and CUDA-graph replays with fresh inputs. Skipped without a
+CUDA GPU or a mori build without CUDA."""
+
+import random
+from pathlib import Path
+
+import pytest
+
+from mori.core.launch import NO_MULTICAST_ENV, launch_local
+
+WORKER = str(Path(__file__).parent / "workers" / "ep_ll_worker.py")
+
+
+def _run(mode, placement, world, iters, timeout_s=240):
+    seed = random.randrange(1 << 30)
+    print(f"seed={seed}")
+    results = launch_local(
+        [WORKER, mode, str(seed), str(iters), placement], world, timeout_s=timeout_s,
+        env=dict(NO_MULTICAST_ENV),
+    )  # fmt: skip
+    for r in results:
+        print(f"----- rank {r.rank} -----\n{r.output}")
+        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+
+
+@pytest.mark.parametrize("mode", ["token", "expert", "graph"])
+def test_two_processes_one_gpu(mode, cuda_gpus):
+    _run(mode, "shared", 2, 8)
+
+
+@pytest.mark.parametrize("mode", ["token", "expert", "graph"])
+def test_one_process_per_gpu(mode, cuda_gpus):
+    if cuda_gpus < 2:
+        pytest.skip("needs 2 GPUs")
+    _run(mode, "per_gpu", cuda_gpus, 16 if mode != "graph" else 8)
