@@ -37,3 +37,7 @@ def test_expert_major_matches_deepep_oracle(world, iters):
 @pytest.mark.parametrize("world", [2])
 def test_low_latency_errors_reach_every_rank(world):
     _run("errors", world, 1)
+
+
+def test_an_absent_peer_times_out_and_the_op_refuses_later_calls():
+    _run("timeout", 2, 1, timeout_s=60)

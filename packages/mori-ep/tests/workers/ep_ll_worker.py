@@ -14,6 +14,7 @@ DeepEP's entry points). argv: mode seed iters [device]
            scales, src_info and layout ranges consistent, combine exactly the fp32 sum
            over k in order).
   errors   bad inputs on one rank fail the call on every rank; the op works after.
+  timeout  rank 1 never dispatches: rank 0's receive times out, then the op refuses calls.
   graph    (CUDA) an IntraNodeLL dispatch + combine, token-major and expert-major, each
            captured in a CUDA graph and replayed with fresh inputs, checked per replay.
 Prints "rank N ok" last. placement: "cpu" (default, a host heap), "shared" (every rank
@@ -483,6 +484,23 @@ elif mode == "errors":
     run_errors()
 elif mode == "graph":
     run_graph(seed)
+elif mode == "timeout":
+    op = EpDispatchCombineOp(
+        EpDispatchCombineConfig(
+            torch.bfloat16, rank, world, HIDDEN, 0, 4, 2, M, EPR, K,
+            kernel_type=EpDispatchCombineKernelType.AsyncLL,
+        ),
+        timeout_s=1.5,
+    )  # fmt: skip
+    x = torch.randn(2, HIDDEN).to(torch.bfloat16)
+    idx = torch.zeros(2, K, dtype=torch.int32)
+    if rank == 0:
+        op.dispatch_send(x, None, None, idx)  # returns: the send does not wait
+        expect(mc.MoriTimeoutError, "", op.dispatch_recv)
+        expect(mc.InvalidStateError, "timed out earlier", op.dispatch_send, x, None, None, idx)
+        expect(mc.InvalidStateError, "timed out earlier", op.low_latency_dispatch, x, idx, M, E)
+    print(f"rank {rank} ok", flush=True)
+    os._exit(0)  # the pes no longer agree on the call they are in: no collective teardown
 else:
     raise SystemExit(f"unknown mode {mode}")
 shmem.barrier_all()
