@@ -59,11 +59,14 @@ def test_bench_smoke(tmp_path):
         "3",
         "--json",
         str(out),
+        "--kernel-type",
+        "IntraNode,IntraNodeLL,AsyncLL,deepep-ll",
     ]
     # The ranks directly (what `python -m mori.ep.bench` spawns), saving a torch import.
     stdout = launch_local(cmd, 2, timeout_s=90, env=NO_MULTICAST_ENV)[0].output
     print(stdout[-4000:])
     assert "baseline combine output matches mori's: yes" in stdout
+    assert "token-major kernel types' combine outputs identical: yes" in stdout
     data = json.loads(out.read_text())
     recs = data["records"]
     assert data["meta"]["world_size"] == 2
@@ -75,7 +78,14 @@ def test_bench_smoke(tmp_path):
         for dtype in ("bf16", "fp8"):
             case = [r for r in recs if r["tokens"] == tokens and r["dtype"] == dtype]
             mori = {r["rank"]: r for r in case if r["impl"] == "mori"}
-            base = {r["rank"]: r for r in case if r["impl"] != "mori"}
+            base = {r["rank"]: r for r in case if r["impl"].startswith("a2a")}
+            for impl in ("mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll"):
+                ll = {r["rank"]: r for r in case if r["impl"] == impl}
+                assert set(ll) == {0, 1}, (impl, case)
+                assert all(r["dispatch_us"] > 0 and r["combine_us"] > 0 for r in ll.values())
+                if impl != "mori deepep-ll":  # token-major: the intra-node kernels' rows
+                    assert all(ll[r]["recv_rows"] == mori[r]["recv_rows"] for r in (0, 1))
+                    assert all(r["matches_intranode"] for r in ll.values()), impl
             assert set(mori) == set(base) == {0, 1}, case
             for rank in (0, 1):
                 assert mori[rank]["recv_rows"] == base[rank]["recv_rows"]

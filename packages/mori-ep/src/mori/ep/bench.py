@@ -69,6 +69,21 @@ def _str_list(text: str) -> list[str]:
     return vals
 
 
+KERNEL_TYPES = ("IntraNode", "IntraNodeLL", "AsyncLL", "deepep-ll")
+
+
+def _kernel_list(text: str) -> list[str]:
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    for v in vals:
+        if v not in KERNEL_TYPES:
+            raise argparse.ArgumentTypeError(f"kernel type {v!r} must be one of {KERNEL_TYPES}")
+    return vals
+
+
+def _impl_name(kt: str) -> str:
+    return "mori" if kt == "IntraNode" else f"mori {kt}"
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m mori.ep.bench",
@@ -118,6 +133,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="no run: draw --plot from a --json file of an earlier run (e.g. from a GPU host)",
     )  # fmt: skip
     p.add_argument("--timeout-s", type=float, default=600.0)
+    p.add_argument(
+        "--kernel-type", type=_kernel_list, default=["IntraNode"],
+        help="comma-separated: IntraNode, IntraNodeLL, AsyncLL (MORI's token-major calls; "
+        "AsyncLL as send + recv), deepep-ll (low_latency_dispatch/combine on an IntraNodeLL "
+        "op; fp8 = the cast inside dispatch)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     args.tokens = args.tokens or [args.max_tokens]
     if max(args.tokens) > args.max_tokens or min(args.tokens) < 0:
@@ -307,7 +328,12 @@ def worker(args: argparse.Namespace) -> None:
 
     import mori.core as mc
     from mori.core import shmem
-    from mori.ep import _C, EpDispatchCombineConfig, EpDispatchCombineOp
+    from mori.ep import (
+        _C,
+        EpDispatchCombineConfig,
+        EpDispatchCombineKernelType,
+        EpDispatchCombineOp,
+    )
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -333,7 +359,10 @@ def worker(args: argparse.Namespace) -> None:
         sd = scale_dim if dt == "fp8" else 0
         return (world, rank, m, k, hidden, 2, sd * 4, epr)
 
-    heap = sum(_C.ep_buffer_layout(*shape(dt))["total_bytes"] for dt in args.dtype)
+    heap = 0
+    for kt in args.kernel_type:
+        layout = _C.ep_buffer_layout if kt == "IntraNode" else _C.ll_buffer_layout
+        heap += sum(layout(*shape(dt))["total_bytes"] for dt in args.dtype)
     heap += (PEER_COPY_BYTES if cuda and world > 1 else 0) + (64 << 20)
     heap = (heap + (2 << 20) - 1) // (2 << 20) * (2 << 20)
     shmem.init(device=dev if cuda else "cpu", heap_size=heap, timeout_s=120)
@@ -343,7 +372,7 @@ def worker(args: argparse.Namespace) -> None:
 
     timer = _Timer(cuda)
     ops = {}
-    for dt in args.dtype:
+    for kt, dt in ((kt, dt) for kt in args.kernel_type for dt in args.dtype):
         cfg = EpDispatchCombineConfig(
             rank=rank,
             world_size=world,
@@ -357,8 +386,9 @@ def worker(args: argparse.Namespace) -> None:
             warp_num_per_block=args.warp_per_block,
             block_num=max(args.block_num),
             data_type=fp8 if dt == "fp8" else torch.bfloat16,
+            kernel_type=EpDispatchCombineKernelType["IntraNodeLL" if kt == "deepep-ll" else kt],
         )
-        ops[dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+        ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
 
     peer_copy_gbps = None
     if cuda and world > 1:
@@ -397,6 +427,7 @@ def worker(args: argparse.Namespace) -> None:
         barrier=barrier,
         scale_dim=scale_dim,
         a2a_group=a2a_group,
+        reference={},  # (tokens, dtype) -> the first token-major kernel type's combine output
     )
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
     records = []
@@ -409,7 +440,12 @@ def worker(args: argparse.Namespace) -> None:
         for dt in args.dtype:
             x = (x32.to(fp8) if dt == "fp8" else x32.to(torch.bfloat16)).to(device)
             case = _Case(n, dt, x, w, sc if dt == "fp8" else None, idx)
-            records += _measure(args, ctx, ops[dt], case)
+            for i, kt in enumerate(args.kernel_type):
+                if kt == "deepep-ll":
+                    bf = x32.to(torch.bfloat16).to(device)
+                    records += _measure_deepep(args, ctx, ops[kt, dt], case, bf)
+                else:
+                    records += _measure(args, ctx, ops[kt, dt], case, kt, baseline=i == 0)
 
     gathered = [None] * world
     dist.all_gather_object(gathered, records)
@@ -455,24 +491,85 @@ class _Case:
     indices: Any
 
 
-def _measure(args, ctx, op, case: _Case) -> list[dict]:
-    """Time mori's dispatch/combine (each block count) and the baseline on one case;
-    returns this rank's records."""
+def _graph_times(args, ctx, d_fn, c_fn):
+    """Per-call and kernel times of d_fn / c_fn, each captured in a CUDA graph (on CPU:
+    wall-clock medians of direct calls)."""
+    import torch
+
+    if not ctx.cuda:
+        d_us, c_us = _time_pairs(ctx.timer, d_fn, c_fn, args.iters, 1, ctx.barrier)
+        return d_us, c_us, (None, None)
+    d_fn()
+    c_fn()
+    torch.cuda.synchronize()
+    g_d, g_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g_d):
+        d_fn()
+    with torch.cuda.graph(g_c):
+        c_fn()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    d_us, c_us = _time_pairs(ctx.timer, g_d.replay, g_c.replay, args.iters, args.reps, ctx.barrier)
+    kernel_us = _kernel_times(g_d.replay, g_c.replay, args.reps, ctx.barrier, ctx.timer)
+    return d_us, c_us, kernel_us
+
+
+def _measure_deepep(args, ctx, op, case: _Case, x) -> list[dict]:
+    """DeepEP's low_latency_dispatch/combine on one case (bf16 input; the fp8 case casts
+    inside dispatch). Bandwidth in DeepEP's low-latency definition: received (token,
+    expert) rows x (hidden + hidden / 128 x 4 scale bytes for fp8, hidden x 2 for bf16);
+    combine: the same rows x hidden x 2."""
+    import torch
+
+    n, dt, idx, w = case.tokens, case.dtype, case.indices.to(torch.int64), case.weights
+    fp8 = dt == "fp8"
+    e_all = ctx.epr * ctx.world
+    state = {}
+
+    def d_fn():
+        state["d"] = op.low_latency_dispatch(x, idx, ctx.m, e_all, use_fp8=fp8)
+
+    d_fn()
+    _, count, handle, _, _ = state["d"]
+    pairs = int(count.sum())
+    local = int((handle[1][:, ctx.rank] & 0xFFFFFFFF).sum())
+    y = torch.zeros(
+        (ctx.epr, ctx.world * ctx.m, ctx.hidden), dtype=torch.bfloat16, device=ctx.device
+    )
+
+    def c_fn():
+        op.low_latency_combine(y, idx, w, state["d"][2])
+
+    c_fn()
+    row = ctx.hidden + ctx.hidden // 128 * 4 if fp8 else ctx.hidden * 2
+    vol = {
+        "dispatch": pairs * row,
+        "dispatch_cross": (pairs - local) * row,
+        "combine": pairs * ctx.hidden * 2,
+        "combine_cross": (pairs - local) * ctx.hidden * 2,
+    }
+    blocks = op.config.block_num if ctx.cuda else 0
+    d_us, c_us, kernel_us = _graph_times(args, ctx, d_fn, c_fn)
+    rec = _record(_impl_name("deepep-ll"), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
+    rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+    return [rec]
+
+
+def _measure(args, ctx, op, case: _Case, kt="IntraNode", baseline=True) -> list[dict]:
+    """Time mori's dispatch/combine (each block count) and, with `baseline`, the
+    all_to_all baseline on one case; returns this rank's records."""
     import torch
     import torch.distributed as dist
 
     n, dt, x, w, s, idx = case.tokens, case.dtype, case.x, case.weights, case.scales, case.indices
     rank, world, epr, k, hidden, m = ctx.rank, ctx.world, ctx.epr, ctx.k, ctx.hidden, ctx.m
-    cuda, device, timer, barrier, scale_dim = (
-        ctx.cuda,
-        ctx.device,
-        ctx.timer,
-        ctx.barrier,
-        ctx.scale_dim,
-    )
+    cuda, device, timer, scale_dim = ctx.cuda, ctx.device, ctx.timer, ctx.scale_dim
     records = []
     # Eager pass: routing counts, and the combine input (rows as bf16).
+    async_ll = kt == "AsyncLL"
     out, out_w, _, _, total_t = op.dispatch(x, w, s, idx)
+    if async_ll:
+        op.dispatch_recv()
     total = int(total_t.item())
     # MORI's flat send index: src_rank * (world * m) + src_token.
     src_rank = torch.div(op.get_dispatch_src_token_pos(), world * m, rounding_mode="floor")
@@ -481,6 +578,8 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
     y[:total] = out[:total].to(torch.bfloat16)
     yw = out_w.clone()
     mori_out, _ = op.combine(y, yw, None)
+    if async_ll:
+        op.combine_recv()
     mori_out = mori_out.clone()
     del out, out_w, total_t  # views of the heap: finalize needs them gone
     row_bytes = hidden * x.element_size() + (scale_dim * 4 if dt == "fp8" else 0)
@@ -491,45 +590,29 @@ def _measure(args, ctx, op, case: _Case) -> list[dict]:
         "combine_cross": (total - local_rows) * hidden * 2,
     }
     for blocks in args.block_num if cuda else [0]:
-        if cuda:
 
-            def d_fn(b=blocks):
-                op.dispatch(x, w, s, idx, b, -1, args.warp_per_block)
+        def d_fn(b=blocks):
+            op.dispatch(x, w, s, idx, b, -1, args.warp_per_block)
+            if async_ll:
+                op.dispatch_recv()
 
-            def c_fn(b=blocks):
-                op.combine(y, yw, None, b, -1, args.warp_per_block)
+        def c_fn(b=blocks):
+            op.combine(y, yw, None, b, -1, args.warp_per_block)
+            if async_ll:
+                op.combine_recv()
 
-            d_fn()
-            c_fn()
-            torch.cuda.synchronize()
-            g_d, g_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g_d):
-                d_fn()
-            with torch.cuda.graph(g_c):
-                c_fn()
-            torch.cuda.synchronize()
-            barrier()
-            d_us, c_us = _time_pairs(timer, g_d.replay, g_c.replay, args.iters, args.reps, barrier)
-            kernel_us = _kernel_times(g_d.replay, g_c.replay, args.reps, barrier, timer)
-            del g_d, g_c
-            timeline = getattr(op._impl, "timeline", None)
-            if rank == 0 and timeline is not None and os.environ.get("MORI_EP_TIMELINE"):
-                # The stamps of the last replayed pair (MORI_EP_TIMELINE=1, a measurement aid).
-                print(f"timeline, {n} tokens {dt} {blocks} blocks, rank 0:\n{timeline()}", end="")
-        else:
-            d_us, c_us = _time_pairs(
-                timer,
-                lambda: op.dispatch(x, w, s, idx),
-                lambda: op.combine(y, yw, None),
-                args.iters,
-                1,
-                barrier,
-            )
-            kernel_us = (None, None)
-        rec = _record("mori", n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
+        d_us, c_us, kernel_us = _graph_times(args, ctx, d_fn, c_fn)
+        timeline = getattr(op._impl, "timeline", None)
+        if cuda and rank == 0 and timeline is not None and os.environ.get("MORI_EP_TIMELINE"):
+            # The stamps of the last replayed pair (MORI_EP_TIMELINE=1, a measurement aid).
+            print(f"timeline, {n} tokens {dt} {blocks} blocks, rank 0:\n{timeline()}", end="")
+        rec = _record(_impl_name(kt), n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
         rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+        rec["matches_intranode"] = bool(
+            torch.equal(mori_out, ctx.reference.setdefault((n, dt), mori_out))
+        )
         records.append(rec)
-    if args.no_baseline:
+    if args.no_baseline or not baseline:
         return records
     state = {}
 
@@ -664,7 +747,7 @@ def _report(args, meta, records) -> None:
             f"busbw {a2a['busbw_gbps']:.1f} GB/s (nccl-tests' definitions)"
         )
     # Speed-up over the baseline, slowest rank of each.
-    base = [r for r in records if r["impl"] != "mori"]
+    base = [r for r in records if r["impl"].startswith("a2a")]
     if base:
         mism = [r for r in base if not r.get("matches_mori", True)]
         print(
@@ -694,6 +777,12 @@ def _report(args, meta, records) -> None:
                         f"dispatch {md:.1f} us vs {bd:.1f} us ({bd / md:.2f}x), combine "
                         f"{mc:.1f} us vs {bc:.1f} us ({bc / mc:.2f}x)"
                     )
+    same = [r.get("matches_intranode") for r in records if "matches_intranode" in r]
+    if len({r["impl"] for r in records if "matches_intranode" in r}) > 1:
+        print(
+            "token-major kernel types' combine outputs identical: "
+            + ("yes, every case" if all(same) else f"NO in {same.count(False)} case(s)")
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=2)
