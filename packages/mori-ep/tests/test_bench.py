@@ -60,13 +60,15 @@ def test_bench_smoke(tmp_path):
         "--json",
         str(out),
         "--kernel-type",
-        "IntraNode,IntraNodeLL,AsyncLL,deepep-ll",
+        # On a GPU the low-latency kernels' bench run is test_low_latency_gpu.py's.
+        "IntraNode,IntraNodeLL,AsyncLL,deepep-ll" if device == "cpu" else "IntraNode",
     ]
     # The ranks directly (what `python -m mori.ep.bench` spawns), saving a torch import.
     stdout = launch_local(cmd, 2, timeout_s=90, env=NO_MULTICAST_ENV)[0].output
     print(stdout[-4000:])
     assert "baseline combine output matches mori's: yes" in stdout
-    assert "token-major kernel types' combine outputs identical: yes" in stdout
+    if device == "cpu":
+        assert "token-major kernel types' combine outputs identical: yes" in stdout
     data = json.loads(out.read_text())
     recs = data["records"]
     assert data["meta"]["world_size"] == 2
@@ -79,7 +81,9 @@ def test_bench_smoke(tmp_path):
             case = [r for r in recs if r["tokens"] == tokens and r["dtype"] == dtype]
             mori = {r["rank"]: r for r in case if r["impl"] == "mori"}
             base = {r["rank"]: r for r in case if r["impl"].startswith("a2a")}
-            for impl in ("mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll"):
+            for impl in ("mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll")[
+                : 3 if device == "cpu" else 0
+            ]:
                 ll = {r["rank"]: r for r in case if r["impl"] == impl}
                 assert set(ll) == {0, 1}, (impl, case)
                 assert all(r["dispatch_us"] > 0 and r["combine_us"] > 0 for r in ll.values())

@@ -6,7 +6,9 @@ when two are visible; the scenarios of test_low_latency.py (the same worker and
 references, bit for bit) and CUDA-graph replays with fresh inputs. Skipped without a
 CUDA GPU or a mori build without CUDA."""
 
+import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,24 @@ def test_one_process_per_gpu(mode, cuda_gpus):
     if cuda_gpus < 2:
         pytest.skip("needs 2 GPUs")
     _run(mode, "per_gpu", cuda_gpus, 16 if mode != "graph" else 8)
+
+
+def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):
+    """python -m mori.ep.bench with the low-latency kernel types beside IntraNode (graph
+    replays, profiler kernel times); the token-major types' combine outputs must equal
+    IntraNode's."""
+    world = 2
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "mori.ep.bench", "--device", "cuda", "--world-size", str(world),
+        "--max-tokens", "128", "--tokens", "1,128", "--hidden-dim", "7168",
+        "--num-experts-per-token", "8", "--num-experts-per-rank", "8", "--dtype", "bf16,fp8",
+        "--block-num", "24", "--iters", "3", "--reps", "3", "--no-baseline", "--json", str(out),
+        "--kernel-type", "IntraNode,IntraNodeLL,AsyncLL,deepep-ll",
+    ]  # fmt: skip
+    stdout = launch_local(cmd, world, timeout_s=240, env=dict(NO_MULTICAST_ENV))[0].output
+    print(stdout[-6000:])
+    assert "token-major kernel types' combine outputs identical: yes" in stdout
+    recs = json.loads(out.read_text())["records"]
+    impls = {r["impl"] for r in recs}
+    assert {"mori", "mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll"} <= impls
