@@ -19,55 +19,6 @@ namespace mori::ep {
 namespace hs = mori::shmem::host;
 using mori::shmem::Cmp;
 
-namespace {
-
-inline float BFloat16ToFloat(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Round to nearest even, NaN to the canonical quiet NaN: torch's conversion, so a
-// reference computed with torch matches bit for bit.
-inline uint16_t FloatToBFloat16(float f) {
-  if (f != f) return 0x7FC0;
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-// What a combine row element contributes: its value, or (fp8_cast) its value
-// rounded to fp8 e4m3fn as MORI's fp8_direct_cast sends it.
-inline float CombineValue(const char* row, int64_t h, CombineDtype dtype, bool fp8_cast) {
-  switch (dtype) {
-    case CombineDtype::kBFloat16: {
-      const float v = BFloat16ToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
-      return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
-    }
-    case CombineDtype::kFloat8E4M3:
-      return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
-    case CombineDtype::kFloat32:
-      break;
-  }
-  return reinterpret_cast<const float*>(row)[h];
-}
-
-int64_t ElementBytes(CombineDtype dtype) {
-  switch (dtype) {
-    case CombineDtype::kBFloat16:
-      return 2;
-    case CombineDtype::kFloat8E4M3:
-      return 1;
-    case CombineDtype::kFloat32:
-      break;
-  }
-  return 4;
-}
-
-}  // namespace
-
 IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout)
     : shape_(shape),
       layout_(MakeLayout(shape)),
@@ -284,7 +235,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   }
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
   const int64_t M = shape_.max_tokens;
-  const int64_t row_bytes = shape_.hidden_dim * ElementBytes(a.dtype);
+  const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
   if (row_bytes > shape_.combine_row_bytes) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
                          shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"));
@@ -334,7 +285,8 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
       const size_t slot = static_cast<size_t>(d) * M + t;
       const int64_t self_row = token_self_row[t];
       const char* row = d == me ? input + self_row * a.input_row_stride : comb_tokens + slot * Hc;
-      for (int64_t h = 0; h < hidden; ++h) acc[h] += CombineValue(row, h, a.dtype, a.fp8_cast);
+      for (int64_t h = 0; h < hidden; ++h)
+        acc[h] += CombineElementValue(row, h, a.dtype, a.fp8_cast);
       if (with_weights) {
         const float* w = d == me ? a.weights + self_row * K : comb_weights + slot * K;
         for (int j = 0; j < K; ++j) wacc[j] += w[j];
@@ -343,7 +295,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
     switch (a.dtype) {
       case CombineDtype::kBFloat16: {
         uint16_t* o = static_cast<uint16_t*>(a.out) + t * hidden;
-        for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToBFloat16(acc[h]);
+        for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToBf16Bits(acc[h]);
         break;
       }
       case CombineDtype::kFloat8E4M3: {

@@ -23,32 +23,6 @@ using mori::shmem::Cmp;
 
 namespace {
 
-int64_t ElementBytes(CombineDtype dtype) {
-  switch (dtype) {
-    case CombineDtype::kBFloat16:
-      return 2;
-    case CombineDtype::kFloat8E4M3:
-      return 1;
-    case CombineDtype::kFloat32:
-      break;
-  }
-  return 4;
-}
-
-float CombineValue(const char* row, int64_t h, CombineDtype dtype, bool fp8_cast) {
-  switch (dtype) {
-    case CombineDtype::kBFloat16: {
-      const float v = Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
-      return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
-    }
-    case CombineDtype::kFloat8E4M3:
-      return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
-    case CombineDtype::kFloat32:
-      break;
-  }
-  return reinterpret_cast<const float*>(row)[h];
-}
-
 void StoreRow(const std::vector<float>& acc, CombineDtype dtype, void* out, int64_t t) {
   const int64_t hidden = static_cast<int64_t>(acc.size());
   switch (dtype) {
@@ -364,7 +338,7 @@ void LowLatencyCpu::RejectCombine(const std::string& reason) {
 void LowLatencyCpu::CombineSendTokenMajor(const LlCombineArgs& a, int half) {
   const int me = shape_.rank, K = shape_.top_k;
   const int64_t M = shape_.max_tokens, Hc = shape_.combine_row_bytes;
-  const int64_t row_bytes = shape_.hidden_dim * ElementBytes(a.dtype);
+  const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
   char* comb_tokens = At<char>(layout_.comb_tokens) + half * layout_.half_comb_tokens;
   float* comb_weights =
       reinterpret_cast<float*>(At<char>(layout_.comb_weights) + half * layout_.half_comb_weights);
@@ -405,8 +379,8 @@ void LowLatencyCpu::CombineSend(const LlCombineArgs& a) {
                ") was not received: call combine_recv first");
   }
   if (a.layout == LlLayout::kTokenMajor) {
-    if (shape_.hidden_dim * ElementBytes(a.dtype) > shape_.combine_row_bytes) {
-      RejectCombine(StrCat("combine rows of ", shape_.hidden_dim * ElementBytes(a.dtype),
+    if (shape_.hidden_dim * CombineElementBytes(a.dtype) > shape_.combine_row_bytes) {
+      RejectCombine(StrCat("combine rows of ", shape_.hidden_dim * CombineElementBytes(a.dtype),
                            " bytes exceed the combine buffer's ", shape_.combine_row_bytes));
     }
     if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
@@ -469,7 +443,8 @@ void LowLatencyCpu::CombineRecv() {
         if (!token_ranks[t * W + d]) continue;
         const int64_t slot = d * M + t;
         const char* row = comb_tokens + slot * Hc;
-        for (int64_t h = 0; h < hidden; ++h) acc[h] += CombineValue(row, h, a.dtype, a.fp8_cast);
+        for (int64_t h = 0; h < hidden; ++h)
+          acc[h] += CombineElementValue(row, h, a.dtype, a.fp8_cast);
         for (int j = 0; j < K; ++j) wacc[j] += comb_weights[slot * K + j];
       }
       StoreRow(acc, a.dtype, a.out, t);

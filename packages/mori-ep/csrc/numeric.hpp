@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "intranode_args.hpp"      // CombineDtype
 #include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
 
 namespace mori::ep {
@@ -73,6 +74,25 @@ MORI_HOST_DEVICE inline uint16_t FloatToBf16Bits(float f) {
   uint32_t bits = FloatBits(f);
   bits += 0x7FFFu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
+}
+
+// Bytes of one element of a combine dtype.
+MORI_HOST_DEVICE inline int64_t CombineElementBytes(CombineDtype dtype) {
+  return dtype == CombineDtype::kFloat32 ? 4 : (dtype == CombineDtype::kBFloat16 ? 2 : 1);
+}
+
+// What element h of a combine row contributes to a reduction: its value, or (fp8_cast)
+// its bf16 value rounded to fp8 e4m3fn as MORI's fp8_direct_cast sends it.
+MORI_HOST_DEVICE inline float CombineElementValue(const char* row, int64_t h, CombineDtype dtype,
+                                                  bool fp8_cast) {
+  if (dtype == CombineDtype::kBFloat16) {
+    const float v = Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
+    return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
+  }
+  if (dtype == CombineDtype::kFloat8E4M3) {
+    return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
+  }
+  return reinterpret_cast<const float*>(row)[h];
 }
 
 }  // namespace mori::ep

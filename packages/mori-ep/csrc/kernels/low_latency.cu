@@ -363,8 +363,7 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
       }
       dev::Trap();
     }
-    const int64_t eb =
-        a.dtype == CombineDtype::kFloat32 ? 4 : (a.dtype == CombineDtype::kBFloat16 ? 2 : 1);
+    const int64_t eb = CombineElementBytes(a.dtype);
     for (int64_t i = gwarp; i < total; i += nwarps) {
       const int s = static_cast<int>(a.src_pos[i] / M);
       const int64_t t = a.src_pos[i] % M;
@@ -402,21 +401,6 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     }
     if (threadIdx.x == 0) st->combine_calls = call;
   }
-}
-
-__device__ __forceinline__ float CombineValue(const char* row, int64_t h, CombineDtype dtype,
-                                              bool fp8_cast) {
-  switch (dtype) {
-    case CombineDtype::kBFloat16: {
-      const float v = Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
-      return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
-    }
-    case CombineDtype::kFloat8E4M3:
-      return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
-    case CombineDtype::kFloat32:
-      break;
-  }
-  return reinterpret_cast<const float*>(row)[h];
 }
 
 __device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, CombineDtype dtype) {
@@ -460,7 +444,8 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         float acc = 0.0f;
         for (int d = 0; d < W; ++d) {
           if (!token_ranks[t * W + d]) continue;
-          acc = __fadd_rn(acc, CombineValue(comb + (d * M + t) * Hc, h, a.dtype, a.fp8_cast));
+          acc =
+              __fadd_rn(acc, CombineElementValue(comb + (d * M + t) * Hc, h, a.dtype, a.fp8_cast));
         }
         StoreValue(a.out, t * hidden + h, acc, a.dtype);
       }
