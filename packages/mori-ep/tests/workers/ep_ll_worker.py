@@ -92,9 +92,9 @@ def run_token(kind, fp8, base_seed):
         args = (x.to(DEV), w.to(DEV), sc.to(DEV) if fp8 else None, idx.to(DEV))
         if async_ll:
             out, out_w, out_s, out_idx, total = op.dispatch_send(*args)
-            op.dispatch_recv()
+            op.dispatch_recv(call_local_expert_count=True)
         else:
-            out, out_w, out_s, out_idx, total = op.dispatch(*args)
+            out, out_w, out_s, out_idx, total = op.dispatch(*args, call_local_expert_count=True)
         total = int(total.item())
         counts = all_counts(n)
         ax, aw, ai = gathered(x, n), gathered(w, n), gathered(idx, n, -1)
@@ -102,6 +102,10 @@ def run_token(kind, fp8, base_seed):
         rows = [(s, t) for s in range(world) for t in range(counts[s])
                 if rank in {int(e) // EPR for e in ai[s][t] if e >= 0}]  # fmt: skip
         assert total == len(rows), f"{kind} it {it} ({rk}): total_recv {total} != {len(rows)}"
+        # MORI's local_expert_count: (received token, slot) pairs per local expert.
+        want_cnt = [sum(int((ai[s][: counts[s]] == rank * EPR + e).sum()) for s in range(world))
+                    for e in range(EPR)]  # fmt: skip
+        assert cpu(op.local_expert_count).tolist() == want_cnt, f"it {it}: local_expert_count"
         want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
         assert torch.equal(cpu(op.get_dispatch_src_token_pos()), want_pos), f"it {it}: src pos"
         if rows:

@@ -37,7 +37,9 @@ _COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn
 class EpDispatchCombineKernelType(enum.IntEnum):
     """Which kernel family runs the op: MORI's names and values. This release
     implements ``IntraNode`` (every rank on one node, over load/store-reachable
-    symmetric memory; the CPU implementation of the same protocol on a host heap);
+    symmetric memory; the CPU implementation of the same protocol on a host heap) and
+    the low-latency ``IntraNodeLL`` / ``AsyncLL`` (fixed receive slots, no count
+    exchange; ``docs/low_latency.md``; their CUDA kernel has not run on a GPU yet);
     the op raises NotSupportedError for the others."""
 
     IntraNode = 0
@@ -129,7 +131,9 @@ class EpDispatchCombineConfig:
         use_external_inp_buf, gpu_per_node, rdma_block_num, num_qp_per_pe: MORI's
             fields, accepted for porting; the intra-node implementation reads its
             combine input wherever it lies, so it needs none of them.
-        kernel_type: an :class:`EpDispatchCombineKernelType`; only ``IntraNode`` runs.
+        kernel_type: an :class:`EpDispatchCombineKernelType`: ``IntraNode``, or
+            ``IntraNodeLL`` / ``AsyncLL`` (the low-latency protocol, the expert-major
+            methods and DeepEP's low_latency_*; see :mod:`mori.ep.low_latency`).
         quant_type: ``"none"`` or ``"fp8_direct_cast"`` (bf16 combine input rounded
             to fp8 e4m3 before it is reduced, fp32 accumulation, bf16 output); the
             blockwise types raise NotSupportedError.
