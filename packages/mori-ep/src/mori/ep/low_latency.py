@@ -240,10 +240,10 @@ class LowLatencyMixin:
         destinations' receive slots and returns without waiting for the peers; the
         outputs (those of :meth:`dispatch`) hold data once :meth:`dispatch_recv` has
         run. Other kernel types run the whole dispatch (MORI's behaviour)."""
-        out = self.dispatch(input, weights, scales, indices, block_num, -1, warp_per_block)
-        if self._ll and self._ll_pending_dispatch is not None:
-            self._ll_pending_dispatch["count"] = call_local_expert_count
-        return out
+        return self.dispatch(
+            input, weights, scales, indices, block_num, -1, warp_per_block,
+            call_local_expert_count,
+        )  # fmt: skip
 
     def dispatch_recv(
         self, block_num: int = -1, warp_per_block: int = -1, call_local_expert_count: bool = False
