@@ -25,7 +25,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, factor, start_gpu_rank
+from ep_reference import FP8, factor, start_gpu_rank, to_dtype
 
 from mori.core import shmem
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
@@ -165,15 +165,15 @@ def run_fp8(cast: bool) -> None:
     def part(v: torch.Tensor, d: int) -> torch.Tensor:
         """What rank d's expert returns for rows v (in combine's input dtype), computed
         on the CPU (torch's own conversions, which the CPU implementation matches)."""
-        return (v.cpu().float() * factor(d)).to(dtype)
+        return to_dtype(v.cpu().float() * factor(d), dtype)
 
     # The reference: parts in ascending rank order, each rounded to fp8 under the cast,
     # summed in fp32 from +0, rounded once to the output dtype.
     want = torch.zeros(m, hidden)
     for d in sorted({rank, NEXT}):
         p = part(x, d)
-        want += p.to(FP8).float() if cast else p.float()
-    want = want.to(dtype)
+        want += to_dtype(p, FP8).float() if cast else p.float()
+    want = to_dtype(want, dtype)
     want_w = torch.zeros(m, K) + w + (w if world > 1 else 0)
     quant = "fp8_direct_cast" if cast else "none"
     name = "cast" if cast else "fp8"

@@ -31,6 +31,15 @@ def start_gpu_rank(placement: str, heap_size: str, timeout_s: float) -> tuple[in
     return rank, world, dev
 
 
+def to_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)``, except that fp8 e4m3fn saturates at +-448 as the kernels convert
+    (CUDA's __NV_SATFINITE, MORI's default): torch's own conversion of magnitudes past
+    448 changed between versions (NaN in 2.11, saturation in 2.13). Clamping keeps NaN."""
+    if dtype == FP8:
+        return t.float().clamp(-448.0, 448.0).to(FP8)
+    return t.to(dtype)
+
+
 def factor(d: int) -> float:
     """Rank d's "experts" scale its rows by this."""
     return 1.0 + 0.375 * d
