@@ -475,27 +475,47 @@ class EpDispatchCombineOp(LowLatencyMixin):
             raise
 
     # ------------------------------------------------------------------ dispatch
+    def _tokens_problem(self, x, name, dtypes, dtype_problem):
+        """What every dispatch checks of its token rows ``x`` (the argument ``name``): a
+        tensor on the op's device whose dtype is in ``dtypes`` (else ``dtype_problem``,
+        formatted with ``dtype``) and fits max_token_type_size, shaped [num_tokens,
+        hidden_dim] with at most max_num_inp_token_per_rank rows. The first problem, or
+        None."""
+        c = self.config
+        if not isinstance(x, torch.Tensor):
+            return f"{name} must be a torch.Tensor, got {_describe(x)}"
+        if x.device != self.device:
+            return f"{name} is on {x.device}, the op runs on {self.device}"
+        if x.dtype not in dtypes:
+            return dtype_problem.format(dtype=x.dtype)
+        if x.element_size() > c.max_token_type_size:
+            return (
+                f"{name} dtype {x.dtype} has {x.element_size()}-byte elements, more than "
+                f"max_token_type_size {c.max_token_type_size}"
+            )
+        if x.dim() != 2 or x.size(1) != c.hidden_dim:
+            return f"{name} must be [num_tokens, {c.hidden_dim}], got shape {tuple(x.shape)}"
+        if x.size(0) > c.max_num_inp_token_per_rank:
+            return (
+                f"num_tokens {x.size(0)} exceeds max_num_inp_token_per_rank "
+                f"{c.max_num_inp_token_per_rank}"
+            )
+        return None
+
     def _check_dispatch(
         self, input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
     ):
         c = self.config
-        k, m = c.num_experts_per_token, c.max_num_inp_token_per_rank
-        if not isinstance(input, torch.Tensor):
-            return f"input must be a torch.Tensor, got {_describe(input)}"
-        if input.device != self.device:
-            return f"input is on {input.device}, the op runs on {self.device}"
-        if input.dtype not in _TOKEN_DTYPES:
-            return f"input dtype {input.dtype} is not one of bf16, fp8 e4m3, fp16, fp32"
-        if input.element_size() > c.max_token_type_size:
-            return (
-                f"input dtype {input.dtype} has {input.element_size()}-byte elements, more than "
-                f"max_token_type_size {c.max_token_type_size}"
-            )
-        if input.dim() != 2 or input.size(1) != c.hidden_dim:
-            return f"input must be [num_tokens, {c.hidden_dim}], got shape {tuple(input.shape)}"
+        k = c.num_experts_per_token
+        problem = self._tokens_problem(
+            input,
+            "input",
+            _TOKEN_DTYPES,
+            "input dtype {dtype} is not one of bf16, fp8 e4m3, fp16, fp32",
+        )
+        if problem is not None:
+            return problem
         n = input.size(0)
-        if n > m:
-            return f"num_tokens {n} exceeds max_num_inp_token_per_rank {m}"
         if not isinstance(indices, torch.Tensor) or indices.dtype not in _INDEX_DTYPES:
             return f"indices must be an int32 or int64 tensor, got {_describe(indices)}"
         if indices.device != self.device:

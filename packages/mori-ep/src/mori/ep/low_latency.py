@@ -394,23 +394,12 @@ class LowLatencyMixin:
 
     def _ll_check_expert_major(self, x, topk_idx, dtypes, what):
         c = self.config
-        k, m = c.num_experts_per_token, c.max_num_inp_token_per_rank
-        if not isinstance(x, torch.Tensor):
-            return f"x must be a torch.Tensor, got {_describe(x)}"
-        if x.device != self.device:
-            return f"x is on {x.device}, the op runs on {self.device}"
-        if x.dtype not in dtypes:
-            return f"{what} input dtype {x.dtype} must be one of {[str(d) for d in dtypes]}"
-        if x.element_size() > c.max_token_type_size:
-            return (
-                f"x dtype {x.dtype} has {x.element_size()}-byte elements, more than "
-                f"max_token_type_size {c.max_token_type_size}"
-            )
-        if x.dim() != 2 or x.size(1) != c.hidden_dim:
-            return f"x must be [num_tokens, {c.hidden_dim}], got shape {tuple(x.shape)}"
+        k = c.num_experts_per_token
+        dtype_problem = f"{what} input dtype {{dtype}} must be one of {[str(d) for d in dtypes]}"
+        problem = self._tokens_problem(x, "x", dtypes, dtype_problem)
+        if problem is not None:
+            return problem
         n = x.size(0)
-        if n > m:
-            return f"num_tokens {n} exceeds max_num_inp_token_per_rank {m}"
         if not isinstance(topk_idx, torch.Tensor) or topk_idx.dtype not in (
             torch.int32,
             torch.int64,
