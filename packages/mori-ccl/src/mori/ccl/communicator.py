@@ -208,9 +208,11 @@ class Communicator:
 
     # ------------------------------------------------------------------ helpers
     def empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        """Collective: an uninitialized symmetric tensor on the heap. Passed as an
-        input, it is read by the peers where it lies (no staging copy); the call then
-        returns only once every peer has read it."""
+        """Collective: an uninitialized symmetric tensor on the heap. On a host heap,
+        passed as an input, it is read by the peers where it lies (no staging copy) and
+        the call returns only once every peer has read it. On a CUDA heap it is staged
+        like any other input for now (the kernels have no end-of-call wait that reading
+        it in place would need)."""
         return shmem.empty(shape, dtype)
 
     def _impl_or_raise(self):
