@@ -554,16 +554,22 @@ class EpDispatchCombineOp(LowLatencyMixin):
         elif scales is not None and (not isinstance(scales, torch.Tensor) or scales.numel()):
             return f"scales given ({_describe(scales)}) but the config has scale_dim 0"
         problem = _check_launch(block_num, rdma_block_num, warp_per_block)
-        if problem is None and indices.dtype == torch.int64 and not self._cuda and n:
-            # Checked before the cast to int32, which could wrap a bad id into range.
-            bad = (indices < -1) | (indices >= c.num_experts)
-            if bool(bad.any()):
-                t, j = (int(v) for v in bad.nonzero()[0])
-                return (
-                    f"expert id {int(indices[t, j])} out of range [-1, {c.num_experts}) at "
-                    f"token {t} slot {j}"
-                )
-        return problem
+        return problem if problem is not None else self._int64_ids_problem(indices)
+
+    def _int64_ids_problem(self, indices):
+        """int64 routing on the CPU implementation is checked before its cast to int32,
+        which could wrap a bad id into range (int32 ids are checked where they are read;
+        on CUDA, in the kernel). The first id outside [-1, num_experts), or None."""
+        if indices.dtype != torch.int64 or self._cuda or not indices.size(0):
+            return None
+        bad = (indices < -1) | (indices >= self.config.num_experts)
+        if not bool(bad.any()):
+            return None
+        t, j = (int(v) for v in bad.nonzero()[0])
+        return (
+            f"expert id {int(indices[t, j])} out of range [-1, {self.config.num_experts}) at "
+            f"token {t} slot {j}"
+        )
 
     def dispatch(
         self,

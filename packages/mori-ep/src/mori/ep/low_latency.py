@@ -409,15 +409,7 @@ class LowLatencyMixin:
             return f"topk_idx is on {topk_idx.device}, the op runs on {self.device}"
         if tuple(topk_idx.shape) != (n, k):
             return f"topk_idx must be [{n}, {k}], got shape {tuple(topk_idx.shape)}"
-        if topk_idx.dtype == torch.int64 and not self._cuda and n:
-            bad = (topk_idx < -1) | (topk_idx >= c.num_experts)
-            if bool(bad.any()):
-                t, j = (int(v) for v in bad.nonzero()[0])
-                return (
-                    f"expert id {int(topk_idx[t, j])} out of range [-1, {c.num_experts}) at "
-                    f"token {t} slot {j}"
-                )
-        return None
+        return self._int64_ids_problem(topk_idx)
 
     def _ll_expert_dispatch(self, x, topk_idx, weights, fp8, round_scale, ue8m0, src_stride,
                             problem, dtypes, what, fuse):  # fmt: skip
