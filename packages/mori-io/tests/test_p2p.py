@@ -208,7 +208,13 @@ def test_target_side_of_the_p2p_messages():
         s.settimeout(5)
         got = b""
         while True:
-            chunk = s.recv(65536)
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                # The engine closed with some of the 17 requests still unread in its
+                # socket buffer, so the kernel answered with a reset instead of a FIN:
+                # closed all the same (whatever it had sent before may be lost with it).
+                break
             if not chunk:
                 break
             got += chunk
