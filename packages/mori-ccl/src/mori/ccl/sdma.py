@@ -20,6 +20,7 @@ matching it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -46,10 +47,10 @@ class _Sdma:
         self,
         my_pe: int,
         npes: int,
-        input_buffer_size: int | None,
-        output_buffer_size: int | None,
-        transit_buffer_size: int | None,
-        copy_output_to_user: bool,
+        input_buffer_size: int | None = None,
+        output_buffer_size: int | None = None,
+        transit_buffer_size: int | None = None,
+        copy_output_to_user: bool = True,
     ):
         if not shmem.initialized():
             raise InvalidArgumentError(
@@ -90,7 +91,7 @@ class _Sdma:
         if stream is None or not self._comm.cuda:
             if stream not in (None, 0) and not self._comm.cuda:
                 raise InvalidArgumentError(f"{self._name}: a stream on a host heap ({stream!r})")
-            return _Nothing()
+            return contextlib.nullcontext()
         if isinstance(stream, int):
             stream = torch.cuda.ExternalStream(stream, device=self._comm.device)
         return torch.cuda.stream(stream)
@@ -103,6 +104,11 @@ class _Sdma:
                 f"{self._name}: {what} has {t.numel()} elements, the call needs {numel}"
             )
         return t.view(-1)[:numel]
+
+    def __call__(self, input_data, output_data, count: int, stream=None) -> bool:
+        with self._on(stream):
+            self._call(input_data, output_data, count)
+        return True
 
     def start_async(self, input_data, output_data, count: int, stream=None) -> bool:
         """Enqueue the collective on ``stream``; :meth:`wait_async` orders a stream
@@ -135,14 +141,6 @@ class _Sdma:
         return self._pending is not None
 
 
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 class AllgatherSdma(_Sdma):
     """MORI's ``AllgatherSdma(my_pe, npes, input_buffer_size=None,
     output_buffer_size=None, transit_buffer_size=None, copy_output_to_user=True)``:
@@ -150,24 +148,6 @@ class AllgatherSdma(_Sdma):
     input into ``output`` (``npes * count`` elements, pe order)."""
 
     _name = "AllgatherSdma"
-
-    def __init__(
-        self,
-        my_pe: int,
-        npes: int,
-        input_buffer_size: int | None = None,
-        output_buffer_size: int | None = None,
-        transit_buffer_size: int | None = None,
-        copy_output_to_user: bool = True,
-    ):
-        super().__init__(
-            my_pe,
-            npes,
-            input_buffer_size,
-            output_buffer_size,
-            transit_buffer_size,
-            copy_output_to_user,
-        )
 
     def _max_bytes(self, input_size, output_size, transit_size) -> int:
         # MORI's transit buffer holds the gathered output.
@@ -180,11 +160,6 @@ class AllgatherSdma(_Sdma):
         out = _as_signed(self._flat(output_data, count * self.npes, "output_data"))
         self._comm.all_gather(x, out=out, algorithm=self._move_algorithm())
 
-    def __call__(self, input_data, output_data, count: int, stream=None) -> bool:
-        with self._on(stream):
-            self._call(input_data, output_data, count)
-        return True
-
 
 class All2allSdma(_Sdma):
     """MORI's ``All2allSdma(my_pe, npes, input_buffer_size=None, output_buffer_size=None,
@@ -193,24 +168,6 @@ class All2allSdma(_Sdma):
     is pe s's chunk for this pe. Returns the host seconds the call took to enqueue."""
 
     _name = "All2allSdma"
-
-    def __init__(
-        self,
-        my_pe: int,
-        npes: int,
-        input_buffer_size: int | None = None,
-        output_buffer_size: int | None = None,
-        transit_buffer_size: int | None = None,
-        copy_output_to_user: bool = True,
-    ):
-        super().__init__(
-            my_pe,
-            npes,
-            input_buffer_size,
-            output_buffer_size,
-            transit_buffer_size,
-            copy_output_to_user,
-        )
 
     def _call(self, input_data, output_data, count: int) -> None:
         x = _as_signed(self._flat(input_data, count * self.npes, "input_data"))
@@ -267,11 +224,6 @@ class AllreduceSdma(_Sdma):
         out = _as_signed(self._flat(output_data, count, "output_data"))
         oneshot = count * self._element_size <= self._ONESHOT_MAX_BYTES
         self._comm.all_reduce(x, out=out, algorithm="one_shot" if oneshot else "two_shot")
-
-    def __call__(self, input_data, output_data, count: int, stream=None) -> bool:
-        with self._on(stream):
-            self._call(input_data, output_data, count)
-        return True
 
     def allreduce_inplace(self, data, count: int, stream=None) -> bool:
         return self(data, data, count, stream)
