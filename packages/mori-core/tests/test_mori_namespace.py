@@ -103,12 +103,62 @@ def test_missing_wheel_names_the_wheel_to_install():
         else:
             raise AssertionError("from mori import ops succeeded although it is blocked")
         try:
-            mori.cpp
+            mori.jax
         except AttributeError as e:
-            assert "ROCm/mori's raw bindings" in str(e), str(e)
+            assert "JAX integration" in str(e), str(e)
+        else:
+            raise AssertionError("mori.jax resolved")
         assert not hasattr(mori, "no_such_thing")
         """,
         blocked=["mori.ep", "mori.ops", "mori.ccl"],
+    )
+
+
+def test_mori_cpp_resolves_moris_binding_names_to_the_modules_that_implement_them():
+    """MoRIIO connectors start with ``from mori.cpp import TransferStatus``."""
+    pytest.importorskip("mori.io")
+    run_python(
+        """
+        import mori.cpp
+        assert not [m for m in sys.modules if m in ("mori.io", "mori.ops", "torch")]
+        from mori.cpp import TransferStatus, StatusCode, BackendType, PollCqMode
+        import mori.io
+        assert TransferStatus is mori.io.TransferStatus and StatusCode is mori.io.StatusCode
+        assert BackendType is mori.io.BackendType and PollCqMode is mori.io.PollCqMode
+        assert mori.cpp.shmem_mype is sys.modules["mori.shmem"].shmem_mype
+        assert "torch" not in sys.modules, "a mori.io name imported torch"
+        status = TransferStatus()
+        status.SetCode(StatusCode.IN_PROGRESS)
+        assert status.InProgress()
+        try:
+            mori.cpp.build_args  # MORI's internal kernel-argument builder
+        except AttributeError as e:
+            assert "no counterpart in mori" in str(e), str(e)
+        else:
+            raise AssertionError("mori.cpp.build_args resolved")
+        try:
+            from mori.cpp import build_args  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            raise AssertionError("from mori.cpp import build_args succeeded")
+        assert "TransferStatus" in dir(mori.cpp) and "TransferStatus" in mori.cpp.__all__
+        """
+    )
+    # The EP names load mori.ops (torch) only when asked for; a missing wheel is named.
+    run_python(
+        """
+        from mori.cpp import StatusCode  # noqa: F401  (mori-io still resolves)
+        try:
+            from mori.cpp import EpDispatchCombineKernelType  # noqa: F401
+        except ImportError as e:
+            assert "pip install mori-ep" in str(e), str(e)
+        else:
+            raise AssertionError("mori.ops resolved although it is blocked")
+        import mori.cpp
+        assert "EpDispatchCombineKernelType" not in mori.cpp.__all__
+        """,
+        blocked=["mori.ops", "mori.ep"],
     )
 
 

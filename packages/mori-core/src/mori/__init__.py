@@ -23,6 +23,7 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 _SUBMODULES = {
     "core": "mori-core",
     "shmem": "mori-core",
+    "cpp": "mori-core",
     "io": "mori-io",
     "ep": "mori-ep",
     "ops": "mori-ep",
@@ -31,7 +32,6 @@ _SUBMODULES = {
 
 # ROCm/mori submodules with no counterpart here, and what to use instead.
 _ROCM_ONLY = {
-    "cpp": "ROCm/mori's raw bindings; use mori.core, mori.shmem, mori.io, mori.ops",
     "jax": "ROCm/mori's JAX integration; mori supports torch tensors only",
     "ir": "ROCm/mori's Triton/MLIR device bindings; mori's device API is the CUDA headers "
     "under mori.core.include_dir()",
