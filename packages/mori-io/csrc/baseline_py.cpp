@@ -3,9 +3,9 @@
 // Python bindings of the benchmark baselines (the limits the backends are judged by).
 #include "baseline_py.hpp"
 
-#include "cma_copy.hpp"
-#include "gpu_copy_baseline.hpp"
-#include "socket_baseline.hpp"
+#include "baseline/gpu_copy_baseline.hpp"
+#include "baseline/socket_baseline.hpp"
+#include "shm/cma_copy.hpp"
 
 namespace py = pybind11;
 

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include "engine/io_engine.hpp"
 #include "engine_py.hpp"
-#include "io_engine.hpp"
 #include "mori/core/error.hpp"
-#include "notice_ring.hpp"
-#include "secret.hpp"
+#include "shm/notice_ring.hpp"
+#include "wire/secret.hpp"
 
 namespace py = pybind11;
 

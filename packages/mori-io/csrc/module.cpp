@@ -2,12 +2,12 @@
 // Copyright (c) 2026 The mori authors
 #include <pybind11/pybind11.h>
 
-#include "backend_probe.hpp"
 #include "baseline_py.hpp"
+#include "engine/backend_probe.hpp"
 #include "engine_py.hpp"
 #include "mori/python/extension.hpp"
 #include "shared_host_py.hpp"
-#include "wire_protocol.hpp"
+#include "wire/wire_protocol.hpp"
 
 namespace py = pybind11;
 

@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "log_safe.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "wire/log_safe.hpp"
 
 namespace mori::io::rdma {
 

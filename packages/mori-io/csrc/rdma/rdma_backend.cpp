@@ -6,10 +6,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "log_safe.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "rdma/verbs_loader.hpp"
+#include "wire/log_safe.hpp"
 
 #if MORI_IO_WITH_RDMA
 #include <arpa/inet.h>
@@ -25,8 +25,8 @@
 
 #include "mori/topology/topology.hpp"
 #include "rdma/nic_select.hpp"
-#include "rdma/rdma_transport.hpp"
 #include "rdma/send_queue.hpp"
+#include "rdma/verbs_objects.hpp"
 #endif
 
 namespace mori::io::rdma {

@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/transfer_state.hpp"
 #include "rdma/endpoint_codec.hpp"
 #include "rdma/qp_attributes.hpp"
 #include "rdma/work_request_plan.hpp"
-#include "transfer_state.hpp"
 
 namespace mori::io::rdma {
 

@@ -49,7 +49,7 @@ struct VerbsApi {
   decltype(&::ibv_close_device) close_device;
   decltype(&::ibv_query_device) query_device;
   // The exported ibv_query_port takes the old (compat) attribute layout; QueryPort
-  // in rdma_transport.cpp prefers the context's extended op.
+  // in verbs_objects.cpp prefers the context's extended op.
   decltype(&::ibv_query_port) query_port;
   decltype(&::ibv_query_gid) query_gid;
   decltype(&::ibv_alloc_pd) alloc_pd;

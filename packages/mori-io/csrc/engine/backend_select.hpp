@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend_probe.hpp"
+#include "engine/backend_probe.hpp"
 
 namespace mori::io {
 

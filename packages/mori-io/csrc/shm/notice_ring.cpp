@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "notice_ring.hpp"
+#include "shm/notice_ring.hpp"
 
 #include <cstring>
 #include <new>

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "mori/core/error.hpp"
-#include "p2p_backend.hpp"
+#include "p2p/p2p_backend.hpp"
 
 namespace mori::io {
 namespace {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "shared_host.hpp"
+#include "shm/shared_host.hpp"
 
 namespace mori::io {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "cma_copy.hpp"
+#include "shm/cma_copy.hpp"
 
 #include <sys/uio.h>
 #include <unistd.h>

@@ -15,15 +15,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend_select.hpp"
-#include "cma_copy.hpp"
-#include "liveness.hpp"
-#include "p2p_backend.hpp"
+#include "engine/backend_select.hpp"
+#include "engine/submission_ledger.hpp"
+#include "engine/transfer_state.hpp"
+#include "p2p/p2p_backend.hpp"
 #include "rdma/rdma_backend.hpp"
-#include "shared_host.hpp"
-#include "submission_ledger.hpp"
-#include "transfer_state.hpp"
-#include "wire_protocol.hpp"
+#include "shm/cma_copy.hpp"
+#include "shm/liveness.hpp"
+#include "shm/shared_host.hpp"
+#include "wire/wire_protocol.hpp"
 
 namespace mori::io {
 

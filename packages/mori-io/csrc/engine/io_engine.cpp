@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "io_engine.hpp"
+#include "engine/io_engine.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,16 +24,16 @@
 #include <future>
 #include <random>
 
-#include "cma_copy.hpp"
-#include "gpu_staging.hpp"
-#include "log_safe.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/macros.hpp"
 #include "mori/core/telemetry.hpp"
-#include "notice_ring.hpp"
 #include "rdma/loopback_backend.hpp"
-#include "secret.hpp"
+#include "shm/cma_copy.hpp"
+#include "shm/notice_ring.hpp"
+#include "tcp/gpu_staging.hpp"
+#include "wire/log_safe.hpp"
+#include "wire/secret.hpp"
 
 namespace mori::io {
 

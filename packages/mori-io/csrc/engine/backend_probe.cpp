@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "backend_probe.hpp"
+#include "engine/backend_probe.hpp"
 
 #include <dlfcn.h>
 #include <sys/uio.h>
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "cma_copy.hpp"
 #include "mori/core/cuda.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "shm/cma_copy.hpp"
 
 namespace mori::io {
 namespace {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "submission_ledger.hpp"
+#include "engine/submission_ledger.hpp"
 
 namespace mori::io {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "liveness.hpp"
+#include "shm/liveness.hpp"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "p2p_backend.hpp"
+#include "p2p/p2p_backend.hpp"
 
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
@@ -26,8 +26,8 @@
 #include "mori/core/cuda.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/telemetry.hpp"
-#include "p2p_kernels.hpp"
-#include "shared_host.hpp"
+#include "p2p/p2p_kernels.hpp"
+#include "shm/shared_host.hpp"
 #endif
 
 namespace mori::io {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "transfer_state.hpp"
+#include "engine/transfer_state.hpp"
 
 namespace mori::io {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "transfer_state.hpp"
+#include "engine/transfer_state.hpp"
 
 namespace mori::io {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/rdma_transport.hpp"
+#include "rdma/verbs_objects.hpp"
 
 #if MORI_IO_WITH_RDMA
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "gpu_staging.hpp"
+#include "tcp/gpu_staging.hpp"
 
 #include <cstdlib>
 #include <mutex>

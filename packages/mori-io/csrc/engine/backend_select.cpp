@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "backend_select.hpp"
+#include "engine/backend_select.hpp"
 
 #include <strings.h>
 #include <sys/stat.h>

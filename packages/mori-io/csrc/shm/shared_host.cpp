@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "shared_host.hpp"
+#include "shm/shared_host.hpp"
 
 #include <poll.h>
 #include <sys/mman.h>

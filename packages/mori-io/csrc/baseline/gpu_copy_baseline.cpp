@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "gpu_copy_baseline.hpp"
+#include "baseline/gpu_copy_baseline.hpp"
 
 #include "mori/core/error.hpp"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "socket_baseline.hpp"
+#include "baseline/socket_baseline.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

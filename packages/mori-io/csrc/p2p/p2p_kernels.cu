@@ -3,7 +3,7 @@
 //
 // The P2P backend's gather/scatter copy: one launch moves a whole batch of blocks
 // (KV-cache pages are 16-256 KiB) between local and peer GPU memory over NVLink.
-#include "p2p_kernels.hpp"
+#include "p2p/p2p_kernels.hpp"
 
 namespace mori::io {
 namespace {
