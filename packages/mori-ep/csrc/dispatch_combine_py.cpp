@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "intranode_cpu.hpp"
 #include "mori/core/error.hpp"
@@ -37,6 +39,26 @@ EpShape MakeShape(int world_size, int rank, int64_t max_tokens, int top_k, int64
                  num_experts_per_rank,
                  recv_capacity};
 }
+
+// A routing handle's snapshot as mori.ep passes it: (src_pos, group_row, token_ranks,
+// token_self_row, total_recv, epoch) addresses, then the host epoch and num_tokens.
+using RoutingWords = std::optional<std::vector<uint64_t>>;
+
+std::optional<RoutingSnapshot> ToRouting(const RoutingWords& w) {
+  if (!w) return std::nullopt;
+  MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
+  const auto& v = *w;
+  return RoutingSnapshot{reinterpret_cast<const int32_t*>(v[0]),
+                         reinterpret_cast<const int32_t*>(v[1]),
+                         reinterpret_cast<const uint8_t*>(v[2]),
+                         reinterpret_cast<const int32_t*>(v[3]),
+                         reinterpret_cast<const int32_t*>(v[4]),
+                         reinterpret_cast<const uint64_t*>(v[5]),
+                         v[6],
+                         static_cast<int64_t>(v[7])};
+}
+
+const RoutingSnapshot* Ptr(const std::optional<RoutingSnapshot>& r) { return r ? &*r : nullptr; }
 
 }  // namespace
 
@@ -95,15 +117,18 @@ void register_dispatch_combine(py::module_& m) {
       .def(
           "dispatch",
           [](IntraNodeCpu& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
-             uintptr_t scales, uintptr_t indices, int64_t num_tokens) {
+             uintptr_t scales, uintptr_t indices, int64_t num_tokens, uintptr_t rank_masks) {
             return self.Dispatch(DispatchArgs{
                 reinterpret_cast<const void*>(tokens), token_row_bytes,
                 reinterpret_cast<const float*>(weights), reinterpret_cast<const void*>(scales),
-                reinterpret_cast<const int32_t*>(indices), num_tokens});
+                reinterpret_cast<const int32_t*>(indices), num_tokens,
+                reinterpret_cast<const uint32_t*>(rank_masks)});
           },
           py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
-          py::arg("indices"), py::arg("num_tokens"), py::call_guard<py::gil_scoped_release>(),
-          R"doc(Collective dispatch over raw addresses; returns total_recv.)doc")
+          py::arg("indices"), py::arg("num_tokens"), py::arg("rank_masks") = 0,
+          py::call_guard<py::gil_scoped_release>(),
+          R"doc(Collective dispatch over raw addresses; returns total_recv. rank_masks: a
+replay's int32 [num_tokens] destination sets (bit d: rank d), 0 to route by indices.)doc")
       .def(
           "reject_dispatch",
           [](IntraNodeCpu& self, const std::string& reason) { self.RejectDispatch(reason); },
@@ -112,27 +137,35 @@ void register_dispatch_combine(py::module_& m) {
       .def(
           "combine",
           [](IntraNodeCpu& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
-             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast) {
+             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast,
+             const RoutingWords& routing) {
             MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
                            " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
-            self.Combine(CombineArgs{
-                reinterpret_cast<const void*>(input), input_row_stride, input_rows,
-                static_cast<CombineDtype>(dtype), reinterpret_cast<const float*>(weights),
-                reinterpret_cast<void*>(out), reinterpret_cast<float*>(out_weights), fp8_cast});
+            const auto r = ToRouting(routing);
+            self.Combine(CombineArgs{reinterpret_cast<const void*>(input), input_row_stride,
+                                     input_rows, static_cast<CombineDtype>(dtype),
+                                     reinterpret_cast<const float*>(weights),
+                                     reinterpret_cast<void*>(out),
+                                     reinterpret_cast<float*>(out_weights), fp8_cast, Ptr(r)});
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
           py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast") = false,
-          py::call_guard<py::gil_scoped_release>(),
+          py::arg("routing") = py::none(), py::call_guard<py::gil_scoped_release>(),
           R"doc(Collective combine over raw addresses (row stride in bytes); dtype 0 bf16,
 1 fp32, 2 fp8 e4m3fn; fp8_cast: round bf16 rows to fp8 before reducing.)doc")
       .def(
           "reject_combine",
-          [](IntraNodeCpu& self, const std::string& reason) { self.RejectCombine(reason); },
-          py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+          [](IntraNodeCpu& self, const std::string& reason, const RoutingWords& routing) {
+            const auto r = ToRouting(routing);
+            self.RejectCombine(reason, Ptr(r));
+          },
+          py::arg("reason"), py::arg("routing") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
           R"doc(Take part in a combine as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
       .def_property_readonly("total_recv", &IntraNodeCpu::total_recv)
       .def_property_readonly("num_tokens", &IntraNodeCpu::num_tokens)
       .def_property_readonly("epoch", &IntraNodeCpu::epoch)
+      .def_property_readonly("combined_epoch", &IntraNodeCpu::combined_epoch)
       .def_property_readonly("combine_pending", &IntraNodeCpu::combine_pending);
 
 #if MORI_EP_WITH_CUDA
@@ -157,16 +190,18 @@ void register_dispatch_combine(py::module_& m) {
           "dispatch",
           [](IntraNodeCuda& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
              uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
-             int warp_per_block, uintptr_t stream) {
+             int warp_per_block, uintptr_t stream, uintptr_t rank_masks) {
             self.Dispatch(DispatchArgs{reinterpret_cast<const void*>(tokens), token_row_bytes,
                                        reinterpret_cast<const float*>(weights),
                                        reinterpret_cast<const void*>(scales),
-                                       reinterpret_cast<const int32_t*>(indices), num_tokens},
+                                       reinterpret_cast<const int32_t*>(indices), num_tokens,
+                                       reinterpret_cast<const uint32_t*>(rank_masks)},
                           LaunchShape{block_num, warp_per_block}, stream);
           },
           py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
           py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"),
-          py::arg("warp_per_block"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          py::arg("warp_per_block"), py::arg("stream"), py::arg("rank_masks") = 0,
+          py::call_guard<py::gil_scoped_release>(),
           R"doc(Enqueue the dispatch kernel on ``stream`` (device addresses); no host sync.)doc")
       .def(
           "reject_dispatch",
@@ -179,28 +214,32 @@ void register_dispatch_combine(py::module_& m) {
           "combine",
           [](IntraNodeCuda& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
              int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast,
-             int block_num, int warp_per_block, uintptr_t stream) {
+             int block_num, int warp_per_block, uintptr_t stream, const RoutingWords& routing) {
             MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
                            " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
+            const auto r = ToRouting(routing);
             self.Combine(
                 CombineArgs{reinterpret_cast<const void*>(input), input_row_stride, input_rows,
                             static_cast<CombineDtype>(dtype),
                             reinterpret_cast<const float*>(weights), reinterpret_cast<void*>(out),
-                            reinterpret_cast<float*>(out_weights), fp8_cast},
+                            reinterpret_cast<float*>(out_weights), fp8_cast, Ptr(r)},
                 LaunchShape{block_num, warp_per_block}, stream);
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
           py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
           py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
-          py::call_guard<py::gil_scoped_release>(),
+          py::arg("routing") = py::none(), py::call_guard<py::gil_scoped_release>(),
           R"doc(Enqueue the combine kernel on ``stream`` (row stride in bytes; dtype 0 bf16,
 1 fp32, 2 fp8 e4m3fn; fp8_cast: bf16 rows cross as fp8); no host sync.)doc")
       .def(
           "reject_combine",
-          [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream) {
-            self.RejectCombine(reason, stream);
+          [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream,
+             const RoutingWords& routing) {
+            const auto r = ToRouting(routing);
+            self.RejectCombine(reason, stream, Ptr(r));
           },
-          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          py::arg("reason"), py::arg("stream"), py::arg("routing") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
           R"doc(Reject the pending combine on every pe, then raise InvalidArgumentError(reason).)doc")
       .def("max_resident_blocks", &IntraNodeCuda::MaxResidentBlocks, py::arg("dispatch"),
            py::arg("warps"), py::arg("fp8_wire") = false,
@@ -211,6 +250,7 @@ op was built with ``MORI_EP_TIMELINE=1`` in the environment (else ""); synchroni
 device. A measurement aid.)doc")
       .def_property_readonly("num_tokens", &IntraNodeCuda::num_tokens)
       .def_property_readonly("epoch", &IntraNodeCuda::epoch)
+      .def_property_readonly("combined_epoch", &IntraNodeCuda::combined_epoch)
       .def_property_readonly("combine_pending", &IntraNodeCuda::combine_pending);
 #endif
 }

@@ -22,6 +22,25 @@ struct DispatchArgs {
   const void* scales;       // [num_tokens][scale_bytes], nullptr when scale_bytes == 0
   const int32_t* indices;   // [num_tokens][K], global expert ids, -1 = unused
   int64_t num_tokens;       // <= max_tokens
+  // A replayed routing (mori.ep's routing handles): per token the set of destination
+  // pes (bit d: pe d), taken instead of the sets in `indices`, which then travel as
+  // data only (not checked). Null: route by `indices`.
+  const uint32_t* rank_masks = nullptr;
+};
+
+// The routing a combine reverses: the op's last dispatch (its block's regions), or a
+// snapshot of an earlier dispatch (mori.ep's EpDispatchRoutingHandle), so that the
+// combines of several dispatches can be pending at once. Addresses on the op's
+// device; the regions are those of protocol.hpp.
+struct RoutingSnapshot {
+  const int32_t* src_pos;         // [C] recv_src_pos of the received rows
+  const int32_t* group_row;       // [W][G + 1] recv_group_row
+  const uint8_t* token_ranks;     // [M][W]
+  const int32_t* token_self_row;  // [M]
+  const int32_t* total_recv;      // [1]
+  const uint64_t* epoch;          // [1] the epoch of the dispatch it describes
+  uint64_t host_epoch;            // the same, as the host issued it (order checks)
+  int64_t num_tokens;             // tokens this pe dispatched in that call
 };
 
 struct CombineArgs {
@@ -35,6 +54,19 @@ struct CombineArgs {
   // MORI's fp8_direct_cast: every bf16 row is rounded to fp8 e4m3fn before it is
   // reduced (the CUDA kernels send it as fp8), then accumulated in fp32 (bf16 only).
   bool fp8_cast = false;
+  // Null: the last dispatch's routing.
+  const RoutingSnapshot* routing = nullptr;
 };
+
+// Combines consume the dispatches' epochs in increasing order (each pe's combine_done
+// words only grow), so a routing of epoch `e` can be combined once, after every
+// combine of an earlier dispatch and before any of a later one.
+inline bool CombinableEpoch(uint64_t e, uint64_t epoch, uint64_t combined_epoch) {
+  return e > combined_epoch && e <= epoch;
+}
+// Throws InvalidStateError for a combine whose routing (null: the last dispatch's) is
+// not combinable, naming the epochs.
+[[noreturn]] void ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch,
+                                     uint64_t combined_epoch);
 
 }  // namespace mori::ep

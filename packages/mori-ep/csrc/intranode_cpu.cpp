@@ -19,6 +19,18 @@ namespace mori::ep {
 namespace hs = mori::shmem::host;
 using mori::shmem::Cmp;
 
+void ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch, uint64_t combined_epoch) {
+  if (routing == nullptr) {
+    MORI_THROW(InvalidStateError, "combine needs a successful dispatch not combined yet (last ",
+               "dispatch epoch ", epoch, ", last combine epoch ", combined_epoch, ")");
+  }
+  MORI_THROW(InvalidStateError, "combine by a routing handle of dispatch epoch ",
+             routing->host_epoch,
+             ": combines follow the order of their dispatches, once each, and ",
+             "the last combine was of epoch ", combined_epoch, " (last dispatch epoch ", epoch,
+             "); replay the handle (dispatch(..., routing=handle)) to combine it again");
+}
+
 IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout)
     : shape_(shape),
       layout_(MakeLayout(shape)),
@@ -76,7 +88,8 @@ void IntraNodeCpu::FinishDispatchEpoch(uint64_t epoch) {
 
 void IntraNodeCpu::RejectDispatch(const std::string& reason) {
   const uint64_t epoch = ++epoch_;
-  combine_pending_ = false;
+  dispatch_ok_ = false;
+  last_call_combine_ = false;
   std::vector<uint64_t> counts(shape_.world_size, kRejectedCount);
   PostCounts(epoch, counts.data());
   WaitCounts(epoch);
@@ -96,13 +109,26 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
                           "max_token_type_size = ", shape_.hidden_bytes, " bytes"));
   }
 
-  // Counting pass (also the expert id check): nothing has been written yet.
+  // Counting pass (also the expert id check; a replay takes the sets as given):
+  // nothing has been written yet.
   uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
   std::memset(token_ranks, 0, static_cast<size_t>(a.num_tokens) * W);
   std::vector<uint64_t> counts(W, 0);
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     const int32_t* row = a.indices + t * K;
     uint8_t* ranks = token_ranks + t * W;
+    if (a.rank_masks != nullptr) {
+      const uint32_t mask = a.rank_masks[t];
+      if (mask >> W) {
+        RejectDispatch(StrCat("routing handle sends token ", t, " to rank mask ", mask,
+                              ", beyond world_size ", W));
+      }
+      for (int d = 0; d < W; ++d) {
+        ranks[d] = (mask >> d) & 1u;
+        counts[d] += ranks[d];
+      }
+      continue;
+    }
     for (int j = 0; j < K; ++j) {
       const int32_t e = row[j];
       if (e == -1) continue;
@@ -119,7 +145,8 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
   }
 
   const uint64_t epoch = ++epoch_;
-  combine_pending_ = false;
+  dispatch_ok_ = false;
+  last_call_combine_ = false;
   PostCounts(epoch, counts.data());
   // Every pe's row for this epoch: the routing matrix, and the proof that each
   // destination has entered this call (so its receive buffers are free to write).
@@ -195,8 +222,37 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
   *At<int32_t>(layout_.total_recv) = static_cast<int32_t>(total_recv);
   total_recv_ = total_recv;
   num_tokens_ = a.num_tokens;
-  combine_pending_ = true;
+  dispatch_ok_ = true;
   return total_recv;
+}
+
+RoutingSnapshot IntraNodeCpu::LastRouting() const {
+  return RoutingSnapshot{At<int32_t>(layout_.recv_src_pos),
+                         At<int32_t>(layout_.recv_group_row),
+                         At<uint8_t>(layout_.token_ranks),
+                         At<int32_t>(layout_.token_self_row),
+                         At<int32_t>(layout_.total_recv),
+                         &epoch_,
+                         epoch_,
+                         num_tokens_};
+}
+
+const RoutingSnapshot* IntraNodeCpu::CombineRouting(const RoutingSnapshot* routing,
+                                                    RoutingSnapshot* last) const {
+  if (routing == nullptr) {
+    if (!combine_pending()) return nullptr;
+    *last = LastRouting();
+    return last;
+  }
+  return CombinableEpoch(routing->host_epoch, epoch_, combined_epoch_) ? routing : nullptr;
+}
+
+void IntraNodeCpu::EnterCombine(uint64_t epoch) {
+  // Two combines in a row (routing handles): a peer must not return rows of this
+  // combine into a pe's slots before that pe has reduced the previous one's.
+  if (last_call_combine_) shmem::BarrierAll();
+  last_call_combine_ = true;
+  combined_epoch_ = epoch;
 }
 
 void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
@@ -216,50 +272,57 @@ void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
       if ((v & 1) && rejected_by < 0) rejected_by = d;
     }
   }
-  combine_pending_ = false;
   if (rejected_by >= 0 && !rejected) {
     MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
                " (its inputs failed validation; see its error); outputs not written");
   }
 }
 
-void IntraNodeCpu::RejectCombine(const std::string& reason) {
-  if (combine_pending_) FinishCombine(epoch_, true);
+void IntraNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapshot* routing) {
+  RoutingSnapshot last;
+  if (const RoutingSnapshot* r = CombineRouting(routing, &last)) {
+    EnterCombine(r->host_epoch);
+    FinishCombine(r->host_epoch, true);
+  }
   throw InvalidArgumentError(reason);
 }
 
 void IntraNodeCpu::Combine(const CombineArgs& a) {
-  if (!combine_pending_) {
-    MORI_THROW(InvalidStateError, "combine needs a successful dispatch since the last combine ",
-               "(epoch ", epoch_, ")");
-  }
+  RoutingSnapshot last;
+  const RoutingSnapshot* r = CombineRouting(a.routing, &last);
+  if (r == nullptr) ThrowNotCombinable(a.routing, epoch_, combined_epoch_);
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
   const int64_t M = shape_.max_tokens;
   const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
   if (row_bytes > shape_.combine_row_bytes) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
-                         shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"));
+                         shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"),
+                  a.routing);
   }
   if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
-    RejectCombine("fp8_direct_cast combines bf16 input only");
+    RejectCombine("fp8_direct_cast combines bf16 input only", a.routing);
   }
-  if (a.input_rows < total_recv_) {
+  const int64_t total_recv = *r->total_recv, num_tokens = r->num_tokens;
+  if (a.input_rows < total_recv) {
     RejectCombine(
-        StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ", total_recv_));
+        StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ", total_recv),
+        a.routing);
   }
+  const uint64_t epoch = r->host_epoch;
+  EnterCombine(epoch);
   // out_weights says whether weights are combined; `weights` may be null only when
   // it has no rows (total_recv == 0: an empty tensor's address).
   const bool with_weights = a.out_weights != nullptr;
   const int64_t Hc = shape_.combine_row_bytes;
   char* comb_tokens = At<char>(layout_.comb_tokens);
   float* comb_weights = At<float>(layout_.comb_weights);
-  const int32_t* src_pos = At<int32_t>(layout_.recv_src_pos);
+  const int32_t* src_pos = r->src_pos;
   const char* input = static_cast<const char*>(a.input);
   // Row i goes back to its source pe s, into slot [me][t] there; my own rows stay in
   // the input (token_self_row). No pe writes these slots of s again before s has
-  // finished reducing them: the next combine needs a next dispatch, whose count
-  // exchange waits for s to enter it.
-  for (int64_t i = 0; i < total_recv_; ++i) {
+  // finished reducing them: the next combine follows a dispatch, whose count exchange
+  // waits for s to enter it, or the barrier of EnterCombine.
+  for (int64_t i = 0; i < total_recv; ++i) {
     const int s = static_cast<int>(src_pos[i] / M);
     if (s == me) continue;
     const int64_t t = src_pos[i] % M;
@@ -267,16 +330,16 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
     hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
     if (with_weights) hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
   }
-  FinishCombine(epoch_, false);
+  FinishCombine(epoch, false);
 
   // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
   // order, accumulated in fp32 and rounded once.
-  const uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
-  const int32_t* token_self_row = At<int32_t>(layout_.token_self_row);
+  const uint8_t* token_ranks = r->token_ranks;
+  const int32_t* token_self_row = r->token_self_row;
   const int64_t hidden = shape_.hidden_dim;
   std::vector<float> acc(hidden);
   std::vector<float> wacc(K);
-  for (int64_t t = 0; t < num_tokens_; ++t) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
     const uint8_t* ranks = token_ranks + t * W;
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(wacc.begin(), wacc.end(), 0.0f);

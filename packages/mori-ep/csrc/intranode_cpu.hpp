@@ -35,16 +35,22 @@ class IntraNodeCpu {
   [[noreturn]] void RejectDispatch(const std::string& reason);
 
   // Returns each received row to its source and reduces (fp32 accumulation in
-  // ascending destination pe order, one rounding to the output dtype).
+  // ascending destination pe order, one rounding to the output dtype), by the last
+  // dispatch's routing or args.routing's (a dispatch not yet combined, combined in
+  // the order of the dispatches; a combine that follows a combine first runs a heap
+  // barrier).
   void Combine(const CombineArgs& args);
-  [[noreturn]] void RejectCombine(const std::string& reason);
+  [[noreturn]] void RejectCombine(const std::string& reason,
+                                  const RoutingSnapshot* routing = nullptr);
 
   const EpBufferLayout& layout() const { return layout_; }
   int64_t total_recv() const { return total_recv_; }
   int64_t num_tokens() const { return num_tokens_; }
   uint64_t epoch() const { return epoch_; }
-  // Whether a successful dispatch has not been combined yet.
-  bool combine_pending() const { return combine_pending_; }
+  // Whether the last dispatch succeeded and has not been combined yet.
+  bool combine_pending() const { return dispatch_ok_ && epoch_ > combined_epoch_; }
+  // The epoch of the last combine (its words in combine_done).
+  uint64_t combined_epoch() const { return combined_epoch_; }
 
  private:
   template <typename T>
@@ -58,6 +64,12 @@ class IntraNodeCpu {
   // epoch: that is what lets the next epoch's count words overwrite this one's.
   void FinishDispatchEpoch(uint64_t epoch);
   void FinishCombine(uint64_t epoch, bool rejected);
+  RoutingSnapshot LastRouting() const;
+  // The routing a combine (or its rejection) runs by: `routing`, else the last
+  // dispatch's (written to *last); nullptr when that routing may not be combined.
+  const RoutingSnapshot* CombineRouting(const RoutingSnapshot* routing,
+                                        RoutingSnapshot* last) const;
+  void EnterCombine(uint64_t epoch);
 
   EpShape shape_;
   EpBufferLayout layout_;
@@ -67,7 +79,9 @@ class IntraNodeCpu {
   uint64_t epoch_ = 0;
   int64_t total_recv_ = 0;
   int64_t num_tokens_ = 0;
-  bool combine_pending_ = false;
+  uint64_t combined_epoch_ = 0;
+  bool dispatch_ok_ = false;
+  bool last_call_combine_ = false;
 };
 
 }  // namespace mori::ep

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -206,6 +207,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.scales = static_cast<const char*>(a.scales);
   p.indices = a.indices;
   p.num_tokens = a.num_tokens;
+  p.rank_masks = a.rank_masks;
   p.recv_capacity = RecvCapacity(shape_);
   auto aligned = [](const void* ptr, uintptr_t a) {
     return reinterpret_cast<uintptr_t>(ptr) % a == 0;
@@ -236,7 +238,8 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   MORI_CUDA_CHECK(cudaGetLastError());
   ++epoch_;
   num_tokens_ = a.num_tokens;
-  combine_pending_ = true;
+  dispatch_ok_ = true;
+  last_call_combine_ = false;
 }
 
 void IntraNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) {
@@ -248,15 +251,46 @@ void IntraNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) 
     MORI_CUDA_CHECK(cudaGetLastError());
   }
   ++epoch_;
-  combine_pending_ = false;
+  dispatch_ok_ = false;
+  last_call_combine_ = false;
   throw InvalidArgumentError(reason);
 }
 
-void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t stream) {
-  if (!combine_pending_) {
-    MORI_THROW(InvalidStateError, "combine needs a successful dispatch since the last combine ",
-               "(epoch ", epoch_, ")");
+RoutingSnapshot IntraNodeCuda::LastRouting() const {
+  auto at = [this](size_t off) { return block_ + off; };
+  return RoutingSnapshot{
+      reinterpret_cast<const int32_t*>(at(layout_.recv_src_pos)),
+      reinterpret_cast<const int32_t*>(at(layout_.recv_group_row)),
+      reinterpret_cast<const uint8_t*>(at(layout_.token_ranks)),
+      reinterpret_cast<const int32_t*>(at(layout_.token_self_row)),
+      reinterpret_cast<const int32_t*>(at(layout_.total_recv)),
+      reinterpret_cast<const uint64_t*>(at(layout_.state + offsetof(EpDeviceState, epoch))),
+      epoch_,
+      num_tokens_};
+}
+
+const RoutingSnapshot* IntraNodeCuda::CombineRouting(const RoutingSnapshot* routing,
+                                                     RoutingSnapshot* last) const {
+  if (routing == nullptr) {
+    if (!combine_pending()) return nullptr;
+    *last = LastRouting();
+    return last;
   }
+  return CombinableEpoch(routing->host_epoch, epoch_, combined_epoch_) ? routing : nullptr;
+}
+
+void IntraNodeCuda::EnterCombine(uint64_t epoch, uintptr_t stream) {
+  // As IntraNodeCpu::EnterCombine: after a combine, no pe returns rows into another's
+  // slots before that pe's previous combine kernel has ended.
+  if (last_call_combine_) shmem::BarrierOnStream(stream);
+  last_call_combine_ = true;
+  combined_epoch_ = epoch;
+}
+
+void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t stream) {
+  RoutingSnapshot last;
+  const RoutingSnapshot* r = CombineRouting(a.routing, &last);
+  if (r == nullptr) ThrowNotCombinable(a.routing, epoch_, combined_epoch_);
   const int64_t elem = a.dtype == CombineDtype::kBFloat16     ? 2
                        : a.dtype == CombineDtype::kFloat8E4M3 ? 1
                                                               : 4;
@@ -264,10 +298,10 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   if (row_bytes > shape_.combine_row_bytes) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
                          shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"),
-                  stream);
+                  stream, a.routing);
   }
   if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
-    RejectCombine("fp8_direct_cast combines bf16 input only", stream);
+    RejectCombine("fp8_direct_cast combines bf16 input only", stream, a.routing);
   }
   // fp8 input, and bf16 under fp8_direct_cast, cross as fp8 e4m3 bytes (half of bf16's).
   const bool fp8_wire = a.dtype == CombineDtype::kFloat8E4M3 || a.fp8_cast;
@@ -287,7 +321,13 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   p.weights = a.weights;
   p.out = a.out;
   p.out_weights = a.out_weights;
-  p.num_tokens = num_tokens_;
+  p.num_tokens = r->num_tokens;
+  p.src_pos = r->src_pos;
+  p.group_row = r->group_row;
+  p.token_ranks = r->token_ranks;
+  p.token_self_row = r->token_self_row;
+  p.total_recv = r->total_recv;
+  p.epoch = r->epoch;
   auto aligned = [](const void* ptr, uintptr_t a) {
     return reinterpret_cast<uintptr_t>(ptr) % a == 0;
   };
@@ -300,7 +340,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   // path's words, so a wrong guess costs time, never correctness, and pes need not
   // agree.
   const bool onepass = tuning_.combine_onepass_rows > 0 &&
-                       num_tokens_ * shape_.world_size <=
+                       r->num_tokens * shape_.world_size <=
                            static_cast<int64_t>(tuning_.combine_onepass_rows) * launch.block_num;
   // The streaming path needs a return warp and a reducing one per block.
   const int warps = launch.warp_per_block;
@@ -326,6 +366,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                         : static_cast<int>(std::max<int64_t>(
                               1, (kStepItems * p.return_warps + per_group - 1) / per_group));
   }
+  EnterCombine(r->host_epoch, stream);
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   p.stamps = TimelineSlot(1, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
@@ -333,17 +374,18 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, fp8_wire),
                                    dim3(launch.block_num), dim3(threads), args, 0, s));
   MORI_CUDA_CHECK(cudaGetLastError());
-  combine_pending_ = false;
 }
 
-void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream) {
-  if (combine_pending_) {
+void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
+                                  const RoutingSnapshot* routing) {
+  RoutingSnapshot last;
+  if (const RoutingSnapshot* r = CombineRouting(routing, &last)) {
     mori::cuda::ScopedDevice guard(device_);
+    EnterCombine(r->host_epoch, stream);
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
-    kernels::LaunchRejectCombine(c, stream);
+    kernels::LaunchRejectCombine(c, r->epoch, stream);
     MORI_CUDA_CHECK(cudaGetLastError());
-    combine_pending_ = false;
   }
   throw InvalidArgumentError(reason);
 }

@@ -58,15 +58,19 @@ class IntraNodeCuda {
   // Enqueues the combine kernel: rows back to their sources, then the reduction in
   // ascending pe order (fp32, one rounding), bit-identical to IntraNodeCpu. fp8
   // e4m3 input, and bf16 with args.fp8_cast, cross NVLink as fp8 bytes.
-  // A total_recv above args.input_rows is a device-side trap.
+  // A total_recv above args.input_rows is a device-side trap. By the last dispatch's
+  // routing or args.routing's, as IntraNodeCpu::Combine (a combine that follows a
+  // combine first enqueues a heap barrier on `stream`).
   void Combine(const CombineArgs& args, LaunchShape launch, uintptr_t stream);
-  [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream);
+  [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream,
+                                  const RoutingSnapshot* routing = nullptr);
 
   const EpBufferLayout& layout() const { return layout_; }
   // Host mirrors of what was enqueued (the device copies are authoritative).
   int64_t num_tokens() const { return num_tokens_; }
   uint64_t epoch() const { return epoch_; }
-  bool combine_pending() const { return combine_pending_; }
+  bool combine_pending() const { return dispatch_ok_ && epoch_ > combined_epoch_; }
+  uint64_t combined_epoch() const { return combined_epoch_; }
   // The largest grid of `warps` warps per block that stays resident, for dispatch's
   // kernels or combine's (those moving fp8 rows with fp8_wire).
   int MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire = false);
@@ -79,6 +83,10 @@ class IntraNodeCuda {
   // The stamp buffer of kernel 0 (dispatch) or 1 (combine), cleared on `stream`, or
   // nullptr when the timeline is off.
   uint64_t* TimelineSlot(int kernel, int blocks, uintptr_t stream);
+  RoutingSnapshot LastRouting() const;
+  const RoutingSnapshot* CombineRouting(const RoutingSnapshot* routing,
+                                        RoutingSnapshot* last) const;
+  void EnterCombine(uint64_t epoch, uintptr_t stream);
 
   EpShape shape_;
   EpBufferLayout layout_;
@@ -96,7 +104,9 @@ class IntraNodeCuda {
   int max_blocks_[3][kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
   uint64_t epoch_ = 0;
   int64_t num_tokens_ = 0;
-  bool combine_pending_ = false;
+  uint64_t combined_epoch_ = 0;
+  bool dispatch_ok_ = false;
+  bool last_call_combine_ = false;
 };
 
 }  // namespace mori::ep

@@ -42,8 +42,8 @@ __device__ void PostCombineWords(const Common& c, uint64_t word, unsigned tid, u
   }
 }
 
-__global__ void RejectCombineKernel(Common c) {
-  PostCombineWords(c, (State(c)->epoch << 1) | 1u, threadIdx.x, blockDim.x);
+__global__ void RejectCombineKernel(Common c, const uint64_t* epoch) {
+  PostCombineWords(c, (*epoch << 1) | 1u, threadIdx.x, blockDim.x);
 }
 
 // How combine rows cross to their sources: kWireNative as the input dtype (bf16 or
@@ -73,7 +73,7 @@ __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t
                                                  unsigned lane) {
   const Common& c = p.c;
   const int64_t M = c.max_tokens;
-  const int64_t t = At<int32_t>(c, c.layout.recv_src_pos)[i] % M;
+  const int64_t t = p.src_pos[i] % M;
   const int64_t slot = static_cast<int64_t>(c.me) * M + t;
   const char* src_row = p.input + i * p.input_row_stride;
   const bool cast = kWire == kWireFp8 && p.fp8_cast;
@@ -215,8 +215,8 @@ __device__ __forceinline__ void ReduceSegment(const CombineParams& p, int64_t t,
   constexpr int kC = kKind == kFp8Row && kU > 1 ? kU / 2 : kU;
   const Common& c = p.c;
   const int W = c.world;
-  const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * W;
-  const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
+  const uint8_t* ranks = p.token_ranks + t * W;
+  const int64_t self_row = p.token_self_row[t];
   const int64_t nwords = p.row_bytes / 16;
   uint4* out = reinterpret_cast<uint4*>(static_cast<char*>(p.out) + t * p.row_bytes);
 #pragma unroll
@@ -264,8 +264,8 @@ __device__ __forceinline__ void ReduceSegment(const CombineParams& p, int64_t t,
 template <int kWire>
 __device__ void ReduceTokenScalar(const CombineParams& p, int64_t t, unsigned lane) {
   const Common& c = p.c;
-  const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * c.world;
-  const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
+  const uint8_t* ranks = p.token_ranks + t * c.world;
+  const int64_t self_row = p.token_self_row[t];
   char* out_row = static_cast<char*>(p.out) + t * p.row_bytes;
   const bool bf16 = p.dtype == CombineDtype::kBFloat16;
   for (int64_t h = lane; h < p.hidden; h += 32) {
@@ -297,8 +297,8 @@ __device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t,
   const Common& c = p.c;
   const int K = c.top_k;
   const int64_t M = c.max_tokens;
-  const uint8_t* ranks = At<uint8_t>(c, c.layout.token_ranks) + t * c.world;
-  const int64_t self_row = At<int32_t>(c, c.layout.token_self_row)[t];
+  const uint8_t* ranks = p.token_ranks + t * c.world;
+  const int64_t self_row = p.token_self_row[t];
   const float* comb_weights = At<float>(c, c.layout.comb_weights);
   for (int j = static_cast<int>(lane); j < K; j += 32) {
     float acc = 0.0f;
@@ -409,7 +409,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
   tl.tiles = tl.tiles1 + (rest + tl.tg2 - 1) / tl.tg2;
 
   __shared__ int32_t s_lo[kW], s_cnt[kW];
-  const int32_t* group_row = At<int32_t>(c, c.layout.recv_group_row);
+  const int32_t* group_row = p.group_row;
   const int nseg_ret = p.nseg_ret;
   const int64_t nwords = p.row_bytes / 16;
   const int nseg_red = p.vec ? static_cast<int>((nwords + kU * 32 - 1) / (kU * 32)) : 1;
@@ -506,9 +506,9 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
 
   // 1. Return every received row but mine (rows from one pe are contiguous; mine,
   // [own_lo, own_hi), stay in the input).
-  const int32_t* own = At<int32_t>(c, c.layout.recv_group_row) + static_cast<int64_t>(me) * (G + 1);
+  const int32_t* own = p.group_row + static_cast<int64_t>(me) * (G + 1);
   const int64_t own_lo = __ldcg(own), own_hi = __ldcg(own + G);
-  const int32_t* src_pos = At<int32_t>(c, c.layout.recv_src_pos);
+  const int32_t* src_pos = p.src_pos;
   const int nseg_ret = p.nseg_ret;
   const int64_t ret_items = (total - (own_hi - own_lo)) * nseg_ret;
   for (int64_t item = gwarp; item < ret_items; item += gwarps) {
@@ -592,7 +592,7 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
   const unsigned tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const unsigned R = static_cast<unsigned>(p.return_warps);
   uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
-  const int32_t* group_row = At<int32_t>(c, c.layout.recv_group_row);
+  const int32_t* group_row = p.group_row;
   const int64_t n = p.num_tokens;
   // Range 1: the groups of my tokens, split evenly (returns of peers' tokens of the
   // same groups ride along); range 2: the groups past my tokens (a peer's extra
@@ -685,8 +685,8 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
   const int64_t G = CombineGroups(c.max_tokens);
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned nthreads = blockDim.x;
-  const uint64_t epoch = State(c)->epoch;
-  const int64_t total = *At<int32_t>(c, c.layout.total_recv);
+  const uint64_t epoch = *p.epoch;
+  const int64_t total = *p.total_recv;
   uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
   if (total > p.input_rows) {
     // Reject the combine on every pe (they trap naming this one), then trap; the
@@ -753,8 +753,8 @@ const void* CombineKernelFor(int threads, int path, bool fp8_wire) {
                   : CombineKernelOf<kWireNative>(threads, path);
 }
 
-void LaunchRejectCombine(const Common& c, uintptr_t stream) {
-  RejectCombineKernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(c);
+void LaunchRejectCombine(const Common& c, const uint64_t* epoch, uintptr_t stream) {
+  RejectCombineKernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(c, epoch);
 }
 
 }  // namespace mori::ep::kernels

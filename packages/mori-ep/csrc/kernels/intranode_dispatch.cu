@@ -66,9 +66,11 @@ __device__ __forceinline__ void ReportBadExpert(const DispatchParams& p, int64_t
   }
 }
 
-// The set of pes token t goes to, as a bit mask; any id outside [-1, num_experts)
-// reports and traps. The ids load without a branch per id (int4 when aligned).
+// The set of pes token t goes to, as a bit mask (a replay's, or from its ids); any id
+// outside [-1, num_experts) reports and traps. The ids load without a branch per id (int4 when
+// aligned).
 __device__ __forceinline__ uint32_t RankMask(const DispatchParams& p, int64_t t, uint64_t epoch) {
+  if (p.rank_masks != nullptr) return __ldg(p.rank_masks + t);  // a replay: bits < W (host)
   const int K = p.c.top_k;
   const int32_t* row = p.indices + t * K;
   uint32_t mask = 0;

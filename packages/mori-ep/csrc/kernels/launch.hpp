@@ -57,11 +57,12 @@ struct DispatchParams {
   const char* scales;
   const int32_t* indices;
   int64_t num_tokens;
-  int64_t recv_capacity;  // rows of every pe's receive buffers (RecvCapacity)
-  bool vec;               // token rows move as 16-byte words
-  bool indices_vec;       // index rows load as int4 (K % 4 == 0, 16-byte aligned)
-  bool meta_staged;       // metadata fits kMetaWords words per lane, 4-byte aligned
-  uint64_t* stamps;       // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
+  const uint32_t* rank_masks;  // a replay: each token's destination pes; null: from indices
+  int64_t recv_capacity;       // rows of every pe's receive buffers (RecvCapacity)
+  bool vec;                    // token rows move as 16-byte words
+  bool indices_vec;            // index rows load as int4 (K % 4 == 0, 16-byte aligned)
+  bool meta_staged;            // metadata fits kMetaWords words per lane, 4-byte aligned
+  uint64_t* stamps;            // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
 };
 
 struct CombineParams {
@@ -76,6 +77,14 @@ struct CombineParams {
   void* out;
   float* out_weights;
   int64_t num_tokens;
+  // The routing combine reverses (RoutingSnapshot): the last dispatch's regions of
+  // the block, or a routing handle's tensors.
+  const int32_t* src_pos;
+  const int32_t* group_row;
+  const uint8_t* token_ranks;
+  const int32_t* token_self_row;
+  const int32_t* total_recv;
+  const uint64_t* epoch;
   int steps;          // tiles per block the combine aims for (pipeline depth)
   bool split;         // half the warps return rows while the other half reduce
   int ret_seg_words;  // 16-byte words per lane of a returned row segment (SplitRow)
@@ -122,9 +131,9 @@ const void* CombineKernelFor(int threads, int path, bool fp8_wire);
 // One warp posts a rejected count row for the next epoch to every pe and advances
 // the epoch (IntraNodeCuda::RejectDispatch).
 void LaunchRejectDispatch(const Common& c, uintptr_t stream);
-// One warp posts a rejected combine word of the current epoch to every pe, for every
-// group (IntraNodeCuda::RejectCombine).
-void LaunchRejectCombine(const Common& c, uintptr_t stream);
+// One warp posts a rejected combine word of epoch *epoch (device memory) to every pe,
+// for every group (IntraNodeCuda::RejectCombine).
+void LaunchRejectCombine(const Common& c, const uint64_t* epoch, uintptr_t stream);
 
 // A warp moves a row of `nwords` 16-byte words in segments of at most kseg words per
 // lane: as few segments as kseg allows, with the words spread evenly over them (a

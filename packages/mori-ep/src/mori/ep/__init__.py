@@ -21,12 +21,14 @@ from .dispatch_combine import (
     EpDispatchCombineQuantType,
 )
 from .layout import get_dispatch_layout
+from .routing import EpDispatchRoutingHandle
 
 __all__ = [
     "EpDispatchCombineConfig",
     "EpDispatchCombineKernelType",
     "EpDispatchCombineOp",
     "EpDispatchCombineQuantType",
+    "EpDispatchRoutingHandle",
     "__version__",
     "get_dispatch_layout",
 ]

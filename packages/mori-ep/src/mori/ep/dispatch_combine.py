@@ -26,6 +26,7 @@ from mori.core import (
 )
 
 from . import _C
+from . import routing as _routing
 from .low_latency import LowLatencyMixin
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
@@ -370,6 +371,7 @@ class EpDispatchCombineOp(LowLatencyMixin):
         self._quant = config.quant
         self.timeout_s = float(timeout_s)
         self._timed_out: str | None = None
+        self._routing_owner = object()  # what routing handles of this op carry
         c = config
         shape = (
             c.world_size,
@@ -444,11 +446,11 @@ class EpDispatchCombineOp(LowLatencyMixin):
         else:
             impl.reject_dispatch(problem)
 
-    def _reject_combine(self, impl, problem: str):
+    def _reject_combine(self, impl, problem: str, routing: list[int] | None = None):
         if self._cuda:
-            impl.reject_combine(problem, self._stream())
+            impl.reject_combine(problem, self._stream(), routing)
         else:
-            impl.reject_combine(problem)
+            impl.reject_combine(problem, routing)
 
     def _region(self, name: str, nbytes: int) -> torch.Tensor:
         off = self._layout[name]
@@ -603,8 +605,14 @@ class EpDispatchCombineOp(LowLatencyMixin):
             rdma_block_num: MORI's inter-node launch parameter; unused intra-node.
             call_local_expert_count: also count, on the device, the (received token,
                 slot) pairs per local expert into :attr:`local_expert_count`.
-            routing, return_routing: MORI's routing handles (cached / replayed
-                routing); not implemented: NotSupportedError.
+            routing: an :class:`EpDispatchRoutingHandle` (intra-node kernel type):
+                replay its dispatch's layout. Each token goes to the ranks it went to
+                then (``indices`` travel as data only and are not checked), so with
+                every rank replaying handles of the same earlier call the rows land
+                where they landed then; ``input`` must have the handle's
+                ``cur_rank_num_token`` rows. The handle can then be combined again.
+            return_routing: also return a new handle of this call's routing (not
+                with ``routing=``).
 
         Returns:
             ``(out, out_weights, out_scales, out_indices, total_recv)``: views of the
@@ -612,9 +620,11 @@ class EpDispatchCombineOp(LowLatencyMixin):
             (``out [C, hidden_dim]`` in input's dtype, ``out_weights fp32 [C, k]``,
             ``out_scales [C, scale_dim]`` in scales' dtype or None, ``out_indices int32
             [C, k]``) whose rows ``[0, total_recv)`` hold the received tokens, and
-            ``total_recv`` an int32 tensor ``[1]`` on the op's device. Rows arrive
+            ``total_recv`` an int32 tensor ``[1]`` on the op's device (with a
+            routing handle: the handle's ``total_recv_token_num``). Rows arrive
             ordered by source rank, then by source token index; each carries the
-            token's full top-k indices, weights and scales.
+            token's full top-k indices, weights and scales. With
+            ``return_routing=True`` the handle follows as a sixth element (MORI's).
 
         Raises:
             InvalidArgumentError, host-side before any data moves: wrong type, dtype,
@@ -628,14 +638,16 @@ class EpDispatchCombineOp(LowLatencyMixin):
             MoriTimeoutError: a rank did not take part within ``timeout_s``.
         """
         impl = self._impl_or_raise()
-        if routing is not None or return_routing:
+        if self._ll and (routing is not None or return_routing):
             raise NotSupportedError(
-                "routing handles (routing=, return_routing=) are not implemented: the op keeps "
-                "the last dispatch's routing itself, and combine uses it"
+                f"routing handles (routing=, return_routing=) are implemented for kernel_type "
+                f"IntraNode, not {self.config.kernel_type.name} (as in MORI)"
             )
         problem = self._check_dispatch(
             input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
         )
+        if problem is None and (routing is not None or return_routing):
+            problem = self._replay_problem(input, indices, routing, return_routing)
         if self._ll:
             return self._ll_dispatch(problem, input, weights, scales, indices, block_num,
                                      warp_per_block, call_local_expert_count)  # fmt: skip
@@ -665,16 +677,48 @@ class EpDispatchCombineOp(LowLatencyMixin):
             # Fail the call on every rank, as a check would, instead of leaving the
             # peers waiting for this rank's counts.
             self._reject_dispatch(impl, f"dispatch inputs could not be prepared: {e}")
+        masks = 0 if routing is None else _routing.rank_masks(self, routing).data_ptr()
         with self._fails_on_timeout():
             if self._cuda:
-                impl.dispatch(*args, *self._launch(block_num, warp_per_block), self._stream())
+                impl.dispatch(
+                    *args, *self._launch(block_num, warp_per_block), self._stream(), masks
+                )
             else:
-                impl.dispatch(*args)
+                impl.dispatch(*args, masks)
         if call_local_expert_count:
             self._count_local_experts()
         out = self._recv_tokens[:, :row_bytes].view(input.dtype)
         out_scales = self._recv_scales.view(scales.dtype) if has_scales else None
-        return out, self._recv_weights, out_scales, self._recv_indices, self._total_recv
+        base = (out, self._recv_weights, out_scales, self._recv_indices)
+        if routing is not None:
+            _routing.stamp(self, routing)
+            return (*base, routing.total_recv_token_num)
+        if return_routing:
+            handle = _routing.snapshot(self, n)
+            return (*base, handle.total_recv_token_num, handle)
+        return (*base, self._total_recv)
+
+    def _replay_problem(self, input, indices, routing, return_routing) -> str | None:
+        """What is wrong with dispatch's routing arguments (MORI's messages), or None."""
+        if routing is not None and return_routing:
+            return "pass either `routing=` (replay) or `return_routing=True` (new layout), not both"
+        if routing is None:
+            return None
+        problem = _routing.handle_problem(routing, self, replay=True)
+        if problem is not None:
+            return problem
+        replay_n = routing.cur_rank_num_token
+        if input.size(0) != replay_n:
+            return (
+                f"replay dispatch input has {input.size(0)} tokens but "
+                f"routing.cur_rank_num_token={replay_n}"
+            )
+        if indices.size(0) != replay_n:
+            return (
+                f"replay dispatch indices has {indices.size(0)} tokens but "
+                f"routing.cur_rank_num_token={replay_n}"
+            )
+        return None
 
     def _count_local_experts(self) -> None:
         """local_expert_count from the last dispatch's received indices, on the
@@ -691,16 +735,19 @@ class EpDispatchCombineOp(LowLatencyMixin):
 
     # ------------------------------------------------------------------- combine
     def _check_combine(
-        self, input, weights, indices, block_num, rdma_block_num, warp_per_block, use_ext
-    ):
+        self, input, weights, indices, block_num, rdma_block_num, warp_per_block, use_ext,
+        routing=None,
+    ):  # fmt: skip
         c = self.config
         k, cap = c.num_experts_per_token, c.max_num_tokens_to_recv
         # On CUDA total_recv is on the device: rows >= total_recv is a kernel trap there.
         if self._ll:
             total = 0 if self._cuda else self._ll_total_recv
+        elif routing is not None:
+            total = 0 if self._cuda else int(_routing.derived(self, routing)[5])
         else:
             total = 0 if self._cuda else self._impl.total_recv
-        n = self._impl.num_tokens
+        n = self._impl.num_tokens if routing is None else routing.cur_rank_num_token
         if not isinstance(input, torch.Tensor):
             return f"input must be a torch.Tensor, got {_describe(input)}"
         if input.device != self.device:
@@ -782,11 +829,19 @@ class EpDispatchCombineOp(LowLatencyMixin):
             use_external_inp_buf: MORI's flag (-1: the config's); the intra-node
                 implementation reads ``input`` wherever it lies either way.
             call_reset: MORI's flag; nothing to reset here (epochs), accepted.
-            routing: MORI's routing handle; not implemented (NotSupportedError).
+            routing: an :class:`EpDispatchRoutingHandle` of an earlier dispatch of
+                this op (intra-node kernel type): reverse that dispatch instead of the
+                last one; ``input`` then holds that dispatch's rows, in its order (a
+                later dispatch overwrote the receive buffers: keep a copy).
+                Dispatches are combined in their order, each once (a handle is
+                combined again after replaying it); a combine that follows a
+                combine first runs a barrier over the ranks (on CUDA on the stream),
+                so that no rank's rows overwrite what a peer still reduces.
 
         Returns:
             ``(out, out_weights)``: ``out [num_tokens, hidden_dim]`` in input's dtype,
-            where ``num_tokens`` is this rank's last dispatch's; row ``t`` is the sum,
+            where ``num_tokens`` is this rank's last dispatch's (the handle's
+            ``cur_rank_num_token``); row ``t`` is the sum,
             over the ranks token ``t`` went to in ascending rank order, of the rows
             they return, accumulated in fp32 and rounded once (zeros for a token with
             no expert). With ``quant_type="fp8_direct_cast"`` every returned value is
@@ -796,7 +851,9 @@ class EpDispatchCombineOp(LowLatencyMixin):
             buffers, valid until the next combine.
 
         Raises:
-            InvalidStateError: no dispatch since the last combine (local check).
+            InvalidStateError: no dispatch since the last combine, or a handle that is
+                not this op's or whose dispatch was combined already or precedes
+                the last combined one (local checks).
             InvalidArgumentError, host-side before any data moves: type, dtype, shape,
                 device, row count below ``total_recv`` (on CUDA, where total_recv is on
                 the device, that bound is a device-side trap), indices that are not
@@ -806,23 +863,32 @@ class EpDispatchCombineOp(LowLatencyMixin):
         """
         del call_reset
         impl = self._impl_or_raise()
-        if routing is not None:
-            raise NotSupportedError("routing handles (routing=) are not implemented")
         if self._ll:
+            if routing is not None:
+                raise NotSupportedError(
+                    f"routing handles (routing=) are implemented for kernel_type IntraNode, "
+                    f"not {self.config.kernel_type.name} (as in MORI)"
+                )
             return self._ll_combine(input, weights, indices, block_num, rdma_block_num,
                                     warp_per_block, use_external_inp_buf)  # fmt: skip
-        if not impl.combine_pending:
+        words = None
+        if routing is not None:
+            handle_problem = _routing.handle_problem(routing, self, replay=False)
+            if handle_problem is not None:
+                raise InvalidStateError(handle_problem)
+            words = _routing.combine_words(self, routing)
+        elif not impl.combine_pending:
             raise InvalidStateError(
                 f"combine needs a successful dispatch since the last combine (epoch {impl.epoch})"
             )
         problem = self._check_combine(
             input, weights, indices, block_num, rdma_block_num, warp_per_block,
-            use_external_inp_buf,
+            use_external_inp_buf, routing,
         )  # fmt: skip
         if problem is not None:
-            self._reject_combine(impl, problem)
+            self._reject_combine(impl, problem, words)
         c = self.config
-        n = impl.num_tokens
+        n = impl.num_tokens if routing is None else routing.cur_rank_num_token
         out_dtype = input.dtype
         fp8_cast = self._quant == EpDispatchCombineQuantType.Fp8DirectCast
         try:  # as in dispatch: a local failure here fails the call on every rank
@@ -848,15 +914,15 @@ class EpDispatchCombineOp(LowLatencyMixin):
                 out_weights.data_ptr() if out_weights is not None else 0,
             )
         except (RuntimeError, TypeError, ValueError) as e:
-            self._reject_combine(impl, f"combine inputs could not be prepared: {e}")
+            self._reject_combine(impl, f"combine inputs could not be prepared: {e}", words)
         with self._fails_on_timeout():
             if self._cuda:
                 impl.combine(
                     *addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast,
-                    *self._launch(block_num, warp_per_block), self._stream(),
+                    *self._launch(block_num, warp_per_block), self._stream(), words,
                 )  # fmt: skip
             else:
-                impl.combine(*addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast)
+                impl.combine(*addrs, _COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast, words)
         return out[:n], (out_weights[:n] if out_weights is not None else None)
 
     def get_registered_combine_input_buffer(
