@@ -12,7 +12,9 @@
 #include "engine/io_engine.hpp"
 #include "engine_py.hpp"
 #include "mori/core/error.hpp"
+#include "p2p/p2p_transport.hpp"
 #include "shm/notice_ring.hpp"
+#include "shm/shm_transport.hpp"
 #include "wire/secret.hpp"
 
 namespace py = pybind11;
@@ -218,17 +220,38 @@ the transfer within its timeout.)doc")
       .def_property_readonly("hellos_refused", &IoEngine::hellos_refused)
       .def("create_shm_backend", &IoEngine::CreateShmBackend)
       .def("create_p2p_backend", &IoEngine::CreateP2pBackend, py::arg("config"))
-      .def("p2p_mapping_kind", &IoEngine::P2pMappingKind, py::arg("remote_key"), py::arg("mem_id"),
-           "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
-      .def("shm_mapping_state", &IoEngine::ShmMappingState, py::arg("remote_key"),
-           py::arg("mem_id"), "-1: not asked yet; 0: not shareable (CMA); 1: mapped (memcpy).")
-      .def("shm_cma_grant_state", &IoEngine::ShmCmaGrantState, py::arg("remote_key"),
-           py::arg("mem_id"), "1: a CMA grant of the remote region is held here; 0: none.")
-      .def("shm_liveness", &IoEngine::ShmLiveness, py::arg("remote_key"),
-           "How same-host copies learn that remote_key's engine is gone: 'word', 'pidfd', ''.")
-      .def("notice_ring_state", &IoEngine::NoticeRingState, py::arg("remote_key"),
-           "Write announcements to remote_key: 1 its notice ring; 0 not asked yet; -1 TCP.")
-      .def_property_readonly("notice_rings_granted", &IoEngine::notice_rings_granted)
+      .def(
+          "p2p_mapping_kind",
+          [](IoEngine& e, const std::string& key, uint64_t mem_id) {
+            return e.p2p().MappingKind(key, mem_id);
+          },
+          py::arg("remote_key"), py::arg("mem_id"),
+          "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
+      .def(
+          "shm_mapping_state",
+          [](IoEngine& e, const std::string& key, uint64_t mem_id) {
+            return e.shm().MappingState(key, mem_id);
+          },
+          py::arg("remote_key"), py::arg("mem_id"),
+          "-1: not asked yet; 0: not shareable (CMA); 1: mapped (memcpy).")
+      .def(
+          "shm_cma_grant_state",
+          [](IoEngine& e, const std::string& key, uint64_t mem_id) {
+            return e.shm().CmaGrantState(key, mem_id);
+          },
+          py::arg("remote_key"), py::arg("mem_id"),
+          "1: a CMA grant of the remote region is held here; 0: none.")
+      .def(
+          "shm_liveness", [](IoEngine& e, const std::string& key) { return e.shm().Liveness(key); },
+          py::arg("remote_key"),
+          "How same-host copies learn that remote_key's engine is gone: 'word', 'pidfd', ''.")
+      .def(
+          "notice_ring_state",
+          [](IoEngine& e, const std::string& key) { return e.shm().NoticeRingState(key); },
+          py::arg("remote_key"),
+          "Write announcements to remote_key: 1 its notice ring; 0 not asked yet; -1 TCP.")
+      .def_property_readonly("notice_rings_granted",
+                             [](IoEngine& e) { return e.shm().notice_rings_granted(); })
       .def("create_rdma_backend", &IoEngine::CreateRdmaBackend, py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_static("p2p_unavailable", &P2pBackend::Unavailable,
@@ -246,7 +269,7 @@ the transfer within its timeout.)doc")
             BackendChoice c;
             {
               py::gil_scoped_release nogil;  // may connect, probe the peer, ask for a mapping
-              c = e.BackendFor(local_loc, key, remote_mem, remote_loc);
+              c = e.BackendFor(local_loc, RemoteRegion{key, remote_mem, 0, remote_loc});
             }
             return ChoiceTuple(c);
           },
@@ -259,10 +282,17 @@ the transfer within its timeout.)doc")
           },
           py::arg("addr"), py::arg("size"), py::arg("device_id"), py::arg("loc"))
       .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
-      .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("key"),
-           py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(), py::arg("pid") = 0,
-           py::arg("remote_shm") = false, py::arg("remote_p2p") = false,
-           py::arg("remote_rdma") = false, py::arg("secret") = py::bytes())
+      .def(
+          "register_remote_engine",
+          [](IoEngine& e, const std::string& key, const std::string& host, uint16_t port,
+             const std::string& host_id, int pid, bool remote_shm, bool remote_p2p,
+             bool remote_rdma, const std::string& secret) {
+            e.RegisterRemoteEngine(PeerDesc{key, host, port, host_id, pid, remote_shm, remote_p2p,
+                                            remote_rdma, secret});
+          },
+          py::arg("key"), py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(),
+          py::arg("pid") = 0, py::arg("remote_shm") = false, py::arg("remote_p2p") = false,
+          py::arg("remote_rdma") = false, py::arg("secret") = py::bytes())
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
       .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)
@@ -273,8 +303,9 @@ the transfer within its timeout.)doc")
              MemoryLocationType remote_loc) {
             TransferSpan span{lo, ro, size};
             py::gil_scoped_release nogil;
-            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
-                              remote_size, remote_loc, &span, 1, uid);
+            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem,
+                              RemoteRegion{key, remote_mem, remote_size, remote_loc}, &span, 1,
+                              uid);
           },
           py::arg("write"), py::arg("local_mem"), py::arg("local_offset"), py::arg("remote_key"),
           py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offset"), py::arg("size"),
@@ -287,17 +318,25 @@ the transfer within its timeout.)doc")
              MemoryLocationType remote_loc) {
             std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
             py::gil_scoped_release nogil;
-            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, key, remote_mem,
-                              remote_size, remote_loc, spans.data(), spans.size(), uid);
+            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem,
+                              RemoteRegion{key, remote_mem, remote_size, remote_loc}, spans.data(),
+                              spans.size(), uid);
           },
           py::arg("write"), py::arg("local_mem"), py::arg("local_offsets"), py::arg("remote_key"),
           py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offsets"),
           py::arg("sizes"), py::arg("uid"), py::arg("remote_loc") = MemoryLocationType::CPU)
       .def("pop_inbound_transfer_status", &IoEngine::PopInboundTransferStatus,
            py::arg("remote_key"), py::arg("uid"))
-      .def("create_session", &IoEngine::CreateSession, py::arg("local_mem"), py::arg("remote_key"),
-           py::arg("remote_mem"), py::arg("remote_size"),
-           py::arg("remote_loc") = MemoryLocationType::CPU, py::keep_alive<0, 1>())
+      .def(
+          "create_session",
+          [](IoEngine& e, uint64_t local_mem, const std::string& key, uint64_t remote_mem,
+             uint64_t remote_size, MemoryLocationType remote_loc) {
+            return e.CreateSession(local_mem,
+                                   RemoteRegion{key, remote_mem, remote_size, remote_loc});
+          },
+          py::arg("local_mem"), py::arg("remote_key"), py::arg("remote_mem"),
+          py::arg("remote_size"), py::arg("remote_loc") = MemoryLocationType::CPU,
+          py::keep_alive<0, 1>())
       .def("ledger_stats",
            [](IoEngine& e) {
              SubmissionLedger& l = e.ledger();

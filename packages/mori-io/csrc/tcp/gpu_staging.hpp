@@ -7,6 +7,7 @@
 // device) Unavailable() says why and nothing here is called.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,11 @@ const std::string& Unavailable();
 // kPinnedMax, pageable above; returned to the pool when the last reference goes.
 inline constexpr size_t kPinnedMax = 16 << 20;
 std::shared_ptr<char> Buffer(size_t n);
+
+// Initiators stage parts of at most kGpuChunk; a target refuses to stage a single part
+// larger than kMaxStagedPart.
+inline constexpr uint64_t kGpuChunk = 4 << 20;
+inline constexpr uint64_t kMaxStagedPart = 256 << 20;
 
 // Synchronous copies between GPU memory of `device` and host memory; throw CudaError.
 void ToHost(char* dst, const char* src_gpu, size_t n, int device);

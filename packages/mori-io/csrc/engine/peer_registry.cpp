@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include "engine/peer_registry.hpp"
+
+namespace mori::io {
+
+void Peer::MarkFailed(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(fail_mu);
+  if (failed.load(std::memory_order_relaxed)) return;
+  fail_reason = reason;
+  failed.store(true, std::memory_order_release);
+}
+
+std::string Peer::FailReason() {
+  std::lock_guard<std::mutex> lock(fail_mu);
+  return fail_reason;
+}
+
+std::shared_ptr<Peer> PeerRegistry::Put(std::shared_ptr<Peer> peer) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  peer->generation = next_generation_++;
+  auto& slot = peers_[peer->key];
+  std::shared_ptr<Peer> old = std::move(slot);
+  slot = std::move(peer);
+  epoch_.fetch_add(1, std::memory_order_release);
+  return old;
+}
+
+std::shared_ptr<Peer> PeerRegistry::Take(const std::string& key) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return nullptr;
+  std::shared_ptr<Peer> old = std::move(it->second);
+  peers_.erase(it);
+  epoch_.fetch_add(1, std::memory_order_release);
+  return old;
+}
+
+std::shared_ptr<Peer> PeerRegistry::Find(const std::string& key) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = peers_.find(key);
+  return it == peers_.end() ? nullptr : it->second;
+}
+
+}  // namespace mori::io

@@ -1,0 +1,600 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include "shm/shm_transport.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/io_engine.hpp"
+#include "mori/core/logging.hpp"
+#include "mori/core/macros.hpp"
+#include "mori/core/telemetry.hpp"
+#include "tcp/reactor.hpp"
+#include "tcp/socket_io.hpp"
+#include "tcp/tcp_transport.hpp"
+#include "wire/log_safe.hpp"
+#include "wire/wire_status.hpp"
+
+namespace mori::io {
+
+ShmTransport::ShmTransport(IoEngine* engine) : engine_(engine) {
+  cookie_ = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
+  conn_slot_ = engine->channel().handlers().AllocateConnExtension();
+  RegisterInitiatorHandlers();
+  RegisterTargetHandlers();
+  RegisterNoticeHandlers();
+}
+
+ShmTransport::~ShmTransport() { FreeNoticeRings(); }
+
+ShmTransport::PeerShm& ShmTransport::StateOf(Peer& peer) { return peer.StateOf<PeerShm>(kShmSlot); }
+
+std::unique_ptr<PeerState> ShmTransport::NewPeerState() { return std::make_unique<PeerShm>(); }
+
+void ShmTransport::ProbeSelf() {
+  BackendAvailability a = ProbeBackend(BackendType::kShm);
+  self_ok_ = a.available;
+  self_reason_ = a.reason;
+  if (!a.available) {
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': SHM backend created, but ", a.reason,
+                  "; same-host transfers fall back to TCP");
+  }
+}
+
+void ShmTransport::ChannelStarting() {
+  try {
+    liveness_ = std::make_unique<LivenessPage>();
+  } catch (const std::exception& e) {
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': no liveness page (", e.what(),
+                  "); same-host initiators poll its pidfd per copy instead");
+  }
+}
+
+void ShmTransport::OnControlThread(bool starting) {
+  if (liveness_ == nullptr) return;
+  // Released before the thread ends, while the page is still mapped (liveness.hpp).
+  starting ? liveness_->Hold() : liveness_->Release();
+}
+
+void ShmTransport::ChannelStopped() {
+  liveness_.reset();  // its holder, the first reactor, has released it and ended
+  FreeNoticeRings();
+}
+
+bool ShmTransport::CanHandle(const Peer& peer, MemoryLocationType, MemoryLocationType) const {
+  const PeerShm& s = peer.StateOf<PeerShm>(kShmSlot);
+  return !s.probe_failed && !s.refused.load(std::memory_order_relaxed);
+}
+
+void ShmTransport::PeerConnecting(Peer& peer, PeerConnections& pc) {
+  BackendChoiceInput in =
+      engine_->ChoiceInput(peer, MemoryLocationType::CPU, MemoryLocationType::CPU);
+  if (ChooseBackend(in).backend != BackendType::kShm) return;
+  // The first use of CMA for this pair, before any transfer relies on it.
+  std::string why = ProbePeer(pc.conns[0]->fd, peer);
+  if (why.empty()) return;
+  in.cma_ok = false;
+  in.cma_reason = why;
+  PeerShm& s = StateOf(peer);
+  s.fallback = ChooseBackend(in);
+  s.probe_failed = true;
+  MORI_LOG_WARN(kIo, "engine '", engine_->key(), "' -> ", LogSafe(peer.key), ": ",
+                s.fallback.reason);
+}
+
+std::string ShmTransport::ProbePeer(int fd, const Peer& peer) {
+  constexpr size_t kHdr = sizeof(wire::Header);
+  const int timeout = engine_->tcp_config().peer_timeout_ms;
+  wire::Header req = wire::MakeHeader(wire::MsgType::kShmProbe);
+  std::string error;
+  if (!SendAll(fd, reinterpret_cast<const char*>(&req), kHdr, timeout, &error)) {
+    return "the probe request could not be sent: " + error;
+  }
+  wire::Header ack{};
+  if (!RecvAll(fd, reinterpret_cast<char*>(&ack), kHdr, timeout, &error)) {
+    return "the probe got no answer: " + error;
+  }
+  if (ack.type != static_cast<uint8_t>(wire::MsgType::kShmProbeAck) ||
+      ack.version != wire::kVersion) {
+    return StrCat("unexpected probe answer (type ", int(ack.type), ", version ", ack.version, ")");
+  }
+  if (ack.status != static_cast<uint8_t>(wire::WireStatus::kOk)) {
+    return wire::WireStatusText(static_cast<wire::WireStatus>(ack.status));
+  }
+  if (ack.mem_id != static_cast<uint64_t>(peer.pid)) {
+    return StrCat("the peer reports pid ", ack.mem_id, " but its EngineDesc says ", peer.pid);
+  }
+  uint64_t cookie = 0;
+  int err = CmaCopy(peer.pid, false, reinterpret_cast<char*>(&cookie), ack.offset, sizeof(cookie));
+  if (err != 0) {
+    return StrCat("process_vm_readv of pid ", peer.pid, " failed: ", ErrnoText(err),
+                  err == EPERM ? " (ptrace rules: kernel.yama.ptrace_scope, or another user)" : "");
+  }
+  if (cookie != ack.uid) return StrCat("pid ", peer.pid, " is not the remote engine's process");
+  return {};
+}
+
+BackendChoice ShmTransport::Explain(const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
+                                    BackendChoice choice) {
+  PeerShm& s = StateOf(*peer);
+  if (s.probe_failed) return s.fallback;
+  if (s.refused.load(std::memory_order_acquire)) {
+    return {BackendType::kTcp, "TCP: CMA was refused (EPERM) on use after the probe had passed"};
+  }
+  // Which SHM copy moves this region's bytes, decided as Submit decides it.
+  BackendChoiceInput in =
+      engine_->ChoiceInput(*peer, MemoryLocationType::CPU, MemoryLocationType::CPU);
+  in.shm_path = ShmPath::kCma;
+  if (!engine_->options().shm_map) {
+    in.shm_path_why = "mapping switched off (MORI_IO_SHM_MAP=0)";
+  } else if (MappingFor(*peer, remote_mem, &in.shm_path_why)) {
+    in.shm_path = ShmPath::kMapped;
+  }
+  return ChooseBackend(in);
+}
+
+std::shared_ptr<TransferState> ShmTransport::Submit(const TransferRequest& req) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
+  if (bytes == 0) return IoEngine::Finished(StatusDetail::SUCCESS, {});
+  const HotPathOptions& options = engine_->options();
+  if (options.shm_map) {
+    if (std::shared_ptr<ShmMapping> m = MappingFor(*req.peer, req.remote.mem_id)) {
+      return SubmitMapped(req, std::move(m));
+    }
+  }
+  if (options.cma_cache) {
+    StatusDetail code = StatusDetail::SUCCESS;
+    std::string error;
+    std::shared_ptr<CmaRemote> g = CmaRemoteFor(*req.peer, req.remote.mem_id, &code, &error);
+    if (!g) return IoEngine::Finished(code, std::move(error));
+    return SubmitCma(req, std::move(g));
+  }
+  // A grant per part, asked for on the control connections and answered in order.
+  return engine_->tcp().PostParts(req, wire::MsgType::kShmWriteReq, wire::MsgType::kShmReadReq);
+}
+
+std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, uint64_t mem_id,
+                                                     std::string* why_not) {
+  PeerShm& s = StateOf(peer);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.maps.find(mem_id);
+  if (it != s.maps.end()) {
+    if (!it->second && why_not != nullptr) *why_not = s.unmapped_why[mem_id];
+    return it->second;
+  }
+  std::string answer, error;
+  StatusDetail code = StatusDetail::SUCCESS;
+  wire::WireStatus status = wire::WireStatus::kOk;
+  if (!engine_->channel().SideRequest(peer, wire::MsgType::kShmMapReq, wire::MsgType::kShmMapGrant,
+                                      mem_id, {}, &answer, &code, &error, &status)) {
+    // Not shareable: CMA from now on for this region. Anything else (unknown memory,
+    // an unreachable peer) is left to the CMA path to report, and asked again later.
+    if (status == wire::WireStatus::kNotShareable) {
+      error = "the target region is not in shared host memory (allocate_shared_host_memory)";
+      s.maps.emplace(mem_id, nullptr);
+      s.unmapped_why[mem_id] = error;
+    }
+    if (why_not != nullptr) {
+      *why_not = status == wire::WireStatus::kNotShareable ? error : "no mapping granted: " + error;
+    }
+    return nullptr;
+  }
+  std::shared_ptr<ShmMapping> m;
+  try {
+    const ShmMapGrant g = UnpackShmMapGrant(answer);
+    std::shared_ptr<const TargetLiveness> owner = LivenessOf(peer, g.pid, g.live, &error);
+    if (owner) m = MapPeerRegion(g, &error);
+    if (m) m->owner = std::move(owner);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!m) {
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': mapping memory ", mem_id, " of ",
+                  LogSafe(peer.key), " failed (", error, "); CMA moves it");
+    s.unmapped_why[mem_id] = "mapping the target's shared region failed: " + error;
+    if (why_not != nullptr) *why_not = s.unmapped_why[mem_id];
+  }
+  s.maps.emplace(mem_id, m);
+  return m;
+}
+
+// The liveness of the peer that sent a grant naming `pid` and `live`; opened once per
+// peer (its mu held). nullptr with *error when the grant's pid is not the peer's or its
+// page cannot be mapped.
+std::shared_ptr<const TargetLiveness> ShmTransport::LivenessOf(Peer& peer, int pid,
+                                                               const LivenessGrant& live,
+                                                               std::string* error) {
+  // The pid of the process that answered is not taken on trust: our copies go to the
+  // pid of the EngineDesc (same host identity, so the same pid namespace).
+  if (peer.pid > 0 && pid != peer.pid) {
+    *error = StrCat("the grant names pid ", pid, ", the remote EngineDesc pid ", peer.pid);
+    return nullptr;
+  }
+  PeerShm& s = StateOf(peer);
+  if (s.liveness) return s.liveness;
+  const bool use_word = engine_->options().liveness_word;
+  std::shared_ptr<TargetLiveness> t = TargetLiveness::Open(pid, live, use_word, error);
+  if (!t) return nullptr;
+  if (use_word && !t->uses_word()) {
+    MORI_LOG_INFO(kIo, "engine '", engine_->key(), "': ", LogSafe(peer.key),
+                  " offers no liveness word; its pidfd is polled per same-host copy");
+  }
+  s.liveness = std::move(t);
+  return s.liveness;
+}
+
+std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, uint64_t mem_id,
+                                                      StatusDetail* code, std::string* error) {
+  PeerShm& s = StateOf(peer);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.cma_grants.find(mem_id);
+  if (it != s.cma_grants.end()) return it->second;
+  // Held across the request: a revoke of this region (RemoteRegionRevoked takes mu) that
+  // the target sent after granting is handled only once the grant is cached here.
+  const std::string what = StrCat("SHM: no CMA grant for memory ", mem_id, " of remote engine ",
+                                  LogSafe(peer.key), ": ");
+  std::string answer;
+  if (!engine_->channel().SideRequest(peer, wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant,
+                                      mem_id, {}, &answer, code, error)) {
+    *error = what + *error;
+    return nullptr;
+  }
+  auto r = std::make_shared<CmaRemote>();
+  try {
+    const CmaGrant g = UnpackCmaGrant(answer);
+    r->owner = LivenessOf(peer, g.pid, g.live, error);
+    r->pid = g.pid;
+    r->addr = g.addr;
+    r->size = g.size;
+  } catch (const std::exception& e) {
+    *error = e.what();
+  }
+  if (!r->owner) {
+    *code = StatusDetail::ERR_TRANSPORT;
+    *error = what + *error;
+    return nullptr;
+  }
+  s.cma_grants.emplace(mem_id, r);
+  return r;
+}
+
+void ShmTransport::RemoteRegionRevoked(Peer& peer, uint64_t mem_id,
+                                       const std::shared_ptr<void>& released) {
+  std::shared_ptr<ShmMapping> map;  // shared host memory mapped here
+  std::shared_ptr<CmaRemote> cma;   // a CMA grant held here
+  {
+    PeerShm& s = StateOf(peer);
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto sit = s.maps.find(mem_id);
+    if (sit != s.maps.end()) {
+      map = std::move(sit->second);
+      s.maps.erase(sit);
+    }
+    s.unmapped_why.erase(mem_id);
+    auto cit = s.cma_grants.find(mem_id);
+    if (cit != s.cma_grants.end()) {
+      cma = std::move(cit->second);
+      s.cma_grants.erase(cit);
+    }
+  }
+  // Acknowledged once the last copy holding either ended and it is unmapped.
+  if (map) map->released = [released] {};
+  if (cma) cma->released = [released] {};
+}
+
+static_assert(sizeof(TransferSpan) == sizeof(CmaSpan) &&
+                  offsetof(TransferSpan, local_offset) == offsetof(CmaSpan, local_offset) &&
+                  offsetof(TransferSpan, remote_offset) == offsetof(CmaSpan, remote_offset) &&
+                  offsetof(TransferSpan, size) == offsetof(CmaSpan, size),
+              "TransferSpan and CmaSpan share one layout");
+
+namespace {
+// A CMA transfer of at least this many bytes is copied by two threads, the submitting
+// one and a reactor, half each: from about 8 MiB the copy leaves the caches and one
+// thread's process_vm_writev is bound by what it alone can pull from memory.
+constexpr uint64_t kCmaSplitBytes = 8 << 20;
+
+// Splits `spans` into two shares of about half the bytes each (a span may be cut).
+void SplitCmaSpans(const TransferSpan* spans, size_t n, uint64_t bytes, std::vector<CmaSpan>* a,
+                   std::vector<CmaSpan>* b) {
+  uint64_t left = bytes / 2;
+  for (size_t i = 0; i < n; ++i) {
+    CmaSpan s{spans[i].local_offset, spans[i].remote_offset, spans[i].size};
+    if (left >= s.size) {
+      a->push_back(s);
+      left -= s.size;
+      continue;
+    }
+    if (left > 0) {
+      a->push_back({s.local_offset, s.remote_offset, left});
+      s = {s.local_offset + left, s.remote_offset + left, s.size - left};
+      left = 0;
+    }
+    b->push_back(s);
+  }
+}
+}  // namespace
+
+// One CMA transfer in flight: its shares (one, or two for large transfers) each copy
+// and complete one part of its ledger record; the last to finish checks the target's
+// liveness and announces the write before its part completes the record.
+struct ShmTransport::CmaJob {
+  std::shared_ptr<CmaRemote> remote;  // reset by the last share: a revoke may then be acked
+  std::shared_ptr<Peer> peer;
+  std::shared_ptr<Conn> conn;  // for the announcement when the ring has no room
+  char* local_base = nullptr;
+  uint64_t rid = 0;
+  uint64_t uid = 0;
+  uint64_t remote_mem = 0;
+  uint64_t bytes = 0;
+  bool write = false;
+  std::atomic<uint32_t> shares_left{1};
+  std::atomic<bool> failed{false};
+};
+
+// Marks the peer failed; the message of a transfer that met its target gone.
+std::string ShmTransport::PeerGone(Peer& peer, int pid, uint64_t mem_id, bool write) {
+  const std::string why = StrCat("remote engine ", LogSafe(peer.key), " (pid ", pid,
+                                 ") exited or was closed; its memory ", mem_id, " is gone");
+  peer.MarkFailed(why);
+  return StrCat(write ? "write" : "read", " failed: ", why, "; register it again to retry");
+}
+
+std::string ShmTransport::CmaLost(CmaJob& job) {
+  return PeerGone(*job.peer, job.remote->pid, job.remote_mem, job.write);
+}
+
+void ShmTransport::CopyCmaShare(CmaJob& job, const CmaSpan* spans, size_t n) {
+  int err;
+  {
+    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+    err = CmaCopySpans(job.remote->pid, job.write, job.local_base, job.remote->addr, spans, n);
+  }
+  StatusDetail code = StatusDetail::SUCCESS;
+  std::string error;
+  if (err == ESRCH) {
+    code = StatusDetail::ERR_PEER_LOST;
+    error = CmaLost(job);
+  } else if (err != 0) {
+    code = StatusDetail::ERR_TRANSPORT;
+    error =
+        StrCat(job.write ? "process_vm_writev" : "process_vm_readv", " of ", n,
+               " span(s) with pid ", job.remote->pid, " (remote engine ", LogSafe(job.peer->key),
+               ", memory ", job.remote_mem, ") failed: ", ErrnoText(err));
+    if (err == EPERM) {
+      // Allowed at connect, refused now: later transfers of this pair go over TCP.
+      StateOf(*job.peer).refused.store(true, std::memory_order_release);
+      MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", error,
+                    "; transfers to it fall back to TCP");
+    }
+  }
+  if (code != StatusDetail::SUCCESS) job.failed.store(true, std::memory_order_release);
+  // The other share's copy happens before this decrement's acquire, so the last share's
+  // liveness check below comes after every byte of the transfer was in place.
+  if (job.shares_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (!job.failed.load(std::memory_order_acquire)) {
+      // As for mapped copies: success only if the target still ran after the bytes were
+      // in place (written) or taken (read).
+      if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
+        code = StatusDetail::ERR_PEER_LOST;
+        error = CmaLost(job);
+      } else if (job.write) {  // announced before the status completes, as for mapped writes
+        job.remote.reset();
+        AnnounceWrite(*job.peer, job.conn, job.uid, job.remote_mem, job.bytes);
+      }
+    }
+    job.remote.reset();  // a revoke waiting for this copy may be acknowledged now
+  }
+  engine_->CompletePart(job.rid, code, error);
+}
+
+std::shared_ptr<TransferState> ShmTransport::SubmitCma(const TransferRequest& req,
+                                                       std::shared_ptr<CmaRemote> remote) {
+  MORI_SCOPED_TIMER(kIo, "io.shm.cma_direct");
+  // The grant's size is the target's registered size: the whole transfer is checked
+  // against it before any byte moves.
+  if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
+  const bool split = bytes >= kCmaSplitBytes;
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state =
+      engine_->BeginTransfer(req.local, split ? 2 : 1, false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
+  CmaJob stack_job;
+  std::shared_ptr<CmaJob> shared_job = split ? std::make_shared<CmaJob>() : nullptr;
+  CmaJob& job = split ? *shared_job : stack_job;
+  job.write = req.op == Op::kWrite;
+  job.peer = req.peer;
+  job.rid = rid;
+  job.uid = req.uid;
+  job.remote_mem = req.remote.mem_id;
+  job.bytes = bytes;
+  job.local_base = reinterpret_cast<char*>(req.local.addr);
+  if (job.write) {
+    NoticeRingOf(*req.peer);  // asked before the copy, as the announcement needs it after
+    job.conn = req.peer->NextConn(*req.conns);
+  }
+  job.remote = std::move(remote);
+  // The grant names a pid, and a pid is reused once its process is gone: copy only while
+  // the target's engine is known to run (one load), so a cached grant never reaches a
+  // later process that got the same pid. (What remains is the time from this load to the
+  // syscall: the pid would have to be freed and handed to a new process within it, as
+  // between a per-transfer grant's arrival and its copy before.)
+  if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
+    const std::string error = CmaLost(job);
+    for (uint32_t p = split ? 2 : 1; p > 0; --p) {
+      engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, error);
+    }
+    return state;
+  }
+  if (!split) {
+    CopyCmaShare(job, reinterpret_cast<const CmaSpan*>(req.spans), req.n);
+    return state;
+  }
+  auto first = std::make_shared<std::vector<CmaSpan>>();
+  std::vector<CmaSpan> second;
+  SplitCmaSpans(req.spans, req.n, bytes, first.get(), &second);
+  job.shares_left.store(2, std::memory_order_relaxed);
+  engine_->channel().Post(
+      [this, shared_job, first] { CopyCmaShare(*shared_job, first->data(), first->size()); });
+  CopyCmaShare(job, second.data(), second.size());
+  return state;
+}
+
+std::shared_ptr<TransferState> ShmTransport::SubmitMapped(const TransferRequest& req,
+                                                          std::shared_ptr<ShmMapping> remote) {
+  MORI_SCOPED_TIMER(kIo, "io.shm.memcpy");
+  if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
+  const bool write = req.op == Op::kWrite;
+  if (write) NoticeRingOf(*req.peer);
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
+  // One copy, on this thread, into or out of the target's pages mapped here; the
+  // mapping (held by `remote`) cannot be unmapped by a revoke meanwhile.
+  char* l = reinterpret_cast<char*>(req.local.addr);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < req.n; ++i) {
+    const TransferSpan& s = req.spans[i];
+    if (write) {
+      std::memcpy(remote->region + s.remote_offset, l + s.local_offset, s.size);
+    } else {
+      std::memcpy(l + s.local_offset, remote->region + s.remote_offset, s.size);
+    }
+    bytes += s.size;
+  }
+  // The copy "succeeds" even into a dead target (our mapping keeps its pages), and its
+  // TCP connections report the death only later: a copy that ends after the target
+  // exited fails, and so does every later transfer. Alive() orders the copy before its
+  // load of the target's liveness word (no syscall), so success means the bytes were in
+  // place while the target's engine still ran; a target that dies after that check is
+  // one that died after receiving the write (as after a TCP write's acknowledgement).
+  if (MORI_UNLIKELY(!remote->owner->Alive())) {
+    const std::string error = PeerGone(*req.peer, remote->owner->pid(), req.remote.mem_id, write);
+    remote.reset();
+    engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, error);
+    return state;
+  }
+  remote.reset();
+  if (write) {  // announced before the status completes, as for P2P
+    AnnounceWrite(*req.peer, req.peer->NextConn(*req.conns), req.uid, req.remote.mem_id, bytes);
+  }
+  engine_->CompletePart(rid, StatusDetail::SUCCESS, {});
+  return state;
+}
+
+void ShmTransport::RegisterInitiatorHandlers() {
+  ControlHandlers& handlers = engine_->channel().handlers();
+  auto grant = [this](Reactor& r, Conn& c, const Pending& p, std::string*) {
+    return OnGrant(r, c, p);
+  };
+  handlers.OnResponse(wire::MsgType::kShmGrant, wire::MsgType::kShmWriteReq, grant);
+  handlers.OnResponse(wire::MsgType::kShmGrant, wire::MsgType::kShmReadReq, grant);
+  handlers.OnResponse(wire::MsgType::kShmDoneAck, wire::MsgType::kShmWriteDone,
+                      [this](Reactor&, Conn&, const Pending& p, std::string*) {
+                        if (p.record_id != SubmissionLedger::kNoRecord) {
+                          engine_->CompletePart(p.record_id, StatusDetail::SUCCESS, {});
+                        }
+                        return true;
+                      });
+}
+
+// The initiator's half of an SHM part: copy into (write) or out of (read) the granted
+// range of the target, then for a write tell the target, which accounts the part and
+// acknowledges; the part completes on that acknowledgement, so a completed write's
+// inbound status is already recorded at the target (as over TCP).
+bool ShmTransport::OnGrant(Reactor& r, Conn& c, const Pending& p) {
+  const wire::Header& h = c.cur;
+  auto status = static_cast<wire::WireStatus>(h.status);
+  if (status != wire::WireStatus::kOk) {
+    engine_->CompletePart(p.record_id, wire::WireStatusCode(status), r.Refusal(c, p, status));
+    return true;
+  }
+  const bool write = p.type == wire::MsgType::kShmWriteReq;
+  int err;
+  {
+    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+    err = CmaCopy(c.remote_pid, write, p.local, h.offset, p.length);
+  }
+  std::string error;
+  if (err != 0) {
+    error = StrCat(write ? "process_vm_writev" : "process_vm_readv", " of ", p.length,
+                   " bytes with pid ", c.remote_pid, " (remote engine ", LogSafe(c.remote_key),
+                   ", memory ", p.mem_id, " offset ", p.offset, ") failed: ", ErrnoText(err));
+    if (err == EPERM) {
+      // Allowed at connect, refused now: later transfers of this pair go over TCP.
+      if (auto peer = c.peer.lock()) StateOf(*peer).refused.store(true, std::memory_order_release);
+      MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", error,
+                    "; transfers to it fall back to TCP");
+    }
+  }
+  StatusDetail code = err == ESRCH ? StatusDetail::ERR_PEER_LOST : StatusDetail::ERR_TRANSPORT;
+  if (!write) {
+    // Our copy out of the region has ended (either way): the target may release its
+    // hold (the done leaves at the end of this read pass).
+    wire::Header d = wire::MakeHeader(wire::MsgType::kShmReadDone, p.mem_id);
+    d.uid = p.uid;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.sendq.push_back({d, nullptr, 0, 0, nullptr});
+      c.need_flush = true;
+    }
+    engine_->CompletePart(p.record_id, err == 0 ? StatusDetail::SUCCESS : code, error);
+    return true;
+  }
+  Pending done = p;
+  done.type = wire::MsgType::kShmWriteDone;
+  if (err != 0) {
+    engine_->CompletePart(p.record_id, code, error);
+    done.record_id = SubmissionLedger::kNoRecord;
+  }
+  wire::Header d = wire::MakeHeader(wire::MsgType::kShmWriteDone, p.mem_id);
+  d.status = static_cast<uint8_t>(err == 0 ? wire::WireStatus::kOk : wire::WireStatus::kCopyFailed);
+  d.num_parts = p.num_parts;
+  d.uid = p.uid;
+  d.offset = p.offset;
+  d.length = p.length;
+  // Request and pending entry together under the lock: a submitter's requests
+  // interleave whole, so responses still match pending entries in order.
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.pending.empty()) c.progress_ns = NowNs();
+  c.sendq.push_back({d, nullptr, 0, 0, nullptr});
+  c.pending.push_back(done);
+  c.need_flush = true;
+  return true;
+}
+
+int ShmTransport::MappingState(const std::string& remote_key, uint64_t mem_id) {
+  std::shared_ptr<Peer> peer = engine_->FindPeer(remote_key);
+  if (!peer) return -1;
+  PeerShm& s = StateOf(*peer);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.maps.find(mem_id);
+  return it == s.maps.end() ? -1 : (it->second ? 1 : 0);
+}
+
+int ShmTransport::CmaGrantState(const std::string& remote_key, uint64_t mem_id) {
+  std::shared_ptr<Peer> peer = engine_->FindPeer(remote_key);
+  if (!peer) return 0;
+  PeerShm& s = StateOf(*peer);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.cma_grants.count(mem_id) != 0 ? 1 : 0;
+}
+
+std::string ShmTransport::Liveness(const std::string& remote_key) {
+  std::shared_ptr<Peer> peer = engine_->FindPeer(remote_key);
+  if (!peer) return {};
+  PeerShm& s = StateOf(*peer);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.liveness) return {};
+  return s.liveness->uses_word() ? "word" : "pidfd";
+}
+
+}  // namespace mori::io

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "engine/transport.hpp"
+#include "shm/cma_copy.hpp"
+#include "shm/liveness.hpp"
+#include "shm/shared_host.hpp"
+#include "tcp/connection.hpp"
+#include "wire/wire_protocol.hpp"
+
+namespace mori::io {
+
+class IoEngine;
+class Reactor;
+
+// Same host, host memory on both sides: a plain memcpy into the target's region mapped
+// here where it lies in the target's shared host memory, else CMA
+// (process_vm_readv/writev) with a grant of the region cached per region (or asked per
+// part, MORI_IO_CMA_CACHE=0). Also the notice rings, through which same-host writes (SHM
+// and P2P) are announced to their target (shm_notices.cpp).
+// Initiator side in shm_transport.cpp, target side (grants, rings) in shm_target.cpp.
+class ShmTransport : public Transport {
+ public:
+  explicit ShmTransport(IoEngine* engine);
+  ~ShmTransport() override;
+  BackendType type() const override { return BackendType::kShm; }
+  TransportSlot slot() const override { return kShmSlot; }
+  bool created() const override { return created_.load(std::memory_order_acquire); }
+  // The local CMA probe, at create_backend (its result feeds the rule's cma_ok).
+  void ProbeSelf();
+  void MarkCreated() { created_.store(true, std::memory_order_release); }
+  bool self_probe_ok() const { return self_ok_; }
+  const std::string& self_probe_reason() const { return self_reason_; }
+
+  bool CanHandle(const Peer& peer, MemoryLocationType local,
+                 MemoryLocationType remote) const override;
+  std::shared_ptr<TransferState> Submit(const TransferRequest& req) override;
+  BackendChoice Explain(const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
+                        BackendChoice choice) override;
+  std::unique_ptr<PeerState> NewPeerState() override;
+  void PeerConnecting(Peer& peer, PeerConnections& pc) override;
+  void RemoteRegionRevoked(Peer& peer, uint64_t mem_id,
+                           const std::shared_ptr<void>& released) override;
+  void DrainInbound(const std::string* key) override;
+  void ChannelStarting() override;
+  void OnControlThread(bool starting) override;
+  void ChannelStopped() override;
+
+  // Announces a completed same-host write (SHM or P2P) to its target: through the ring
+  // the target granted for this engine's announcements when it has room, else as a
+  // kP2pWriteDone on `conn` (sent by its reactor). Dropped if the connection is gone, as
+  // the transfer itself already succeeded.
+  void AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
+                     uint64_t bytes);
+  // The ring `peer` granted for our announcements, asked for once; nullptr: over TCP.
+  std::shared_ptr<ShmMapping> NoticeRingOf(Peer& peer);
+
+  // Test hooks. Remote host region `mem_id` of `remote_key`: -1 not asked yet, 0 not
+  // shareable (CMA), 1 mapped here (memcpy).
+  int MappingState(const std::string& remote_key, uint64_t mem_id);
+  // 1: this engine holds a CMA grant of `remote_key`'s memory `mem_id`; 0: none.
+  int CmaGrantState(const std::string& remote_key, uint64_t mem_id);
+  // How same-host copies learn that `remote_key`'s engine is gone: "word" (its liveness
+  // word, a load), "pidfd" (a poll per copy), "" (no grant of it yet).
+  std::string Liveness(const std::string& remote_key);
+  // 1: announcements to `remote_key` go through its ring; 0: not asked yet; -1: TCP.
+  int NoticeRingState(const std::string& remote_key);
+  // Rings this engine granted (one per initiator engine).
+  size_t notice_rings_granted();
+
+ private:
+  // What this engine keeps of one same-host peer. `mu` guards the regions mapped or
+  // granted here and the peer's liveness; the ring state has its own lock; the probe's
+  // result is written before the peer's connections are published.
+  struct PeerShm : PeerState {
+    std::mutex mu;
+    // Its host regions mapped here, by its memory id; nullptr: not shareable, CMA moves it.
+    std::unordered_map<uint64_t, std::shared_ptr<ShmMapping>> maps;
+    // Why each nullptr entry's region is not mapped (backend_for's reason).
+    std::unordered_map<uint64_t, std::string> unmapped_why;
+    // Its host regions this engine holds a CMA grant for, by its memory id; dropped on
+    // its revoke.
+    std::unordered_map<uint64_t, std::shared_ptr<CmaRemote>> cma_grants;
+    // Its liveness (liveness.hpp), opened from the first grant that carried it; every
+    // mapping and CMA grant of it holds a reference.
+    std::shared_ptr<const TargetLiveness> liveness;
+    // The connect-time CMA probe failed: host memory goes as `fallback` says.
+    bool probe_failed = false;
+    BackendChoice fallback{BackendType::kTcp, ""};
+    std::atomic<bool> refused{false};  // a CMA copy met EPERM: TCP from then on
+    // The ring it granted for this engine's write announcements, mapped here. Decided
+    // once under notice_mu: notice_ring is set before notice_state leaves 0 (release) and
+    // never changes after, so writers read both without the lock. 0: not asked yet, 1:
+    // mapped, -1: none (TCP announcements).
+    std::mutex notice_mu;
+    std::shared_ptr<ShmMapping> notice_ring;
+    std::atomic<int> notice_state{0};
+  };
+  struct CmaJob;
+  PeerShm& StateOf(Peer& peer);
+  // Initiator side (shm_transport.cpp).
+  std::string ProbePeer(int fd, const Peer& peer);
+  std::shared_ptr<ShmMapping> MappingFor(Peer& peer, uint64_t mem_id,
+                                         std::string* why_not = nullptr);
+  std::shared_ptr<const TargetLiveness> LivenessOf(Peer& peer, int pid, const LivenessGrant& live,
+                                                   std::string* error);
+  std::shared_ptr<CmaRemote> CmaRemoteFor(Peer& peer, uint64_t mem_id, StatusDetail* code,
+                                          std::string* error);
+  std::shared_ptr<TransferState> SubmitMapped(const TransferRequest& req,
+                                              std::shared_ptr<ShmMapping> remote);
+  std::shared_ptr<TransferState> SubmitCma(const TransferRequest& req,
+                                           std::shared_ptr<CmaRemote> remote);
+  void CopyCmaShare(CmaJob& job, const CmaSpan* spans, size_t n);
+  std::string CmaLost(CmaJob& job);
+  std::string PeerGone(Peer& peer, int pid, uint64_t mem_id, bool write);
+  // The initiator's half of a per-part grant (MORI_IO_CMA_CACHE=0).
+  bool OnGrant(Reactor& r, Conn& c, const Pending& p);
+  void RegisterInitiatorHandlers();
+  // Target side (shm_target.cpp).
+  void RegisterTargetHandlers();
+  wire::WireStatus MapGrantFor(uint64_t mem_id, const std::string& initiator_key,
+                               std::string* payload);
+  wire::WireStatus CmaGrantFor(uint64_t mem_id, const std::string& initiator_key,
+                               std::string* payload);
+  // Notice rings (shm_notices.cpp).
+  struct GrantedRing {
+    uintptr_t addr = 0;  // AllocateSharedHost'd
+    uint32_t capacity = 0;
+    uint64_t head = 0;  // the consumer's position: ours, not in shared memory
+  };
+  void RegisterNoticeHandlers();
+  wire::WireStatus NoticeRingFor(const std::string& initiator_key, std::string* payload);
+  void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
+  void FreeNoticeRings();
+
+  IoEngine* engine_;
+  std::atomic<bool> created_{false};
+  bool self_ok_ = false;     // the local CMA probe passed at create_backend
+  std::string self_reason_;  // its reason
+  // The probe's cookie: its address and value go to a peer that asks. Nonzero and
+  // unpredictable: a peer that reads it back through CMA has reached this process, not
+  // another one that happens to have our pid in its namespace.
+  uint64_t cookie_ = 0;
+  size_t conn_slot_ = 0;  // Conn::ext slot of the per-part grants a target holds
+  // Held by the first reactor while it runs; freed after the reactors are joined.
+  std::unique_ptr<LivenessPage> liveness_;
+  // Rings granted to same-host initiators for their write announcements, by their key;
+  // drained into the inbound statuses when the application asks for them.
+  std::mutex notice_mu_;
+  std::unordered_map<std::string, GrantedRing> notice_rings_;
+};
+
+}  // namespace mori::io

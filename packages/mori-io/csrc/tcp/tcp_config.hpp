@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+#include <cstdint>
+
+namespace mori::io {
+
+struct TcpBackendConfig {
+  int num_worker_threads = 1;  // epoll reactors
+  int qp_per_transfer = 2;     // TCP connections per remote engine
+  bool enable_chunking = true;
+  uint64_t chunk_size = 1 << 20;  // bytes per part when chunking
+  int peer_timeout_ms = 5000;     // connect timeout and TCP_USER_TIMEOUT
+  // SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning (setting them switches it
+  // off; 4 MiB measured within the noise of autotuning on loopback, BENCHMARKS.md).
+  int sock_buf_bytes = 0;
+  // A connection with requests outstanding that neither sends nor receives a byte for
+  // this long is declared stuck (a live but hung peer): it is closed, its transfers
+  // fail with ERR_TIMEOUT and the peer stays failed until registered again.
+  int transfer_timeout_ms = 5000;
+  // Inbound statuses kept for pop_inbound_transfer_status; beyond it the oldest is
+  // dropped (debug log), so a target whose application never pops stays bounded.
+  uint64_t max_inbound_statuses = 1 << 16;
+  // MORI's switch: false keeps no inbound statuses at all (pop_inbound_transfer_status
+  // finds none), for targets that learn of completion another way.
+  bool enable_notification = true;
+};
+
+}  // namespace mori::io
