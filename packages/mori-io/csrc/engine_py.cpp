@@ -207,6 +207,43 @@ the transfer within its timeout.)doc")
       .def_readwrite("kernel_min_spans", &P2pBackendConfig::kernel_min_spans)
       .def_readwrite("kernel_max_mean_span", &P2pBackendConfig::kernel_max_mean_span);
 
+  py::class_<RemoteRegion>(m, "RemoteRegion", R"doc(
+A region of a remote engine as its MemoryDesc names it: the engine's key, the region's id
+there, its size in bytes and where it lives. Transports that learn the target's
+registered size bound transfers by that instead.)doc")
+      .def(py::init([](std::string key, uint64_t mem_id, uint64_t size, MemoryLocationType loc) {
+             return RemoteRegion{std::move(key), mem_id, size, loc};
+           }),
+           py::arg("engine_key"), py::arg("mem_id"), py::arg("size"),
+           py::arg("loc") = MemoryLocationType::CPU)
+      .def_readonly("engine_key", &RemoteRegion::engine_key)
+      .def_readonly("mem_id", &RemoteRegion::mem_id)
+      .def_readonly("size", &RemoteRegion::size)
+      .def_readonly("loc", &RemoteRegion::loc);
+
+  py::class_<PeerDesc>(m, "RemoteEngine", R"doc(
+What register_remote_engine needs of a remote EngineDesc: its key and address, its host
+identity and pid (same-host paths), the backends it created and its secret (presented in
+every hello; without it the remote refuses the connections).)doc")
+      .def(py::init([](std::string key, std::string host, uint16_t port, std::string host_id,
+                       int pid, bool remote_shm, bool remote_p2p, bool remote_rdma,
+                       py::bytes secret) {
+             return PeerDesc{std::move(key), std::move(host), port,        std::move(host_id), pid,
+                             remote_shm,     remote_p2p,      remote_rdma, std::string(secret)};
+           }),
+           py::arg("key"), py::arg("host"), py::arg("port"), py::kw_only(),
+           py::arg("host_id") = std::string(), py::arg("pid") = 0, py::arg("remote_shm") = false,
+           py::arg("remote_p2p") = false, py::arg("remote_rdma") = false,
+           py::arg("secret") = py::bytes())
+      .def_readonly("key", &PeerDesc::key)
+      .def_readonly("host", &PeerDesc::host)
+      .def_readonly("port", &PeerDesc::port)
+      .def_readonly("host_id", &PeerDesc::host_id)
+      .def_readonly("pid", &PeerDesc::pid)
+      .def_readonly("remote_shm", &PeerDesc::remote_shm)
+      .def_readonly("remote_p2p", &PeerDesc::remote_p2p)
+      .def_readonly("remote_rdma", &PeerDesc::remote_rdma);
+
   py::class_<IoEngine>(m, "Engine", "The native engine behind mori.io.IOEngine.")
       .def(py::init<std::string, std::string, uint16_t>(), py::arg("key"), py::arg("host"),
            py::arg("port"))
@@ -264,16 +301,15 @@ the transfer within its timeout.)doc")
           py::arg("backend"))
       .def(
           "backend_for",
-          [](IoEngine& e, MemoryLocationType local_loc, const std::string& key, uint64_t remote_mem,
-             MemoryLocationType remote_loc) {
+          [](IoEngine& e, MemoryLocationType local_loc, const RemoteRegion& remote) {
             BackendChoice c;
             {
               py::gil_scoped_release nogil;  // may connect, probe the peer, ask for a mapping
-              c = e.BackendFor(local_loc, RemoteRegion{key, remote_mem, 0, remote_loc});
+              c = e.BackendFor(local_loc, remote);
             }
             return ChoiceTuple(c);
           },
-          py::arg("local_loc"), py::arg("remote_key"), py::arg("remote_mem"), py::arg("remote_loc"))
+          py::arg("local_loc"), py::arg("remote"))
       .def("create_tcp_backend", &IoEngine::CreateTcpBackend, py::arg("config"))
       .def(
           "register_memory",
@@ -282,61 +318,36 @@ the transfer within its timeout.)doc")
           },
           py::arg("addr"), py::arg("size"), py::arg("device_id"), py::arg("loc"))
       .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
-      .def(
-          "register_remote_engine",
-          [](IoEngine& e, const std::string& key, const std::string& host, uint16_t port,
-             const std::string& host_id, int pid, bool remote_shm, bool remote_p2p,
-             bool remote_rdma, const std::string& secret) {
-            e.RegisterRemoteEngine(PeerDesc{key, host, port, host_id, pid, remote_shm, remote_p2p,
-                                            remote_rdma, secret});
-          },
-          py::arg("key"), py::arg("host"), py::arg("port"), py::arg("host_id") = std::string(),
-          py::arg("pid") = 0, py::arg("remote_shm") = false, py::arg("remote_p2p") = false,
-          py::arg("remote_rdma") = false, py::arg("secret") = py::bytes())
+      .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("remote"))
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
       .def("allocate_transfer_uid", &IoEngine::AllocateTransferUid)
       .def(
           "transfer",
-          [](IoEngine& e, bool write, uint64_t local_mem, uint64_t lo, const std::string& key,
-             uint64_t remote_mem, uint64_t remote_size, uint64_t ro, uint64_t size, uint64_t uid,
-             MemoryLocationType remote_loc) {
+          [](IoEngine& e, bool write, uint64_t local_mem, uint64_t lo, const RemoteRegion& remote,
+             uint64_t ro, uint64_t size, uint64_t uid) {
             TransferSpan span{lo, ro, size};
             py::gil_scoped_release nogil;
-            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem,
-                              RemoteRegion{key, remote_mem, remote_size, remote_loc}, &span, 1,
-                              uid);
+            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, remote, &span, 1, uid);
           },
-          py::arg("write"), py::arg("local_mem"), py::arg("local_offset"), py::arg("remote_key"),
-          py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offset"), py::arg("size"),
-          py::arg("uid"), py::arg("remote_loc") = MemoryLocationType::CPU)
+          py::arg("write"), py::arg("local_mem"), py::arg("local_offset"), py::arg("remote"),
+          py::arg("remote_offset"), py::arg("size"), py::arg("uid"))
       .def(
           "batch_transfer",
           [](IoEngine& e, bool write, uint64_t local_mem, const py::object& lo,
-             const std::string& key, uint64_t remote_mem, uint64_t remote_size,
-             const py::object& ro, const py::object& sizes, uint64_t uid,
-             MemoryLocationType remote_loc) {
+             const RemoteRegion& remote, const py::object& ro, const py::object& sizes,
+             uint64_t uid) {
             std::vector<TransferSpan> spans = Spans(lo, ro, sizes);
             py::gil_scoped_release nogil;
-            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem,
-                              RemoteRegion{key, remote_mem, remote_size, remote_loc}, spans.data(),
+            return e.Transfer(write ? Op::kWrite : Op::kRead, local_mem, remote, spans.data(),
                               spans.size(), uid);
           },
-          py::arg("write"), py::arg("local_mem"), py::arg("local_offsets"), py::arg("remote_key"),
-          py::arg("remote_mem"), py::arg("remote_size"), py::arg("remote_offsets"),
-          py::arg("sizes"), py::arg("uid"), py::arg("remote_loc") = MemoryLocationType::CPU)
+          py::arg("write"), py::arg("local_mem"), py::arg("local_offsets"), py::arg("remote"),
+          py::arg("remote_offsets"), py::arg("sizes"), py::arg("uid"))
       .def("pop_inbound_transfer_status", &IoEngine::PopInboundTransferStatus,
            py::arg("remote_key"), py::arg("uid"))
-      .def(
-          "create_session",
-          [](IoEngine& e, uint64_t local_mem, const std::string& key, uint64_t remote_mem,
-             uint64_t remote_size, MemoryLocationType remote_loc) {
-            return e.CreateSession(local_mem,
-                                   RemoteRegion{key, remote_mem, remote_size, remote_loc});
-          },
-          py::arg("local_mem"), py::arg("remote_key"), py::arg("remote_mem"),
-          py::arg("remote_size"), py::arg("remote_loc") = MemoryLocationType::CPU,
-          py::keep_alive<0, 1>())
+      .def("create_session", &IoEngine::CreateSession, py::arg("local_mem"), py::arg("remote"),
+           py::keep_alive<0, 1>())
       .def("ledger_stats",
            [](IoEngine& e) {
              SubmissionLedger& l = e.ledger();

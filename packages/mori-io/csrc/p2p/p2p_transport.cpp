@@ -21,17 +21,9 @@ static_assert(sizeof(TransferSpan) == sizeof(P2pSpan) &&
               "TransferSpan and P2pSpan share one layout");
 
 P2pTransport::P2pTransport(IoEngine* engine) : engine_(engine) {
-  engine->channel().handlers().OnRequest(
-      wire::MsgType::kP2pOpenReq, [this](Reactor& r, Conn& c, std::string* why) {
-        if (!Reactor::SideAnswerRoom(c)) {
-          *why = "more P2P open requests than one connection may carry";
-          return false;
-        }
-        std::string payload;
-        wire::WireStatus st = Grant(c.cur.mem_id, c.remote_key, &payload);
-        r.SideAnswer(c, c.cur, wire::MsgType::kP2pGrant, st, std::move(payload));
-        return true;
-      });
+  engine->channel().handlers().OnSideRequest(
+      wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant,
+      [this](Conn& c, std::string* payload) { return Grant(c.cur.mem_id, c.remote_key, payload); });
 }
 
 std::unique_ptr<PeerState> P2pTransport::NewPeerState() { return std::make_unique<PeerP2p>(); }

@@ -22,16 +22,9 @@ RdmaTransport::RdmaTransport(IoEngine* engine) : engine_(engine) {
         wire::WireStatus st = Accept(c.remote_key, c.request_payload, &answer);
         r.SideAnswer(c, c.cur, wire::MsgType::kRdmaConnectAck, st, std::move(answer));
       });
-  handlers.OnRequest(wire::MsgType::kRdmaRegionReq, [this](Reactor& r, Conn& c, std::string* why) {
-    if (!Reactor::SideAnswerRoom(c)) {
-      *why = "more side requests than one connection may carry";
-      return false;
-    }
-    std::string payload;
-    wire::WireStatus st = RegionKey(c.cur.mem_id, &payload);
-    r.SideAnswer(c, c.cur, wire::MsgType::kRdmaRegionKey, st, std::move(payload));
-    return true;
-  });
+  handlers.OnSideRequest(
+      wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
+      [this](Conn& c, std::string* payload) { return RegionKey(c.cur.mem_id, payload); });
 }
 
 std::unique_ptr<PeerState> RdmaTransport::NewPeerState() { return std::make_unique<PeerRdma>(); }

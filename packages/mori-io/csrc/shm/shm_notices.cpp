@@ -21,16 +21,9 @@ namespace mori::io {
 
 void ShmTransport::RegisterNoticeHandlers() {
   ControlHandlers& handlers = engine_->channel().handlers();
-  handlers.OnRequest(wire::MsgType::kNoticeRingReq, [this](Reactor& r, Conn& c, std::string* why) {
-    if (!Reactor::SideAnswerRoom(c)) {
-      *why = "more side requests than one connection may carry";
-      return false;
-    }
-    std::string payload;
-    wire::WireStatus st = NoticeRingFor(c.remote_key, &payload);
-    r.SideAnswer(c, c.cur, wire::MsgType::kNoticeRingGrant, st, std::move(payload));
-    return true;
-  });
+  handlers.OnSideRequest(
+      wire::MsgType::kNoticeRingReq, wire::MsgType::kNoticeRingGrant,
+      [this](Conn& c, std::string* payload) { return NoticeRingFor(c.remote_key, payload); });
   // The initiator finished writing transfer `uid` into our memory (its transfer
   // completed then): record it. Not answered, so an announcement costs each side one
   // message, not two. From a same-host initiator it means that its notice ring was full

@@ -102,26 +102,14 @@ void ShmTransport::RegisterTargetHandlers() {
     r.Answer(c, {a, nullptr, 0, 0, nullptr});
     return true;
   });
-  handlers.OnRequest(wire::MsgType::kShmMapReq, [this](Reactor& r, Conn& c, std::string* why) {
-    if (!Reactor::SideAnswerRoom(c)) {
-      *why = "more side requests than one connection may carry";
-      return false;
-    }
-    std::string payload;
-    wire::WireStatus st = MapGrantFor(c.cur.mem_id, c.remote_key, &payload);
-    r.SideAnswer(c, c.cur, wire::MsgType::kShmMapGrant, st, std::move(payload));
-    return true;
-  });
-  handlers.OnRequest(wire::MsgType::kShmCmaReq, [this](Reactor& r, Conn& c, std::string* why) {
-    if (!Reactor::SideAnswerRoom(c)) {
-      *why = "more side requests than one connection may carry";
-      return false;
-    }
-    std::string payload;
-    wire::WireStatus st = CmaGrantFor(c.cur.mem_id, c.remote_key, &payload);
-    r.SideAnswer(c, c.cur, wire::MsgType::kShmCmaGrant, st, std::move(payload));
-    return true;
-  });
+  handlers.OnSideRequest(wire::MsgType::kShmMapReq, wire::MsgType::kShmMapGrant,
+                         [this](Conn& c, std::string* payload) {
+                           return MapGrantFor(c.cur.mem_id, c.remote_key, payload);
+                         });
+  handlers.OnSideRequest(wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant,
+                         [this](Conn& c, std::string* payload) {
+                           return CmaGrantFor(c.cur.mem_id, c.remote_key, payload);
+                         });
 }
 
 wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, const std::string& initiator_key,

@@ -68,23 +68,26 @@ void ShmTransport::ChannelStopped() {
 
 bool ShmTransport::CanHandle(const Peer& peer, MemoryLocationType, MemoryLocationType) const {
   const PeerShm& s = peer.StateOf<PeerShm>(kShmSlot);
-  return !s.probe_failed && !s.refused.load(std::memory_order_relaxed);
+  return s.probed && !s.refused.load(std::memory_order_relaxed);
 }
 
 void ShmTransport::PeerConnecting(Peer& peer, PeerConnections& pc) {
+  PeerShm& s = StateOf(peer);
   BackendChoiceInput in =
       engine_->ChoiceInput(peer, MemoryLocationType::CPU, MemoryLocationType::CPU);
-  if (ChooseBackend(in).backend != BackendType::kShm) return;
+  s.host_choice = ChooseBackend(in);
+  if (s.host_choice.backend != BackendType::kShm) return;
   // The first use of CMA for this pair, before any transfer relies on it.
   std::string why = ProbePeer(pc.conns[0]->fd, peer);
-  if (why.empty()) return;
+  if (why.empty()) {
+    s.probed = true;
+    return;
+  }
   in.cma_ok = false;
   in.cma_reason = why;
-  PeerShm& s = StateOf(peer);
-  s.fallback = ChooseBackend(in);
-  s.probe_failed = true;
+  s.host_choice = ChooseBackend(in);
   MORI_LOG_WARN(kIo, "engine '", engine_->key(), "' -> ", LogSafe(peer.key), ": ",
-                s.fallback.reason);
+                s.host_choice.reason);
 }
 
 std::string ShmTransport::ProbePeer(int fd, const Peer& peer) {
@@ -122,7 +125,7 @@ std::string ShmTransport::ProbePeer(int fd, const Peer& peer) {
 BackendChoice ShmTransport::Explain(const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
                                     BackendChoice choice) {
   PeerShm& s = StateOf(*peer);
-  if (s.probe_failed) return s.fallback;
+  if (!s.probed) return s.host_choice;
   if (s.refused.load(std::memory_order_acquire)) {
     return {BackendType::kTcp, "TCP: CMA was refused (EPERM) on use after the probe had passed"};
   }

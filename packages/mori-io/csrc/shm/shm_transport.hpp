@@ -92,9 +92,10 @@ class ShmTransport : public Transport {
     // Its liveness (liveness.hpp), opened from the first grant that carried it; every
     // mapping and CMA grant of it holds a reference.
     std::shared_ptr<const TargetLiveness> liveness;
-    // The connect-time CMA probe failed: host memory goes as `fallback` says.
-    bool probe_failed = false;
-    BackendChoice fallback{BackendType::kTcp, ""};
+    // The route of host memory when the peer's connections opened, after the CMA probe
+    // (run where the rule named SHM then): SHM serves the peer only where it says SHM.
+    BackendChoice host_choice{BackendType::kTcp, ""};
+    bool probed = false;               // host_choice is SHM
     std::atomic<bool> refused{false};  // a CMA copy met EPERM: TCP from then on
     // The ring it granted for this engine's write announcements, mapped here. Decided
     // once under notice_mu: notice_ring is set before notice_state leaves 0 (release) and

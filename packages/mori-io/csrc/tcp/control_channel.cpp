@@ -34,6 +34,19 @@ void PostOnConn(Conn& c, const wire::Header& h, const Pending* answer) {
   }
 }
 
+void ControlHandlers::OnSideRequest(wire::MsgType type, wire::MsgType answer_type, Grant grant) {
+  OnRequest(type, [answer_type, grant = std::move(grant)](Reactor& r, Conn& c, std::string* why) {
+    if (!Reactor::SideAnswerRoom(c)) {
+      *why = StrCat("more side requests (type ", int(c.cur.type), ") than one connection carries");
+      return false;
+    }
+    std::string payload;
+    wire::WireStatus st = grant(c, &payload);
+    r.SideAnswer(c, c.cur, answer_type, st, std::move(payload));
+    return true;
+  });
+}
+
 ControlChannel::ControlChannel(IoEngine* engine) : engine_(engine) {}
 
 ControlChannel::~ControlChannel() { Stop(); }

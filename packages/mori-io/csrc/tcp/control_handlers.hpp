@@ -38,6 +38,10 @@ class ControlHandlers {
     request_[Index(type)] = std::move(handler);
     payload_[Index(type)] = std::move(payload);
   }
+  // A side request (one per short-lived connection, answered with `answer_type` and a
+  // payload): `grant` computes the status and the payload for the request c.cur.
+  using Grant = std::function<wire::WireStatus(Conn&, std::string* payload)>;
+  void OnSideRequest(wire::MsgType type, wire::MsgType answer_type, Grant grant);
   void OnResponse(wire::MsgType type, wire::MsgType answers, Response handler) {
     response_[Index(type)].emplace_back(answers, std::move(handler));
   }

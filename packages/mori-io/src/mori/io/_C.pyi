@@ -122,6 +122,38 @@ class SharedHostBuffer:
     def __setitem__(self, index: slice, value: Any) -> None: ...  # a C-contiguous buffer
     def fill(self, value: int) -> None: ...
 
+class RemoteRegion:
+    engine_key: str
+    mem_id: int
+    size: int
+    loc: MemoryLocationType
+    def __init__(
+        self, engine_key: str, mem_id: int, size: int, loc: MemoryLocationType = ...
+    ) -> None: ...
+
+class RemoteEngine:
+    key: str
+    host: str
+    port: int
+    host_id: str
+    pid: int
+    remote_shm: bool
+    remote_p2p: bool
+    remote_rdma: bool
+    def __init__(
+        self,
+        key: str,
+        host: str,
+        port: int,
+        *,
+        host_id: str = "",
+        pid: int = 0,
+        remote_shm: bool = False,
+        remote_p2p: bool = False,
+        remote_rdma: bool = False,
+        secret: bytes = b"",
+    ) -> None: ...
+
 class Engine:
     key: str
     host: str
@@ -146,24 +178,9 @@ class Engine:
     def create_rdma_backend(self, config: Any) -> None: ...  # config: rdma.BackendConfig
     def set_backend_override(self, backend: str) -> None: ...
     def backend_for(
-        self,
-        local_loc: MemoryLocationType,
-        remote_key: str,
-        remote_mem: int,
-        remote_loc: MemoryLocationType,
+        self, local_loc: MemoryLocationType, remote: RemoteRegion
     ) -> tuple[str, str]: ...
-    def register_remote_engine(
-        self,
-        key: str,
-        host: str,
-        port: int,
-        host_id: str = "",
-        pid: int = 0,
-        remote_shm: bool = False,
-        remote_p2p: bool = False,
-        remote_rdma: bool = False,
-        secret: bytes = b"",
-    ) -> None: ...
+    def register_remote_engine(self, remote: RemoteEngine) -> None: ...
     def deregister_remote_engine(self, key: str) -> None: ...
     def has_remote_engine(self, key: str) -> bool: ...
     def allocate_transfer_uid(self) -> int: ...
@@ -172,36 +189,23 @@ class Engine:
         write: bool,
         local_mem: int,
         local_offset: int,
-        remote_key: str,
-        remote_mem: int,
-        remote_size: int,
+        remote: RemoteRegion,
         remote_offset: int,
         size: int,
         uid: int,
-        remote_loc: MemoryLocationType = ...,
     ) -> TransferStatus: ...
     def batch_transfer(
         self,
         write: bool,
         local_mem: int,
         local_offsets: Sequence[int],
-        remote_key: str,
-        remote_mem: int,
-        remote_size: int,
+        remote: RemoteRegion,
         remote_offsets: Sequence[int],
         sizes: Sequence[int],
         uid: int,
-        remote_loc: MemoryLocationType = ...,
     ) -> TransferStatus: ...
     def pop_inbound_transfer_status(self, remote_key: str, uid: int) -> TransferStatus | None: ...
-    def create_session(
-        self,
-        local_mem: int,
-        remote_key: str,
-        remote_mem: int,
-        remote_size: int,
-        remote_loc: MemoryLocationType = ...,
-    ) -> Session: ...
+    def create_session(self, local_mem: int, remote: RemoteRegion) -> Session: ...
     def ledger_stats(self) -> dict[str, int | bool]: ...
     def inbound_stats(self) -> dict[str, int]: ...
 

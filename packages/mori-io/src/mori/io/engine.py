@@ -315,6 +315,10 @@ class IOEngine:
             self._engine.set_backend_override(config.backend)
         self._backends: list[str] = []
         self._keep: dict[int, Any] = {}  # mem id -> object that owns the memory
+        # id(MemoryDesc) -> (that descriptor, its native RemoteRegion): descriptors are
+        # immutable and held here, so an id names the same one while cached; a transfer
+        # then passes one native object instead of converting four fields.
+        self._remotes: dict[int, tuple[MemoryDesc, _C.RemoteRegion]] = {}
         # The backends this engine was registered with itself under (None: not yet).
         self._self_peer: tuple[str, ...] | None = None
 
@@ -362,10 +366,14 @@ class IOEngine:
 
     def register_remote_engine(self, engine_desc: EngineDesc) -> None:
         """Make a remote engine reachable; registering again reconnects (after a failure)."""
+        backends = engine_desc.backends
         self._engine.register_remote_engine(
-            engine_desc.key, engine_desc.host, engine_desc.port, engine_desc.host_id,
-            engine_desc.pid, "SHM" in engine_desc.backends, "P2P" in engine_desc.backends,
-            "RDMA" in engine_desc.backends, bytes(engine_desc.secret),
+            _C.RemoteEngine(
+                engine_desc.key, engine_desc.host, engine_desc.port,
+                host_id=engine_desc.host_id, pid=engine_desc.pid,
+                remote_shm="SHM" in backends, remote_p2p="P2P" in backends,
+                remote_rdma="RDMA" in backends, secret=bytes(engine_desc.secret),
+            )
         )  # fmt: skip
 
     def backend_for(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> tuple[str, str]:
@@ -378,9 +386,7 @@ class IOEngine:
         else "SHM: CMA process_vm_readv/writev (...)" and why it is not mapped."""
         self._check_local(local_mem)
         self._reach_self(remote_mem)
-        return self._engine.backend_for(
-            local_mem.loc, remote_mem.engine_key, remote_mem.id, remote_mem.loc
-        )
+        return self._engine.backend_for(local_mem.loc, self._remote(remote_mem))
 
     def deregister_remote_engine(self, engine_desc: EngineDesc) -> None:
         """Forget a remote engine; its in-flight transfers fail."""
@@ -484,21 +490,30 @@ class IOEngine:
             self._self_peer = tuple(self._backends)
 
     # -- transfers -------------------------------------------------------------------
+    def _remote(self, desc: MemoryDesc) -> _C.RemoteRegion:
+        """The native engine's name for a remote region (key, id, size, location)."""
+        hit = self._remotes.get(id(desc))
+        if hit is not None and hit[0] is desc:
+            return hit[1]
+        if len(self._remotes) >= 4096:
+            self._remotes.clear()
+        region = _C.RemoteRegion(desc.engine_key, desc.id, desc.size, desc.loc)
+        self._remotes[id(desc)] = (desc, region)
+        return region
+
     def _one(self, write, local, local_offset, remote, remote_offset, size, uid):
         self._check_local(local)
         self._reach_self(remote)
         return self._engine.transfer(
-            write, local.id, local_offset, remote.engine_key, remote.id, remote.size,
-            remote_offset, size, uid, remote.loc,
-        )  # fmt: skip
+            write, local.id, local_offset, self._remote(remote), remote_offset, size, uid
+        )
 
     def _batch(self, write, local, local_offsets, remote, remote_offsets, sizes, uid):
         self._check_local(local)
         self._reach_self(remote)
         return self._engine.batch_transfer(
-            write, local.id, local_offsets, remote.engine_key, remote.id, remote.size,
-            remote_offsets, sizes, uid, remote.loc,
-        )  # fmt: skip
+            write, local.id, local_offsets, self._remote(remote), remote_offsets, sizes, uid
+        )
 
     def read(self, local_dest_mem_desc, local_offset, remote_src_mem_desc, remote_offset, size,
              transfer_uid) -> TransferStatus:  # fmt: skip
@@ -573,9 +588,7 @@ class IOEngine:
         if not self._backends or not self._engine.has_remote_engine(remote_mem.engine_key):
             return None
         return IOEngineSession(
-            self._engine.create_session(
-                local_mem.id, remote_mem.engine_key, remote_mem.id, remote_mem.size, remote_mem.loc
-            ),
+            self._engine.create_session(local_mem.id, self._remote(remote_mem)),
             self._engine,
         )  # fmt: skip
 
@@ -588,6 +601,7 @@ class IOEngine:
         """Stop the reactors and close every connection; pending transfers fail."""
         self._engine = None
         self._keep.clear()
+        self._remotes.clear()
 
     def __enter__(self) -> IOEngine:
         return self
