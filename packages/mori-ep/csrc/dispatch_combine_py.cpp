@@ -117,18 +117,21 @@ void register_dispatch_combine(py::module_& m) {
       .def(
           "dispatch",
           [](IntraNodeCpu& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
-             uintptr_t scales, uintptr_t indices, int64_t num_tokens, uintptr_t rank_masks) {
+             uintptr_t scales, uintptr_t indices, int64_t num_tokens, uintptr_t rank_masks,
+             uint32_t row_tag) {
             return self.Dispatch(DispatchArgs{
                 reinterpret_cast<const void*>(tokens), token_row_bytes,
                 reinterpret_cast<const float*>(weights), reinterpret_cast<const void*>(scales),
                 reinterpret_cast<const int32_t*>(indices), num_tokens,
-                reinterpret_cast<const uint32_t*>(rank_masks)});
+                reinterpret_cast<const uint32_t*>(rank_masks), row_tag});
           },
           py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
           py::arg("indices"), py::arg("num_tokens"), py::arg("rank_masks") = 0,
-          py::call_guard<py::gil_scoped_release>(),
+          py::arg("row_tag") = 0, py::call_guard<py::gil_scoped_release>(),
           R"doc(Collective dispatch over raw addresses; returns total_recv. rank_masks: a
-replay's int32 [num_tokens] destination sets (bit d: rank d), 0 to route by indices.)doc")
+replay's int32 [num_tokens] destination sets (bit d: rank d), 0 to route by indices.
+row_tag: the token dtype's code (1 bf16, 2 fp8 e4m3fn, 3 fp16, 4 fp32), compared across
+ranks in the count exchange.)doc")
       .def(
           "reject_dispatch",
           [](IntraNodeCpu& self, const std::string& reason) { self.RejectDispatch(reason); },
@@ -190,18 +193,18 @@ replay's int32 [num_tokens] destination sets (bit d: rank d), 0 to route by indi
           "dispatch",
           [](IntraNodeCuda& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
              uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
-             int warp_per_block, uintptr_t stream, uintptr_t rank_masks) {
+             int warp_per_block, uintptr_t stream, uintptr_t rank_masks, uint32_t row_tag) {
             self.Dispatch(DispatchArgs{reinterpret_cast<const void*>(tokens), token_row_bytes,
                                        reinterpret_cast<const float*>(weights),
                                        reinterpret_cast<const void*>(scales),
                                        reinterpret_cast<const int32_t*>(indices), num_tokens,
-                                       reinterpret_cast<const uint32_t*>(rank_masks)},
+                                       reinterpret_cast<const uint32_t*>(rank_masks), row_tag},
                           LaunchShape{block_num, warp_per_block}, stream);
           },
           py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
           py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"),
           py::arg("warp_per_block"), py::arg("stream"), py::arg("rank_masks") = 0,
-          py::call_guard<py::gil_scoped_release>(),
+          py::arg("row_tag") = 0, py::call_guard<py::gil_scoped_release>(),
           R"doc(Enqueue the dispatch kernel on ``stream`` (device addresses); no host sync.)doc")
       .def(
           "reject_dispatch",

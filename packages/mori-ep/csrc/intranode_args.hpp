@@ -26,6 +26,9 @@ struct DispatchArgs {
   // pes (bit d: pe d), taken instead of the sets in `indices`, which then travel as
   // data only (not checked). Null: route by `indices`.
   const uint32_t* rank_masks = nullptr;
+  // The rows' dtype code (protocol.hpp, RowTagName), posted with the counts: every pe
+  // compares every pe's and fails the call when they differ.
+  uint32_t row_tag = 0;
 };
 
 // The routing a combine reverses: the op's last dispatch (its block's regions), or a
@@ -58,15 +61,44 @@ struct CombineArgs {
   const RoutingSnapshot* routing = nullptr;
 };
 
+// Which dispatch a combine may reverse, as both implementations track it on the host.
 // Combines consume the dispatches' epochs in increasing order (each pe's combine_done
-// words only grow), so a routing of epoch `e` can be combined once, after every
-// combine of an earlier dispatch and before any of a later one.
-inline bool CombinableEpoch(uint64_t e, uint64_t epoch, uint64_t combined_epoch) {
-  return e > combined_epoch && e <= epoch;
-}
-// Throws InvalidStateError for a combine whose routing (null: the last dispatch's) is
-// not combinable, naming the epochs.
-[[noreturn]] void ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch,
-                                     uint64_t combined_epoch);
+// words only grow), so a routing of epoch e is combined once, after every combine of
+// an earlier dispatch and before any of a later one; the last dispatch's routing
+// needs that dispatch to have succeeded. A combine right after a combine (routing
+// snapshots) must start with a barrier: no pe may return rows into a peer's slots
+// before that peer has reduced the previous combine's.
+class CombineOrder {
+ public:
+  // A dispatch was issued (ok: it succeeded).
+  void Dispatched(bool ok) {
+    dispatch_ok_ = ok;
+    last_call_combine_ = false;
+  }
+  bool Pending(uint64_t epoch) const { return dispatch_ok_ && epoch > combined_epoch_; }
+  uint64_t combined_epoch() const { return combined_epoch_; }
+  // The routing this combine reverses: `routing`, or with none the last dispatch's
+  // (`last`); nullptr when that routing may not be combined now.
+  const RoutingSnapshot* Pick(const RoutingSnapshot* routing, const RoutingSnapshot& last) const {
+    if (routing == nullptr) return Pending(last.host_epoch) ? &last : nullptr;
+    const uint64_t e = routing->host_epoch;
+    return e > combined_epoch_ && e <= last.host_epoch ? routing : nullptr;
+  }
+  // Records a combine of `epoch`; true when the barrier must come first.
+  bool Enter(uint64_t epoch) {
+    const bool barrier = last_call_combine_;
+    last_call_combine_ = true;
+    combined_epoch_ = epoch;
+    return barrier;
+  }
+  // InvalidStateError for a combine Pick refused, naming the epochs (`epoch`: the
+  // last dispatch's).
+  [[noreturn]] void ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch) const;
+
+ private:
+  uint64_t combined_epoch_ = 0;
+  bool dispatch_ok_ = false;
+  bool last_call_combine_ = false;
+};
 
 }  // namespace mori::ep

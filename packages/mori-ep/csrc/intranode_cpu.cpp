@@ -19,7 +19,8 @@ namespace mori::ep {
 namespace hs = mori::shmem::host;
 using mori::shmem::Cmp;
 
-void ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch, uint64_t combined_epoch) {
+void CombineOrder::ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch) const {
+  const uint64_t combined_epoch = combined_epoch_;
   if (routing == nullptr) {
     MORI_THROW(InvalidStateError, "combine needs a successful dispatch not combined yet (last ",
                "dispatch epoch ", epoch, ", last combine epoch ", combined_epoch, ")");
@@ -53,11 +54,12 @@ IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milli
   shmem::BarrierAll();
 }
 
-void IntraNodeCpu::PostCounts(uint64_t epoch, const uint64_t* counts) {
+void IntraNodeCpu::PostCounts(uint64_t epoch, const uint64_t* counts, uint32_t row_tag) {
   const int W = shape_.world_size, me = shape_.rank;
   uint64_t* row = At<uint64_t>(layout_.count_words) + static_cast<size_t>(me) * W;
   for (int pe = 0; pe < W; ++pe) {
-    for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &row[d], CountWord(epoch, counts[d]), pe);
+    for (int d = 0; d < W; ++d)
+      hs::SignalSet(ctx_, &row[d], CountWord(epoch, counts[d], row_tag), pe);
   }
 }
 
@@ -88,10 +90,9 @@ void IntraNodeCpu::FinishDispatchEpoch(uint64_t epoch) {
 
 void IntraNodeCpu::RejectDispatch(const std::string& reason) {
   const uint64_t epoch = ++epoch_;
-  dispatch_ok_ = false;
-  last_call_combine_ = false;
+  order_.Dispatched(false);
   std::vector<uint64_t> counts(shape_.world_size, kRejectedCount);
-  PostCounts(epoch, counts.data());
+  PostCounts(epoch, counts.data(), 0);
   WaitCounts(epoch);
   FinishDispatchEpoch(epoch);
   throw InvalidArgumentError(reason);
@@ -145,9 +146,8 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
   }
 
   const uint64_t epoch = ++epoch_;
-  dispatch_ok_ = false;
-  last_call_combine_ = false;
-  PostCounts(epoch, counts.data());
+  order_.Dispatched(false);
+  PostCounts(epoch, counts.data(), a.row_tag);
   // Every pe's row for this epoch: the routing matrix, and the proof that each
   // destination has entered this call (so its receive buffers are free to write).
   const int rejected_by = WaitCounts(epoch);
@@ -157,6 +157,16 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
                " (its inputs failed validation; see its error); no data moved");
   }
   const uint64_t* words = At<uint64_t>(layout_.count_words);
+  // Every pe sees the same words, so every pe finds the same dtype mismatch.
+  for (int s = 1; s < W; ++s) {
+    const uint32_t first = RowTagOf(words[0]), tag = RowTagOf(words[s * W]);
+    if (tag != first) {
+      FinishDispatchEpoch(epoch);
+      MORI_THROW(InvalidArgumentError, "dispatch token dtype differs between ranks: rank 0 ",
+                 "passes ", RowTagName(first), " and rank ", s, " passes ", RowTagName(tag),
+                 " (every rank must pass the same dtype); no data moved");
+    }
+  }
   std::vector<int64_t> next_row(W);  // where my next row lands on pe d
   int64_t total_recv = 0;
   for (int d = 0; d < W; ++d) {
@@ -222,7 +232,7 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
   *At<int32_t>(layout_.total_recv) = static_cast<int32_t>(total_recv);
   total_recv_ = total_recv;
   num_tokens_ = a.num_tokens;
-  dispatch_ok_ = true;
+  order_.Dispatched(true);
   return total_recv;
 }
 
@@ -235,24 +245,6 @@ RoutingSnapshot IntraNodeCpu::LastRouting() const {
                          &epoch_,
                          epoch_,
                          num_tokens_};
-}
-
-const RoutingSnapshot* IntraNodeCpu::CombineRouting(const RoutingSnapshot* routing,
-                                                    RoutingSnapshot* last) const {
-  if (routing == nullptr) {
-    if (!combine_pending()) return nullptr;
-    *last = LastRouting();
-    return last;
-  }
-  return CombinableEpoch(routing->host_epoch, epoch_, combined_epoch_) ? routing : nullptr;
-}
-
-void IntraNodeCpu::EnterCombine(uint64_t epoch) {
-  // Two combines in a row (routing handles): a peer must not return rows of this
-  // combine into a pe's slots before that pe has reduced the previous one's.
-  if (last_call_combine_) shmem::BarrierAll();
-  last_call_combine_ = true;
-  combined_epoch_ = epoch;
 }
 
 void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
@@ -279,18 +271,18 @@ void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
 }
 
 void IntraNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapshot* routing) {
-  RoutingSnapshot last;
-  if (const RoutingSnapshot* r = CombineRouting(routing, &last)) {
-    EnterCombine(r->host_epoch);
+  const RoutingSnapshot last = LastRouting();
+  if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
+    if (order_.Enter(r->host_epoch)) shmem::BarrierAll();
     FinishCombine(r->host_epoch, true);
   }
   throw InvalidArgumentError(reason);
 }
 
 void IntraNodeCpu::Combine(const CombineArgs& a) {
-  RoutingSnapshot last;
-  const RoutingSnapshot* r = CombineRouting(a.routing, &last);
-  if (r == nullptr) ThrowNotCombinable(a.routing, epoch_, combined_epoch_);
+  const RoutingSnapshot last = LastRouting();
+  const RoutingSnapshot* r = order_.Pick(a.routing, last);
+  if (r == nullptr) order_.ThrowNotCombinable(a.routing, epoch_);
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
   const int64_t M = shape_.max_tokens;
   const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
@@ -309,7 +301,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
         a.routing);
   }
   const uint64_t epoch = r->host_epoch;
-  EnterCombine(epoch);
+  if (order_.Enter(epoch)) shmem::BarrierAll();  // CombineOrder
   // out_weights says whether weights are combined; `weights` may be null only when
   // it has no rows (total_recv == 0: an empty tensor's address).
   const bool with_weights = a.out_weights != nullptr;
@@ -321,7 +313,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   // Row i goes back to its source pe s, into slot [me][t] there; my own rows stay in
   // the input (token_self_row). No pe writes these slots of s again before s has
   // finished reducing them: the next combine follows a dispatch, whose count exchange
-  // waits for s to enter it, or the barrier of EnterCombine.
+  // waits for s to enter it, or a combine, and then the barrier above.
   for (int64_t i = 0; i < total_recv; ++i) {
     const int s = static_cast<int>(src_pos[i] / M);
     if (s == me) continue;
@@ -338,39 +330,29 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   const int32_t* token_self_row = r->token_self_row;
   const int64_t hidden = shape_.hidden_dim;
   std::vector<float> acc(hidden);
-  std::vector<float> wacc(K);
+  std::vector<int> pes(W);  // the pes of a token's parts, ascending
   for (int64_t t = 0; t < num_tokens; ++t) {
     const uint8_t* ranks = token_ranks + t * W;
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(wacc.begin(), wacc.end(), 0.0f);
+    const int64_t self_row = token_self_row[t];
+    int parts = 0;
     for (int d = 0; d < W; ++d) {
-      if (!ranks[d]) continue;
-      const size_t slot = static_cast<size_t>(d) * M + t;
-      const int64_t self_row = token_self_row[t];
-      const char* row = d == me ? input + self_row * a.input_row_stride : comb_tokens + slot * Hc;
-      for (int64_t h = 0; h < hidden; ++h)
-        acc[h] += CombineElementValue(row, h, a.dtype, a.fp8_cast);
-      if (with_weights) {
-        const float* w = d == me ? a.weights + self_row * K : comb_weights + slot * K;
-        for (int j = 0; j < K; ++j) wacc[j] += w[j];
-      }
+      if (ranks[d]) pes[parts++] = d;
     }
-    switch (a.dtype) {
-      case CombineDtype::kBFloat16: {
-        uint16_t* o = static_cast<uint16_t*>(a.out) + t * hidden;
-        for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToBf16Bits(acc[h]);
-        break;
-      }
-      case CombineDtype::kFloat8E4M3: {
-        uint8_t* o = static_cast<uint8_t*>(a.out) + t * hidden;
-        for (int64_t h = 0; h < hidden; ++h) o[h] = FloatToFloat8E4M3(acc[h]);
-        break;
-      }
-      case CombineDtype::kFloat32:
-        std::memcpy(static_cast<float*>(a.out) + t * hidden, acc.data(), hidden * 4);
-        break;
+    auto row_of = [&](int i) -> const char* {
+      const int d = pes[i];
+      if (d == me) return input + self_row * a.input_row_stride;
+      return comb_tokens + (static_cast<size_t>(d) * M + t) * Hc;
+    };
+    CombineTokenRow(parts, row_of, a.dtype, a.fp8_cast, hidden, acc.data(),
+                    static_cast<char*>(a.out) + t * row_bytes);
+    if (with_weights) {
+      auto weights_of = [&](int i) -> const float* {
+        const int d = pes[i];
+        if (d == me) return a.weights + self_row * K;
+        return comb_weights + (static_cast<size_t>(d) * M + t) * K;
+      };
+      CombineTokenWeights(parts, weights_of, K, a.out_weights + t * K);
     }
-    if (with_weights) std::memcpy(a.out_weights + t * K, wacc.data(), K * 4);
   }
 }
 

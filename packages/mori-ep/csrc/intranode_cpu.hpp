@@ -48,28 +48,25 @@ class IntraNodeCpu {
   int64_t num_tokens() const { return num_tokens_; }
   uint64_t epoch() const { return epoch_; }
   // Whether the last dispatch succeeded and has not been combined yet.
-  bool combine_pending() const { return dispatch_ok_ && epoch_ > combined_epoch_; }
+  bool combine_pending() const { return order_.Pending(epoch_); }
   // The epoch of the last combine (its words in combine_done).
-  uint64_t combined_epoch() const { return combined_epoch_; }
+  uint64_t combined_epoch() const { return order_.combined_epoch(); }
 
  private:
   template <typename T>
   T* At(size_t offset) const {
     return reinterpret_cast<T*>(block_ + offset);
   }
-  void PostCounts(uint64_t epoch, const uint64_t* counts);
+  void PostCounts(uint64_t epoch, const uint64_t* counts, uint32_t row_tag);
   // Waits for every pe's count row of `epoch`; returns the first rejecting pe or -1.
   int WaitCounts(uint64_t epoch);
   // Signals dispatch_done to every pe and waits for every pe's, also in a rejected
   // epoch: that is what lets the next epoch's count words overwrite this one's.
   void FinishDispatchEpoch(uint64_t epoch);
   void FinishCombine(uint64_t epoch, bool rejected);
+  // The last dispatch's routing: the block's regions (CombineOrder picks it or a
+  // snapshot).
   RoutingSnapshot LastRouting() const;
-  // The routing a combine (or its rejection) runs by: `routing`, else the last
-  // dispatch's (written to *last); nullptr when that routing may not be combined.
-  const RoutingSnapshot* CombineRouting(const RoutingSnapshot* routing,
-                                        RoutingSnapshot* last) const;
-  void EnterCombine(uint64_t epoch);
 
   EpShape shape_;
   EpBufferLayout layout_;
@@ -79,9 +76,7 @@ class IntraNodeCpu {
   uint64_t epoch_ = 0;
   int64_t total_recv_ = 0;
   int64_t num_tokens_ = 0;
-  uint64_t combined_epoch_ = 0;
-  bool dispatch_ok_ = false;
-  bool last_call_combine_ = false;
+  CombineOrder order_;
 };
 
 }  // namespace mori::ep

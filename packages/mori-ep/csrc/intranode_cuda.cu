@@ -208,6 +208,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.indices = a.indices;
   p.num_tokens = a.num_tokens;
   p.rank_masks = a.rank_masks;
+  p.row_tag = a.row_tag;
   p.recv_capacity = RecvCapacity(shape_);
   auto aligned = [](const void* ptr, uintptr_t a) {
     return reinterpret_cast<uintptr_t>(ptr) % a == 0;
@@ -238,8 +239,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   MORI_CUDA_CHECK(cudaGetLastError());
   ++epoch_;
   num_tokens_ = a.num_tokens;
-  dispatch_ok_ = true;
-  last_call_combine_ = false;
+  order_.Dispatched(true);
 }
 
 void IntraNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) {
@@ -251,8 +251,7 @@ void IntraNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) 
     MORI_CUDA_CHECK(cudaGetLastError());
   }
   ++epoch_;
-  dispatch_ok_ = false;
-  last_call_combine_ = false;
+  order_.Dispatched(false);
   throw InvalidArgumentError(reason);
 }
 
@@ -269,28 +268,10 @@ RoutingSnapshot IntraNodeCuda::LastRouting() const {
       num_tokens_};
 }
 
-const RoutingSnapshot* IntraNodeCuda::CombineRouting(const RoutingSnapshot* routing,
-                                                     RoutingSnapshot* last) const {
-  if (routing == nullptr) {
-    if (!combine_pending()) return nullptr;
-    *last = LastRouting();
-    return last;
-  }
-  return CombinableEpoch(routing->host_epoch, epoch_, combined_epoch_) ? routing : nullptr;
-}
-
-void IntraNodeCuda::EnterCombine(uint64_t epoch, uintptr_t stream) {
-  // As IntraNodeCpu::EnterCombine: after a combine, no pe returns rows into another's
-  // slots before that pe's previous combine kernel has ended.
-  if (last_call_combine_) shmem::BarrierOnStream(stream);
-  last_call_combine_ = true;
-  combined_epoch_ = epoch;
-}
-
 void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t stream) {
-  RoutingSnapshot last;
-  const RoutingSnapshot* r = CombineRouting(a.routing, &last);
-  if (r == nullptr) ThrowNotCombinable(a.routing, epoch_, combined_epoch_);
+  const RoutingSnapshot last = LastRouting();
+  const RoutingSnapshot* r = order_.Pick(a.routing, last);
+  if (r == nullptr) order_.ThrowNotCombinable(a.routing, epoch_);
   const int64_t elem = a.dtype == CombineDtype::kBFloat16     ? 2
                        : a.dtype == CombineDtype::kFloat8E4M3 ? 1
                                                               : 4;
@@ -366,7 +347,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                         : static_cast<int>(std::max<int64_t>(
                               1, (kStepItems * p.return_warps + per_group - 1) / per_group));
   }
-  EnterCombine(r->host_epoch, stream);
+  if (order_.Enter(r->host_epoch)) shmem::BarrierOnStream(stream);  // CombineOrder
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   p.stamps = TimelineSlot(1, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
@@ -378,10 +359,10 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
 
 void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
                                   const RoutingSnapshot* routing) {
-  RoutingSnapshot last;
-  if (const RoutingSnapshot* r = CombineRouting(routing, &last)) {
+  const RoutingSnapshot last = LastRouting();
+  if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
     mori::cuda::ScopedDevice guard(device_);
-    EnterCombine(r->host_epoch, stream);
+    if (order_.Enter(r->host_epoch)) shmem::BarrierOnStream(stream);
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
     kernels::LaunchRejectCombine(c, r->epoch, stream);

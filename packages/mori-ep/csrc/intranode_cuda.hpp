@@ -69,8 +69,8 @@ class IntraNodeCuda {
   // Host mirrors of what was enqueued (the device copies are authoritative).
   int64_t num_tokens() const { return num_tokens_; }
   uint64_t epoch() const { return epoch_; }
-  bool combine_pending() const { return dispatch_ok_ && epoch_ > combined_epoch_; }
-  uint64_t combined_epoch() const { return combined_epoch_; }
+  bool combine_pending() const { return order_.Pending(epoch_); }
+  uint64_t combined_epoch() const { return order_.combined_epoch(); }
   // The largest grid of `warps` warps per block that stays resident, for dispatch's
   // kernels or combine's (those moving fp8 rows with fp8_wire).
   int MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire = false);
@@ -84,9 +84,6 @@ class IntraNodeCuda {
   // nullptr when the timeline is off.
   uint64_t* TimelineSlot(int kernel, int blocks, uintptr_t stream);
   RoutingSnapshot LastRouting() const;
-  const RoutingSnapshot* CombineRouting(const RoutingSnapshot* routing,
-                                        RoutingSnapshot* last) const;
-  void EnterCombine(uint64_t epoch, uintptr_t stream);
 
   EpShape shape_;
   EpBufferLayout layout_;
@@ -104,9 +101,7 @@ class IntraNodeCuda {
   int max_blocks_[3][kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
   uint64_t epoch_ = 0;
   int64_t num_tokens_ = 0;
-  uint64_t combined_epoch_ = 0;
-  bool dispatch_ok_ = false;
-  bool last_call_combine_ = false;
+  CombineOrder order_;
 };
 
 }  // namespace mori::ep

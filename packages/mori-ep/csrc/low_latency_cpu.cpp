@@ -435,27 +435,30 @@ void LowLatencyCpu::CombineRecv() {
     // Per token, the rows of the pes it went to in ascending pe order (the
     // intra-node combine's order and numbers).
     const uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
-    std::vector<float> wacc(K);
+    std::vector<int64_t> slots(W);  // the slots of a token's parts, ascending pe
+    const int64_t row_bytes = hidden * CombineElementBytes(a.dtype);
     for (int64_t t = 0; t < num_tokens_; ++t) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      std::fill(wacc.begin(), wacc.end(), 0.0f);
+      int parts = 0;
       for (int d = 0; d < W; ++d) {
-        if (!token_ranks[t * W + d]) continue;
-        const int64_t slot = d * M + t;
-        const char* row = comb_tokens + slot * Hc;
-        for (int64_t h = 0; h < hidden; ++h)
-          acc[h] += CombineElementValue(row, h, a.dtype, a.fp8_cast);
-        for (int j = 0; j < K; ++j) wacc[j] += comb_weights[slot * K + j];
+        if (token_ranks[t * W + d]) slots[parts++] = d * M + t;
       }
-      StoreRow(acc, a.dtype, a.out, t);
-      if (a.out_weights != nullptr) std::memcpy(a.out_weights + t * K, wacc.data(), K * 4);
+      CombineTokenRow(
+          parts, [&](int i) { return comb_tokens + slots[i] * Hc; }, a.dtype, a.fp8_cast, hidden,
+          acc.data(), static_cast<char*>(a.out) + t * row_bytes);
+      if (a.out_weights != nullptr) {
+        CombineTokenWeights(
+            parts, [&](int i) { return comb_weights + slots[i] * K; }, K, a.out_weights + t * K);
+      }
     }
     return;
   }
   // Expert-major: sum over k ascending of w * y, each product and sum rounded to
-  // fp32 (no fused multiply-add), one rounding to bf16.
+  // fp32 (no fused multiply-add), one rounding to bf16; the sum starts from -0.0
+  // (kSumStart), so one part of weight 1 keeps its bits (NaN aside); no part: zeros.
   for (int64_t t = 0; t < a.num_tokens; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    bool any = false;
+    for (int k = 0; k < K; ++k) any |= a.topk_idx[t * K + k] >= 0;
+    std::fill(acc.begin(), acc.end(), any ? kSumStart : 0.0f);
     for (int k = 0; k < K; ++k) {
       if (a.topk_idx[t * K + k] < 0) continue;
       const float w = a.topk_weights != nullptr ? a.topk_weights[t * K + k] : 1.0f;

@@ -95,4 +95,63 @@ MORI_HOST_DEVICE inline float CombineElementValue(const char* row, int64_t h, Co
   return reinterpret_cast<const float*>(row)[h];
 }
 
+// Combine's sums start from -0.0, the identity of fp32 addition (+0.0 is not: +0.0 +
+// -0.0 is +0.0), so a sum of one part is that part, -0.0 included. A token with no
+// part is written as zeros, not as the start value.
+inline constexpr float kSumStart = -0.0f;
+
+// Whether a token whose `parts` rows are combined is copied instead of summed: one
+// row, not rounded by fp8_direct_cast, comes back with its bits (an fp32 round trip
+// would give bf16 NaNs the canonical payload).
+MORI_HOST_DEVICE inline bool CopiesSinglePart(int parts, bool fp8_cast) {
+  return parts == 1 && !fp8_cast;
+}
+
+// The host implementations' reduction of one token (intranode_cpu.cpp,
+// low_latency_cpu.cpp; the CUDA kernels follow it): `parts` rows, row_of(i) the i-th
+// in ascending pe order, summed in fp32 in that order and rounded once into `out`
+// (hidden elements of dtype); `acc` is scratch of hidden floats.
+template <typename RowOf>
+inline void CombineTokenRow(int parts, RowOf row_of, CombineDtype dtype, bool fp8_cast,
+                            int64_t hidden, float* acc, void* out) {
+  const int64_t bytes = hidden * CombineElementBytes(dtype);
+  if (parts == 0) {
+    std::memset(out, 0, bytes);
+    return;
+  }
+  if (CopiesSinglePart(parts, fp8_cast)) {
+    std::memcpy(out, row_of(0), bytes);
+    return;
+  }
+  for (int64_t h = 0; h < hidden; ++h) acc[h] = kSumStart;
+  for (int i = 0; i < parts; ++i) {
+    const char* row = row_of(i);
+    for (int64_t h = 0; h < hidden; ++h) acc[h] += CombineElementValue(row, h, dtype, fp8_cast);
+  }
+  for (int64_t h = 0; h < hidden; ++h) {
+    switch (dtype) {
+      case CombineDtype::kBFloat16:
+        static_cast<uint16_t*>(out)[h] = FloatToBf16Bits(acc[h]);
+        break;
+      case CombineDtype::kFloat8E4M3:
+        static_cast<uint8_t*>(out)[h] = FloatToFloat8E4M3(acc[h]);
+        break;
+      case CombineDtype::kFloat32:
+        static_cast<float*>(out)[h] = acc[h];
+        break;
+    }
+  }
+}
+
+// The same for a token's K combined weights (fp32; one part is copied).
+template <typename WeightsOf>
+inline void CombineTokenWeights(int parts, WeightsOf weights_of, int K, float* out) {
+  for (int j = 0; j < K; ++j)
+    out[j] = parts == 0 ? 0.0f : parts == 1 ? weights_of(0)[j] : kSumStart;
+  for (int i = 0; parts > 1 && i < parts; ++i) {
+    const float* w = weights_of(i);
+    for (int j = 0; j < K; ++j) out[j] += w[j];
+  }
+}
+
 }  // namespace mori::ep

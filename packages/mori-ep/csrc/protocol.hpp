@@ -15,7 +15,8 @@
 // max(max_token_type_size, 2)), S = scale bytes (scale_dim * scale_type_size).
 //
 //   signals (written by peers)
-//     count_words    u64 [W][W]   row s, column d: (epoch << kCountBits) | count(s -> d),
+//     count_words    u64 [W][W]   row s, column d: (epoch << kCountBits) | (row tag <<
+//                                 kCountFieldBits) | count(s -> d),
 //                                 written by pe s into every pe (its routing row)
 //     dispatch_done  u64 [W]      entry s = epoch once pe s has written all its rows here
 //     combine_done   u64 [W][G]   entry [d][g] = (epoch << 1) | rejected once pe d has
@@ -65,11 +66,15 @@
 
 namespace mori::ep {
 
-// count_words hold the epoch in the high bits and the count in the low bits, so
-// one 64-bit release store publishes both. 2^40 epochs outlast any process; the
-// count field bounds max_num_inp_token_per_rank.
+// count_words hold the epoch in the high bits and, in the low kCountBits, the count
+// (kCountFieldBits) under a row tag (the dtype code of the dispatch's token rows,
+// kRowTagBits; 0 where a word carries none), so one 64-bit release store publishes
+// them all and every pe sees every pe's dtype in the exchange it already waits for.
+// 2^40 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
 inline constexpr int kCountBits = 24;
-inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+inline constexpr int kCountFieldBits = 20;
+inline constexpr int kRowTagBits = kCountBits - kCountFieldBits;
+inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountFieldBits) - 1;
 // A count of kRejectedCount marks a pe whose inputs failed validation: every pe
 // sees it in the same epoch and fails that call without moving data, so the op
 // stays consistent and usable.
@@ -79,10 +84,30 @@ inline constexpr uint64_t kEpochMask = (uint64_t{1} << (64 - kCountBits)) - 1;
 // Tokens per combine signal group (combine_done, recv_group_row).
 inline constexpr int kCombineGroupTokens = 8;
 
-MORI_HOST_DEVICE inline uint64_t CountWord(uint64_t epoch, uint64_t count) {
-  return ((epoch & kEpochMask) << kCountBits) | (count & kCountMask);
+MORI_HOST_DEVICE inline uint64_t CountWord(uint64_t epoch, uint64_t count, uint32_t tag = 0) {
+  return ((epoch & kEpochMask) << kCountBits) |
+         (static_cast<uint64_t>(tag & ((1u << kRowTagBits) - 1)) << kCountFieldBits) |
+         (count & kCountMask);
 }
 MORI_HOST_DEVICE inline uint64_t CountOf(uint64_t word) { return word & kCountMask; }
+MORI_HOST_DEVICE inline uint32_t RowTagOf(uint64_t word) {
+  return static_cast<uint32_t>((word >> kCountFieldBits) & ((1u << kRowTagBits) - 1));
+}
+// The row tags mori.ep passes (a dispatch's token dtype), as the messages name them.
+MORI_HOST_DEVICE inline const char* RowTagName(uint32_t tag) {
+  switch (tag) {
+    case 1:
+      return "bfloat16";
+    case 2:
+      return "float8_e4m3fn";
+    case 3:
+      return "float16";
+    case 4:
+      return "float32";
+    default:
+      return "unknown";
+  }
+}
 MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountBits; }
 // Smallest word value that carries `epoch` (WaitUntil(word, kGe, EpochFloor(e))):
 // earlier epochs' words are smaller, later ones cannot arrive before this call ends.

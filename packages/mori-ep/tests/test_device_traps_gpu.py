@@ -71,3 +71,12 @@ def test_dispatch_past_the_receive_cap_traps_every_rank_naming_the_counts(cuda_g
         assert o.startswith("CUDA error"), (o0, o1)
         assert want in out, out
         assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)
+
+
+def test_ranks_dispatching_different_dtypes_trap_naming_both(cuda_gpus):
+    (o0, out0), (o1, out1) = _outcomes("dtype", cuda_gpus)
+    assert "rank 1 passes float32 tokens, this rank bfloat16" in out0, out0
+    assert "rank 0 passes bfloat16 tokens, this rank float32" in out1, out1
+    for o in (o0, o1):
+        assert o.startswith("CUDA error"), (o0, o1)
+        assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)

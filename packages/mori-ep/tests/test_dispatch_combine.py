@@ -68,7 +68,10 @@ def _config(**kw):
         (dict(scale_dim=-1), "scale_dim -1 must be an int >= 0"),
         (dict(scale_dim=2, scale_type_size=3), "scale_type_size 3 must be 1, 2 or 4"),
         (dict(num_experts_per_token=9), "num_experts_per_token 9 exceeds the 8 experts"),
-        (dict(max_num_inp_token_per_rank=1 << 24), "exceeds 16777214"),
+        (
+            dict(max_num_inp_token_per_rank=1 << 20),
+            "max_num_inp_token_per_rank 1048576 exceeds 1048574",
+        ),
         (dict(device="tpu"), "device 'tpu' must be 'cpu', 'cuda' or None"),
     ],
 )

@@ -7,40 +7,19 @@ combine path (forced through the environment the op reads when it is built).
 Skipped without a CUDA GPU or a mori build without CUDA.
 """
 
-import random
-from pathlib import Path
-
 import pytest
 
-from mori.core.launch import NO_MULTICAST_ENV, launch_local
-
-WORKER = str(Path(__file__).parent / "workers" / "ep_routing_worker.py")
-
-
-def run_scenario(placement: str, scenario: str, env: dict) -> None:
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, placement, scenario, str(seed)], 2, timeout_s=300, env=env)
-    for r in results:
-        print(f"----- rank {r.rank} -----\n{r.output}")
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
-
+from mori.core.launch import NO_MULTICAST_ENV
 
 PATHS = {
     "onepass": {"MORI_EP_COMBINE_ONEPASS_ROWS": "1000000"},
     "stream": {"MORI_EP_COMBINE_ONEPASS_ROWS": "0"},
     "tiled": {"MORI_EP_COMBINE_ONEPASS_ROWS": "0", "MORI_EP_COMBINE_STREAM": "0"},
 }
+SCENARIOS = "parity,replay,inflight,order"
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("scenario", ["parity", "replay", "inflight", "order"])
-def test_two_processes_one_gpu(cuda_gpus, scenario, path):
-    run_scenario("shared", scenario, {**NO_MULTICAST_ENV, **PATHS[path]})
-
-
-@pytest.mark.parametrize("scenario", ["parity", "replay", "inflight", "order"])
-def test_one_process_per_gpu(cuda_gpus, scenario):
-    if cuda_gpus < 2:
-        pytest.skip("needs 2 GPUs")
-    run_scenario("per_gpu", scenario, NO_MULTICAST_ENV)
+def test_routing_handles(gpu_placement, run_workers, path):
+    env = {**NO_MULTICAST_ENV, **PATHS[path]}
+    run_workers("ep_routing_worker.py", gpu_placement, SCENARIOS, env=env)

@@ -219,6 +219,22 @@ __device__ __forceinline__ void ReduceSegment(const CombineParams& p, int64_t t,
   const int64_t self_row = p.token_self_row[t];
   const int64_t nwords = p.row_bytes / 16;
   uint4* out = reinterpret_cast<uint4*>(static_cast<char*>(p.out) + t * p.row_bytes);
+  int parts = 0, only = 0;
+  for (int d = 0; d < W; ++d) {
+    if (ranks[d]) ++parts, only = d;
+  }
+  if (parts == 0 || CopiesSinglePart(parts, kKind == kBf16ViaFp8Row)) {
+    // No part: zeros; one part (not rounded to fp8 on the way): its words, unchanged.
+    const char* row = PartialRow(p, only, t, self_row);
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const int64_t w = (static_cast<int64_t>(seg) * kU + k) * 32 + lane;
+      if (w < nwords) {
+        out[w] = parts ? LoadPartWord<kKind>(row, w, only == c.me) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int k0 = 0; k0 < kU; k0 += kC) {
     const int64_t w0 = (static_cast<int64_t>(seg) * kU + k0) * 32 + lane;
@@ -226,7 +242,7 @@ __device__ __forceinline__ void ReduceSegment(const CombineParams& p, int64_t t,
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
 #pragma unroll
-      for (int v = 0; v < kVals; ++v) acc[k][v] = 0.0f;
+      for (int v = 0; v < kVals; ++v) acc[k][v] = kSumStart;
     }
 #pragma unroll
     for (int d0 = 0; d0 < kW; d0 += 2) {
@@ -268,8 +284,18 @@ __device__ void ReduceTokenScalar(const CombineParams& p, int64_t t, unsigned la
   const int64_t self_row = p.token_self_row[t];
   char* out_row = static_cast<char*>(p.out) + t * p.row_bytes;
   const bool bf16 = p.dtype == CombineDtype::kBFloat16;
+  int parts = 0, only = 0;
+  for (int d = 0; d < c.world; ++d) {
+    if (ranks[d]) ++parts, only = d;
+  }
+  if (parts == 0 || CopiesSinglePart(parts, p.fp8_cast)) {
+    // As ReduceSegment: zeros, or the one part's bytes.
+    const char* row = PartialRow(p, only, t, self_row);
+    for (int64_t i = lane; i < p.row_bytes; i += 32) out_row[i] = parts ? __ldcg(row + i) : 0;
+    return;
+  }
   for (int64_t h = lane; h < p.hidden; h += 32) {
-    float acc = 0.0f;
+    float acc = kSumStart;
     for (int d = 0; d < c.world; ++d) {
       if (!ranks[d]) continue;
       const char* row = PartialRow(p, d, t, self_row);
@@ -300,12 +326,16 @@ __device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t,
   const uint8_t* ranks = p.token_ranks + t * c.world;
   const int64_t self_row = p.token_self_row[t];
   const float* comb_weights = At<float>(c, c.layout.comb_weights);
+  int parts = 0;
+  for (int d = 0; d < c.world; ++d) parts += ranks[d] != 0;
   for (int j = static_cast<int>(lane); j < K; j += 32) {
-    float acc = 0.0f;
+    // One part: its value (CombineTokenWeights); none: 0; else a sum from -0.0.
+    float acc = parts == 0 ? 0.0f : kSumStart;
     for (int d = 0; d < c.world; ++d) {
       if (!ranks[d]) continue;
-      acc += d == c.me ? __ldg(p.weights + self_row * K + j)
-                       : __ldcg(comb_weights + (static_cast<int64_t>(d) * M + t) * K + j);
+      const float w = d == c.me ? __ldg(p.weights + self_row * K + j)
+                                : __ldcg(comb_weights + (static_cast<int64_t>(d) * M + t) * K + j);
+      acc = parts == 1 ? w : acc + w;
     }
     p.out_weights[t * K + j] = acc;
   }

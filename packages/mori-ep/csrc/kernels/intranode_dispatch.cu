@@ -96,9 +96,24 @@ __device__ __forceinline__ uint32_t RankMask(const DispatchParams& p, int64_t t,
   return mask;
 }
 
+// Every rank ends its launch on a dispatch whose ranks pass different token dtypes
+// (count words whose row tags differ from this pe's `tag`): every pe sees every pe's
+// words, so every pe finds it; pe 0 traps at once, the others after TrapRejectedBy's
+// pause. Not inlined: the cold path keeps the kernels' registers.
+__device__ __noinline__ void TrapRowTags(const Common& c, int from, uint32_t theirs, uint32_t tag) {
+  printf(
+      "mori.ep dispatch on rank %d: rank %d passes %s tokens, this rank %s (every rank must "
+      "pass the same dtype)\n",
+      c.me, from, RowTagName(theirs), RowTagName(tag));
+  if (c.me != 0) PauseBeforePeerTrap(c);
+  dev::Trap();
+}
+
 // Warp 0: waits for every count word of `epoch` and stores the counts in
-// `counts` (W x W). A rejection or an unexpected epoch traps with a message.
-__device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, uint32_t* counts) {
+// `counts` (W x W). A rejection, an unexpected epoch or a row tag other than `tag`
+// traps with a message.
+__device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, uint32_t* counts,
+                               uint32_t tag) {
   const uint64_t* words = At<uint64_t>(c, c.layout.count_words);
   for (unsigned i = lane; i < static_cast<unsigned>(c.world * c.world); i += 32) {
     const uint64_t w = dev::WaitUntil(&words[i], Cmp::kGe, EpochFloor(epoch), c.timeout_ns);
@@ -111,6 +126,7 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
       dev::Trap();
     }
     if (CountOf(w) == kRejectedCount) TrapRejectedBy(c, static_cast<int>(i / c.world), "dispatch");
+    if (RowTagOf(w) != tag) TrapRowTags(c, static_cast<int>(i / c.world), RowTagOf(w), tag);
     counts[i] = static_cast<uint32_t>(CountOf(w));
   }
 }
@@ -249,14 +265,15 @@ __device__ __forceinline__ void PutTokenSegment(const DispatchParams& p, int64_t
   if (seg == 0) PutTokenMeta(p, tok, lane_row, lane);
 }
 
-// Block 0, warp 0: posts this pe's count row (totals[d] tokens to pe d) into every pe.
+// Block 0, warp 0: posts this pe's count row (totals[d] tokens to pe d, under the
+// rows' dtype `tag`) into every pe.
 __device__ __forceinline__ void PostCountRow(const Common& c, uint64_t epoch, unsigned lane,
-                                             const uint32_t* totals) {
+                                             const uint32_t* totals, uint32_t tag) {
   uint64_t* count_words = At<uint64_t>(c, c.layout.count_words);
   const int W = c.world;
   for (unsigned i = lane; i < static_cast<unsigned>(W * W); i += 32) {
     const int pe = static_cast<int>(i / W), d = static_cast<int>(i % W);
-    dev::SignalSet(c.ctx, &count_words[c.me * W + d], CountWord(epoch, totals[d]), pe);
+    dev::SignalSet(c.ctx, &count_words[c.me * W + d], CountWord(epoch, totals[d], tag), pe);
   }
 }
 
@@ -492,8 +509,8 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(DispatchParams p, Dis
   Stamp(p.stamps, 1);
 
   // 2. Exchange: post my row everywhere (block 0), wait for every row (each block).
-  if (blockIdx.x == 0 && warp == 0) PostCountRow(c, epoch, lane, s_total);
-  if (warp == 0) WaitCountWords(c, epoch, lane, s_counts);
+  if (blockIdx.x == 0 && warp == 0) PostCountRow(c, epoch, lane, s_total, p.row_tag);
+  if (warp == 0) WaitCountWords(c, epoch, lane, s_counts, p.row_tag);
   __syncthreads();
   SetRowBases(c, s_counts, s_before, s_base, s_run);
   if constexpr (kCapped) MarkOverCapacity(p, s_counts, &s_over);
@@ -578,9 +595,9 @@ __global__ void __launch_bounds__(kThreads)
       WaitGridWords(c, s.block_counts, gridDim.x, W, EpochFloor(epoch), lane, s_total,
                     "block counts");
       __syncwarp();
-      PostCountRow(c, epoch, lane, s_total);
+      PostCountRow(c, epoch, lane, s_total, p.row_tag);
     }
-    WaitCountWords(c, epoch, lane, s_counts);
+    WaitCountWords(c, epoch, lane, s_counts, p.row_tag);
   }
   if (warp == (nwarps > 1 ? 1u : 0u)) {
     WaitGridWords(c, s.block_counts, blockIdx.x, W, EpochFloor(epoch), lane, s_before,

@@ -58,6 +58,7 @@ struct DispatchParams {
   const int32_t* indices;
   int64_t num_tokens;
   const uint32_t* rank_masks;  // a replay: each token's destination pes; null: from indices
+  uint32_t row_tag;            // the rows' dtype code, posted with the counts (protocol.hpp)
   int64_t recv_capacity;       // rows of every pe's receive buffers (RecvCapacity)
   bool vec;                    // token rows move as 16-byte words
   bool indices_vec;            // index rows load as int4 (K % 4 == 0, 16-byte aligned)

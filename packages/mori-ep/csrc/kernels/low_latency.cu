@@ -439,20 +439,35 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
   if (a.layout == LlLayout::kTokenMajor) {
     const int64_t n = p.combine_tokens;
+    const int64_t row_bytes = hidden * CombineElementBytes(a.dtype);
     for (int64_t t = gwarp; t < n; t += nwarps) {
-      for (int64_t h = lane; h < hidden; h += 32) {
-        float acc = 0.0f;
-        for (int d = 0; d < W; ++d) {
-          if (!token_ranks[t * W + d]) continue;
-          acc =
-              __fadd_rn(acc, CombineElementValue(comb + (d * M + t) * Hc, h, a.dtype, a.fp8_cast));
+      // As CombineTokenRow / CombineTokenWeights (numeric.hpp): no part: zeros; one
+      // part: its bytes; else an fp32 sum from -0.0 in ascending pe order.
+      int parts = 0, only = 0;
+      for (int d = 0; d < W; ++d) {
+        if (token_ranks[t * W + d]) ++parts, only = d;
+      }
+      if (parts == 0 || CopiesSinglePart(parts, a.fp8_cast)) {
+        const char* row = comb + (only * M + t) * Hc;
+        char* o = static_cast<char*>(a.out) + t * row_bytes;
+        for (int64_t i = lane; i < row_bytes; i += 32) o[i] = parts ? row[i] : 0;
+      } else {
+        for (int64_t h = lane; h < hidden; h += 32) {
+          float acc = kSumStart;
+          for (int d = 0; d < W; ++d) {
+            if (!token_ranks[t * W + d]) continue;
+            acc = __fadd_rn(acc,
+                            CombineElementValue(comb + (d * M + t) * Hc, h, a.dtype, a.fp8_cast));
+          }
+          StoreValue(a.out, t * hidden + h, acc, a.dtype);
         }
-        StoreValue(a.out, t * hidden + h, acc, a.dtype);
       }
       if (a.out_weights != nullptr && lane < K) {
-        float acc = 0.0f;
+        float acc = parts == 0 ? 0.0f : kSumStart;
         for (int d = 0; d < W; ++d) {
-          if (token_ranks[t * W + d]) acc = __fadd_rn(acc, combw[(d * M + t) * K + lane]);
+          if (!token_ranks[t * W + d]) continue;
+          const float w = combw[(d * M + t) * K + lane];
+          acc = parts == 1 ? w : __fadd_rn(acc, w);
         }
         a.out_weights[t * K + lane] = acc;
       }
@@ -460,8 +475,10 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     return;
   }
   for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
+    bool any = false;  // no part: zeros; else a sum from -0.0 (low_latency_cpu.cpp)
+    for (int k = 0; k < K; ++k) any |= a.topk_idx[t * K + k] >= 0;
     for (int64_t h = lane; h < hidden; h += 32) {
-      float acc = 0.0f;
+      float acc = any ? kSumStart : 0.0f;
       for (int k = 0; k < K; ++k) {
         if (a.topk_idx[t * K + k] < 0) continue;
         const float w = a.topk_weights != nullptr ? a.topk_weights[t * K + k] : 1.0f;

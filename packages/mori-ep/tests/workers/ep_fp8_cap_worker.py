@@ -25,20 +25,13 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, factor, start_gpu_rank, to_dtype
+from ep_reference import FP8, factor, start_rank, sum_start, to_dtype
 
 from mori.core import shmem
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 placement, seed = sys.argv[1], int(sys.argv[2])
-if placement == "cpu":
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", init_method="env://")
-    shmem.init(device="cpu", heap_size="256M", timeout_s=60)
-    dev = torch.device("cpu")
-else:
-    rank, world, ordinal = start_gpu_rank(placement, "512M", 60)
-    dev = torch.device("cuda", ordinal)
+rank, world, dev = start_rank(placement, "256M" if placement == "cpu" else "512M", 60)
 CUDA = dev.type == "cuda"
 EPR, K = 2, 2
 E = EPR * world
@@ -130,8 +123,8 @@ def run_cap() -> None:
                         assert torch.equal(out_w[:total].cpu(), want_w), (tag, kind, "w")
                     y = (out[:total].cpu().float() * factor(rank)).to(torch.bfloat16)
                     cout, cw = op.combine(y.to(dev), out_w[:total], idx.to(dev), blocks, -1, warps)
-                    want = torch.zeros(per_rank, hidden)
-                    want_w = torch.zeros(per_rank, K)
+                    has = (idx >= 0).any(1)
+                    want, want_w = sum_start(has, hidden), sum_start(has, K)
                     for t in range(per_rank):
                         for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
                             want[t] += (x[t].float() * factor(d)).to(torch.bfloat16).float()
@@ -168,13 +161,13 @@ def run_fp8(cast: bool) -> None:
         return to_dtype(v.cpu().float() * factor(d), dtype)
 
     # The reference: parts in ascending rank order, each rounded to fp8 under the cast,
-    # summed in fp32 from +0, rounded once to the output dtype.
-    want = torch.zeros(m, hidden)
+    # summed in fp32 from -0.0 (README, Semantics), rounded once to the output dtype.
+    want = torch.full((m, hidden), -0.0)
     for d in sorted({rank, NEXT}):
         p = part(x, d)
         want += to_dtype(p, FP8).float() if cast else p.float()
     want = to_dtype(want, dtype)
-    want_w = torch.zeros(m, K) + w + (w if world > 1 else 0)
+    want_w = w + w if world > 1 else w.clone()  # one part: copied
     quant = "fp8_direct_cast" if cast else "none"
     name = "cast" if cast else "fp8"
     for pname, env in PATHS.items():

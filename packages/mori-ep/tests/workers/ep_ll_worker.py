@@ -26,7 +26,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, sum_start
 
 import mori.core as mc
 from mori.core import shmem
@@ -127,8 +127,8 @@ def run_token(kind, fp8, base_seed):
             op.combine_recv()
         else:
             cout, cw = op.combine(y, yw, idx.to(DEV))
-        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
-        want_w = torch.zeros(n, K, dtype=torch.float32)
+        has = (idx >= 0).any(1) if n else torch.zeros(0, dtype=torch.bool)
+        want, want_w = sum_start(has, HIDDEN), sum_start(has, K)
         for t in range(n):
             for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
                 want[t] += expert(x[t : t + 1], sc[t : t + 1] if fp8 else None, d)[0].float()
@@ -269,7 +269,7 @@ def run_expert(kind, base_seed):
             chook()
         if out is not None:
             assert cout.data_ptr() == out.data_ptr()
-        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
+        want = sum_start((idx >= 0).any(1), HIDDEN)
         if n:
             if use_fp8:
                 q, sinv = cast_ref(x, round_scale)
@@ -311,7 +311,7 @@ def run_standard_moe(op, base_seed):
                 ys[e, : len(rows[e])] = expert_out(src, rank * EPR + e)
         cout, cw = op.combine_standard_moe(ys.to(DEV), None, idx.to(DEV))
         assert cw is None
-        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
+        want = sum_start((idx >= 0).any(1), HIDDEN)
         for k in range(K):
             g = idx[:, k]
             if n:
@@ -463,7 +463,7 @@ def run_graph(base_seed):
                 want = (x.float() * 2 * m[:, None].float()).to(torch.bfloat16)
                 got = cpu(res[0])
             else:
-                want = torch.zeros(n, HIDDEN)
+                want = sum_start((idx >= 0).any(1), HIDDEN)
                 for k in range(K):
                     part = w[:, k : k + 1] * (x.float() * 2).to(torch.bfloat16).float()
                     want = torch.where((idx[:, k] >= 0)[:, None], want + part, want)

@@ -31,6 +31,27 @@ def start_gpu_rank(placement: str, heap_size: str, timeout_s: float) -> tuple[in
     return rank, world, dev
 
 
+def start_rank(placement: str, heap_size: str, timeout_s: float):
+    """A worker's start for placement "cpu" (a gloo group and a host heap: the CPU
+    implementation) or a CUDA placement (start_gpu_rank): (rank, world, torch.device)."""
+    if placement != "cpu":
+        rank, world, dev = start_gpu_rank(placement, heap_size, timeout_s)
+        return rank, world, torch.device("cuda", dev)
+    from mori.core import shmem
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", init_method="env://")
+    shmem.init(device="cpu", heap_size=heap_size, timeout_s=timeout_s)
+    return rank, world, torch.device("cpu")
+
+
+def sum_start(has_part: torch.Tensor, cols: int) -> torch.Tensor:
+    """Where combine's fp32 sums start, per token (row): -0.0, the identity of addition,
+    for a token with a part (``has_part``, bool [n]), +0.0 for one with none."""
+    start = torch.where(has_part, -0.0, 0.0).to(torch.float32)
+    return start[:, None].expand(-1, cols).clone()
+
+
 def to_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``t.to(dtype)``, except that fp8 e4m3fn saturates at +-448 as the kernels convert
     (CUDA's __NV_SATFINITE, MORI's default): torch's own conversion of magnitudes past

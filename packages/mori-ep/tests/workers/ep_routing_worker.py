@@ -2,10 +2,11 @@
 # Copyright (c) 2026 The mori authors
 """One rank of the routing-handle tests (MORI's return_routing= / routing=).
 
-argv: placement scenario seed. placement: cpu (host heap, the CPU implementation),
-shared (every rank on GPU 0) or per_gpu (rank r on GPU r). Every dispatch is checked
-bit for bit against a reference built from an all-gather of every rank's inputs, every
-combine exactly (its reduction order is defined). Prints "rank N ok" last.
+argv: placement scenarios seed. placement: cpu (host heap, the CPU implementation),
+shared (every rank on GPU 0) or per_gpu (rank r on GPU r); scenarios: names below,
+separated by commas. Every dispatch is checked bit for bit against a reference built
+from an all-gather of every rank's inputs, every combine exactly (its reduction order
+is defined). Prints "rank N ok" last.
   parity    dispatch(return_routing=True) returns MORI's 6-tuple and a handle with
             MORI's fields; combine(routing=handle) gives the bits combine() gives
   replay    dispatch(routing=handle) with new payloads and a different routing lays
@@ -21,15 +22,13 @@ combine exactly (its reduction order is defined). Prints "rank N ok" last.
             the low-latency kernel types refuse routing handles
 """
 
-import os
 import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import Routing, expert, factor, start_gpu_rank
+from ep_reference import Routing, expert, factor, start_rank
 
 import mori.core as mc
-from mori.core import shmem
 from mori.core.dist_compat import all_gather_single
 from mori.core.launch import expect_raises as expect
 from mori.ep import (
@@ -40,14 +39,7 @@ from mori.ep import (
 )
 
 placement, scenario, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if placement == "cpu":
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", init_method="env://")
-    shmem.init(device="cpu", heap_size="128M", timeout_s=60)
-    dev = torch.device("cpu")
-else:
-    rank, world, ordinal = start_gpu_rank(placement, "512M", 60)
-    dev = torch.device("cuda", ordinal)
+rank, world, dev = start_rank(placement, "128M" if placement == "cpu" else "512M", 60)
 HIDDEN, M, EPR, K = 128, 20, 2, 3
 REF = Routing(world, rank, M, EPR, K)
 gen = torch.Generator().manual_seed(seed * 7919 + rank)
@@ -283,8 +275,10 @@ def run_errors() -> None:
     ll.close()
 
 
-{"parity": run_parity, "replay": run_replay, "inflight": run_inflight, "order": run_order,
- "errors": run_errors}[scenario]()  # fmt: skip
+SCENARIOS = {"parity": run_parity, "replay": run_replay, "inflight": run_inflight,
+             "order": run_order, "errors": run_errors}  # fmt: skip
+for name in scenario.split(","):
+    SCENARIOS[name]()
 dist.barrier()
 print(f"rank {rank} ok", flush=True)
 dist.destroy_process_group()

@@ -10,6 +10,8 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
       over_cap     max_total_recv_tokens 10: ranks 0 and 1 send 6 and 5 tokens to rank 0;
                    both kernels print the counts and trap (rank 0 at once, rank 1 after
                    the pause)
+      dtype        rank 1 dispatches fp32 tokens, rank 0 bf16: both kernels print both
+                   dtypes (the count words' row tags) and trap, rank 0 at once
 Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
 timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
 os._exit (no teardown that would touch the device again).
@@ -37,7 +39,7 @@ cfg = EpDispatchCombineConfig(
     hidden_dim=HIDDEN,
     scale_dim=0,
     scale_type_size=4,
-    max_token_type_size=2,
+    max_token_type_size=4 if case == "dtype" else 2,
     max_num_inp_token_per_rank=M,
     num_experts_per_rank=EPR,
     num_experts_per_token=K,
@@ -50,7 +52,8 @@ op = EpDispatchCombineOp(cfg, timeout_s=3.0)
 n = M + 1 if (case == "host_reject" and rank == 0) else 16
 if case == "over_cap":
     n = 6 if rank == 0 else 5
-x = torch.randn(n, HIDDEN, device="cuda").to(torch.bfloat16)
+x = torch.randn(n, HIDDEN, device="cuda")
+x = x if case == "dtype" and rank == 1 else x.to(torch.bfloat16)
 w = torch.rand(n, K, device="cuda")
 idx = torch.stack([torch.randperm(E)[:K] for _ in range(n)]).to(torch.int32).cuda()
 if case == "bad_expert" and rank == 0:

@@ -18,7 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, sum_start
 
 import mori.core as mc
 from mori.core import shmem
@@ -113,8 +113,8 @@ def run_random(fp8: bool, base_seed: int) -> float:
         cout, cw = op.combine(y, yw, None)
         spent += time.perf_counter() - t0
         assert cout.shape == (n, HIDDEN) and cw.shape == (n, K)
-        want = torch.zeros(n, HIDDEN, dtype=torch.float32)
-        want_w = torch.zeros(n, K, dtype=torch.float32)
+        has = (idx >= 0).any(1) if n else torch.zeros(0, dtype=torch.bool)
+        want, want_w = sum_start(has, HIDDEN), sum_start(has, K)
         want64 = torch.zeros(n, HIDDEN, dtype=torch.float64)
         for t in range(n):
             for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):

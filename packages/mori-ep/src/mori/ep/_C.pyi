@@ -67,6 +67,7 @@ class IntraNodeCpu:
         indices: int,
         num_tokens: int,
         rank_masks: int = 0,
+        row_tag: int = 0,
     ) -> int: ...
     def reject_dispatch(self, reason: str) -> None: ...
     def combine(
@@ -121,6 +122,7 @@ class IntraNodeCuda:
         warp_per_block: int,
         stream: int,
         rank_masks: int = 0,
+        row_tag: int = 0,
     ) -> None: ...
     def reject_dispatch(self, reason: str, stream: int) -> None: ...
     def combine(
@@ -285,6 +287,7 @@ class LowLatencyCuda:
         warp_per_block: int,
         stream: int,
         rank_masks: int = 0,
+        row_tag: int = 0,
     ) -> None: ...
     def reject_dispatch(self, reason: str, stream: int) -> None: ...
     def dispatch_recv_token_major(

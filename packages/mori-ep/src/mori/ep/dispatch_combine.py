@@ -31,6 +31,8 @@ from .low_latency import LowLatencyMixin
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
+# Dispatch's token dtypes as the count exchange tags them (protocol.hpp, RowTagName).
+_ROW_TAGS = {torch.bfloat16: 1, torch.float8_e4m3fn: 2, torch.float16: 3, torch.float32: 4}
 # Combine's element types and the native code for each (both implementations).
 _COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
 
@@ -276,6 +278,49 @@ def _check_launch(block_num, rdma_block_num, warp_per_block) -> str | None:
     return None
 
 
+# Config fields every rank must agree on (rank aside, the launch defaults are per rank).
+_SHARED_FIELDS = (
+    "world_size",
+    "hidden_dim",
+    "scale_dim",
+    "scale_type_size",
+    "max_token_type_size",
+    "max_num_inp_token_per_rank",
+    "num_experts_per_rank",
+    "num_experts_per_token",
+    "max_total_recv_tokens",
+    "kernel_type",
+    "quant",
+)
+
+
+def _same_config_everywhere(c: EpDispatchCombineConfig) -> torch.Tensor:
+    """Collective, when an op is built: every rank puts its :data:`_SHARED_FIELDS` into
+    every rank's row of a small symmetric table, then a heap barrier; every rank reads
+    the same table, so a difference raises InvalidArgumentError on every rank, naming
+    the field, the values and the ranks (before the op's block is allocated, whose
+    size may differ with the configs). Returns the table (kept with the op: symmetric
+    allocations are freed in the same order on every rank)."""
+    mine = torch.tensor([int(getattr(c, f)) for f in _SHARED_FIELDS], dtype=torch.int64)
+    table = shmem.empty((c.world_size, len(_SHARED_FIELDS)), torch.int64)
+    row = mine.to(table.device)
+    for pe in range(c.world_size):
+        shmem.put(table[c.rank], row, pe)
+    shmem.barrier_all()
+    rows = table.cpu()
+    for j, name in enumerate(_SHARED_FIELDS):
+        for r in range(1, c.world_size):
+            if rows[r, j] != rows[0, j]:
+                show = {"kernel_type": EpDispatchCombineKernelType,
+                        "quant": EpDispatchCombineQuantType}.get(name, int)  # fmt: skip
+                raise InvalidArgumentError(
+                    f"EpDispatchCombineConfig differs between ranks: {name} is "
+                    f"{show(int(rows[0, j]))} on rank 0 and {show(int(rows[r, j]))} on rank "
+                    f"{r}; every rank must build the op with the same config (its own rank)"
+                )
+    return table
+
+
 def _describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"{x.dtype} tensor of shape {tuple(x.shape)} on {x.device}"
@@ -286,8 +331,9 @@ class EpDispatchCombineOp(LowLatencyMixin):
     """Dispatch tokens to the ranks of their experts and combine the results back.
 
     Collective: every rank of the shmem heap creates the op with the same config
-    (its own ``rank``), in the same order as other symmetric allocations. It
-    allocates one symmetric block (receive buffers sized to capacity, see
+    (its own ``rank``), in the same order as other symmetric allocations; the ranks
+    compare their configs first (a difference raises InvalidArgumentError on every
+    rank, naming the field and both values). It allocates one symmetric block (receive buffers sized to capacity, see
     :attr:`EpDispatchCombineConfig.max_num_out_tokens`) and runs a heap barrier.
     ``mori.core.shmem.init`` must have been called; a host heap (``device="cpu"``)
     selects the CPU implementation.
@@ -386,6 +432,7 @@ class EpDispatchCombineOp(LowLatencyMixin):
         cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
         self._cuda = kind == "cuda"
         self._ll = c.kernel_type in _LOW_LATENCY_KERNELS
+        self._config_table = _same_config_everywhere(c)
         if self._ll:
             self._init_low_latency(shape)
             return
@@ -592,7 +639,8 @@ class EpDispatchCombineOp(LowLatencyMixin):
         Args:
             input: ``[num_tokens, hidden_dim]`` bf16, fp8 e4m3 (``torch.float8_e4m3fn``),
                 fp16 or fp32 with element size <= ``max_token_type_size``;
-                ``num_tokens`` may be 0. Every rank must pass the same dtype.
+                ``num_tokens`` may be 0. Every rank must pass the same dtype (compared
+                in the count exchange: a difference fails the call on every rank).
             weights: fp32 ``[num_tokens, num_experts_per_token]`` (router weights), or
                 None (the receivers get zeros).
             scales: ``[num_tokens, scale_dim]`` with ``scale_type_size``-byte elements
@@ -634,7 +682,8 @@ class EpDispatchCombineOp(LowLatencyMixin):
                 outside ``[-1, num_experts)`` (naming id, token and slot). On CUDA the
                 expert id check is a device-side trap in the dispatch kernel (the host
                 cannot see ids without a synchronisation). Also raised when another
-                rank rejected its inputs in the same call.
+                rank rejected its inputs in the same call, or passed another token
+                dtype (on CUDA: a trap on every rank naming both).
             MoriTimeoutError: a rank did not take part within ``timeout_s``.
         """
         impl = self._impl_or_raise()
@@ -665,6 +714,7 @@ class EpDispatchCombineOp(LowLatencyMixin):
             if has_scales:
                 scales = scales.contiguous()
             row_bytes = c.hidden_dim * input.element_size()
+            masks = 0 if routing is None else _routing.rank_masks(self, routing).data_ptr()
             args = (
                 input.data_ptr(),
                 row_bytes,
@@ -677,14 +727,14 @@ class EpDispatchCombineOp(LowLatencyMixin):
             # Fail the call on every rank, as a check would, instead of leaving the
             # peers waiting for this rank's counts.
             self._reject_dispatch(impl, f"dispatch inputs could not be prepared: {e}")
-        masks = 0 if routing is None else _routing.rank_masks(self, routing).data_ptr()
+        tag = _ROW_TAGS[input.dtype]
         with self._fails_on_timeout():
             if self._cuda:
                 impl.dispatch(
-                    *args, *self._launch(block_num, warp_per_block), self._stream(), masks
+                    *args, *self._launch(block_num, warp_per_block), self._stream(), masks, tag
                 )
             else:
-                impl.dispatch(*args, masks)
+                impl.dispatch(*args, masks, tag)
         if call_local_expert_count:
             self._count_local_experts()
         out = self._recv_tokens[:, :row_bytes].view(input.dtype)
@@ -1003,6 +1053,7 @@ class EpDispatchCombineOp(LowLatencyMixin):
         self._impl = None
         for name in (
             "_block",
+            "_config_table",
             "_recv_tokens",
             "_recv_weights",
             "_recv_scales",

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the tests of ranks that disagree (CPU, host heap). argv: scenario seed.
+  config  rank 1 builds the op with another hidden_dim (the blocks' sizes differ), then
+          with another num_experts_per_rank (they do not): every rank raises
+          InvalidArgumentError naming the field and both values; then an op with the
+          same config works
+  dtype   rank 1 dispatches fp32 tokens while rank 0 dispatches bf16: every rank fails
+          that call naming both dtypes, no data moved; the op then dispatches and
+          combines correctly
+Prints "rank N ok" last.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import mori.core as mc
+from mori.core import shmem
+from mori.core.launch import expect_raises as expect
+from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
+
+scenario, seed = sys.argv[1], int(sys.argv[2])
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", init_method="env://")
+shmem.init(device="cpu", heap_size="64M", timeout_s=60)
+gen = torch.Generator().manual_seed(seed * 13 + rank)
+print(f"rank {rank}: seed {seed}", flush=True)
+M, EPR, K = 8, 2, 2
+
+
+def config(hidden=128, epr=EPR, tsize=4) -> EpDispatchCombineConfig:
+    return EpDispatchCombineConfig(torch.bfloat16, rank, world, hidden, 0, 4, tsize, M, epr, K)
+
+
+def to_all(n: int) -> torch.Tensor:
+    """Every token to every rank (slot j: rank j's first expert)."""
+    return (torch.arange(K, dtype=torch.int32) * EPR).repeat(n, 1) % (EPR * world)
+
+
+def round_trip(op, dtype) -> None:
+    n = int(torch.randint(1, M + 1, (1,), generator=gen))
+    x = torch.randn(n, 128, generator=gen).to(dtype)
+    out, _, _, _, total = op.dispatch(x, None, None, to_all(n))
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor([n]))
+    assert int(total.item()) == sum(int(c) for c in counts)
+    y, _ = op.combine(out[: int(total.item())], None, None)
+    want = (x.float() * min(world, K)).to(dtype) if world <= K else None
+    if want is not None:
+        assert torch.equal(y, want), "combine of every rank's copies"
+
+
+def run_config() -> None:
+    for kw, field, a, b in ((dict(hidden=256), "hidden_dim", 128, 256),
+                            (dict(epr=4), "num_experts_per_rank", EPR, 4)):  # fmt: skip
+        cfg = config(**kw) if rank == 1 else config()
+        msg = f"{field} is {a} on rank 0 and {b} on rank 1"
+        expect(mc.InvalidArgumentError, msg, EpDispatchCombineOp, cfg)
+    op = EpDispatchCombineOp(config())
+    round_trip(op, torch.bfloat16)
+    op.close()
+
+
+def run_dtype() -> None:
+    op = EpDispatchCombineOp(config())
+    n = 3
+    dtype = torch.float32 if rank == 1 else torch.bfloat16
+    x = torch.randn(n, 128, generator=gen).to(dtype)
+    msg = "rank 0 passes bfloat16 and rank 1 passes float32"
+    expect(mc.InvalidArgumentError, msg, op.dispatch, x, None, None, to_all(n))
+    for dtype in (torch.bfloat16, torch.float32):
+        round_trip(op, dtype)
+    op.close()
+
+
+{"config": run_config, "dtype": run_dtype}[scenario]()
+dist.barrier()
+print(f"rank {rank} ok", flush=True)
+dist.destroy_process_group()
