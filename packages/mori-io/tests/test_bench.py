@@ -298,3 +298,86 @@ def test_p2p_bench_compares_with_the_copy_its_gpus_can_do(tmp_path):
     # The engine's own copies share the GPU with Python's issue time: below the limit
     # (the margin covers timing noise, not the 7334% of a per-call baseline).
     assert row["pct_raw"] < 150, row
+
+
+def test_ablation_points_keep_the_presets_flags_without_their_sweep():
+    from mori.io.bench_ablation import ABLATION_POINTS, preset_point
+
+    for name in ABLATION_POINTS:
+        argv = preset_point(name, iters=3)
+        args = parse_args(argv)
+        assert not args.all and args.iters == 3, argv
+        preset = parse_args(["--preset", name])
+        for key in (
+            "transfer_batch_size",
+            "num_worker_threads",
+            "num_qp_per_transfer",
+            "disable_chunking",
+            "num_initiator_dev",
+            "num_target_dev",
+            "enable_sess",
+        ):
+            assert getattr(args, key) == getattr(preset, key), (name, key)  # fmt: skip
+
+
+def _runs(xfer, cpu: float = 1.0, n: int = 5) -> list[dict]:
+    xfers = xfer if isinstance(xfer, list) else [xfer] * n
+    return [{"xfer_per_s": x, "p50_lat_us": 1e6 / x, "cpu_us_init": cpu, "cpu_us_target": cpu}
+            for x in xfers]  # fmt: skip
+
+
+def test_ablation_verdicts_follow_the_maintainers_bar():
+    """Keep: >= 10 % more transfers/s somewhere, or >= 20 % less CPU at equal
+    transfers/s, and >= 10 % fewer transfers/s nowhere; a change counts only beyond the
+    cell's noise floor (what a switch that cannot act there moved) and when at least
+    4 of 5 repetitions agree in sign."""
+    from mori.io.bench_ablation import DEFAULT, summarize, verdicts
+
+    results = {
+        "tcp / a": {
+            DEFAULT: _runs(100), "ledger ring off": _runs(80), "epoch snapshot off": _runs(100, 1.5),
+            "lockfree endpoint off": _runs(97, 1.1), "target batching off": _runs(90),
+            "CMA grant cache off": _runs(88),  # cannot act over TCP: a 12 % noise floor
+        },
+        "shm-map / b": {
+            DEFAULT: _runs(100), "notice ring off": _runs(130), "CMA grant cache off": _runs(99),
+        },
+        "shm-cma / c": {
+            DEFAULT: _runs(100), "notice ring off": _runs(50),
+            "liveness word off": _runs([50, 150, 50, 150, 50]),  # 3 of 5 agree: no verdict
+        },
+    }  # fmt: skip
+    summary = summarize(results)
+    assert summary["tcp / a"]["noise"] == pytest.approx(0.12)
+    got = {v["env"]: v["verdict"] for v in verdicts(summary) if v["best"] is not None}
+    assert got == {
+        "MORI_IO_LEDGER": "keep",  # +25 % transfers/s in one cell
+        "MORI_IO_EPOCH_SNAPSHOT": "keep",  # 33 % less CPU at equal transfers/s
+        "MORI_IO_LOCKFREE_ENDPOINT": "remove",  # 3 %, 9 % CPU: below the bar
+        "MORI_IO_TARGET_BATCHING": "remove",  # +11 %: under the cell's 12 % noise floor
+        "MORI_IO_NOTICE_RING": "mixed",  # doubles one cell, costs 23 % in another
+        "MORI_IO_SHM_LIVENESS_WORD": "remove",  # inconsistent across repetitions
+    }  # CMA grant cache: only cells where it cannot act, so no verdict
+
+
+def test_ablation_runs_and_verifies_bytes(tmp_path):
+    """One repetition at a tiny size: every variant's bench pair moved and checked its
+    bytes (a wrong byte fails the run, and a failed run fails the ablation)."""
+    out = tmp_path / "ablate.json"
+    cmd = [
+        sys.executable, "-m", "mori.io.bench", "--ablate", "--ablate-reps", "1",
+        "--ablate-backends", "tcp", "--ablate-presets", "hi-iops",
+        "--ablate-switches", "MORI_IO_LEDGER", "--ablate-iters", "2", "--timeout-s", "60",
+        "--json", str(out),
+    ]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(out.read_text())
+    runs = doc["results"]["tcp / hi-iops"]
+    assert set(runs) == {"defaults", "ledger ring off", "all off"}
+    for name, rows in runs.items():
+        (row,) = rows
+        assert "error" not in row, (name, row)
+        assert row["batch_size"] == 256 and row["msg_size"] == 512 and row["xfer_per_s"] > 0
+    assert [v["env"] for v in doc["verdicts"]] == ["MORI_IO_LEDGER"]
+    assert "| ledger ring | `MORI_IO_LEDGER` |" in p.stdout

@@ -10,6 +10,8 @@
                             [--all --sweep-start-size 1K --sweep-max-size 16M]
                             [--iters 128] [--reps 1] [--preset mw-chunkoff|mw-chunkon|hi-iops]
                             [--json PATH] [--plot out.png]
+    python -m mori.io.bench --ablate [--ablate-reps 5] [--ablate-backends tcp,shm-cma,shm-map]
+                            [--ablate-presets mw-chunkoff,mw-chunkon,hi-iops] [--json PATH]
 
 Rank 0 is the initiator, rank 1 the target. Run as is (two processes on this host)
 or under torchrun with two processes (``--host`` names the address the other host
@@ -41,6 +43,10 @@ sizes rather than a limit.
 
 ``--preset`` runs one of MORI's three regimes for CPU-overhead changes (``PRESETS``
 holds their argument vectors); flags given beside it win over the preset's values.
+
+``--ablate`` turns each hot-path switch of the engine off alone and all together, beside
+the defaults, in interleaved repetitions on one point of each preset, and prints the
+table and the keep/remove verdicts (``mori.io.bench_ablation`` says how).
 """
 
 from __future__ import annotations
@@ -165,6 +171,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a bandwidth plot here (needs matplotlib)")
     p.add_argument("--replot", metavar="JSON", help="no run: draw --plot from an earlier --json")
     p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the whole run")
+    a = p.add_argument_group("hot-path ablation (mori.io.bench_ablation)")
+    a.add_argument("--ablate", action="store_true", help="run the ablation instead")
+    a.add_argument("--ablate-reps", type=int, default=5, help="interleaved repetitions")
+    a.add_argument("--ablate-backends", default="tcp,shm-cma,shm-map", help="comma-separated")
+    a.add_argument(
+        "--ablate-presets", default="mw-chunkoff,mw-chunkon,hi-iops", help="comma-separated"
+    )
+    a.add_argument(
+        "--ablate-switches", help="environment variables to ablate (default: all switches)"
+    )
+    a.add_argument("--ablate-iters", type=int, help="timed iterations per run (default: per point)")
     return p
 
 
@@ -699,6 +716,10 @@ def main(argv=None) -> int:
         with open(args.replot) as f:
             write_plot(json.load(f)["rows"], args.plot)
         return 0
+    if args.ablate:
+        from mori.io import bench_ablation
+
+        return bench_ablation.main(args)
     argv = sys.argv[1:] if argv is None else list(argv)
     if "RANK" not in os.environ and CHILD_ENV not in os.environ:
         from mori.core.launch import WorkersFailed, launch_local

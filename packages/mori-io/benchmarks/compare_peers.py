@@ -1,0 +1,693 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""mori.io beside NIXL and Mooncake on one host: the same workloads, the same bytes,
+interleaved rounds, one markdown table. Not run in CI.
+
+    python packages/mori-io/benchmarks/compare_peers.py [--rounds 9]
+        [--peers-python /tmp/peers-venv/bin/python] [--systems mori-tcp,nixl-ucx,...]
+        [--scale 1.0] [--json PATH]
+
+Every workload writes scattered blocks of host memory from an initiator process to a
+target process: block j leaves initiator offset 2j x size and lands in target slot
+2 perm(j) + 1 (perm drawn per round), so no system can merge neighbouring blocks into
+one copy. Workloads: 1024 x 4 KiB, 256 x 64 KiB and 4 x 1 MiB batch writes (latency
+of one batch call, submission to completion seen by the initiator, ms), a single 4 KiB
+write (µs, median and p99), and the CPU time per transfer of both processes over the
+1024 x 4 KiB batches (``getrusage(RUSAGE_SELF)``, all threads, user + system).
+
+After each workload the target compares its whole destination region with what it
+must hold: every block equal to the initiator's (random bytes from a seed drawn per
+round), every gap still holding the poison byte. A mismatch fails that round.
+
+Systems, each in its own pair of processes, restarted every round, their order rotated
+from round to round (interleaving, so drift of the shared machine hits all alike):
+
+- ``mori-tcp``: mori.io TCP backend, sessions, default ``TcpBackendConfig``.
+- ``mori-shm-cma``: mori.io SHM, numpy buffers and ``MORI_IO_SHM_MAP=0``: CMA
+  (``process_vm_writev``) under a cached grant.
+- ``mori-shm-map``: mori.io SHM, both buffers from ``allocate_shared_host_memory``:
+  the initiator maps the target's region and copies with memcpy.
+- ``nixl-ucx``: NIXL's UCX backend with UCX's default transports (its put is
+  ``cma/memory``, zero-copy CMA; ``UCX_PROTO_INFO=y`` shows it), the initiator's
+  progress thread off, the target's on (the default).
+- ``nixl-tcp``: the same with ``UCX_TLS=tcp``.
+- ``mooncake-tcp``: Mooncake's transfer engine, ``protocol="tcp"``, P2P handshake (no
+  metadata server), ``batch_transfer_sync_write`` / ``transfer_sync_write``.
+
+NIXL's transfer handle is built once per workload (``initialize_xfer``) and posted
+again every iteration, its intended use for repeated transfers; mori's session call
+and Mooncake's call carry the offsets every iteration. All networking is loopback
+(``UCX_NET_DEVICES=lo``, 127.0.0.1). NIXL and Mooncake run from their own venv
+(``--peers-python``), created and filled on first use unless ``--no-install``:
+``nixl`` and ``nixl-cu12`` without dependencies (they would pull a CUDA torch; the UCX
+plugin needs only numpy), and ``mooncake-transfer-engine-non-cuda`` (the default wheel
+links libcudart and libcuda, absent on a machine without a GPU). A system that cannot
+be installed or run here gets a row saying why.
+
+Each cell: the median over rounds of each round's median (p99: of each round's p99),
+with the min-max over rounds; ``×r`` is the ratio to the like-for-like mori path
+(NIXL UCX to mori SHM CMA, NIXL tcp and Mooncake to mori TCP): above 1, mori is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pickle
+import platform
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.abspath(__file__)
+POISON = 0xA5
+BUF_BYTES = 32 << 20  # the largest region: 2 x 256 x 64 KiB
+
+# (key, label, blocks, block bytes, timed iterations, warm-up iterations)
+WORKLOADS = [
+    ("b4k", "1024 × 4 KiB batch (ms)", 1024, 4 << 10, 40, 4),
+    ("b64k", "256 × 64 KiB batch (ms)", 256, 64 << 10, 40, 4),
+    ("b1m", "4 × 1 MiB batch (ms)", 4, 1 << 20, 150, 10),
+    ("s4k", "single 4 KiB write (µs)", 1, 4 << 10, 3000, 300),
+]
+
+_LO = {"UCX_NET_DEVICES": "lo"}
+# key: (label, runtime, backend, env, like-for-like mori system for ratios)
+SYSTEMS = {
+    "mori-tcp": ("mori TCP", "mori", "tcp", {}, None),
+    "mori-shm-cma": ("mori SHM (CMA)", "mori", "shm-cma", {"MORI_IO_SHM_MAP": "0"}, None),
+    "mori-shm-map": ("mori SHM (mapped)", "mori", "shm-map", {}, None),
+    "nixl-ucx": ("NIXL UCX (CMA put)", "peers", "nixl", dict(_LO), "mori-shm-cma"),
+    "nixl-tcp": ("NIXL UCX_TLS=tcp", "peers", "nixl", {**_LO, "UCX_TLS": "tcp"}, "mori-tcp"),
+    "mooncake-tcp": ("Mooncake TE tcp", "peers", "mooncake", {"GLOG_minloglevel": "2"}, "mori-tcp"),
+}  # fmt: skip
+
+PEER_PACKAGES = [  # tested versions; see the module docstring for why no-deps
+    (["--no-deps", "nixl==1.5.1", "nixl-cu12==1.5.1"], "nixl"),
+    (["numpy>=1.24"], "numpy"),
+    (["mooncake-transfer-engine-non-cuda==0.3.13.post1"], "mooncake"),
+]
+PEER_IMPORTS = {"nixl": "from nixl._api import nixl_agent", "mooncake": "import mooncake.engine"}
+
+
+# -- control channel between the two processes of a pair --------------------------------
+
+
+class Channel:
+    """Length-prefixed pickled messages over one loopback socket (both ends are this
+    script, started by the driver)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, obj) -> None:
+        data = pickle.dumps(obj)
+        self.sock.sendall(struct.pack("<I", len(data)) + data)
+
+    def _exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the other process of the pair closed the channel")
+            out += chunk
+        return bytes(out)
+
+    def recv(self):
+        (n,) = struct.unpack("<I", self._exact(4))
+        return pickle.loads(self._exact(n))
+
+
+def _cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+# -- the systems' two sides ---------------------------------------------------------------
+
+
+class MoriSide:
+    def __init__(self, role: str, backend: str):
+        import numpy as np
+
+        from mori.io import BackendType, IOEngine, IOEngineConfig, allocate_shared_host_memory
+
+        self.backend = backend
+        self.eng = IOEngine(f"cp-{role}", IOEngineConfig("127.0.0.1", 0))
+        self.eng.create_backend(BackendType.TCP)
+        if backend != "tcp":
+            self.eng.create_backend(BackendType.SHM)
+        if backend == "shm-map":
+            self._shared = allocate_shared_host_memory(BUF_BYTES)
+            self.buf = np.asarray(self._shared)
+        else:
+            self.buf = np.zeros(BUF_BYTES, np.uint8)
+        self.mem = self.eng.register_array(self.buf)
+        self.sess = None
+
+    def meta(self):
+        return {"engine": self.eng.get_engine_desc().pack(), "mem": self.mem.pack()}
+
+    def connect(self, peer, initiator: bool) -> str:
+        from mori.io import EngineDesc, MemoryDesc
+
+        self.eng.register_remote_engine(EngineDesc.unpack(peer["engine"]))
+        if not initiator:
+            return ""
+        remote = MemoryDesc.unpack(peer["mem"])
+        self.sess = self.eng.create_session(self.mem, remote)
+        name, why = self.sess.backend()
+        want = "tcp" if self.backend == "tcp" else "shm"
+        if name.lower() != want:
+            raise RuntimeError(f"mori backend {self.backend}: the session uses {name}: {why}")
+        mapped = "mapped" in why
+        if (self.backend == "shm-map") != mapped and self.backend != "tcp":
+            raise RuntimeError(f"mori backend {self.backend}: the session copies by: {why}")
+        return why
+
+    def describe(self, remote_offsets, size):
+        return None
+
+    def prepare(self, local_offsets, remote_offsets, size, info):
+        import numpy as np
+
+        from mori.io import StatusCode
+
+        sess, eng = self.sess, self.eng
+        lo = np.asarray(local_offsets, np.uint64)
+        ro = np.asarray(remote_offsets, np.uint64)
+        sizes = np.full(len(lo), size, np.uint64)
+
+        def done(st):
+            if st.WaitFor(30000) == StatusCode.IN_PROGRESS:
+                raise TimeoutError("a mori transfer did not finish within 30 s")
+            if not st.Succeeded():
+                raise RuntimeError(f"mori transfer failed: {st.Code().name}: {st.Message()}")
+
+        if len(lo) == 1:
+            l0, r0 = int(lo[0]), int(ro[0])
+            return lambda: done(sess.write(l0, r0, size, eng.allocate_transfer_uid()))
+        return lambda: done(sess.batch_write(lo, ro, sizes, eng.allocate_transfer_uid()))
+
+    def close(self):
+        self.eng.close()
+
+
+class NixlSide:
+    def __init__(self, role: str, backend: str):
+        import numpy as np
+        from nixl._api import nixl_agent, nixl_agent_config
+
+        # The initiator polls its own transfers; the target has no calls to make, so
+        # its progress thread (NIXL's default) serves UCX's active messages (tcp).
+        cfg = nixl_agent_config(enable_prog_thread=role == "target", backends=["UCX"])
+        self.agent = nixl_agent(f"cp-{role}", cfg)
+        if "UCX" not in self.agent.backends:
+            raise RuntimeError(f"NIXL has no UCX backend here (plugins: {self.agent.plugin_list})")
+        self.buf = np.zeros(BUF_BYTES, np.uint8)
+        self.addr = self.buf.ctypes.data
+        self.reg = self.agent.register_memory([(self.addr, BUF_BYTES, 0, "")], "DRAM")
+        self.remote = None
+        self.handle = None
+
+    def meta(self):
+        return self.agent.get_agent_metadata()
+
+    def connect(self, peer, initiator: bool) -> str:
+        if initiator:
+            self.remote = self.agent.add_remote_agent(peer)
+        return "UCX"
+
+    def _descs(self, offsets, size):
+        import numpy as np
+
+        arr = np.array([(self.addr + int(o), size, 0) for o in offsets], np.uint64)
+        return self.agent.get_xfer_descs(arr, "DRAM")
+
+    def describe(self, remote_offsets, size):
+        return self.agent.get_serialized_descs(self._descs(remote_offsets, size))
+
+    def prepare(self, local_offsets, remote_offsets, size, info):
+        if self.handle is not None:
+            self.agent.release_xfer_handle(self.handle)
+        local = self._descs(local_offsets, size)
+        remote = self.agent.deserialize_descs(info)
+        agent = self.agent
+        h = self.handle = agent.initialize_xfer("WRITE", local, remote, self.remote)
+
+        def go():
+            st = agent.transfer(h)
+            while st == "PROC":
+                st = agent.check_xfer_state(h)
+            if st != "DONE":
+                raise RuntimeError(f"NIXL transfer ended in state {st}")
+
+        return go
+
+    def close(self):
+        if self.handle is not None:
+            self.agent.release_xfer_handle(self.handle)
+        self.agent.deregister_memory(self.reg)
+
+
+class MooncakeSide:
+    def __init__(self, role: str, backend: str):
+        import numpy as np
+        from mooncake.engine import TransferEngine
+
+        self.eng = TransferEngine()
+        rc = self.eng.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "")
+        if rc != 0:
+            raise RuntimeError(f"Mooncake initialize returned {rc}")
+        self.buf = np.zeros(BUF_BYTES, np.uint8)
+        self.addr = self.buf.ctypes.data
+        rc = self.eng.register_memory(self.addr, BUF_BYTES)
+        if rc != 0:
+            raise RuntimeError(f"Mooncake register_memory returned {rc}")
+        self.peer = None
+
+    def meta(self):
+        return {"host": f"127.0.0.1:{self.eng.get_rpc_port()}", "addr": self.addr}
+
+    def connect(self, peer, initiator: bool) -> str:
+        self.peer = peer
+        return "tcp"
+
+    def describe(self, remote_offsets, size):
+        return None
+
+    def prepare(self, local_offsets, remote_offsets, size, info):
+        eng, host, base = self.eng, self.peer["host"], self.peer["addr"]
+        la = [self.addr + int(o) for o in local_offsets]
+        ra = [base + int(o) for o in remote_offsets]
+        lens = [size] * len(la)
+
+        def check(rc):
+            if rc != 0:
+                raise RuntimeError(f"Mooncake transfer returned {rc}")
+
+        if len(la) == 1:
+            l0, r0 = la[0], ra[0]
+            return lambda: check(eng.transfer_sync_write(host, l0, r0, size))
+        return lambda: check(eng.batch_transfer_sync_write(host, la, ra, lens))
+
+    def close(self):
+        self.eng.unregister_memory(self.addr)
+
+
+SIDES = {"mori": MoriSide, "nixl": NixlSide, "mooncake": MooncakeSide}
+
+
+def _side(system: str, role: str):
+    _, runtime, backend, _, _ = SYSTEMS[system]
+    kind = "mori" if runtime == "mori" else backend
+    return SIDES[kind](role, backend)
+
+
+# -- the two workers -----------------------------------------------------------------------
+
+
+def _layout(n: int, size: int, seed: int):
+    """Offsets of block j: 2j x size at the initiator, slot 2 perm(j) + 1 at the target."""
+    import numpy as np
+
+    perm = np.random.default_rng(seed).permutation(n)
+    local = [2 * j * size for j in range(n)]
+    remote = [int(2 * perm[j] + 1) * size for j in range(n)]
+    return local, remote
+
+
+def _payload(n: int, size: int, seed: int):
+    import numpy as np
+
+    return np.random.default_rng(seed + 1).integers(0, 256, n * size, dtype=np.uint8)
+
+
+def run_target(system: str) -> int:
+    side = _side(system, "target")
+    lsock = socket.create_server(("127.0.0.1", 0))
+    print(f"CTL {lsock.getsockname()[1]}", flush=True)
+    lsock.settimeout(120)
+    conn, _ = lsock.accept()
+    ch = Channel(conn)
+    ch.send(side.meta())
+    side.connect(ch.recv(), initiator=False)
+    ch.send("connected")
+    cpu0 = 0.0
+    while True:
+        msg = ch.recv()
+        if msg[0] == "prep":
+            _, n, size, seed = msg
+            _, remote = _layout(n, size, seed)
+            region = 2 * n * size
+            side.buf[:region] = POISON
+            ch.send(side.describe(remote, size))
+        elif msg[0] == "start":
+            cpu0 = _cpu_s()
+            ch.send("started")
+        elif msg[0] == "stop":
+            cpu = _cpu_s() - cpu0
+            _, n, size, seed = msg
+            ch.send({"cpu_s": cpu, "problem": _verify(side.buf, n, size, seed)})
+        elif msg[0] == "end":
+            side.close()
+            ch.send("bye")
+            return 0
+
+
+def _verify(buf, n: int, size: int, seed: int) -> str | None:
+    """None when the target's region holds exactly what it must, else what differs."""
+    import numpy as np
+
+    _, remote = _layout(n, size, seed)
+    src = _payload(n, size, seed)
+    want = np.full(2 * n * size, POISON, np.uint8)
+    for j, ro in enumerate(remote):
+        want[ro : ro + size] = src[j * size : (j + 1) * size]
+    got = buf[: 2 * n * size]
+    if np.array_equal(got, want):
+        return None
+    bad = np.flatnonzero(got != want)
+    return f"{len(bad)} bytes differ, the first at target offset {int(bad[0])}"
+
+
+def run_initiator(system: str, port: int, seed: int, scale: float) -> int:
+    import numpy as np
+
+    side = _side(system, "initiator")
+    ch = Channel(socket.create_connection(("127.0.0.1", port), timeout=120))
+    ch.sock.settimeout(None)
+    peer = ch.recv()
+    ch.send(side.meta())
+    route = side.connect(peer, initiator=True)
+    ch.recv()
+    out = {"system": system, "route": route, "seed": seed, "workloads": {}}
+    for wi, (key, _, n, size, iters, warmup) in enumerate(WORKLOADS):
+        iters = max(3, int(iters * scale))
+        wseed = seed * 16 + wi
+        local, remote = _layout(n, size, wseed)
+        src = _payload(n, size, wseed)
+        side.buf[: 2 * n * size] = 0
+        for j, lo in enumerate(local):
+            side.buf[lo : lo + size] = src[j * size : (j + 1) * size]
+        ch.send(("prep", n, size, wseed))
+        go = side.prepare(local, remote, size, ch.recv())
+        for _ in range(warmup):
+            go()
+        ch.send(("start",))
+        ch.recv()
+        lat = []
+        cpu0 = _cpu_s()
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            go()
+            lat.append(time.perf_counter() - t0)
+        cpu = _cpu_s() - cpu0
+        ch.send(("stop", n, size, wseed))
+        reply = ch.recv()
+        if reply["problem"]:
+            raise RuntimeError(f"{system} {key}: target bytes wrong: {reply['problem']}")
+        lat_sorted = sorted(lat)
+        out["workloads"][key] = {
+            "iters": iters,
+            "median_s": float(np.median(lat)),
+            "p99_s": lat_sorted[min(len(lat) - 1, (99 * len(lat)) // 100)],
+            "cpu_init_us": cpu / (iters * n) * 1e6,
+            "cpu_target_us": reply["cpu_s"] / (iters * n) * 1e6,
+        }
+    ch.send(("end",))
+    ch.recv()
+    side.close()
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+# -- the driver -----------------------------------------------------------------------------
+
+
+def peer_status(python: str, install: bool) -> dict[str, str | None]:
+    """{"nixl": None or why it cannot run, "mooncake": ...}; installs into the venv of
+    ``python`` (creating it) when a package is missing and ``install``."""
+
+    def probe():
+        out = {}
+        for name, stmt in PEER_IMPORTS.items():
+            if not os.path.exists(python):
+                out[name] = f"{python} does not exist"
+                continue
+            p = subprocess.run([python, "-c", stmt], capture_output=True, text=True, timeout=120)
+            tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+            out[name] = None if p.returncode == 0 else f"import failed: {tail}"
+        return out
+
+    status = probe()
+    if install and any(status.values()):
+        venv = os.path.dirname(os.path.dirname(python))
+        log = []
+        if not os.path.exists(python):
+            p = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
+            log.append(p.stderr)
+        for pkgs, what in PEER_PACKAGES:
+            p = subprocess.run(
+                [python, "-m", "pip", "install", "-q", *pkgs], capture_output=True, text=True
+            )
+            if p.returncode != 0:
+                log.append(f"pip install {what}: {p.stderr.strip().splitlines()[-1:]}")
+        status = probe()
+        for k, v in status.items():
+            if v and log:
+                status[k] = f"{v}; install: {' '.join(x for x in log if x)[-200:]}"
+    return status
+
+
+def _ctl_port(stream, timeout: float) -> str | None:
+    """The port in the target's "CTL <port>" line (libraries may print lines before it)."""
+    box: list[str] = []
+
+    def read():
+        for line in stream:
+            if line.startswith("CTL "):
+                box.append(line.split()[1])
+                return
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(timeout)
+    return box[0] if box else None
+
+
+def run_pair(system: str, python: str, seed: int, scale: float, timeout: float) -> dict:
+    """One round of one system: both processes, all workloads. The initiator's result,
+    or {"error": why}."""
+    env = {**os.environ, **SYSTEMS[system][3], "PYTHONUNBUFFERED": "1"}
+    base = [python, HERE, "--worker", system]
+    with tempfile.TemporaryFile("w+") as tgt_err:
+        tgt = subprocess.Popen(
+            [*base, "--role", "target"], env=env, stdout=subprocess.PIPE, stderr=tgt_err,
+            text=True,
+        )  # fmt: skip
+        try:
+            port = _ctl_port(tgt.stdout, 120)
+            if port is None:
+                tgt.kill()
+                tgt.wait()
+                tgt_err.seek(0)
+                return {"error": "target did not start: " + _tail(tgt_err.read())}
+            init = subprocess.Popen(
+                [*base, "--role", "initiator", "--ctl", port, "--seed", str(seed),
+                 "--scale", str(scale)],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            try:
+                out, err = init.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                init.kill()
+                out, err = init.communicate()
+                return {"error": f"initiator ran past {timeout:.0f} s: {_tail(err)}"}
+            try:
+                tgt.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+            for ln in out.splitlines():
+                if ln.startswith("RESULT "):
+                    return json.loads(ln[7:])
+            return {"error": f"initiator exit {init.returncode}: {_tail(err)}"}
+        finally:
+            if tgt.poll() is None:
+                tgt.kill()
+                tgt.wait()
+
+
+def _tail(text: str) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][-300:] if lines else "(no output)"
+
+
+def _conditions() -> dict:
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    comp = subprocess.run(["pgrep", "-c", "-f", "cc1plus|nvcc|cicc|ptxas"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
+            "loadavg": os.getloadavg(), "compilers_running": int(comp or 0)}  # fmt: skip
+
+
+def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per system and figure: median over rounds and (min, max)."""
+    out = {}
+    for system, rounds in results.items():
+        ok = [r for r in rounds if "error" not in r]
+        errors = [r["error"] for r in rounds if "error" in r]
+        fig: dict[str, tuple[float, float, float]] = {}
+
+        def put(name, vals, fig=fig):
+            if vals:
+                fig[name] = (statistics.median(vals), min(vals), max(vals))
+
+        for key, _, _, _, _, _ in WORKLOADS:
+            rows = [r["workloads"][key] for r in ok]
+            unit = 1e6 if key == "s4k" else 1e3
+            put(key, [w["median_s"] * unit for w in rows])
+            if key == "s4k":
+                put("s4k_p99", [w["p99_s"] * unit for w in rows])
+            if key == "b4k":
+                put("cpu", [w["cpu_init_us"] + w["cpu_target_us"] for w in rows])
+                put("cpu_init", [w["cpu_init_us"] for w in rows])
+                put("cpu_target", [w["cpu_target_us"] for w in rows])
+        out[system] = {"figures": fig, "rounds_ok": len(ok), "errors": errors,
+                       "route": ok[0]["route"] if ok else None}  # fmt: skip
+    return out
+
+
+def _cell(figs, key, ref, digits=2) -> str:
+    if key not in figs:
+        return "–"
+    med, lo, hi = figs[key]
+    text = f"{med:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+    if ref is not None and key in ref and ref[key][0] > 0:
+        text += f" ×{med / ref[key][0]:.2f}"
+    return text
+
+
+def format_table(summary: dict, unavailable: dict[str, str]) -> str:
+    head = ["system", "1024×4K batch ms", "256×64K batch ms", "4×1M batch ms",
+            "single 4K µs median", "single 4K µs p99", "CPU µs/xfer 1024×4K init+target",
+            "(init / target)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system, (label, *_, like) in SYSTEMS.items():
+        if system in unavailable:
+            lines.append(f"| {label} | not run: {unavailable[system]} |" + " |" * (len(head) - 2))
+            continue
+        if system not in summary:
+            continue
+        s = summary[system]
+        f = s["figures"]
+        if not f:
+            why = s["errors"][0] if s["errors"] else "no round ran"
+            lines.append(f"| {label} | failed: {why} |" + " |" * (len(head) - 2))
+            continue
+        ref = summary.get(like, {}).get("figures") if like else None
+        split = "–"
+        if "cpu_init" in f:
+            split = f"{f['cpu_init'][0]:.2f} / {f['cpu_target'][0]:.2f}"
+        rounds = f" [{s['rounds_ok']} rounds" + (
+            f", {len(s['errors'])} failed]" if s["errors"] else "]"
+        )
+        lines.append("| " + " | ".join([
+            label + rounds, _cell(f, "b4k", ref), _cell(f, "b64k", ref), _cell(f, "b1m", ref),
+            _cell(f, "s4k", ref, 1), _cell(f, "s4k_p99", ref, 1), _cell(f, "cpu", ref), split,
+        ]) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (>= 5 for a table)")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated keys")
+    p.add_argument("--peers-python", default="/tmp/peers-venv/bin/python",
+                   help="interpreter with nixl and mooncake (its venv is created if missing)")  # fmt: skip
+    p.add_argument("--no-install", action="store_true", help="never pip install the peers")
+    p.add_argument("--scale", type=float, default=1.0, help="factor on timed iterations")
+    p.add_argument("--pair-timeout", type=float, default=300.0, help="seconds per round")
+    p.add_argument("--seed", type=int, default=None, help="first round's seed (default: random)")
+    p.add_argument("--json", help="write every round's figures and the conditions here")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--role", help=argparse.SUPPRESS)
+    p.add_argument("--ctl", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        if args.role == "target":
+            return run_target(args.worker)
+        return run_initiator(args.worker, args.ctl, args.seed, args.scale)
+
+    systems = [s for s in args.systems.split(",") if s]
+    for s in systems:
+        if s not in SYSTEMS:
+            p.error(f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    unavailable: dict[str, str] = {}
+    if any(SYSTEMS[s][1] == "peers" for s in systems):
+        status = peer_status(args.peers_python, not args.no_install)
+        for s in systems:
+            kind = SYSTEMS[s][2]
+            if SYSTEMS[s][1] == "peers" and status.get(kind):
+                unavailable[s] = status[kind]
+    run = [s for s in systems if s not in unavailable]
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
+    before = _conditions()
+    print(f"compare_peers: {args.rounds} rounds, systems {', '.join(run)}, first seed {seed}; "
+          f"{before['cpu']}, {before['cores']} cores, load {before['loadavg'][0]:.2f}, "
+          f"compilers running {before['compilers_running']}", flush=True)  # fmt: skip
+    results: dict[str, list[dict]] = {s: [] for s in run}
+    for r in range(args.rounds):
+        order = run[r % len(run) :] + run[: r % len(run)] if run else []
+        for s in order:
+            python = sys.executable if SYSTEMS[s][1] == "mori" else args.peers_python
+            res = run_pair(s, python, seed + r, args.scale, args.pair_timeout)
+            results[s].append(res)
+            tag = res.get("error") or " ".join(
+                f"{k}={w['median_s'] * (1e6 if k == 's4k' else 1e3):.3g}"
+                for k, w in res["workloads"].items()
+            )
+            print(f"round {r + 1}/{args.rounds} {s}: {tag}", flush=True)
+    after = _conditions()
+    summary = summarize(results)
+    print()
+    print(f"Conditions: {before['date']} – {after['date']}; load average "
+          f"{before['loadavg'][0]:.2f} → {after['loadavg'][0]:.2f}; compiler processes "
+          f"{before['compilers_running']} → {after['compilers_running']}")  # fmt: skip
+    for s in run:
+        if summary[s]["route"]:
+            print(f"{s}: {summary[s]['route']}")
+    print()
+    print(format_table(summary, unavailable))
+    if args.json:
+        doc = {"benchmark": "compare_peers", "conditions": [before, after], "seed": seed,
+               "rounds": args.rounds, "scale": args.scale, "unavailable": unavailable,
+               "results": results,
+               "summary": {s: {**v, "figures": {k: list(t) for k, t in v["figures"].items()}}
+                           for s, v in summary.items()}}  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"json written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
