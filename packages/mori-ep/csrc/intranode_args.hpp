@@ -15,6 +15,11 @@ namespace mori::ep {
 // fp32 like the others and is rounded once, saturating (numeric.hpp).
 enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2 };
 
+// A combine dtype's tag in the combine words (protocol.hpp, DtypeTagName).
+inline uint32_t CombineDtypeTag(CombineDtype dtype) {
+  return dtype == CombineDtype::kBFloat16 ? 1 : dtype == CombineDtype::kFloat8E4M3 ? 2 : 4;
+}
+
 struct DispatchArgs {
   const void* tokens;       // [num_tokens][token_row_bytes]
   int64_t token_row_bytes;  // hidden_dim * element size, <= shape.hidden_bytes
@@ -26,7 +31,7 @@ struct DispatchArgs {
   // pes (bit d: pe d), taken instead of the sets in `indices`, which then travel as
   // data only (not checked). Null: route by `indices`.
   const uint32_t* rank_masks = nullptr;
-  // The rows' dtype code (protocol.hpp, RowTagName), posted with the counts: every pe
+  // The rows' dtype code (protocol.hpp, DtypeTagName), posted with the counts: every pe
   // compares every pe's and fails the call when they differ.
   uint32_t row_tag = 0;
 };

@@ -163,7 +163,7 @@ int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
     if (tag != first) {
       FinishDispatchEpoch(epoch);
       MORI_THROW(InvalidArgumentError, "dispatch token dtype differs between ranks: rank 0 ",
-                 "passes ", RowTagName(first), " and rank ", s, " passes ", RowTagName(tag),
+                 "passes ", DtypeTagName(first), " and rank ", s, " passes ", DtypeTagName(tag),
                  " (every rank must pass the same dtype); no data moved");
     }
   }
@@ -247,26 +247,35 @@ RoutingSnapshot IntraNodeCpu::LastRouting() const {
                          num_tokens_};
 }
 
-void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected) {
+void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag) {
   const int W = shape_.world_size, me = shape_.rank;
   const int64_t G = CombineGroups(shape_.max_tokens);
   uint64_t* done = At<uint64_t>(layout_.combine_done);
-  // Low bit: this pe rejected its combine inputs (its rows are missing). Every
-  // group's word, as the CUDA kernels post them group by group.
-  const uint64_t mine = (epoch << 1) | (rejected ? 1 : 0);
+  // Every group's word, as the CUDA kernels post them group by group.
+  const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected);
   for (int s = 0; s < W; ++s) {
     for (int64_t g = 0; g < G; ++g) hs::SignalSet(ctx_, &done[me * G + g], mine, s);
   }
-  int rejected_by = -1;
+  int rejected_by = -1, other = -1;
+  uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
     for (int64_t g = 0; g < G; ++g) {
-      uint64_t v = hs::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, timeout_);
+      uint64_t v = hs::WaitUntil(&done[d * G + g], Cmp::kGe, CombineFloor(epoch), timeout_);
       if ((v & 1) && rejected_by < 0) rejected_by = d;
+      if (!(v & 1) && CombineTagOf(v) != tag && other < 0) other = d, other_tag = CombineTagOf(v);
     }
   }
-  if (rejected_by >= 0 && !rejected) {
+  if (rejected) return;
+  if (rejected_by >= 0) {
     MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
                " (its inputs failed validation; see its error); outputs not written");
+  }
+  // Every pe with a peer of another dtype finds one (if any two differ, each pe
+  // differs from some pe), so every pe fails the call.
+  if (other >= 0) {
+    MORI_THROW(InvalidArgumentError, "combine input dtype differs between ranks: rank ", other,
+               " passes ", DtypeTagName(other_tag), ", this rank ", DtypeTagName(tag),
+               " (every rank must pass the same dtype); outputs not written");
   }
 }
 
@@ -274,7 +283,7 @@ void IntraNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapsho
   const RoutingSnapshot last = LastRouting();
   if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
     if (order_.Enter(r->host_epoch)) shmem::BarrierAll();
-    FinishCombine(r->host_epoch, true);
+    FinishCombine(r->host_epoch, true, 0);
   }
   throw InvalidArgumentError(reason);
 }
@@ -322,7 +331,7 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
     hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
     if (with_weights) hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
   }
-  FinishCombine(epoch, false);
+  FinishCombine(epoch, false, CombineDtypeTag(a.dtype));
 
   // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
   // order, accumulated in fp32 and rounded once.

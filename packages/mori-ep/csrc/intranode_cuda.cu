@@ -291,6 +291,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   CombineParams p{};
   p.c = Common{ctx_,        block_,       layout_,           shape_.world_size,
                shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
+  p.c.combine_tag = CombineDtypeTag(a.dtype);
   p.hidden = shape_.hidden_dim;
   p.combine_row_bytes = shape_.combine_row_bytes;
   p.row_bytes = row_bytes;

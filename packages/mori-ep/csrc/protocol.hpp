@@ -19,7 +19,7 @@
 //                                 kCountFieldBits) | count(s -> d),
 //                                 written by pe s into every pe (its routing row)
 //     dispatch_done  u64 [W]      entry s = epoch once pe s has written all its rows here
-//     combine_done   u64 [W][G]   entry [d][g] = (epoch << 1) | rejected once pe d has
+//     combine_done   u64 [W][G]   entry [d][g] = CombineWord(epoch, dtype, rejected) once pe d has
 //                                 returned here every row of this pe's tokens in group g
 //                                 (G = ceil(M / kCombineGroupTokens) token groups)
 //   private to the pe, zeroed with the signals (the CUDA kernels' state; unused on CPU)
@@ -81,6 +81,21 @@ inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountFieldBits) - 1;
 inline constexpr uint64_t kRejectedCount = kCountMask;
 inline constexpr int64_t kMaxTokensPerRank = static_cast<int64_t>(kCountMask) - 1;
 inline constexpr uint64_t kEpochMask = (uint64_t{1} << (64 - kCountBits)) - 1;
+// combine_done words: (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
+// being the combine input's dtype (DtypeTagName's codes; 0 in a rejection), so every pe
+// sees every returning pe's dtype with the words it waits for anyway. Waits compare
+// with CombineFloor(epoch).
+inline constexpr int kCombineEpochShift = 4;
+MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool rejected) {
+  return (epoch << kCombineEpochShift) | (static_cast<uint64_t>(tag & 7u) << 1) |
+         (rejected ? 1u : 0u);
+}
+MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
+  return epoch << kCombineEpochShift;
+}
+MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
+  return static_cast<uint32_t>(word >> 1) & 7u;
+}
 // Tokens per combine signal group (combine_done, recv_group_row).
 inline constexpr int kCombineGroupTokens = 8;
 
@@ -93,8 +108,9 @@ MORI_HOST_DEVICE inline uint64_t CountOf(uint64_t word) { return word & kCountMa
 MORI_HOST_DEVICE inline uint32_t RowTagOf(uint64_t word) {
   return static_cast<uint32_t>((word >> kCountFieldBits) & ((1u << kRowTagBits) - 1));
 }
-// The row tags mori.ep passes (a dispatch's token dtype), as the messages name them.
-MORI_HOST_DEVICE inline const char* RowTagName(uint32_t tag) {
+// The dtype tags of the count and combine words (mori.ep passes a dispatch's token
+// dtype; combine's is CombineDtypeTag), as the messages name them.
+MORI_HOST_DEVICE inline const char* DtypeTagName(uint32_t tag) {
   switch (tag) {
     case 1:
       return "bfloat16";

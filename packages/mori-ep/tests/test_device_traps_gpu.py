@@ -80,3 +80,11 @@ def test_ranks_dispatching_different_dtypes_trap_naming_both(cuda_gpus):
     for o in (o0, o1):
         assert o.startswith("CUDA error"), (o0, o1)
         assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)
+
+
+def test_ranks_combining_different_dtypes_trap_naming_both(cuda_gpus):
+    (o0, out0), (o1, out1) = _outcomes("combine_dtype", cuda_gpus)
+    assert "rank 1 passes float32 input, this rank bfloat16" in out0, out0
+    assert "rank 0 passes bfloat16 input, this rank float32" in out1, out1
+    for o in (o0, o1):
+        assert o.startswith("CUDA error"), (o0, o1)

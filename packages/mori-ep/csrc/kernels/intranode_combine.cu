@@ -43,7 +43,7 @@ __device__ void PostCombineWords(const Common& c, uint64_t word, unsigned tid, u
 }
 
 __global__ void RejectCombineKernel(Common c, const uint64_t* epoch) {
-  PostCombineWords(c, (*epoch << 1) | 1u, threadIdx.x, blockDim.x);
+  PostCombineWords(c, CombineWord(*epoch, 0, true), threadIdx.x, blockDim.x);
 }
 
 // How combine rows cross to their sources: kWireNative as the input dtype (bf16 or
@@ -387,13 +387,28 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
   __syncthreads();
   for (int64_t i = tid; i < (g1 - g0) * c.world; i += nthreads) {
     const int pe = static_cast<int>(i % c.world);
-    if (pe != c.me) dev::SignalSet(c.ctx, &done[c.me * G + g0 + i / c.world], epoch << 1, pe);
+    if (pe != c.me) {
+      dev::SignalSet(c.ctx, &done[c.me * G + g0 + i / c.world],
+                     CombineWord(epoch, c.combine_tag, false), pe);
+    }
   }
 }
 
 // Traps when pe d's combine word `v` carries a rejection.
+// A peer's combine word of another dtype than this pe's input (every pe with such a
+// peer finds one): print both and trap, pe 0 at once, the others after the pause.
+__device__ __noinline__ void TrapCombineTag(const Common& c, int d, uint32_t theirs) {
+  printf(
+      "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
+      "pass the same dtype)\n",
+      c.me, d, DtypeTagName(theirs), DtypeTagName(c.combine_tag));
+  if (c.me != 0) PauseBeforePeerTrap(c);
+  dev::Trap();
+}
+
 __device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_t v) {
   if (v & 1u) TrapRejectedBy(c, d, "combine");
+  if (CombineTagOf(v) != c.combine_tag) TrapCombineTag(c, d, CombineTagOf(v));
 }
 
 // One warp waits (lane d for pe d) until every other pe's combine word of group g
@@ -405,7 +420,8 @@ __device__ __forceinline__ void WaitGroupWords(const Common& c, uint64_t epoch, 
   const uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
   for (int d = static_cast<int>(lane); d < c.world; d += 32) {
     if (d == c.me) continue;
-    CheckCombineWord(c, d, dev::WaitUntil(&done[d * G + g], Cmp::kGe, epoch << 1, c.timeout_ns));
+    CheckCombineWord(c, d,
+                     dev::WaitUntil(&done[d * G + g], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
   }
   __syncwarp();
 }
@@ -491,8 +507,9 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
         for (int64_t i = wid; i < gw * W; i += wn) {
           const int d = static_cast<int>(i % W);
           if (d == me) continue;
-          CheckCombineWord(
-              c, d, dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, epoch << 1, c.timeout_ns));
+          CheckCombineWord(c, d,
+                           dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, CombineFloor(epoch),
+                                          c.timeout_ns));
         }
         if (split) {
           __syncwarp();
@@ -553,7 +570,9 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
   if (FinishBlock(&State(c)->combine_blocks_done)) {
     for (int64_t i = tid; i < G * W; i += blockDim.x) {
       const int pe = static_cast<int>(i % W);
-      if (pe != me) dev::SignalSet(c.ctx, &done[me * G + i / W], epoch << 1, pe);
+      if (pe != me) {
+        dev::SignalSet(c.ctx, &done[me * G + i / W], CombineWord(epoch, c.combine_tag, false), pe);
+      }
     }
   }
 
@@ -691,7 +710,10 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
           dev::Quiet();
           for (int64_t i = lane; i < (g1 - g0) * W; i += 32) {
             const int pe = static_cast<int>(i % W);
-            if (pe != me) dev::SignalSet(c.ctx, &done[me * G + g0 + i / W], epoch << 1, pe);
+            if (pe != me) {
+              dev::SignalSet(c.ctx, &done[me * G + g0 + i / W],
+                             CombineWord(epoch, c.combine_tag, false), pe);
+            }
           }
         }
       }
@@ -728,7 +750,7 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
             "%lld\n",
             me, static_cast<long long>(p.input_rows), static_cast<long long>(total));
       }
-      PostCombineWords(c, (epoch << 1) | 1u, tid, nthreads);
+      PostCombineWords(c, CombineWord(epoch, 0, true), tid, nthreads);
       dev::Quiet();
       __syncthreads();
       if (tid == 0) dev::Trap();
@@ -752,8 +774,8 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
   if (p.num_tokens == 0 && blockIdx.x == 0 && warp == 0) {
     for (int d = static_cast<int>(lane); d < W; d += 32) {
       if (d == me) continue;
-      CheckCombineWord(c, d,
-                       dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, epoch << 1, c.timeout_ns));
+      CheckCombineWord(
+          c, d, dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
     }
   }
 }

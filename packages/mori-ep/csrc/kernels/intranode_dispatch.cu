@@ -104,7 +104,7 @@ __device__ __noinline__ void TrapRowTags(const Common& c, int from, uint32_t the
   printf(
       "mori.ep dispatch on rank %d: rank %d passes %s tokens, this rank %s (every rank must "
       "pass the same dtype)\n",
-      c.me, from, RowTagName(theirs), RowTagName(tag));
+      c.me, from, DtypeTagName(theirs), DtypeTagName(tag));
   if (c.me != 0) PauseBeforePeerTrap(c);
   dev::Trap();
 }

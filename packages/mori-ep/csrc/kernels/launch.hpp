@@ -46,6 +46,7 @@ struct Common {
   int world, me, top_k;
   int64_t max_tokens;  // M
   uint64_t timeout_ns;
+  uint32_t combine_tag = 0;  // combine: the input's dtype in its words (CombineWord)
 };
 
 struct DispatchParams {

@@ -8,6 +8,9 @@
   dtype   rank 1 dispatches fp32 tokens while rank 0 dispatches bf16: every rank fails
           that call naming both dtypes, no data moved; the op then dispatches and
           combines correctly
+  combine rank 1 combines fp32 rows while rank 0 combines bf16 (the combine words carry
+          the dtype): every rank fails that call naming both, outputs not written; the
+          op then dispatches and combines correctly
 Prints "rank N ok" last.
 """
 
@@ -76,7 +79,21 @@ def run_dtype() -> None:
     op.close()
 
 
-{"config": run_config, "dtype": run_dtype}[scenario]()
+def run_combine() -> None:
+    op = EpDispatchCombineOp(config())
+    n = 4
+    x = torch.randn(n, 128, generator=gen).to(torch.bfloat16)
+    out, _, _, _, total = op.dispatch(x, None, None, to_all(n))
+    y = out[: int(total.item())]
+    y = y.float() if rank == 1 else y
+    theirs, mine = ("float32", "bfloat16") if rank == 0 else ("bfloat16", "float32")
+    msg = f"combine input dtype differs between ranks: rank {1 - rank} passes {theirs}, this "
+    expect(mc.InvalidArgumentError, msg + f"rank {mine}", op.combine, y, None, None)
+    round_trip(op, torch.bfloat16)
+    op.close()
+
+
+{"config": run_config, "dtype": run_dtype, "combine": run_combine}[scenario]()
 dist.barrier()
 print(f"rank {rank} ok", flush=True)
 dist.destroy_process_group()

@@ -12,6 +12,8 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
                    the pause)
       dtype        rank 1 dispatches fp32 tokens, rank 0 bf16: both kernels print both
                    dtypes (the count words' row tags) and trap, rank 0 at once
+      combine_dtype  both dispatch bf16, then rank 1 combines fp32 rows: both combine
+                   kernels print both dtypes (the group words' tags) and trap
 Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
 timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
 os._exit (no teardown that would touch the device again).
@@ -39,7 +41,7 @@ cfg = EpDispatchCombineConfig(
     hidden_dim=HIDDEN,
     scale_dim=0,
     scale_type_size=4,
-    max_token_type_size=4 if case == "dtype" else 2,
+    max_token_type_size=4 if case in ("dtype", "combine_dtype") else 2,
     max_num_inp_token_per_rank=M,
     num_experts_per_rank=EPR,
     num_experts_per_token=K,
@@ -76,8 +78,12 @@ if case == "absent_peer" and rank == 1:
     done("stayed away")
 t0 = time.monotonic()
 try:
-    op.dispatch(x, w, None, idx)
+    out, _, _, _, total = op.dispatch(x, w, None, idx)
     torch.cuda.synchronize()
+    if case == "combine_dtype":
+        y = out[: int(total.item())]
+        op.combine(y.float() if rank == 1 else y, None, None)
+        torch.cuda.synchronize()
 except mc.InvalidArgumentError as e:
     torch.cuda.synchronize()  # the rejection it posted for the peers has left the GPU
     done(f"InvalidArgumentError after {time.monotonic() - t0:.1f}s: {e}")

@@ -31,7 +31,7 @@ from .low_latency import LowLatencyMixin
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
-# Dispatch's token dtypes as the count exchange tags them (protocol.hpp, RowTagName).
+# Dispatch's token dtypes as the count exchange tags them (protocol.hpp, DtypeTagName).
 _ROW_TAGS = {torch.bfloat16: 1, torch.float8_e4m3fn: 2, torch.float16: 3, torch.float32: 4}
 # Combine's element types and the native code for each (both implementations).
 _COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
@@ -908,7 +908,8 @@ class EpDispatchCombineOp(LowLatencyMixin):
                 device, row count below ``total_recv`` (on CUDA, where total_recv is on
                 the device, that bound is a device-side trap), indices that are not
                 this rank's ``[num_tokens, k]`` routing; or another rank rejected its
-                combine inputs.
+                combine inputs or passed another input dtype (on CUDA a trap on every
+                rank naming both).
             MoriTimeoutError: a rank did not take part within ``timeout_s``.
         """
         del call_reset
