@@ -238,6 +238,13 @@ def run_errors() -> None:
         "combine input dtype torch.float16 must be bf16, fp32 or fp8 e4m3",
         (out[:total].half(), None, None),
     )
+    # Passes the type checks, then torch cannot inspect it (a CSR tensor has no
+    # strides): still a rejection on every rank, not an error on one rank alone.
+    out, out_w, _, _, total = op.dispatch(x, w, None, idx)
+    total = int(total.item())
+    combine_rejected(
+        "combine inputs could not be checked", (out[:total].to_sparse_csr(), None, None)
+    )
     out, out_w, _, _, total = op.dispatch(x, w, None, idx)
     total = int(total.item())
     if rank == bad:

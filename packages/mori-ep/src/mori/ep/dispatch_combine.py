@@ -351,7 +351,8 @@ class EpDispatchCombineOp(LowLatencyMixin):
     arrives makes the others raise MoriTimeoutError after ``timeout_s``; the op is
     then unusable (later calls raise InvalidStateError: create a new one). An input
     that passes the checks but that torch then refuses to prepare (a sparse tensor)
-    fails the call on every rank like a failed check.
+    or even to inspect (a sparse CSR tensor has no strides) fails the call on every
+    rank like a failed check.
 
     On a CUDA heap the calls enqueue kernels on torch's current stream and never
     synchronise with the host (``total_recv`` stays on the device; dispatch and
@@ -551,7 +552,16 @@ class EpDispatchCombineOp(LowLatencyMixin):
             )
         return None
 
-    def _check_dispatch(
+    def _check_dispatch(self, *args) -> str | None:
+        """:meth:`_dispatch_problem`, with an input that torch cannot even inspect (a
+        sparse CSR tensor has no strides) reported as a problem, so that it fails the
+        call on every rank like a failed check instead of raising here alone."""
+        try:
+            return self._dispatch_problem(*args)
+        except (RuntimeError, TypeError, ValueError) as e:
+            return f"dispatch inputs could not be checked: {e}"
+
+    def _dispatch_problem(
         self, input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
     ):
         c = self.config
@@ -784,7 +794,15 @@ class EpDispatchCombineOp(LowLatencyMixin):
         self.local_expert_count.copy_(counts[:epr])
 
     # ------------------------------------------------------------------- combine
-    def _check_combine(
+    def _check_combine(self, *args) -> str | None:
+        """:meth:`_combine_problem`, an input torch cannot inspect reported as a
+        problem (as :meth:`_check_dispatch`)."""
+        try:
+            return self._combine_problem(*args)
+        except (RuntimeError, TypeError, ValueError) as e:
+            return f"combine inputs could not be checked: {e}"
+
+    def _combine_problem(
         self, input, weights, indices, block_num, rdma_block_num, warp_per_block, use_ext,
         routing=None,
     ):  # fmt: skip
