@@ -394,7 +394,6 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
   }
 }
 
-// Traps when pe d's combine word `v` carries a rejection.
 // A peer's combine word of another dtype than this pe's input (every pe with such a
 // peer finds one): print both and trap, pe 0 at once, the others after the pause.
 __device__ __noinline__ void TrapCombineTag(const Common& c, int d, uint32_t theirs) {
@@ -406,6 +405,7 @@ __device__ __noinline__ void TrapCombineTag(const Common& c, int d, uint32_t the
   dev::Trap();
 }
 
+// Traps when pe d's combine word `v` carries a rejection or another dtype.
 __device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_t v) {
   if (v & 1u) TrapRejectedBy(c, d, "combine");
   if (CombineTagOf(v) != c.combine_tag) TrapCombineTag(c, d, CombineTagOf(v));
