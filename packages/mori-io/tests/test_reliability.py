@@ -526,3 +526,53 @@ def test_shm_read_grant_holds_the_region_until_the_read_is_done():
     finally:
         s.close()
         target.close()
+
+
+def test_tcp_write_announcements_start_the_stall_clock(monkeypatch):
+    """With the notice ring off, every SHM-over-CMA write is announced by a TCP message
+    that answers nothing. The connection it rides is busy from the moment the message is
+    queued: its stall clock starts then, not at the connection's last byte (never, on a
+    connection that carried nothing yet, or long ago on one that idled). Batches of
+    64 x 2 MiB (the reactor copies half of each, then scans for stuck connections),
+    first on fresh connections and again after idling past transfer_timeout_ms, all
+    complete with exact bytes and every write's status reaches the target."""
+    monkeypatch.setenv("MORI_IO_SHM_MAP", "0")
+    monkeypatch.setenv("MORI_IO_NOTICE_RING", "0")
+    timeout_ms = 40  # the reaper scans every 10 ms
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    a, b = (IOEngine(k) for k in ("a", "b"))
+    try:
+        for e in (a, b):
+            e.create_backend(BackendType.TCP, TcpBackendConfig(transfer_timeout_ms=timeout_ms))
+            e.create_backend(BackendType.SHM)
+        a.register_remote_engine(b.get_engine_desc())
+        b.register_remote_engine(a.get_engine_desc())
+        n, size = 64, 2 * MIB
+        src = rng.integers(0, 256, n * size, dtype=np.uint8)
+        dst = np.zeros(n * size, np.uint8)
+        ms, md = a.register_array(src), b.register_array(dst)
+        sess = a.create_session(ms, md)
+        assert sess.backend()[0] == "SHM" and "CMA" in sess.backend()[1], sess.backend()
+        offs = [i * size for i in range(n)]
+        uids = []
+        for rep in range(12):
+            if rep % 4 == 3:
+                time.sleep(3 * timeout_ms / 1000)  # idle past the bound, then busy again
+            src[:] = rng.integers(0, 256, n * size, dtype=np.uint8)
+            uid = a.allocate_transfer_uid()
+            st = sess.batch_write(offs, offs, [size] * n, uid)
+            assert st.WaitFor(20000) != StatusCode.IN_PROGRESS, "batch write hung"
+            assert st.Succeeded(), f"repetition {rep}: {st.Message()}"
+            assert np.array_equal(dst, src), f"repetition {rep}: bytes differ"
+            uids.append(uid)
+        deadline = time.monotonic() + 10
+        for uid in uids:
+            while (got := b.pop_inbound_transfer_status("a", uid)) is None:
+                assert time.monotonic() < deadline, f"no inbound status for uid {uid}"
+                time.sleep(0.002)
+            assert got.Succeeded(), got.Message()
+    finally:
+        a.close()
+        b.close()

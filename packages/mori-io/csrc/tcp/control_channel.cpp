@@ -23,10 +23,11 @@ constexpr uint64_t kMaxSideAnswerBytes = 1 << 22;
 void PostOnConn(Conn& c, const wire::Header& h, const Pending* answer) {
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.dead) return;
-  if (answer != nullptr) {
-    if (c.pending.empty()) c.progress_ns = NowNs();
-    c.pending.push_back(*answer);
-  }
+  // The stall clock starts when the connection turns busy: a message that answers
+  // nothing makes it busy too, and on a connection that carried nothing yet (or idled
+  // past transfer_timeout_ms) the reaper would otherwise find it stuck since then.
+  if (c.pending.empty() && (answer != nullptr || c.sendq.empty())) c.progress_ns = NowNs();
+  if (answer != nullptr) c.pending.push_back(*answer);
   c.sendq.push_back({h, nullptr, 0, 0, nullptr});
   if (!c.out_armed) {
     c.reactor->ArmOut(c, true);
