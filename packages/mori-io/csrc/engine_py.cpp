@@ -209,17 +209,20 @@ the transfer within its timeout.)doc")
 
   py::class_<RemoteRegion>(m, "RemoteRegion", R"doc(
 A region of a remote engine as its MemoryDesc names it: the engine's key, the region's id
-there, its size in bytes and where it lives. Transports that learn the target's
-registered size bound transfers by that instead.)doc")
-      .def(py::init([](std::string key, uint64_t mem_id, uint64_t size, MemoryLocationType loc) {
-             return RemoteRegion{std::move(key), mem_id, size, loc};
+there, its size in bytes, where it lives and its capability (the target refuses requests
+without it). Transports that learn the target's registered size bound transfers by that
+instead.)doc")
+      .def(py::init([](std::string key, uint64_t mem_id, uint64_t size, MemoryLocationType loc,
+                       uint64_t capability) {
+             return RemoteRegion{std::move(key), mem_id, size, loc, capability};
            }),
            py::arg("engine_key"), py::arg("mem_id"), py::arg("size"),
-           py::arg("loc") = MemoryLocationType::CPU)
+           py::arg("loc") = MemoryLocationType::CPU, py::kw_only(), py::arg("capability") = 0)
       .def_readonly("engine_key", &RemoteRegion::engine_key)
       .def_readonly("mem_id", &RemoteRegion::mem_id)
       .def_readonly("size", &RemoteRegion::size)
-      .def_readonly("loc", &RemoteRegion::loc);
+      .def_readonly("loc", &RemoteRegion::loc)
+      .def_readonly("capability", &RemoteRegion::capability);
 
   py::class_<PeerDesc>(m, "RemoteEngine", R"doc(
 What register_remote_engine needs of a remote EngineDesc: its key and address, its host
@@ -314,7 +317,8 @@ every hello; without it the remote refuses the connections).)doc")
       .def(
           "register_memory",
           [](IoEngine& e, uintptr_t addr, uint64_t size, int device, MemoryLocationType loc) {
-            return e.RegisterMemory(addr, size, device, loc).id;
+            MemoryRegion r = e.RegisterMemory(addr, size, device, loc);
+            return py::make_tuple(r.id, r.capability);
           },
           py::arg("addr"), py::arg("size"), py::arg("device_id"), py::arg("loc"))
       .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))

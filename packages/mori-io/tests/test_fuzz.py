@@ -31,7 +31,7 @@ from mori.io import (
     StatusCode,
 )
 
-HDR = struct.Struct("<BBHIQQQQ")  # wire::Header (see test_hostile_peers.py)
+HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header (see test_hostile_peers.py)
 VERSION = _C.wire_version
 K_HELLO = 1
 SECONDS = float(os.environ.get("MORI_FUZZ_SECONDS", "8"))
@@ -98,9 +98,10 @@ def test_descriptor_decoder_refuses_mutations_cleanly():
     assert counts["refused"] > 0 and sum(counts.values()) > 1000, counts
 
 
-def _frame(rng: random.Random, mem_ids: list[int]) -> bytes:
+def _frame(rng: random.Random, regions: list[tuple[int, int]]) -> bytes:
     """One random frame: mostly well-formed headers (the current version, plausible
-    ids, offsets near the regions) with random types and payloads, sometimes garbage."""
+    ids with their capabilities, offsets near the regions) with random types and
+    payloads, sometimes garbage. ``regions``: (id, capability) of the target's regions."""
     if rng.random() < 0.05:
         return rng.randbytes(rng.randint(1, 96))
     kind = rng.randint(0, 40)
@@ -108,11 +109,13 @@ def _frame(rng: random.Random, mem_ids: list[int]) -> bytes:
     version = VERSION if rng.random() < 0.9 else rng.randrange(1 << 16)
     num_parts = rng.choice([0, 1, 1, 2, rng.randrange(1 << 32)])
     uid = rng.choice([rng.randrange(16), rng.randrange(1 << 64)])
-    mem_id = rng.choice(mem_ids + [rng.randrange(64), rng.randrange(1 << 64)])
+    mem_id, cap = rng.choice(regions + [(rng.randrange(64), 0), (rng.randrange(1 << 64), 0)])
+    if rng.random() < 0.2:  # a forged or missing capability
+        cap = rng.choice([0, rng.randrange(1 << 64), cap ^ 1])
     offset = rng.choice([0, rng.randrange(2 * MIB), rng.randrange(1 << 64), MIB - 8])
     length = rng.choice([0, rng.randrange(64), rng.randrange(8192), rng.randrange(1 << 64)])
     payload_len = length if length <= 8192 and rng.random() < 0.7 else rng.randrange(256)
-    header = HDR.pack(kind, status, version, num_parts, uid, mem_id, offset, length)
+    header = HDR.pack(kind, status, version, num_parts, uid, mem_id, offset, length, cap)
     return header + rng.randbytes(payload_len)
 
 
@@ -150,10 +153,10 @@ def test_frame_parser_survives_random_frames(capfd):
         mem = target.register_array(block[MIB : 2 * MIB])
         spare = target.register_array(np.zeros(4096, np.uint8))
         port, secret = target._engine.port, target._engine.secret
-        hello = HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(secret) + 6) + secret + b"fuzzer"
+        hello = HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(secret) + 6, 0) + secret + b"fuzzer"
         wrong = bytes(b ^ 0x5A for b in secret)
-        bad_hello = HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(wrong) + 6) + wrong + b"fuzzer"
-        ids = [mem.id, spare.id]
+        bad_hello = HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(wrong) + 6, 0) + wrong + b"fuzzer"
+        ids = [(mem.id, mem.capability), (spare.id, spare.capability)]
 
         # Peers without the secret: no hello, a wrong one, or garbage first.
         frames = 0

@@ -31,8 +31,8 @@ from mori.io import (
 )
 
 WORKER = str(Path(__file__).with_name("hostile_target_worker.py"))
-HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
-VERSION = _C.wire_version  # mem_id, offset, length
+HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header: type, status, version, num_parts, uid,
+VERSION = _C.wire_version  # mem_id, offset, length, capability
 K_HELLO, K_WRITE, K_WRITE_ACK, K_EXTENT = 1, 2, 4, 28  # wire::MsgType
 K_OUT_OF_BOUNDS = 2  # wire::WireStatus
 MIB = 1 << 20
@@ -91,7 +91,7 @@ def _hello(port, key, secret):
     """A raw connection whose hello presents `secret` (the target's, from its EngineDesc,
     for a peer that was given it) and names `key`."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key)) + secret + key)
+    s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key), 0) + secret + key)
     return s
 
 
@@ -166,7 +166,7 @@ def test_peer_keys_are_escaped_in_inbound_statuses():
     s = _hello(target._engine.port, key, target._engine.secret)
     try:
         s.settimeout(5)
-        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 4096, 16) + bytes(16))
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 4096, 16, mem.capability) + bytes(16))
         ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert ack[0] == K_WRITE_ACK and ack[1] != 0
         st = target.pop_inbound_transfer_status(key.decode(), 7)
@@ -224,18 +224,20 @@ def test_target_checks_a_multi_part_transfer_whole_before_any_part():
     try:
         s.settimeout(5)
         # Extent [0, 4097) is past the region: the in-bounds part that follows is refused.
-        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 5, mem.id, 0, buf.size + 1))
-        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 5, mem.id, 0, 16) + b"\x07" * 16)
+        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 5, mem.id, 0, buf.size + 1, mem.capability))
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 5, mem.id, 0, 16, mem.capability) + b"\x07" * 16)
         ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert ack[0] == K_WRITE_ACK and ack[1] == K_OUT_OF_BOUNDS, ack
         # Within bounds: served.
-        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 6, mem.id, 0, 32))
-        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 6, mem.id, 16, 16) + b"\x08" * 16)
+        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 6, mem.id, 0, 32, mem.capability))
+        s.sendall(
+            HDR.pack(K_WRITE, 0, VERSION, 2, 6, mem.id, 16, 16, mem.capability) + b"\x08" * 16
+        )
         ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert ack[0] == K_WRITE_ACK and ack[1] == 0, ack
         assert not buf[:16].any() and (buf[16:32] == 8).all() and not buf[32:].any()
         # A part of another multi-part transfer, without its extent: a protocol violation.
-        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 7, mem.id, 0, 16) + b"\x09" * 16)
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 7, mem.id, 0, 16, mem.capability) + b"\x09" * 16)
         try:
             assert s.recv(HDR.size) == b"", "the target answered a part without an extent"
         except ConnectionResetError:
@@ -279,8 +281,8 @@ def test_a_hello_without_the_target_secret_is_refused(hello, capfd):
         payload = bytes([real[0] ^ 1]) + real[1:] + key
     s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
     try:
-        s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(payload)) + payload)
-        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 0, 16) + b"\x07" * 16)
+        s.sendall(HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(payload), 0) + payload)
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 7, mem.id, 0, 16, mem.capability) + b"\x07" * 16)
         assert _closed_without_answer(s), "the target answered a connection without its secret"
     finally:
         s.close()
@@ -328,8 +330,8 @@ def _announce(port, target_secret, key, credential, uid, mem_id):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     n = len(key) if credential else 0
     payload = target_secret + key + credential
-    s.sendall(HDR.pack(K_HELLO, 0, VERSION, n, 0, 0, 0, len(payload)) + payload)
-    s.sendall(HDR.pack(15, 0, VERSION, 1, uid, mem_id, 0, 64))
+    s.sendall(HDR.pack(K_HELLO, 0, VERSION, n, 0, 0, 0, len(payload), 0) + payload)
+    s.sendall(HDR.pack(15, 0, VERSION, 1, uid, mem_id, 0, 64, 0))
     return s
 
 

@@ -362,7 +362,7 @@ def test_memory_desc_older_format_is_refused_naming_the_version(tcp_pair):
     with pytest.raises(mori.core.InvalidArgumentError, match="format version 1"):
         MemoryDesc.unpack(old)
     fields = msgpack.unpackb(m.pack())
-    fields[-1] = b"short"
+    fields[-2] = b"short"  # the ipc handle; the capability is last
     with pytest.raises(mori.core.InvalidArgumentError, match="ipc handle of 5 bytes"):
         MemoryDesc.unpack(msgpack.packb(fields))
 

@@ -8,6 +8,7 @@ hand, and clear errors where CUDA is missing. On a GPU machine: transfers betwee
 engines of one process and of two processes (cudaMalloc memory through legacy IPC and
 expandable-segment memory through POSIX fds), compared bit for bit."""
 
+import dataclasses
 import os
 import random
 import socket
@@ -34,7 +35,7 @@ from mori.io import (
 WORKER = str(Path(__file__).with_name("p2p_peer_worker.py"))
 CPU, GPU = MemoryLocationType.CPU, MemoryLocationType.GPU
 HOST = "h/boot/pidns:1"
-HDR = struct.Struct("<BBHIQQQQ")  # wire::Header
+HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header
 VERSION = _C.wire_version
 
 
@@ -163,7 +164,7 @@ def _raw(target, key=b"raw"):
     """A raw initiator that was given the target's EngineDesc (its secret)."""
     s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
     secret = target._engine.secret
-    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key)) + secret + key)
+    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key), 0) + secret + key)
     return s
 
 
@@ -191,11 +192,11 @@ def test_target_side_of_the_p2p_messages():
     s = _raw(target)
     try:
         # An open request to an engine without P2P: refused with kNoP2p, no payload.
-        s.sendall(HDR.pack(13, 0, VERSION, 0, 0, mem.id, 0, 0))
-        t, status, _, _, _, mid, _, length = HDR.unpack(_recv_exact(s, HDR.size))
+        s.sendall(HDR.pack(13, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))
+        t, status, _, _, _, mid, _, length, _ = HDR.unpack(_recv_exact(s, HDR.size))
         assert (t, status, mid, length) == (14, 6, mem.id, 0)
         # A completed P2P write's announcement: recorded, not answered.
-        s.sendall(HDR.pack(15, 0, VERSION, 1, 77, mem.id, 0, 4096))
+        s.sendall(HDR.pack(15, 0, VERSION, 1, 77, mem.id, 0, 4096, mem.capability))
         assert _inbound(target, "raw", 77).Succeeded()
         s.settimeout(0.2)
         with pytest.raises(TimeoutError):
@@ -204,7 +205,7 @@ def test_target_side_of_the_p2p_messages():
         # More open requests on one connection than a mapping needs: the connection is
         # closed as a protocol violation; the engine keeps serving others.
         for _ in range(17):
-            s.sendall(HDR.pack(13, 0, VERSION, 0, 0, mem.id, 0, 0))
+            s.sendall(HDR.pack(13, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))
         s.settimeout(5)
         got = b""
         while True:
@@ -223,7 +224,7 @@ def test_target_side_of_the_p2p_messages():
     finally:
         s.close()
     s2 = _raw(target, b"raw2")
-    s2.sendall(HDR.pack(15, 0, VERSION, 1, 5, mem.id, 0, 1))
+    s2.sendall(HDR.pack(15, 0, VERSION, 1, 5, mem.id, 0, 1, mem.capability))
     assert _inbound(target, "raw2", 5).Succeeded()
     s2.close()
     target.close()
@@ -281,7 +282,7 @@ def test_two_engines_of_one_process_bit_exact(engine_pair):
         time.sleep(0.01)
     assert inbound is not None and inbound.Succeeded()
     # A forged descriptor larger than the target registered: refused by size, no copy.
-    forged = MemoryDesc("b", mb.id, 0, mb.data, size * 2, GPU)
+    forged = dataclasses.replace(mb, size=size * 2)
     st = a.write(ma, 0, forged, size, 16, a.allocate_transfer_uid())
     assert st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
     unknown = MemoryDesc("b", 9999, 0, mb.data, size, GPU)

@@ -9,6 +9,7 @@ target's key, deregistration, peer loss) runs end to end over the in-process loo
 test double (MORI_IO_RDMA_LOOPBACK=1), which moves bytes with memcpy and never talks
 to a NIC."""
 
+import dataclasses
 import random
 import time
 
@@ -118,7 +119,7 @@ def test_transfers_over_the_wiring_bit_exact(pair):
         time.sleep(0.005)
     assert inbound.Succeeded()
     # Bounds come from the target's key, not the caller's descriptor.
-    forged = MemoryDesc("b", mb.id, -1, mb.data, size * 2, CPU)
+    forged = dataclasses.replace(mb, size=size * 2)
     st = a.write(ma, 0, forged, size, 16, a.allocate_transfer_uid())
     assert st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS and f"({size} bytes)" in st.Message()
     st = a.read(ma, 0, MemoryDesc("b", 777, -1, 0, 64, CPU), 0, 64, a.allocate_transfer_uid())

@@ -130,8 +130,8 @@ def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):
     other.close()
 
 
-HDR = struct.Struct("<BBHIQQQQ")  # wire::Header: type, status, version, num_parts, uid,
-VERSION = _C.wire_version  # mem_id, offset, length
+HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header: type, status, version, num_parts, uid,
+VERSION = _C.wire_version  # mem_id, offset, length, capability
 
 
 def _raw_initiator(target, key=b"raw"):
@@ -139,7 +139,7 @@ def _raw_initiator(target, key=b"raw"):
     s = socket.create_connection(("127.0.0.1", target._engine.port), timeout=5)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     secret = target._engine.secret  # a peer given the target's EngineDesc
-    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key)) + secret + key)
+    s.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + len(key), 0) + secret + key)
     return s
 
 
@@ -161,7 +161,7 @@ def test_target_refuses_deregistration_while_serving_a_stuck_reader():
     s = _raw_initiator(target)
     try:
         # 32 MiB of read response cannot fit the socket buffers of a peer that never reads.
-        s.sendall(HDR.pack(3, 0, VERSION, 1, 7, mem.id, 0, buf.size))
+        s.sendall(HDR.pack(3, 0, VERSION, 1, 7, mem.id, 0, buf.size, mem.capability))
         time.sleep(0.2)
         with pytest.raises(mc.InvalidStateError, match=r"memory \d+ of engine 'target' has 1 "):
             target.deregister_memory(mem)
@@ -180,7 +180,7 @@ def test_target_holds_memory_under_an_unfinished_shm_write_grant():
     try:
         # A granted SHM write whose kShmWriteDone never comes: the initiator may still be
         # copying into the region, so it stays registered until the connection is dropped.
-        s.sendall(HDR.pack(8, 0, VERSION, 1, 5, mem.id, 0, 4096))
+        s.sendall(HDR.pack(8, 0, VERSION, 1, 5, mem.id, 0, 4096, mem.capability))
         grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert grant[0] == 10 and grant[1] == 0 and grant[6] == buf.ctypes.data
         with pytest.raises(mc.InvalidStateError, match="1 transfer"):
@@ -202,7 +202,7 @@ def test_a_cma_grant_holder_that_never_lets_go_keeps_the_region_registered():
     mem = target.register_array(buf)
     s = _raw_initiator(target)
     try:
-        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id, 0, 0))  # kShmCmaReq
+        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))  # kShmCmaReq
         grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert grant[0] == 30 and grant[1] == 0 and grant[7] == 40, grant  # kShmCmaGrant
         pid, _, addr, size, _, _, tid, _ = struct.unpack(
@@ -211,7 +211,7 @@ def test_a_cma_grant_holder_that_never_lets_go_keeps_the_region_registered():
         assert (pid, addr, size) == (os.getpid(), buf.ctypes.data, MIB)
         assert tid > 0  # the liveness word is offered
         # An id that is not registered is refused (kUnknownMemory) and records nothing.
-        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id + 1000, 0, 0))
+        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id + 1000, 0, 0, mem.capability))
         refusal = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert refusal[0] == 30 and refusal[1] == 1 and refusal[7] == 0, refusal
         t0 = time.monotonic()
@@ -255,14 +255,14 @@ def test_a_connection_that_never_completes_its_hello_is_closed():
     silent = socket.create_connection(("127.0.0.1", port), timeout=5)
     partial = socket.create_connection(("127.0.0.1", port), timeout=5)
     secret = target._engine.secret
-    partial.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + 3) + secret[:5])
+    partial.sendall(HDR.pack(1, 0, VERSION, 0, 0, 0, 0, len(secret) + 3, 0) + secret[:5])
     try:
         t0 = time.monotonic()
         for s in (silent, partial):
             assert _closed_by_peer(s, 10), "a connection without a complete hello stayed open"
         assert time.monotonic() - t0 < 5
         s = _raw_initiator(target)  # a complete hello: served
-        s.sendall(HDR.pack(2, 0, VERSION, 1, 7, mem.id, 0, 16) + b"\x05" * 16)
+        s.sendall(HDR.pack(2, 0, VERSION, 1, 7, mem.id, 0, 16, mem.capability) + b"\x05" * 16)
         ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert ack[0] == 4 and ack[1] == 0 and bytes(buf[:16]) == b"\x05" * 16
         s.close()
@@ -282,7 +282,7 @@ def test_a_write_that_trickles_its_payload_cannot_hold_its_region():
     mem = target.register_array(buf)
     s = _raw_initiator(target)
     try:
-        s.sendall(HDR.pack(2, 0, VERSION, 1, 9, mem.id, 0, 64 << 10) + b"\x07")
+        s.sendall(HDR.pack(2, 0, VERSION, 1, 9, mem.id, 0, 64 << 10, mem.capability) + b"\x07")
         t0 = time.monotonic()
         took = None
         while time.monotonic() - t0 < BOUND_S + 3:
@@ -318,7 +318,7 @@ def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
     target = _engine("target")
     key = b"k" * 4000
     n = 1 << 16
-    frames = b"".join(HDR.pack(15, 0, VERSION, 1, uid, 1, 0, 64) for uid in range(1, n + 1))
+    frames = b"".join(HDR.pack(15, 0, VERSION, 1, uid, 1, 0, 64, 0) for uid in range(1, n + 1))
     s = _raw_initiator(target, key=key)
     try:
         rss0 = _rss_bytes()
@@ -340,7 +340,7 @@ def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
 def _ask_notice_ring(target, key):
     """(connection, status) of a kNoticeRingReq under `key`, its grant read."""
     s = _raw_initiator(target, key=key)
-    s.sendall(HDR.pack(26, 0, VERSION, 0, 0, 0, 0, 0))  # kNoticeRingReq
+    s.sendall(HDR.pack(26, 0, VERSION, 0, 0, 0, 0, 0, 0))  # kNoticeRingReq
     h = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
     assert h[0] == 27, h  # kNoticeRingGrant
     if h[7]:
@@ -402,7 +402,9 @@ def test_a_peer_that_floods_reads_and_never_takes_the_answers_is_bounded():
     mem = target.register_array(buf)
     s = _raw_initiator(target)
     s.settimeout(0.5)
-    chunk = b"".join(HDR.pack(3, 0, VERSION, 1, 7, mem.id, 0, 64 << 10) for _ in range(10_000))
+    chunk = b"".join(
+        HDR.pack(3, 0, VERSION, 1, 7, mem.id, 0, 64 << 10, mem.capability) for _ in range(10_000)
+    )
     stop = threading.Event()
     first_sent = threading.Event()
 
@@ -454,7 +456,7 @@ def test_no_write_lands_after_deregistration_returned():
     s = _raw_initiator(target)
     try:
         # Half of a write's payload: the target is mid-write into the region.
-        s.sendall(HDR.pack(2, 0, VERSION, 1, 9, mem.id, 0, 2 * MIB) + b"\x07" * MIB)
+        s.sendall(HDR.pack(2, 0, VERSION, 1, 9, mem.id, 0, 2 * MIB, mem.capability) + b"\x07" * MIB)
         time.sleep(0.2)
         with pytest.raises(mc.InvalidStateError, match="1 transfer"):
             target.deregister_memory(mem)
@@ -513,15 +515,15 @@ def test_shm_read_grant_holds_the_region_until_the_read_is_done():
     s = _raw_initiator(target)
     try:
         s.settimeout(5)
-        s.sendall(HDR.pack(9, 0, VERSION, 1, 3, mem.id, 0, 16))  # kShmReadReq
+        s.sendall(HDR.pack(9, 0, VERSION, 1, 3, mem.id, 0, 16, mem.capability))  # kShmReadReq
         t, status, *_ = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert (t, status) == (10, 0)  # kShmGrant, ok
         with pytest.raises(mc.InvalidStateError, match="has 1 transfer"):
             target.deregister_memory(mem)
-        s.sendall(HDR.pack(23, 0, VERSION, 1, 3, mem.id, 0, 0))  # kShmReadDone
+        s.sendall(HDR.pack(23, 0, VERSION, 1, 3, mem.id, 0, 0, mem.capability))  # kShmReadDone
         assert _deregister_when_free(target, mem) < BOUND_S
         # A done with no granted read is a protocol violation: the connection closes.
-        s.sendall(HDR.pack(23, 0, VERSION, 1, 4, mem.id, 0, 0))
+        s.sendall(HDR.pack(23, 0, VERSION, 1, 4, mem.id, 0, 0, mem.capability))
         assert _closed_by_peer(s, 5)
     finally:
         s.close()

@@ -238,7 +238,7 @@ BackendChoice IoEngine::BackendFor(MemoryLocationType local_loc, const RemoteReg
   if (Connected(peer, &error) == nullptr) {
     return {BackendType::kTcp, "TCP: the remote engine is unreachable: " + error};
   }
-  return by_slot_[SlotOf(choice.backend)]->Explain(peer, remote.mem_id, std::move(choice));
+  return by_slot_[SlotOf(choice.backend)]->Explain(peer, remote, std::move(choice));
 }
 
 MemoryRegion IoEngine::RegisterMemory(uintptr_t addr, uint64_t size, int device_id,

@@ -2,10 +2,12 @@
 // Copyright (c) 2026 The mori authors
 #include "engine/memory_registry.hpp"
 
+#include <cstring>
 #include <mutex>
 
 #include "mori/core/error.hpp"
 #include "tcp/gpu_staging.hpp"
+#include "wire/secret.hpp"
 
 namespace mori::io {
 
@@ -17,8 +19,13 @@ MemoryRegion MemoryRegistry::Add(uintptr_t addr, uint64_t size, int device_id,
                  "register_memory: location must be CPU or GPU");
   MORI_CHECK_ARG(loc != MemoryLocationType::GPU || device_id >= 0,
                  "register_memory: GPU memory needs its device id (got ", device_id, ")");
+  uint64_t capability = 0;
+  while (capability == 0) {  // 0 is what a request naming no region carries
+    const std::string bytes = RandomSecret(sizeof(capability));
+    std::memcpy(&capability, bytes.data(), sizeof(capability));
+  }
   std::unique_lock<std::shared_mutex> lock(mu_);
-  MemoryRegion r{next_id_, addr, size, device_id, loc, std::make_shared<RegionUse>()};
+  MemoryRegion r{next_id_, addr, size, device_id, loc, capability, std::make_shared<RegionUse>()};
   on_add(r);  // may throw
   ++next_id_;
   regions_[r.id] = r;
@@ -91,11 +98,21 @@ bool MemoryRegistry::Find(uint64_t id, MemoryRegion* out) const {
   return true;
 }
 
-RegionLookup MemoryRegistry::Check(uint64_t mem_id, uint64_t offset, uint64_t length, bool enter,
-                                   bool allow_gpu) const {
+bool MemoryRegistry::FindNamed(uint64_t id, uint64_t capability, MemoryRegion* out) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = regions_.find(id);
+  if (it == regions_.end() || it->second.capability != capability) return false;
+  *out = it->second;
+  return true;
+}
+
+RegionLookup MemoryRegistry::Check(uint64_t mem_id, uint64_t capability, uint64_t offset,
+                                   uint64_t length, bool enter, bool allow_gpu) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   auto it = regions_.find(mem_id);
-  if (it == regions_.end()) return {wire::WireStatus::kUnknownMemory, nullptr};
+  if (it == regions_.end() || it->second.capability != capability) {
+    return {wire::WireStatus::kUnknownMemory, nullptr};
+  }
   return CheckRegion(it->second, offset, length, enter, allow_gpu);
 }
 

@@ -38,6 +38,9 @@ struct MemoryRegion {
   uint64_t size;
   int device_id;
   MemoryLocationType loc;
+  // Drawn from getrandom at registration, never 0, carried in the region's MemoryDesc:
+  // a peer names the region by (id, capability), and ids are small sequential integers.
+  uint64_t capability;
   // Shared by the registry and every copy of the region (sessions, reactor caches);
   // the registry drops its reference only once no transfer uses the region.
   std::shared_ptr<RegionUse> use;
@@ -78,10 +81,14 @@ class MemoryRegistry {
   MemoryRegion Get(uint64_t id) const;
   // Copies region `id` into *out; false if it is not registered.
   bool Find(uint64_t id, MemoryRegion* out) const;
+  // Find for a peer's request: false also when `capability` is not the region's (the
+  // peer is answered as for an id never registered).
+  bool FindNamed(uint64_t id, uint64_t capability, MemoryRegion* out) const;
   // `allow_gpu`: a GPU region is served through staging buffers (TCP) where this build
-  // can; otherwise (and for SHM) it is refused as kNotHostMemory.
-  RegionLookup Check(uint64_t mem_id, uint64_t offset, uint64_t length, bool enter,
-                     bool allow_gpu) const;
+  // can; otherwise (and for SHM) it is refused as kNotHostMemory. A peer's request:
+  // `capability` must be the region's.
+  RegionLookup Check(uint64_t mem_id, uint64_t capability, uint64_t offset, uint64_t length,
+                     bool enter, bool allow_gpu) const;
   static RegionLookup CheckRegion(const MemoryRegion& r, uint64_t offset, uint64_t length,
                                   bool enter, bool allow_gpu);
   // Moves on every register/deregister: a cached region is valid while it stays put.

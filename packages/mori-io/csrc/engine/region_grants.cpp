@@ -67,10 +67,11 @@ void RegionGrants::Forget(uint64_t mem_id, const std::string& initiator_key) {
 // and then looks for records (under mu_); so either it finds this record and revokes
 // the grant, or the second check sees the withdrawal and the grant is refused.
 // Refused requests leave no record (a peer asking for many ids costs no memory).
-wire::WireStatus RegionGrants::RecordChecked(uint64_t mem_id, const std::string& initiator_key,
-                                             MemoryRegion* r) {
+wire::WireStatus RegionGrants::RecordChecked(uint64_t mem_id, uint64_t capability,
+                                             const std::string& initiator_key, MemoryRegion* r) {
   MemoryRegistry& memory = engine_->memory();
-  if (!memory.Find(mem_id, r) || r->use->withdrawn.load(std::memory_order_seq_cst)) {
+  if (!memory.FindNamed(mem_id, capability, r) ||
+      r->use->withdrawn.load(std::memory_order_seq_cst)) {
     return wire::WireStatus::kUnknownMemory;
   }
   if (r->loc != MemoryLocationType::CPU) return wire::WireStatus::kNotHostMemory;

@@ -34,10 +34,10 @@ class RegionGrants {
   // Drops the record (a grant refused after it was recorded).
   void Forget(uint64_t mem_id, const std::string& initiator_key);
   bool Has(uint64_t mem_id);
-  // Checks registered host region `mem_id` (into *r), records its grant to
-  // `initiator_key` and checks it again (see the definition).
-  wire::WireStatus RecordChecked(uint64_t mem_id, const std::string& initiator_key,
-                                 MemoryRegion* r);
+  // Checks registered host region `mem_id` under the request's `capability` (into *r),
+  // records its grant to `initiator_key` and checks it again (see the definition).
+  wire::WireStatus RecordChecked(uint64_t mem_id, uint64_t capability,
+                                 const std::string& initiator_key, MemoryRegion* r);
   // Revokes the region's grants and waits (bounded) for every acknowledgement; throws
   // TimeoutError naming the initiators that did not confirm.
   void Revoke(uint64_t mem_id);

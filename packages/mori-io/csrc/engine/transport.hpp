@@ -29,6 +29,7 @@ struct RemoteRegion {
   uint64_t mem_id = 0;
   uint64_t size = 0;
   MemoryLocationType loc = MemoryLocationType::CPU;
+  uint64_t capability = 0;  // the region's, from its MemoryDesc; every request carries it
 };
 
 // One transfer as the engine hands it to a transport: every span lies inside both
@@ -69,8 +70,8 @@ class Transport {
   virtual std::shared_ptr<TransferState> Submit(const TransferRequest& req) = 0;
   // backend_for's answer for a pair routed here (the rule's `choice`), with what only the
   // transport knows (for SHM: which copy moves the region, mapped memcpy or CMA).
-  virtual BackendChoice Explain(const std::shared_ptr<Peer>& /*peer*/, uint64_t /*remote_mem*/,
-                                BackendChoice choice) {
+  virtual BackendChoice Explain(const std::shared_ptr<Peer>& /*peer*/,
+                                const RemoteRegion& /*remote*/, BackendChoice choice) {
     return choice;
   }
 

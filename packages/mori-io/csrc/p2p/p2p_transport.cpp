@@ -22,18 +22,20 @@ static_assert(sizeof(TransferSpan) == sizeof(P2pSpan) &&
 
 P2pTransport::P2pTransport(IoEngine* engine) : engine_(engine) {
   engine->channel().handlers().OnSideRequest(
-      wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant,
-      [this](Conn& c, std::string* payload) { return Grant(c.cur.mem_id, c.remote_key, payload); });
+      wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant, [this](Conn& c, std::string* payload) {
+        return Grant(c.cur.mem_id, c.cur.capability, c.remote_key, payload);
+      });
 }
 
 std::unique_ptr<PeerState> P2pTransport::NewPeerState() { return std::make_unique<PeerP2p>(); }
 
-wire::WireStatus P2pTransport::Grant(uint64_t mem_id, const std::string& initiator_key,
-                                     std::string* payload) {
+wire::WireStatus P2pTransport::Grant(uint64_t mem_id, uint64_t capability,
+                                     const std::string& initiator_key, std::string* payload) {
   if (!backend_) return wire::WireStatus::kNoP2p;
   MemoryRegistry& memory = engine_->memory();
   MemoryRegion r;
-  if (!memory.Find(mem_id, &r) || r.use->withdrawn.load(std::memory_order_seq_cst)) {
+  if (!memory.FindNamed(mem_id, capability, &r) ||
+      r.use->withdrawn.load(std::memory_order_seq_cst)) {
     return wire::WireStatus::kUnknownMemory;
   }
   engine_->grants().Record(mem_id, initiator_key);
@@ -59,8 +61,10 @@ void P2pTransport::RegionWithdrawn(uint64_t id) {
   if (backend_) backend_->Forget(id);
 }
 
-std::shared_ptr<P2pMapping> P2pTransport::MappingFor(Peer& peer, uint64_t mem_id, int device,
-                                                     StatusDetail* code, std::string* error) {
+std::shared_ptr<P2pMapping> P2pTransport::MappingFor(Peer& peer, const RemoteRegion& remote,
+                                                     int device, StatusDetail* code,
+                                                     std::string* error) {
+  const uint64_t mem_id = remote.mem_id;
   PeerP2p& s = peer.StateOf<PeerP2p>(kP2pSlot);
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.maps.find({mem_id, device});
@@ -69,7 +73,7 @@ std::shared_ptr<P2pMapping> P2pTransport::MappingFor(Peer& peer, uint64_t mem_id
       StrCat("P2P: cannot map memory ", mem_id, " of remote engine ", LogSafe(peer.key), ": ");
   std::string payload;
   if (!engine_->channel().SideRequest(peer, wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant,
-                                      mem_id, {}, &payload, code, error)) {
+                                      mem_id, remote.capability, {}, &payload, code, error)) {
     *error = what + *error;
     return nullptr;
   }
@@ -119,7 +123,7 @@ std::shared_ptr<TransferState> P2pTransport::Submit(const TransferRequest& req) 
   StatusDetail code = StatusDetail::SUCCESS;
   std::string error;
   std::shared_ptr<P2pMapping> remote =
-      MappingFor(*req.peer, req.remote.mem_id, req.local.device_id, &code, &error);
+      MappingFor(*req.peer, req.remote, req.local.device_id, &code, &error);
   if (!remote) return IoEngine::Finished(code, std::move(error));
   // The target's registered size, not the caller's MemoryDesc, bounds the copy: a
   // forged or stale descriptor cannot reach past what the target exported.

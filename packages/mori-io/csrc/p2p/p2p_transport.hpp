@@ -49,10 +49,11 @@ class P2pTransport : public Transport {
   };
   // Target side of kP2pOpenReq: the packed export of registered GPU region `mem_id` into
   // *payload, or a refusal (with its text in *payload).
-  wire::WireStatus Grant(uint64_t mem_id, const std::string& initiator_key, std::string* payload);
+  wire::WireStatus Grant(uint64_t mem_id, uint64_t capability, const std::string& initiator_key,
+                         std::string* payload);
   // The mapping of the peer's region `mem_id` for copies by `device`, asking the peer for
   // its export on first use; nullptr with *code/*error set if refused or failed.
-  std::shared_ptr<P2pMapping> MappingFor(Peer& peer, uint64_t mem_id, int device,
+  std::shared_ptr<P2pMapping> MappingFor(Peer& peer, const RemoteRegion& remote, int device,
                                          StatusDetail* code, std::string* error);
 
   IoEngine* engine_;

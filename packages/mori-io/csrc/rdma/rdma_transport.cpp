@@ -22,9 +22,10 @@ RdmaTransport::RdmaTransport(IoEngine* engine) : engine_(engine) {
         wire::WireStatus st = Accept(c.remote_key, c.request_payload, &answer);
         r.SideAnswer(c, c.cur, wire::MsgType::kRdmaConnectAck, st, std::move(answer));
       });
-  handlers.OnSideRequest(
-      wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
-      [this](Conn& c, std::string* payload) { return RegionKey(c.cur.mem_id, payload); });
+  handlers.OnSideRequest(wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
+                         [this](Conn& c, std::string* payload) {
+                           return RegionKey(c.cur.mem_id, c.cur.capability, payload);
+                         });
 }
 
 std::unique_ptr<PeerState> RdmaTransport::NewPeerState() { return std::make_unique<PeerRdma>(); }
@@ -85,8 +86,11 @@ wire::WireStatus RdmaTransport::Accept(const std::string& initiator_key, const s
   return wire::WireStatus::kOk;
 }
 
-wire::WireStatus RdmaTransport::RegionKey(uint64_t mem_id, std::string* answer) {
+wire::WireStatus RdmaTransport::RegionKey(uint64_t mem_id, uint64_t capability,
+                                          std::string* answer) {
   if (!backend_) return wire::WireStatus::kNoRdma;
+  MemoryRegion r;
+  if (!engine_->memory().FindNamed(mem_id, capability, &r)) return wire::WireStatus::kUnknownMemory;
   std::lock_guard<std::mutex> lock(keys_mu_);
   auto it = keys_.find(mem_id);
   if (it == keys_.end()) return wire::WireStatus::kUnknownMemory;
@@ -109,7 +113,7 @@ std::shared_ptr<TransferState> RdmaTransport::Submit(const TransferRequest& req)
       try {
         std::string request = backend_->OpenInitiator(peer.key);
         if (!channel.SideRequest(peer, wire::MsgType::kRdmaConnect, wire::MsgType::kRdmaConnectAck,
-                                 0, request, &reply, &code, &error)) {
+                                 0, 0, request, &reply, &code, &error)) {
           return IoEngine::Finished(code, StrCat("RDMA: cannot connect to remote engine ",
                                                  LogSafe(peer.key), ": ", error));
         }
@@ -125,7 +129,7 @@ std::shared_ptr<TransferState> RdmaTransport::Submit(const TransferRequest& req)
     if (it == s.keys.end()) {
       std::string blob;
       if (!channel.SideRequest(peer, wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
-                               remote_mem, {}, &blob, &code, &error)) {
+                               remote_mem, req.remote.capability, {}, &blob, &code, &error)) {
         return IoEngine::Finished(
             code, StrCat("RDMA: no key for memory ", remote_mem, " of remote engine ",
                          LogSafe(peer.key), ": ", error));

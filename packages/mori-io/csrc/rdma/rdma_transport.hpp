@@ -46,7 +46,7 @@ class RdmaTransport : public Transport {
   // its text in *answer.
   wire::WireStatus Accept(const std::string& initiator_key, const std::string& request,
                           std::string* answer);
-  wire::WireStatus RegionKey(uint64_t mem_id, std::string* answer);
+  wire::WireStatus RegionKey(uint64_t mem_id, uint64_t capability, std::string* answer);
 
   IoEngine* engine_;
   std::unique_ptr<rdma::RdmaBackend> backend_;

@@ -153,8 +153,8 @@ std::shared_ptr<ShmMapping> ShmTransport::NoticeRingOf(Peer& peer) {
   wire::WireStatus status = wire::WireStatus::kOk;
   std::shared_ptr<ShmMapping> m;
   if (engine_->channel().SideRequest(peer, wire::MsgType::kNoticeRingReq,
-                                     wire::MsgType::kNoticeRingGrant, 0, {}, &answer, &code, &error,
-                                     &status)) {
+                                     wire::MsgType::kNoticeRingGrant, 0, 0, {}, &answer, &code,
+                                     &error, &status)) {
     try {
       m = MapPeerRegion(UnpackShmMapGrant(answer), &error);
     } catch (const std::exception& e) {

@@ -104,24 +104,26 @@ void ShmTransport::RegisterTargetHandlers() {
   });
   handlers.OnSideRequest(wire::MsgType::kShmMapReq, wire::MsgType::kShmMapGrant,
                          [this](Conn& c, std::string* payload) {
-                           return MapGrantFor(c.cur.mem_id, c.remote_key, payload);
+                           return MapGrantFor(c.cur.mem_id, c.cur.capability, c.remote_key,
+                                              payload);
                          });
   handlers.OnSideRequest(wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant,
                          [this](Conn& c, std::string* payload) {
-                           return CmaGrantFor(c.cur.mem_id, c.remote_key, payload);
+                           return CmaGrantFor(c.cur.mem_id, c.cur.capability, c.remote_key,
+                                              payload);
                          });
 }
 
-wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, const std::string& initiator_key,
-                                           std::string* payload) {
+wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, uint64_t capability,
+                                           const std::string& initiator_key, std::string* payload) {
   if (!created()) return wire::WireStatus::kNoShm;
   MemoryRegion r;
   SharedHostBlock b;
-  if (engine_->memory().Find(mem_id, &r) && r.loc == MemoryLocationType::CPU &&
+  if (engine_->memory().FindNamed(mem_id, capability, &r) && r.loc == MemoryLocationType::CPU &&
       !FindSharedHost(r.addr, r.size, &b)) {
     return wire::WireStatus::kNotShareable;
   }
-  wire::WireStatus st = engine_->grants().RecordChecked(mem_id, initiator_key, &r);
+  wire::WireStatus st = engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r);
   if (st != wire::WireStatus::kOk) return st;
   if (!FindSharedHost(r.addr, r.size, &b)) {  // its block was freed meanwhile
     engine_->grants().Forget(mem_id, initiator_key);
@@ -138,11 +140,11 @@ wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, const std::string& i
   return wire::WireStatus::kOk;
 }
 
-wire::WireStatus ShmTransport::CmaGrantFor(uint64_t mem_id, const std::string& initiator_key,
-                                           std::string* payload) {
+wire::WireStatus ShmTransport::CmaGrantFor(uint64_t mem_id, uint64_t capability,
+                                           const std::string& initiator_key, std::string* payload) {
   if (!created()) return wire::WireStatus::kNoShm;
   MemoryRegion r;
-  wire::WireStatus st = engine_->grants().RecordChecked(mem_id, initiator_key, &r);
+  wire::WireStatus st = engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r);
   if (st != wire::WireStatus::kOk) return st;
   CmaGrant g;
   g.pid = static_cast<int32_t>(::getpid());

@@ -122,7 +122,7 @@ std::string ShmTransport::ProbePeer(int fd, const Peer& peer) {
   return {};
 }
 
-BackendChoice ShmTransport::Explain(const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
+BackendChoice ShmTransport::Explain(const std::shared_ptr<Peer>& peer, const RemoteRegion& remote,
                                     BackendChoice choice) {
   PeerShm& s = StateOf(*peer);
   if (!s.probed) return s.host_choice;
@@ -135,7 +135,7 @@ BackendChoice ShmTransport::Explain(const std::shared_ptr<Peer>& peer, uint64_t 
   in.shm_path = ShmPath::kCma;
   if (!engine_->options().shm_map) {
     in.shm_path_why = "mapping switched off (MORI_IO_SHM_MAP=0)";
-  } else if (MappingFor(*peer, remote_mem, &in.shm_path_why)) {
+  } else if (MappingFor(*peer, remote, &in.shm_path_why)) {
     in.shm_path = ShmPath::kMapped;
   }
   return ChooseBackend(in);
@@ -147,14 +147,14 @@ std::shared_ptr<TransferState> ShmTransport::Submit(const TransferRequest& req) 
   if (bytes == 0) return IoEngine::Finished(StatusDetail::SUCCESS, {});
   const HotPathOptions& options = engine_->options();
   if (options.shm_map) {
-    if (std::shared_ptr<ShmMapping> m = MappingFor(*req.peer, req.remote.mem_id)) {
+    if (std::shared_ptr<ShmMapping> m = MappingFor(*req.peer, req.remote)) {
       return SubmitMapped(req, std::move(m));
     }
   }
   if (options.cma_cache) {
     StatusDetail code = StatusDetail::SUCCESS;
     std::string error;
-    std::shared_ptr<CmaRemote> g = CmaRemoteFor(*req.peer, req.remote.mem_id, &code, &error);
+    std::shared_ptr<CmaRemote> g = CmaRemoteFor(*req.peer, req.remote, &code, &error);
     if (!g) return IoEngine::Finished(code, std::move(error));
     return SubmitCma(req, std::move(g));
   }
@@ -162,8 +162,9 @@ std::shared_ptr<TransferState> ShmTransport::Submit(const TransferRequest& req) 
   return engine_->tcp().PostParts(req, wire::MsgType::kShmWriteReq, wire::MsgType::kShmReadReq);
 }
 
-std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, uint64_t mem_id,
+std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, const RemoteRegion& remote,
                                                      std::string* why_not) {
+  const uint64_t mem_id = remote.mem_id;
   PeerShm& s = StateOf(peer);
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.maps.find(mem_id);
@@ -175,7 +176,8 @@ std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, uint64_t mem_id
   StatusDetail code = StatusDetail::SUCCESS;
   wire::WireStatus status = wire::WireStatus::kOk;
   if (!engine_->channel().SideRequest(peer, wire::MsgType::kShmMapReq, wire::MsgType::kShmMapGrant,
-                                      mem_id, {}, &answer, &code, &error, &status)) {
+                                      mem_id, remote.capability, {}, &answer, &code, &error,
+                                      &status)) {
     // Not shareable: CMA from now on for this region. Anything else (unknown memory,
     // an unreachable peer) is left to the CMA path to report, and asked again later.
     if (status == wire::WireStatus::kNotShareable) {
@@ -232,8 +234,9 @@ std::shared_ptr<const TargetLiveness> ShmTransport::LivenessOf(Peer& peer, int p
   return s.liveness;
 }
 
-std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, uint64_t mem_id,
+std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, const RemoteRegion& remote,
                                                       StatusDetail* code, std::string* error) {
+  const uint64_t mem_id = remote.mem_id;
   PeerShm& s = StateOf(peer);
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.cma_grants.find(mem_id);
@@ -244,7 +247,7 @@ std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, uint64_t mem_i
                                   LogSafe(peer.key), ": ");
   std::string answer;
   if (!engine_->channel().SideRequest(peer, wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant,
-                                      mem_id, {}, &answer, code, error)) {
+                                      mem_id, remote.capability, {}, &answer, code, error)) {
     *error = what + *error;
     return nullptr;
   }

@@ -43,7 +43,7 @@ class ShmTransport : public Transport {
   bool CanHandle(const Peer& peer, MemoryLocationType local,
                  MemoryLocationType remote) const override;
   std::shared_ptr<TransferState> Submit(const TransferRequest& req) override;
-  BackendChoice Explain(const std::shared_ptr<Peer>& peer, uint64_t remote_mem,
+  BackendChoice Explain(const std::shared_ptr<Peer>& peer, const RemoteRegion& remote,
                         BackendChoice choice) override;
   std::unique_ptr<PeerState> NewPeerState() override;
   void PeerConnecting(Peer& peer, PeerConnections& pc) override;
@@ -109,12 +109,12 @@ class ShmTransport : public Transport {
   PeerShm& StateOf(Peer& peer);
   // Initiator side (shm_transport.cpp).
   std::string ProbePeer(int fd, const Peer& peer);
-  std::shared_ptr<ShmMapping> MappingFor(Peer& peer, uint64_t mem_id,
+  std::shared_ptr<ShmMapping> MappingFor(Peer& peer, const RemoteRegion& remote,
                                          std::string* why_not = nullptr);
   std::shared_ptr<const TargetLiveness> LivenessOf(Peer& peer, int pid, const LivenessGrant& live,
                                                    std::string* error);
-  std::shared_ptr<CmaRemote> CmaRemoteFor(Peer& peer, uint64_t mem_id, StatusDetail* code,
-                                          std::string* error);
+  std::shared_ptr<CmaRemote> CmaRemoteFor(Peer& peer, const RemoteRegion& remote,
+                                          StatusDetail* code, std::string* error);
   std::shared_ptr<TransferState> SubmitMapped(const TransferRequest& req,
                                               std::shared_ptr<ShmMapping> remote);
   std::shared_ptr<TransferState> SubmitCma(const TransferRequest& req,
@@ -127,10 +127,10 @@ class ShmTransport : public Transport {
   void RegisterInitiatorHandlers();
   // Target side (shm_target.cpp).
   void RegisterTargetHandlers();
-  wire::WireStatus MapGrantFor(uint64_t mem_id, const std::string& initiator_key,
-                               std::string* payload);
-  wire::WireStatus CmaGrantFor(uint64_t mem_id, const std::string& initiator_key,
-                               std::string* payload);
+  wire::WireStatus MapGrantFor(uint64_t mem_id, uint64_t capability,
+                               const std::string& initiator_key, std::string* payload);
+  wire::WireStatus CmaGrantFor(uint64_t mem_id, uint64_t capability,
+                               const std::string& initiator_key, std::string* payload);
   // Notice rings (shm_notices.cpp).
   struct GrantedRing {
     uintptr_t addr = 0;  // AllocateSharedHost'd

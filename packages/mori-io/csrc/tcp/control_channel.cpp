@@ -174,8 +174,8 @@ std::string ControlChannel::Exchange(int fd, wire::MsgType type, wire::Header* a
 }
 
 bool ControlChannel::SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type,
-                                 uint64_t mem_id, const std::string& payload, std::string* answer,
-                                 StatusDetail* code, std::string* error,
+                                 uint64_t mem_id, uint64_t capability, const std::string& payload,
+                                 std::string* answer, StatusDetail* code, std::string* error,
                                  wire::WireStatus* status_out) {
   const int timeout = engine_->tcp_config().peer_timeout_ms;
   std::string why;
@@ -188,7 +188,7 @@ bool ControlChannel::SideRequest(const Peer& peer, wire::MsgType type, wire::Msg
   };
   if (fd < 0) return fail(StatusDetail::ERR_PEER_LOST, why);
   std::string msg = HelloMessage(peer);
-  wire::Header h = wire::MakeHeader(type, mem_id);
+  wire::Header h = wire::MakeHeader(type, mem_id, capability);
   h.length = payload.size();
   msg.append(reinterpret_cast<const char*>(&h), kHdr);
   msg += payload;

@@ -60,10 +60,10 @@ class ControlChannel {
                            std::string* error);
   // One request and its answer on a connection of its own (grants, mappings, keys: rare,
   // blocking, bounded by peer_timeout_ms). False with *code/*error when the peer refused
-  // or could not be reached.
+  // or could not be reached. `mem_id` and its `capability`: the region named (0, 0: none).
   bool SideRequest(const Peer& peer, wire::MsgType type, wire::MsgType answer_type, uint64_t mem_id,
-                   const std::string& payload, std::string* answer, StatusDetail* code,
-                   std::string* error, wire::WireStatus* status_out = nullptr);
+                   uint64_t capability, const std::string& payload, std::string* answer,
+                   StatusDetail* code, std::string* error, wire::WireStatus* status_out = nullptr);
   // The same exchange, header only, on `fd` before it is served (a probe at connect):
   // the answer's header into *answer; "" or why it failed.
   std::string Exchange(int fd, wire::MsgType type, wire::Header* answer);

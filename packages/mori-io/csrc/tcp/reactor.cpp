@@ -478,11 +478,13 @@ bool Reactor::FinishHello(Conn& c) {
 RegionLookup Reactor::Target(Conn& c, const wire::Header& h, bool enter, bool allow_gpu) {
   MemoryRegistry& memory = engine_->memory();
   if (!engine_->options().target_batching) {
-    return memory.Check(h.mem_id, h.offset, h.length, enter, allow_gpu);
+    return memory.Check(h.mem_id, h.capability, h.offset, h.length, enter, allow_gpu);
   }
   uint64_t epoch = memory.epoch();
-  if (c.region_epoch != epoch || c.region.id != h.mem_id) {
-    if (!memory.Find(h.mem_id, &c.region)) {
+  // The cached region was found under its capability: a request naming another one
+  // looks it up again (and is refused).
+  if (c.region_epoch != epoch || c.region.id != h.mem_id || c.region.capability != h.capability) {
+    if (!memory.FindNamed(h.mem_id, h.capability, &c.region)) {
       c.region_epoch = ~uint64_t{0};
       return {wire::WireStatus::kUnknownMemory, nullptr};
     }
@@ -570,7 +572,7 @@ bool Reactor::HandleRequest(Conn& c, std::string* why) {
   if (type == wire::MsgType::kTransferExtent) {
     MemoryRegion r{};
     wire::WireStatus st = wire::WireStatus::kOk;
-    if (!engine_->memory().Find(h.mem_id, &r)) {
+    if (!engine_->memory().FindNamed(h.mem_id, h.capability, &r)) {
       st = wire::WireStatus::kUnknownMemory;
     } else if (h.length > r.size || h.offset > r.size - h.length) {
       st = wire::WireStatus::kOutOfBounds;

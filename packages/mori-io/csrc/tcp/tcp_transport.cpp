@@ -77,6 +77,7 @@ std::shared_ptr<TransferState> TcpTransport::PostParts(const TransferRequest& re
   h.num_parts = static_cast<uint32_t>(parts);
   h.uid = req.uid;
   h.mem_id = remote_mem;
+  h.capability = req.remote.capability;
   for (size_t k = 0; k < nconn && k < parts; ++k) {
     Conn& c = *pc->conns[(start + k) % nconn];
     uint32_t refused = 0;

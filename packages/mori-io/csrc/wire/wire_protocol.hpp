@@ -104,11 +104,12 @@ enum class WireStatus : uint8_t {
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
 };
 
-inline constexpr uint16_t kVersion = 9;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
-                                         // unanswered; 5: kNoticeRing*; 6: kTransferExtent;
-                                         // 7: the hello carries the target's secret;
-                                         // 8: grants carry the liveness page, kShmCma*;
-                                         // 9: the hello carries the initiator credential
+inline constexpr uint16_t kVersion = 10;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone
+                                          // unanswered; 5: kNoticeRing*; 6: kTransferExtent;
+                                          // 7: the hello carries the target's secret;
+                                          // 8: grants carry the liveness page, kShmCma*;
+                                          // 9: the hello carries the initiator credential;
+                                          // 10: the header carries the region capability
 
 // The per-engine secret an initiator learns from the target's EngineDesc and presents
 // in its hello: whoever connects without having been given the descriptor is refused.
@@ -123,7 +124,12 @@ struct Header {
   uint64_t mem_id;     // the target's memory id
   uint64_t offset;     // into that memory
   uint64_t length;     // bytes
+  // The capability of mem_id (its MemoryDesc's, drawn at registration): every request
+  // that names a region (kWrite, kRead, kTransferExtent, kShm*Req, kP2pOpenReq,
+  // kRdmaRegionReq) must carry it, or the target answers kUnknownMemory as for an id it
+  // never registered. 0 in messages that name no region.
+  uint64_t capability;
 };
-static_assert(sizeof(Header) == 40, "wire header layout");
+static_assert(sizeof(Header) == 48, "wire header layout");
 
 }  // namespace mori::io::wire

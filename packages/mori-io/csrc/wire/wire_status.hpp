@@ -18,11 +18,12 @@ const char* WireStatusText(WireStatus s);
 StatusDetail WireStatusCode(WireStatus s);
 
 // A header of `type` in this build's wire version, other fields zero.
-inline Header MakeHeader(MsgType type, uint64_t mem_id = 0) {
+inline Header MakeHeader(MsgType type, uint64_t mem_id = 0, uint64_t capability = 0) {
   Header h{};
   h.type = static_cast<uint8_t>(type);
   h.version = kVersion;
   h.mem_id = mem_id;
+  h.capability = capability;
   return h;
 }
 

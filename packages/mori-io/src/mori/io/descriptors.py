@@ -19,7 +19,8 @@ import mori.core
 
 from . import _C
 
-FORMAT_VERSION = 2  # MemoryDesc; 2 added device_bus_id, numa_node, ipc_handle (MORI's)
+# MemoryDesc; 2 added device_bus_id, numa_node, ipc_handle (MORI's), 3 capability
+FORMAT_VERSION = 3
 # EngineDesc; 2 added host_id (same-host SHM), 3 node_id (MORI's), 4 secret (trust model)
 ENGINE_DESC_VERSION = 4
 SECRET_BYTES = 16  # an engine's secret (wire::kSecretBytes)
@@ -141,7 +142,11 @@ class MemoryDesc:
     memory; else ""), ``numa_node`` (host memory: the NUMA node of its first page; else
     -1) and ``ipc_handle`` (64 bytes; zeros here: mori's P2P backend exchanges its CUDA
     handles over the control channel on first use). ``MemoryDesc()`` is an empty
-    descriptor, as MORI's default constructor gives."""
+    descriptor, as MORI's default constructor gives.
+
+    ``capability`` (64 random bits drawn at registration, left out of repr) must travel
+    with the id: the owner refuses every request for the region without it, as for an id
+    it never registered (README "Trust model")."""
 
     engine_key: str = ""
     id: int = 0
@@ -152,10 +157,11 @@ class MemoryDesc:
     device_bus_id: str = ""
     numa_node: int = -1
     ipc_handle: bytes = bytes(IPC_HANDLE_BYTES)
+    capability: int = dataclasses.field(default=0, repr=False)
 
     _FIELDS = [("engine_key", str), ("id", int), ("device_id", int), ("data", int),
                ("size", int), ("loc", int), ("device_bus_id", str), ("numa_node", int),
-               ("ipc_handle", bytes)]  # fmt: skip
+               ("ipc_handle", bytes), ("capability", int)]  # fmt: skip
 
     @property
     def length(self) -> int:
@@ -178,13 +184,14 @@ class MemoryDesc:
                 self.numa_node,
                 # all zeros (mori never fills it) packs as b"": compact descriptors
                 bytes(self.ipc_handle) if any(self.ipc_handle) else b"",
+                self.capability,
             ]  # fmt: skip
         )
 
     @classmethod
     def unpack(cls, data: bytes) -> MemoryDesc:
         """Inverse of pack(); raises InvalidArgumentError on anything else."""
-        key, mid, dev, addr, size, loc, bus, numa, handle = _decode(
+        key, mid, dev, addr, size, loc, bus, numa, handle, cap = _decode(
             data, _MEMORY_TAG, cls._FIELDS, FORMAT_VERSION
         )
         locs = {int(v): v for v in _C.MemoryLocationType.__members__.values()}
@@ -196,12 +203,14 @@ class MemoryDesc:
             or loc not in locs
             or numa < -1
             or len(handle) not in (0, IPC_HANDLE_BYTES)
+            or not 0 <= cap < 1 << 64
         ):
             raise mori.core.InvalidArgumentError(
                 f"MemoryDesc.unpack: invalid engine key {key!r}, id {mid}, size {size}, "
-                f"address {addr}, location {loc}, numa node {numa} or ipc handle of "
-                f"{len(handle)} bytes (expected {IPC_HANDLE_BYTES}, or 0 for zeros)"
+                f"address {addr}, location {loc}, numa node {numa}, ipc handle of "
+                f"{len(handle)} bytes (expected {IPC_HANDLE_BYTES}, or 0 for zeros) or a "
+                "capability outside 64 bits"
             )
         return cls(
-            key, mid, dev, addr, size, locs[loc], bus, numa, handle or bytes(IPC_HANDLE_BYTES)
+            key, mid, dev, addr, size, locs[loc], bus, numa, handle or bytes(IPC_HANDLE_BYTES), cap
         )

@@ -417,15 +417,16 @@ class IOEngine:
         mem_loc = mem_loc if mem_loc is not None else loc
         mem_loc = MemoryLocationType.CPU if mem_loc is None else MemoryLocationType(mem_loc)
         ptr, size, device_id = int(ptr), int(size), int(device_id)
-        mid = self._engine.register_memory(ptr, size, device_id, mem_loc)
+        mid, capability = self._engine.register_memory(ptr, size, device_id, mem_loc)
         bus_id, numa = "", -1
         if mem_loc == MemoryLocationType.GPU:
             bus_id = _gpu_bus_id(device_id)
         elif ptr != 0 and size > 0:
             numa = _C.numa_node_of(ptr)
         return MemoryDesc(
-            self._key, mid, device_id, ptr, size, mem_loc, device_bus_id=bus_id, numa_node=numa
-        )
+            self._key, mid, device_id, ptr, size, mem_loc, device_bus_id=bus_id, numa_node=numa,
+            capability=capability,
+        )  # fmt: skip
 
     def register_torch_tensor(self, tensor: Any) -> MemoryDesc:
         """Register a contiguous torch tensor's storage (kept alive until deregistered)."""
@@ -497,7 +498,9 @@ class IOEngine:
             return hit[1]
         if len(self._remotes) >= 4096:
             self._remotes.clear()
-        region = _C.RemoteRegion(desc.engine_key, desc.id, desc.size, desc.loc)
+        region = _C.RemoteRegion(
+            desc.engine_key, desc.id, desc.size, desc.loc, capability=desc.capability
+        )
         self._remotes[id(desc)] = (desc, region)
         return region
 
