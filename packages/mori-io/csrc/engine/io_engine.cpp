@@ -147,6 +147,8 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
   MORI_CHECK_ARG(config.transfer_timeout_ms > 0, "transfer_timeout_ms ", config.transfer_timeout_ms,
                  " must be positive");
   MORI_CHECK_ARG(config.max_inbound_statuses >= 1, "max_inbound_statuses must be at least 1");
+  MORI_CHECK_ARG(config.idle_timeout_ms >= 0, "idle_timeout_ms ", config.idle_timeout_ms,
+                 " must be 0 (off) or positive");
   tcp_config_ = config;
   inbound_.Configure(config.enable_notification, config.max_inbound_statuses);
   ForEachTransport([](Transport& t) { t.ChannelStarting(); });
@@ -277,6 +279,23 @@ void IoEngine::RegisterRemoteEngine(const PeerDesc& desc) {
         [&](Transport& t) { t.PeerLost(desc.key, "the remote engine was registered again"); });
     ShutDownConnections(*old);
   }
+}
+
+void IoEngine::ReconnectLater(const std::shared_ptr<Peer>& old, const std::string& why) {
+  auto fresh = std::make_shared<Peer>();
+  static_cast<PeerDesc&>(*fresh) = static_cast<const PeerDesc&>(*old);
+  ForEachTransport([&](Transport& t) { fresh->state[t.slot()] = t.NewPeerState(); });
+  if (!peers_.Replace(old, fresh)) return;  // registered again or deregistered meanwhile
+  old->MarkFailed(why);
+  ForEachTransport([&](Transport& t) { t.PeerLost(old->key, why); });
+  ShutDownConnections(*old);
+}
+
+bool IoEngine::InitiatorIdleClosable(const std::string& key) {
+  if (grants_.HoldsAny(key)) return false;
+  bool closable = true;
+  ForEachTransport([&](Transport& t) { closable = closable && !t.KeepsInitiator(key); });
+  return closable;
 }
 
 void IoEngine::DeregisterRemoteEngine(const std::string& key) {

@@ -151,6 +151,14 @@ class IoEngine {
   size_t inbound_held();
   uint64_t inbound_evicted() { return inbound_.evicted(); }
   uint64_t peer_epoch() const { return peers_.epoch(); }
+  // The target closed `old`'s connections as idle: a fresh peer of the same EngineDesc
+  // replaces it (unless it was replaced already), so the next transfer connects again.
+  void ReconnectLater(const std::shared_ptr<Peer>& old, const std::string& why);
+  // Whether an idle connection of initiator `key` may be closed: it holds nothing of
+  // this engine (grants, rings, queue pairs) that its connections keep valid.
+  bool InitiatorIdleClosable(const std::string& key);
+  uint64_t idle_closed() const { return idle_closed_.load(std::memory_order_relaxed); }
+  void CountIdleClosed() { idle_closed_.fetch_add(1, std::memory_order_relaxed); }
   std::shared_ptr<Peer> FindPeer(const std::string& key) const { return peers_.Find(key); }
 
   // The transfer path shared by engine calls and sessions; peer may be null.
@@ -194,6 +202,7 @@ class IoEngine {
   std::string key_;
   std::string secret_;
   std::atomic<uint64_t> hellos_refused_{0};
+  std::atomic<uint64_t> idle_closed_{0};
   std::string host_;
   uint16_t port_ = 0;
   int listen_fd_ = -1;

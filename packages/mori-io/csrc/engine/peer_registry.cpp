@@ -26,6 +26,16 @@ std::shared_ptr<Peer> PeerRegistry::Put(std::shared_ptr<Peer> peer) {
   return old;
 }
 
+bool PeerRegistry::Replace(const std::shared_ptr<Peer>& old, std::shared_ptr<Peer> fresh) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  auto it = peers_.find(old->key);
+  if (it == peers_.end() || it->second != old) return false;
+  fresh->generation = next_generation_++;
+  it->second = std::move(fresh);
+  epoch_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
 std::shared_ptr<Peer> PeerRegistry::Take(const std::string& key) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto it = peers_.find(key);

@@ -79,6 +79,8 @@ class PeerRegistry {
  public:
   // Replaces any peer of that key; returns the one replaced (or null).
   std::shared_ptr<Peer> Put(std::shared_ptr<Peer> peer);
+  // Replaces `old` by `fresh` (same key) if `old` is still the registered one.
+  bool Replace(const std::shared_ptr<Peer>& old, std::shared_ptr<Peer> fresh);
   // Removes and returns the peer of `key` (null if none).
   std::shared_ptr<Peer> Take(const std::string& key);
   std::shared_ptr<Peer> Find(const std::string& key) const;

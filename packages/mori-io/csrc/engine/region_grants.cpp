@@ -53,6 +53,14 @@ bool RegionGrants::Has(uint64_t mem_id) {
   return granted_.count(mem_id) != 0;
 }
 
+bool RegionGrants::HoldsAny(const std::string& initiator_key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, keys] : granted_) {
+    if (std::find(keys.begin(), keys.end(), initiator_key) != keys.end()) return true;
+  }
+  return false;
+}
+
 void RegionGrants::Forget(uint64_t mem_id, const std::string& initiator_key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = granted_.find(mem_id);
@@ -122,19 +130,40 @@ void RegionGrants::Revoke(uint64_t id) {
   };
   const int timeout_ms = engine_->tcp_config().transfer_timeout_ms;
   if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !pending(); })) {
-    std::string late;
+    // A holder that does not confirm is cut off: its connections are closed (its
+    // transfers to us fail, it is a lost peer until it registers us again) and its grant
+    // of this region is dropped, so it cannot make every deregistration wait. This call
+    // still raises, naming it, because a copy it may yet make under the grant is not
+    // stopped by closing its connections; the next deregister_memory completes.
+    std::vector<std::string> late;
     for (auto it = revoking_.begin(); it != revoking_.end();) {
       if (it->second == id) {
-        late += (late.empty() ? "'" : ", '") + it->first + "'";
+        late.push_back(it->first);
         it = revoking_.erase(it);
       } else {
         ++it;
       }
     }
+    auto held = granted_.find(id);
+    std::string names;
+    for (const std::string& key : late) {
+      names += (names.empty() ? "" : ", ") + LogSafe(key);
+      if (held != granted_.end()) {
+        auto& keys = held->second;
+        keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
+      }
+    }
+    if (held != granted_.end() && held->second.empty()) granted_.erase(held);
+    lock.unlock();
+    for (const std::string& key : late) engine_->channel().CutOff(key);
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': deregistering memory ", id, ": ", names,
+                  " did not confirm letting go of it within ", timeout_ms,
+                  " ms; its connections were closed and its grant dropped");
     MORI_THROW(TimeoutError, "deregister_memory: memory ", id, " of engine '", engine_->key(),
-               "' is still held (a P2P or shared-memory mapping, or a CMA grant) by ", late,
+               "' is still held (a P2P or shared-memory mapping, or a CMA grant) by ", names,
                ", which did not confirm letting go of it within ", timeout_ms,
-               " ms; it stays registered");
+               " ms; it stays registered for now, that holder's connections were closed and "
+               "its grant dropped, and deregister_memory again completes");
   }
   granted_.erase(id);
 }

@@ -34,6 +34,8 @@ class RegionGrants {
   // Drops the record (a grant refused after it was recorded).
   void Forget(uint64_t mem_id, const std::string& initiator_key);
   bool Has(uint64_t mem_id);
+  // Whether `initiator_key` holds a grant of any region.
+  bool HoldsAny(const std::string& initiator_key);
   // Checks registered host region `mem_id` under the request's `capability` (into *r),
   // records its grant to `initiator_key` and checks it again (see the definition).
   wire::WireStatus RecordChecked(uint64_t mem_id, uint64_t capability,

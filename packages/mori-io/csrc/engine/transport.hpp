@@ -81,6 +81,9 @@ class Transport {
   virtual std::unique_ptr<PeerState> NewPeerState() { return nullptr; }
   virtual void PeerConnecting(Peer& /*peer*/, PeerConnections& /*pc*/) {}
   virtual void PeerLost(const std::string& /*key*/, const std::string& /*why*/) {}
+  // Target side: initiator `key` holds something of this transport (a notice ring, queue
+  // pairs) that its connections keep valid, so they are not closed as idle.
+  virtual bool KeepsInitiator(const std::string& /*key*/) { return false; }
 
   // Local regions: registered (under the registry's lock; may throw, refusing it), uses
   // the registry cannot see, withdrawn by deregistration (under the registry's lock).

@@ -31,6 +31,8 @@ class RdmaTransport : public Transport {
   std::shared_ptr<TransferState> Submit(const TransferRequest& req) override;
   std::unique_ptr<PeerState> NewPeerState() override;
   void PeerLost(const std::string& key, const std::string& why) override;
+  // Queue pairs are not tracked per initiator here: with RDMA created, none is idle.
+  bool KeepsInitiator(const std::string& /*key*/) override { return backend_ != nullptr; }
   void RegionRegistered(const MemoryRegion& r) override;
   uint64_t RegionInFlight(uint64_t id) override;
   void RegionWithdrawn(uint64_t id) override;

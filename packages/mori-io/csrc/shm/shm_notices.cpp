@@ -67,6 +67,11 @@ void ShmTransport::FreeNoticeRings() {
   notice_rings_.clear();
 }
 
+bool ShmTransport::KeepsInitiator(const std::string& key) {
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  return notice_rings_.count(key) != 0;
+}
+
 size_t ShmTransport::notice_rings_granted() {
   std::lock_guard<std::mutex> lock(notice_mu_);
   return notice_rings_.size();

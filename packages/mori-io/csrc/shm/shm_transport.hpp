@@ -75,6 +75,7 @@ class ShmTransport : public Transport {
   int NoticeRingState(const std::string& remote_key);
   // Rings this engine granted (one per initiator engine).
   size_t notice_rings_granted();
+  bool KeepsInitiator(const std::string& key) override;  // it holds a notice ring
 
  private:
   // What this engine keeps of one same-host peer. `mu` guards the regions mapped or

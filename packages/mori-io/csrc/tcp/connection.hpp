@@ -109,6 +109,7 @@ struct Conn {
   wire::WireStatus cur_status = wire::WireStatus::kOk;
   Pending cur_pending{};
   bool hello_done = false;
+  bool idle_closed = false;  // outbound: the target said kIdleClose (reactor only)
   std::string hello;
   std::string credential;  // inbound: what the hello proved (InitiatorCredential); "" none
   int64_t opened_ns = 0;   // inbound: accepted (NowNs); a hello must complete in time
@@ -145,5 +146,8 @@ struct Conn {
 // socket send. `answer`: the response the peer will send, or null for a message that
 // answers nothing. Dropped when the connection is dead.
 void PostOnConn(Conn& c, const wire::Header& h, const Pending* answer);
+// Tells the initiator of idle inbound connection `c` that it is about to be closed
+// (kIdleClose); `c.mu` held, its send queue empty.
+void SendIdleClose(Conn& c);
 
 }  // namespace mori::io

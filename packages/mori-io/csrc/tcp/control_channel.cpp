@@ -48,7 +48,20 @@ void ControlHandlers::OnSideRequest(wire::MsgType type, wire::MsgType answer_typ
   });
 }
 
-ControlChannel::ControlChannel(IoEngine* engine) : engine_(engine) {}
+ControlChannel::ControlChannel(IoEngine* engine) : engine_(engine) {
+  handlers_.OnNotice(wire::MsgType::kIdleClose, [](Reactor&, Conn& c, std::string*) {
+    c.idle_closed = true;  // the close that follows is the target's, not a lost peer
+    return true;
+  });
+}
+
+void SendIdleClose(Conn& c) {
+  wire::Header h = wire::MakeHeader(wire::MsgType::kIdleClose);
+  // The connection carries nothing (its send queue is empty): one header fits the
+  // socket buffer, and a peer that cannot take it is closed all the same.
+  ssize_t ignored = ::send(c.fd, &h, kHdr, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+}
 
 ControlChannel::~ControlChannel() { Stop(); }
 
@@ -94,6 +107,22 @@ std::shared_ptr<Conn> ControlChannel::LiveInbound(const std::string& key) {
     }
   }
   return nullptr;
+}
+
+size_t ControlChannel::CutOff(const std::string& key) {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  size_t n = 0;
+  auto range = inbound_by_key_.equal_range(key);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (std::shared_ptr<Conn> c = it->second.lock()) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (!c->dead) {
+        ::shutdown(c->fd, SHUT_RDWR);
+        ++n;
+      }
+    }
+  }
+  return n;
 }
 
 bool ControlChannel::CredentialConflicts(const std::string& key, const std::string& credential) {

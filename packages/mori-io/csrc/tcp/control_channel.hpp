@@ -48,6 +48,9 @@ class ControlChannel {
   // Inbound connections by the initiator key their hello named.
   void NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn);
   // An inbound connection of `key` that is not closed, or null.
+  // Shuts down every inbound connection of initiator `key` (its reactors then close
+  // them as hung up); how many there were.
+  size_t CutOff(const std::string& key);
   std::shared_ptr<Conn> LiveInbound(const std::string& key);
   // Whether an open inbound connection of `key` proved another credential.
   bool CredentialConflicts(const std::string& key, const std::string& credential);

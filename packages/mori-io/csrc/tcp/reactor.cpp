@@ -255,7 +255,9 @@ int64_t Reactor::PayloadBudgetNs(uint64_t length) const {
 // (inbound), so nothing waits on it forever.
 void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
   const int64_t hello_deadline_ns = int64_t{engine_->tcp_config().peer_timeout_ms} * 1000000;
+  const int64_t idle_ns = int64_t{engine_->tcp_config().idle_timeout_ms} * 1000000;
   std::vector<std::pair<Conn*, std::string>> stuck;
+  std::vector<std::pair<Conn*, std::string>> idle_candidates;  // inbound, idle_timeout_ms
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
     for (auto& kv : conns_) {
@@ -280,6 +282,9 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
       bool busy = !c.pending.empty() || !c.sendq.empty() || c.in_payload;
       for (const auto& e : c.ext) busy = busy || (e && e->Busy());
       int64_t idle = now - std::max(c.progress_ns, c.rx_ns);
+      if (!busy && !c.outbound && c.hello_done && idle_ns > 0 && idle >= idle_ns) {
+        idle_candidates.emplace_back(&c, c.remote_key);
+      }
       if (!busy || idle < timeout_ns) continue;
       stuck.emplace_back(&c, StrCat("no progress for ", idle / 1000000, " ms with ",
                                     c.pending.size(), " request(s) and ", c.sendq.size(),
@@ -288,6 +293,16 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
     }
   }
   for (auto& [c, why] : stuck) Close(*c, why, StatusDetail::ERR_TIMEOUT);
+  for (auto& [c, key] : idle_candidates) {  // asked without the reactor's locks
+    if (!engine_->InitiatorIdleClosable(key)) continue;
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (c->dead || !c->sendq.empty() || !c->pending.empty()) continue;
+      SendIdleClose(*c);
+    }
+    engine_->CountIdleClosed();
+    Close(*c, StrCat("idle for idle_timeout_ms (", idle_ns / 1000000, " ms)"));
+  }
 }
 
 void Reactor::AcceptAll() {
@@ -846,7 +861,13 @@ void Reactor::Close(Conn& c, const std::string& reason, StatusDetail code) {
     } else {
       MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': ", msg);
     }
-    if (auto peer = c.peer.lock()) peer->MarkFailed(msg);
+    if (auto peer = c.peer.lock()) {
+      if (c.idle_closed) {
+        engine_->ReconnectLater(peer, msg);  // only a transfer racing the close fails
+      } else {
+        peer->MarkFailed(msg);
+      }
+    }
     if (c.in_payload) orphans.push_front(c.cur_pending);
     for (const Pending& p : orphans) {
       if (p.record_id != SubmissionLedger::kNoRecord) engine_->CompletePart(p.record_id, code, msg);

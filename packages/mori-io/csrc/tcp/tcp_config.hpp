@@ -19,6 +19,11 @@ struct TcpBackendConfig {
   // this long is declared stuck (a live but hung peer): it is closed, its transfers
   // fail with ERR_TIMEOUT and the peer stays failed until registered again.
   int transfer_timeout_ms = 5000;
+  // An authenticated inbound connection that carried nothing for this long (and whose
+  // initiator holds nothing of this engine that outlives it: grants, notice rings, RDMA
+  // queue pairs) is told kIdleClose and closed; its initiator connects again on its next
+  // transfer. 0: never (unauthenticated ones are bounded by peer_timeout_ms).
+  int idle_timeout_ms = 600000;
   // Inbound statuses kept for pop_inbound_transfer_status; beyond it the oldest is
   // dropped (debug log), so a target whose application never pops stays bounded.
   uint64_t max_inbound_statuses = 1 << 16;

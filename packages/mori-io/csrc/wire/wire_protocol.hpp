@@ -85,6 +85,10 @@ enum class MsgType : uint8_t {
   // Revoked like P2P grants (kP2pRevoke) when the region is deregistered.
   kShmCmaReq = 29,    // mem_id; answered kShmCmaGrant
   kShmCmaGrant = 30,  // status; payload: CmaGrant (40 bytes)
+  // The target is about to close this connection: it carried nothing for idle_timeout_ms
+  // (target -> initiator, answers nothing). The initiator connects again on its next
+  // transfer instead of taking the close for a lost peer.
+  kIdleClose = 31,
 };
 
 enum class WireStatus : uint8_t {
@@ -109,7 +113,8 @@ inline constexpr uint16_t kVersion = 10;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2p
                                           // 7: the hello carries the target's secret;
                                           // 8: grants carry the liveness page, kShmCma*;
                                           // 9: the hello carries the initiator credential;
-                                          // 10: the header carries the region capability
+                                          // 10: the header carries the region capability,
+                                          // kIdleClose
 
 // The per-engine secret an initiator learns from the target's EngineDesc and presents
 // in its hello: whoever connects without having been given the descriptor is refused.

@@ -89,6 +89,7 @@ class TcpBackendConfig:
     peer_timeout_ms: int
     sock_buf_bytes: int
     transfer_timeout_ms: int
+    idle_timeout_ms: int
     max_inbound_statuses: int
     enable_notification: bool
     def __init__(self) -> None: ...
@@ -170,6 +171,7 @@ class Engine:
     host_id: str
     secret: bytes
     hellos_refused: int
+    idle_connections_closed: int
     hot_path_options: dict[str, bool]
     def __init__(self, key: str, host: str, port: int) -> None: ...
     def create_tcp_backend(self, config: TcpBackendConfig) -> None: ...

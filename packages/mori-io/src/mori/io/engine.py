@@ -72,7 +72,13 @@ class TcpBackendConfig:
     nothing for this long belongs to a peer that is alive but stuck (stopped, hung): it
     is closed within about this bound plus 200 ms, its transfers fail with
     ERR_TIMEOUT, and later transfers to that peer fail at once (ERR_PEER_LOST) until it
-    is registered again, even if it resumes. max_inbound_statuses: inbound transfer
+    is registered again, even if it resumes. idle_timeout_ms: an authenticated inbound
+    connection that carried nothing for this long is closed by the target (within about
+    this bound plus 200 ms); its initiator connects again on its next transfer, which
+    then succeeds as before (only a transfer submitted while the close crosses fails,
+    ERR_PEER_LOST). Connections of initiators holding a grant of this engine (SHM, P2P),
+    a notice ring, or any on an engine with RDMA are not closed as idle; 0: never.
+    max_inbound_statuses: inbound transfer
     statuses kept for pop_inbound_transfer_status; past it the oldest is dropped (with
     a debug log), so a target that never pops keeps bounded memory.
     enable_notification (MORI's name): False keeps no inbound statuses at all, so
@@ -88,6 +94,7 @@ class TcpBackendConfig:
     peer_timeout_ms: int = _TCP.peer_timeout_ms
     sock_buf_bytes: int = _TCP.sock_buf_bytes
     transfer_timeout_ms: int = _TCP.transfer_timeout_ms
+    idle_timeout_ms: int = _TCP.idle_timeout_ms
     max_inbound_statuses: int = _TCP.max_inbound_statuses
     enable_notification: bool = _TCP.enable_notification
 
