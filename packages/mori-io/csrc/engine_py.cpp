@@ -260,6 +260,7 @@ every hello; without it the remote refuses the connections).)doc")
       .def_property_readonly("secret", [](IoEngine& e) { return py::bytes(e.secret()); })
       .def_property_readonly("hellos_refused", &IoEngine::hellos_refused)
       .def_property_readonly("idle_connections_closed", &IoEngine::idle_closed)
+      .def_property_readonly("announcements_refused", &IoEngine::announcements_refused)
       .def("create_shm_backend", &IoEngine::CreateShmBackend)
       .def("create_p2p_backend", &IoEngine::CreateP2pBackend, py::arg("config"))
       .def(

@@ -34,6 +34,7 @@ WORKER = str(Path(__file__).with_name("hostile_target_worker.py"))
 HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header: type, status, version, num_parts, uid,
 VERSION = _C.wire_version  # mem_id, offset, length, capability
 K_HELLO, K_WRITE, K_WRITE_ACK, K_EXTENT = 1, 2, 4, 28  # wire::MsgType
+K_SHM_CMA_REQ, K_SHM_CMA_GRANT = 29, 30
 K_OUT_OF_BOUNDS = 2  # wire::WireStatus
 MIB = 1 << 20
 
@@ -324,13 +325,19 @@ def test_siphash_matches_its_published_vectors():
     assert _C.siphash24(key, b"") == 0x726FDB47DD0E0E31
 
 
-def _announce(port, target_secret, key, credential, uid, mem_id):
-    """A raw hello claiming `key` (with `credential`, or none), then an announcement that
-    transfer `uid` of that key wrote 64 bytes into `mem_id` (kP2pWriteDone)."""
+def _announce(port, target_secret, key, credential, uid, mem_id, capability=None):
+    """A raw hello claiming `key` (with `credential`, or none), then (given the region's
+    `capability`) a CMA grant of `mem_id`, and an announcement that transfer `uid` of that
+    key wrote 64 bytes into `mem_id` (kP2pWriteDone)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     n = len(key) if credential else 0
     payload = target_secret + key + credential
     s.sendall(HDR.pack(K_HELLO, 0, VERSION, n, 0, 0, 0, len(payload), 0) + payload)
+    if capability is not None:
+        s.sendall(HDR.pack(K_SHM_CMA_REQ, 0, VERSION, 0, 0, mem_id, 0, 0, capability))
+        grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert grant[0] == K_SHM_CMA_GRANT and grant[1] == 0, grant
+        s.recv(grant[7], socket.MSG_WAITALL)
     s.sendall(HDR.pack(15, 0, VERSION, 1, uid, mem_id, 0, 64, 0))
     return s
 
@@ -344,6 +351,7 @@ def test_a_hello_cannot_speak_for_another_initiator():
     trust model's rule), and the real initiators keep working."""
     target = IOEngine("target")
     target.create_backend(BackendType.TCP)
+    target.create_backend(BackendType.SHM)  # the proven peer takes a CMA grant
     a, c = IOEngine("a"), IOEngine("c")
     buf = np.zeros(4096, np.uint8)
     mem = target.register_array(buf)
@@ -379,7 +387,7 @@ def test_a_hello_cannot_speak_for_another_initiator():
             assert target.pop_inbound_transfer_status(key, 4242) is None, key
         # Holding a's EngineDesc (its secret) is what it takes to speak for it.
         good = _C.initiator_credential(a._engine.secret, ts, b"a")
-        s = _announce(port, ts, b"a", good, 4243, mem.id)
+        s = _announce(port, ts, b"a", good, 4243, mem.id, mem.capability)
         try:
             deadline = time.monotonic() + 10
             while (st := target.pop_inbound_transfer_status("a", 4243)) is None:
@@ -394,4 +402,42 @@ def test_a_hello_cannot_speak_for_another_initiator():
     finally:
         a.close()
         c.close()
+        target.close()
+
+
+def test_announcements_need_a_grant_of_the_region():
+    """A proven initiator announcing a one-sided write (kP2pWriteDone) into a region it
+    holds no grant of (P2P, shared-memory map, CMA) cannot have made it: the announcement
+    is refused and counted, and pop_inbound_transfer_status finds nothing; with a grant of
+    that region the same announcement is recorded. The connection stays open."""
+    target = IOEngine("target")
+    try:
+        target.create_backend(BackendType.TCP)
+        target.create_backend(BackendType.SHM)
+        held, other = (target.register_array(np.zeros(4096, np.uint8)) for _ in range(2))
+        port, ts = target._engine.port, target._engine.secret
+        refused = target._engine.announcements_refused
+        s = _announce(port, ts, b"raw-announcer", b"", 51, other.id)  # no grant at all
+        try:
+            # A grant of one region does not cover another.
+            s.sendall(HDR.pack(K_SHM_CMA_REQ, 0, VERSION, 0, 0, held.id, 0, 0, held.capability))
+            grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+            assert grant[0] == K_SHM_CMA_GRANT and grant[1] == 0, grant
+            s.recv(grant[7], socket.MSG_WAITALL)
+            s.sendall(HDR.pack(15, 0, VERSION, 1, 52, other.id, 0, 64, 0))
+            s.sendall(HDR.pack(15, 0, VERSION, 1, 53, held.id, 0, 64, 0))
+            deadline = time.monotonic() + 10
+            while (st := target.pop_inbound_transfer_status("raw-announcer", 53)) is None:
+                assert time.monotonic() < deadline, "the granted announcement was not recorded"
+                time.sleep(0.005)
+            assert st.Succeeded()
+            for uid in (51, 52):
+                assert target.pop_inbound_transfer_status("raw-announcer", uid) is None, uid
+            assert target._engine.announcements_refused == refused + 2
+            s.settimeout(0.2)
+            with pytest.raises(TimeoutError):  # still open, nothing more to read
+                s.recv(1)
+        finally:
+            s.close()
+    finally:
         target.close()

@@ -185,9 +185,19 @@ def _inbound(engine, key, uid, timeout_s=10.0):
     return st
 
 
+def _cma_grant(s, mem):
+    """Takes a CMA grant of `mem` on raw connection `s` (kShmCmaReq / kShmCmaGrant): an
+    initiator's announcements count only for regions it holds a grant of."""
+    s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))
+    grant = HDR.unpack(_recv_exact(s, HDR.size))
+    assert grant[0] == 30 and grant[1] == 0, grant
+    _recv_exact(s, grant[7])
+
+
 def test_target_side_of_the_p2p_messages():
     target = IOEngine("target")
     target.create_backend(BackendType.TCP)
+    target.create_backend(BackendType.SHM)  # for the CMA grants the announcements need
     mem = target.register_array(np.zeros(4096, np.uint8))
     s = _raw(target)
     try:
@@ -195,7 +205,13 @@ def test_target_side_of_the_p2p_messages():
         s.sendall(HDR.pack(13, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))
         t, status, _, _, _, mid, _, length, _ = HDR.unpack(_recv_exact(s, HDR.size))
         assert (t, status, mid, length) == (14, 6, mem.id, 0)
-        # A completed P2P write's announcement: recorded, not answered.
+        # A write announcement for a region it holds no grant of: refused, counted.
+        refused = target._engine.announcements_refused
+        s.sendall(HDR.pack(15, 0, VERSION, 1, 76, mem.id, 0, 4096, 0))
+        _cma_grant(s, mem)
+        assert target._engine.announcements_refused == refused + 1
+        assert target.pop_inbound_transfer_status("raw", 76) is None
+        # With a grant, a completed write's announcement: recorded, not answered.
         s.sendall(HDR.pack(15, 0, VERSION, 1, 77, mem.id, 0, 4096, mem.capability))
         assert _inbound(target, "raw", 77).Succeeded()
         s.settimeout(0.2)
@@ -224,6 +240,7 @@ def test_target_side_of_the_p2p_messages():
     finally:
         s.close()
     s2 = _raw(target, b"raw2")
+    _cma_grant(s2, mem)
     s2.sendall(HDR.pack(15, 0, VERSION, 1, 5, mem.id, 0, 1, mem.capability))
     assert _inbound(target, "raw2", 5).Succeeded()
     s2.close()

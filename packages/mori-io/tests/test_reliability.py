@@ -325,11 +325,18 @@ def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
     (65,536) statuses; announced under a 4000-byte key (the hello allows 4096), each one
     held a copy of the key (+256 MiB). The key is now shared by its statuses."""
     target = _engine("target")
+    target.create_backend(BackendType.SHM)
+    mem = target.register_array(np.zeros(4096, np.uint8))
     key = b"k" * 4000
     n = 1 << 16
-    frames = b"".join(HDR.pack(15, 0, VERSION, 1, uid, 1, 0, 64, 0) for uid in range(1, n + 1))
+    frames = b"".join(HDR.pack(15, 0, VERSION, 1, uid, mem.id, 0, 64, 0) for uid in range(1, n + 1))
     s = _raw_initiator(target, key=key)
     try:
+        # Announcements count only for a region the initiator holds a grant of.
+        s.sendall(HDR.pack(29, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))  # kShmCmaReq
+        grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+        assert grant[0] == 30 and grant[1] == 0, grant
+        s.recv(grant[7], socket.MSG_WAITALL)
         rss0 = _rss_bytes()
         s.sendall(frames)  # kP2pWriteDone for uids 1..n: unanswered
         deadline = time.monotonic() + 60

@@ -159,6 +159,13 @@ class IoEngine {
   bool InitiatorIdleClosable(const std::string& key);
   uint64_t idle_closed() const { return idle_closed_.load(std::memory_order_relaxed); }
   void CountIdleClosed() { idle_closed_.fetch_add(1, std::memory_order_relaxed); }
+  // Write announcements refused: the initiator held no grant of the region named.
+  uint64_t announcements_refused() const {
+    return announcements_refused_.load(std::memory_order_relaxed);
+  }
+  void CountRefusedAnnouncements(size_t n) {
+    announcements_refused_.fetch_add(n, std::memory_order_relaxed);
+  }
   std::shared_ptr<Peer> FindPeer(const std::string& key) const { return peers_.Find(key); }
 
   // The transfer path shared by engine calls and sessions; peer may be null.
@@ -203,6 +210,7 @@ class IoEngine {
   std::string secret_;
   std::atomic<uint64_t> hellos_refused_{0};
   std::atomic<uint64_t> idle_closed_{0};
+  std::atomic<uint64_t> announcements_refused_{0};
   std::string host_;
   uint16_t port_ = 0;
   int listen_fd_ = -1;

@@ -61,6 +61,21 @@ bool RegionGrants::HoldsAny(const std::string& initiator_key) {
   return false;
 }
 
+size_t RegionGrants::DropUngranted(const std::string& initiator_key,
+                                   std::vector<InboundPart>* parts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto held = [&](const InboundPart& p) {
+    auto it = granted_.find(p.mem_id);
+    return it != granted_.end() &&
+           std::find(it->second.begin(), it->second.end(), initiator_key) != it->second.end();
+  };
+  const size_t before = parts->size();
+  parts->erase(
+      std::remove_if(parts->begin(), parts->end(), [&](const auto& p) { return !held(p); }),
+      parts->end());
+  return before - parts->size();
+}
+
 void RegionGrants::Forget(uint64_t mem_id, const std::string& initiator_key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = granted_.find(mem_id);

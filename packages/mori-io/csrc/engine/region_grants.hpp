@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/inbound_statuses.hpp"
 #include "engine/memory_registry.hpp"
 #include "wire/wire_protocol.hpp"
 
@@ -36,6 +37,9 @@ class RegionGrants {
   bool Has(uint64_t mem_id);
   // Whether `initiator_key` holds a grant of any region.
   bool HoldsAny(const std::string& initiator_key);
+  // Removes from `parts` the announcements of writes into regions `initiator_key` holds
+  // no grant of (a one-sided write needs one: it cannot have made them); how many.
+  size_t DropUngranted(const std::string& initiator_key, std::vector<InboundPart>* parts);
   // Checks registered host region `mem_id` under the request's `capability` (into *r),
   // records its grant to `initiator_key` and checks it again (see the definition).
   wire::WireStatus RecordChecked(uint64_t mem_id, uint64_t capability,

@@ -31,7 +31,13 @@ void ShmTransport::RegisterNoticeHandlers() {
   // next announcements find room there again.
   handlers.OnRequest(wire::MsgType::kP2pWriteDone, [this](Reactor& r, Conn& c, std::string*) {
     DrainInbound(&c.remote_key);
-    r.Account(c, c.cur, static_cast<wire::WireStatus>(c.cur.status));
+    const wire::Header& h = c.cur;
+    std::vector<InboundPart> part{{h.uid, h.num_parts, wire::WireStatus::kOk, h.mem_id, 0, 0}};
+    if (engine_->grants().DropUngranted(c.remote_key, &part) != 0) {
+      RefuseAnnouncements(c.remote_key, h.mem_id, 1);
+      return true;  // not recorded; the connection stays (a revocation may have crossed it)
+    }
+    r.Account(c, h, static_cast<wire::WireStatus>(h.status));
     return true;
   });
 }
@@ -45,9 +51,22 @@ void ShmTransport::DrainNoticesLocked(const std::string& key, GrantedRing& ring)
     for (const NoticeRecord& r : records) {
       parts.push_back({r.uid, 1, wire::WireStatus::kOk, r.mem_id, 0, r.bytes});
     }
+    const uint64_t first_mem = parts.front().mem_id;
+    if (size_t n = engine_->grants().DropUngranted(key, &parts)) {
+      RefuseAnnouncements(key, first_mem, n);
+    }
     engine_->inbound().Record(key, parts.data(), parts.size());
     records.clear();
   }
+}
+
+// Announcements of writes into regions the initiator holds no grant of: it cannot have
+// made them (a forged or stale announcement would make pop_inbound_transfer_status
+// report a write that did not happen). Counted, logged at debug level, not recorded.
+void ShmTransport::RefuseAnnouncements(const std::string& key, uint64_t mem_id, size_t n) {
+  engine_->CountRefusedAnnouncements(n);
+  MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': refused ", n, " write announcement(s) of ",
+                 LogSafe(key), " (into memory ", mem_id, " among others): it holds no grant");
 }
 
 void ShmTransport::DrainInbound(const std::string* key) {

@@ -140,6 +140,7 @@ class ShmTransport : public Transport {
   };
   void RegisterNoticeHandlers();
   wire::WireStatus NoticeRingFor(const std::string& initiator_key, std::string* payload);
+  void RefuseAnnouncements(const std::string& key, uint64_t mem_id, size_t n);
   void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
   void FreeNoticeRings();
 

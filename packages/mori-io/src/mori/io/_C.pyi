@@ -172,6 +172,7 @@ class Engine:
     secret: bytes
     hellos_refused: int
     idle_connections_closed: int
+    announcements_refused: int
     hot_path_options: dict[str, bool]
     def __init__(self, key: str, host: str, port: int) -> None: ...
     def create_tcp_backend(self, config: TcpBackendConfig) -> None: ...
