@@ -72,11 +72,20 @@ __device__ __forceinline__ float BFloat16ToFloat(uint32_t v16) {
 // processes, kernels that trapped together left the rejecting one's launch never
 // ending in 10 of 20 runs; with the pause, 0 of 12 (the peer fails 1.3-1.4 s after
 // its launch, the rejecting pe 0.5-0.8 s).
-__device__ inline void PauseBeforePeerTrap(const Common& c) {
-  const uint64_t pause = std::min<uint64_t>(c.timeout_ns / 2, kPeerTrapPauseNs);
+__device__ inline void PauseBeforePeerTrap(uint64_t timeout_ns) {
+  const uint64_t pause = std::min<uint64_t>(timeout_ns / 2, kPeerTrapPauseNs);
   const uint64_t t0 = dev::GlobalTimerNs();
   while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
 }
+
+__device__ inline void PauseBeforePeerTrap(const Common& c) { PauseBeforePeerTrap(c.timeout_ns); }
+
+// Set by the first thread of this module that prints a trap's message. A trap ends
+// the context, so it is never reset.
+static __device__ unsigned g_trap_reported = 0;
+
+// True in the first thread that asks (every other detecting thread stays silent).
+__device__ inline bool FirstTrapReport() { return atomicExch(&g_trap_reported, 1u) == 0u; }
 
 __device__ inline void TrapRejectedBy(const Common& c, int from, const char* op) {
   if (from != c.me) {

@@ -395,20 +395,28 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
 }
 
 // A peer's combine word of another dtype than this pe's input (every pe with such a
-// peer finds one): print both and trap, pe 0 at once, the others after the pause.
-__device__ __noinline__ void TrapCombineTag(const Common& c, int d, uint32_t theirs) {
-  printf(
-      "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
-      "pass the same dtype)\n",
-      c.me, d, DtypeTagName(theirs), DtypeTagName(c.combine_tag));
-  if (c.me != 0) PauseBeforePeerTrap(c);
+// peer finds one): the first detecting thread prints both, pe 0 traps at once, the
+// others after the pause. Not inlined, and given scalars only, so that the wait loops
+// keep their registers (a `const Common&` would put the kernel parameters in local
+// memory).
+__device__ __noinline__ void TrapCombineTag(int me, int from, uint32_t theirs, uint32_t mine,
+                                            uint64_t timeout_ns) {
+  if (FirstTrapReport()) {
+    printf(
+        "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
+        "pass the same dtype)\n",
+        me, from, DtypeTagName(theirs), DtypeTagName(mine));
+  }
+  if (me != 0) PauseBeforePeerTrap(timeout_ns);
   dev::Trap();
 }
 
 // Traps when pe d's combine word `v` carries a rejection or another dtype.
 __device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_t v) {
   if (v & 1u) TrapRejectedBy(c, d, "combine");
-  if (CombineTagOf(v) != c.combine_tag) TrapCombineTag(c, d, CombineTagOf(v));
+  if (CombineTagOf(v) != c.combine_tag) {
+    TrapCombineTag(c.me, d, CombineTagOf(v), c.combine_tag, c.timeout_ns);
+  }
 }
 
 // One warp waits (lane d for pe d) until every other pe's combine word of group g

@@ -97,15 +97,20 @@ __device__ __forceinline__ uint32_t RankMask(const DispatchParams& p, int64_t t,
 }
 
 // Every rank ends its launch on a dispatch whose ranks pass different token dtypes
-// (count words whose row tags differ from this pe's `tag`): every pe sees every pe's
+// (count words whose row tags differ from this pe's `mine`): every pe sees every pe's
 // words, so every pe finds it; pe 0 traps at once, the others after TrapRejectedBy's
-// pause. Not inlined: the cold path keeps the kernels' registers.
-__device__ __noinline__ void TrapRowTags(const Common& c, int from, uint32_t theirs, uint32_t tag) {
-  printf(
-      "mori.ep dispatch on rank %d: rank %d passes %s tokens, this rank %s (every rank must "
-      "pass the same dtype)\n",
-      c.me, from, DtypeTagName(theirs), DtypeTagName(tag));
-  if (c.me != 0) PauseBeforePeerTrap(c);
+// pause; the first detecting thread prints. Not inlined, and given scalars only, so
+// that the kernels' hot paths keep their registers (a `const Common&` would put the
+// kernel parameters in local memory).
+__device__ __noinline__ void TrapRowTags(int me, int from, uint32_t theirs, uint32_t mine,
+                                         uint64_t timeout_ns) {
+  if (FirstTrapReport()) {
+    printf(
+        "mori.ep dispatch on rank %d: rank %d passes %s tokens, this rank %s (every rank must "
+        "pass the same dtype)\n",
+        me, from, DtypeTagName(theirs), DtypeTagName(mine));
+  }
+  if (me != 0) PauseBeforePeerTrap(timeout_ns);
   dev::Trap();
 }
 
@@ -126,7 +131,9 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
       dev::Trap();
     }
     if (CountOf(w) == kRejectedCount) TrapRejectedBy(c, static_cast<int>(i / c.world), "dispatch");
-    if (RowTagOf(w) != tag) TrapRowTags(c, static_cast<int>(i / c.world), RowTagOf(w), tag);
+    if (RowTagOf(w) != tag) {
+      TrapRowTags(c.me, static_cast<int>(i / c.world), RowTagOf(w), tag, c.timeout_ns);
+    }
     counts[i] = static_cast<uint32_t>(CountOf(w));
   }
 }
@@ -147,11 +154,7 @@ __device__ __noinline__ void TrapOverCapacity(int me, int world, int d, const ui
         "the receive capacity of %lld rows (max_total_recv_tokens)\n",
         me, static_cast<long long>(rows), d, static_cast<long long>(capacity));
   }
-  if (d != me) {
-    const uint64_t pause = std::min<uint64_t>(timeout_ns / 2, kPeerTrapPauseNs);
-    const uint64_t t0 = dev::GlobalTimerNs();
-    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
-  }
+  if (d != me) PauseBeforePeerTrap(timeout_ns);
   dev::Trap();
 }
 
