@@ -22,5 +22,9 @@ def test_combine_order_rules_foreign_handles_and_from_tensors(run_workers):
     run_workers("ep_routing_worker.py", "cpu", "order", timeout_s=180)
 
 
+def test_combine_reads_an_inconsistent_handle_as_its_rows_say(run_workers):
+    run_workers("ep_routing_worker.py", "cpu", "inconsistent", timeout_s=180)
+
+
 def test_bad_routing_arguments_fail_the_call_on_every_rank(run_workers):
     run_workers("ep_routing_worker.py", "cpu", "errors", timeout_s=180)

@@ -17,6 +17,8 @@ is defined). Prints "rank N ok" last.
   order     combine order rules (each dispatch once, in dispatch order) and a handle
             of another op, refused on every rank with InvalidStateError, the op still
             usable; from_tensors handles are replayed on another op, then combined
+  inconsistent  a handle whose map marks tokens sent to this rank that have no row
+            here, and holds -1 for "not sent": combine reads neither as sent
   errors    (cpu) routing= with return_routing=, and a replay with the wrong token
             count, on one rank: every rank raises in that call, the op still works;
             the low-latency kernel types refuse routing handles
@@ -240,6 +242,21 @@ def run_order() -> None:
     other.close()
 
 
+def run_inconsistent() -> None:
+    op = make_op()
+    b = Batch(lo=1)
+    res, (y, yw) = round_trip(op, b, return_routing=True)
+    h = res[5]
+    # Tokens not sent here marked 1 at this rank (no row of theirs came back), and -1
+    # (MORI's "not sent") wherever a token was not sent: combine reads neither as sent.
+    sent = h.disp_dest_tok_id_map.view(M, world)
+    absent_here = sent[:, rank] == 0
+    sent[sent == 0] = -1
+    sent[absent_here, rank] = 1
+    check_combine(b, op.combine(y, yw, None, routing=h))
+    op.close()
+
+
 def run_errors() -> None:
     op = make_op()
     b = Batch()
@@ -276,7 +293,8 @@ def run_errors() -> None:
 
 
 SCENARIOS = {"parity": run_parity, "replay": run_replay, "inflight": run_inflight,
-             "order": run_order, "errors": run_errors}  # fmt: skip
+             "order": run_order, "inconsistent": run_inconsistent,
+             "errors": run_errors}  # fmt: skip
 for name in scenario.split(","):
     SCENARIOS[name]()
 dist.barrier()

@@ -32,10 +32,11 @@ class EpDispatchRoutingHandle:
 
     Attributes:
         disp_dest_tok_id_map: ``[M * W]``, entry ``t * W + d`` is 1 when this rank's
-            token ``t`` went to rank ``d``, else 0. (MORI stores each token's
-            destination slot; here a slot follows from the destination sets of
-            every rank, which the protocol's count exchange recomputes, so the sets
-            are what is kept.)
+            token ``t`` went to rank ``d``; any other value (0, or MORI's -1) reads
+            as not sent, as does 1 at this rank for a token with no row here. (MORI
+            stores each token's destination slot; here a slot follows from the
+            destination sets of every rank, which the protocol's count exchange
+            recomputes, so the sets are what is kept.)
         inter_node_disp_dest_tok_id_map, inter_node_disp_send_map: empty (MORI's
             inter-node maps; intra-node only here, as in MORI's own intra-node op).
         total_recv_token_num: ``[1]`` rows this rank received (dispatch's
@@ -169,8 +170,8 @@ def derived(op, h: EpDispatchRoutingHandle):
     m, w, cap, me = c.max_num_inp_token_per_rank, c.world_size, c.max_num_tokens_to_recv, c.rank
     g = -(-m // _C.ep_combine_group_tokens)
     dev = op.device
-    sent = h.disp_dest_tok_id_map.view(m, w) != 0
-    token_ranks = sent.to(torch.uint8).contiguous()
+    # 1 is sent, anything else is not (MORI-ported maps may hold -1 for "not sent").
+    sent = h.disp_dest_tok_id_map.view(m, w) == 1
     masks = (sent.to(torch.int32) << torch.arange(w, dtype=torch.int32, device=dev)).sum(
         1, dtype=torch.int32
     )
@@ -189,6 +190,10 @@ def derived(op, h: EpDispatchRoutingHandle):
     mine = valid & (rev // m == me)
     self_row = torch.full((m + 1,), -1, dtype=torch.int32, device=dev)
     self_row.scatter_(0, torch.where(mine, rev % m, m).long(), rows)
+    # A token counts as sent to this rank only where a row of it came back, so that
+    # combine never reads the row before the input (self_row -1).
+    token_ranks = sent.to(torch.uint8).contiguous()
+    token_ranks[:, me] &= (self_row[:m] >= 0).to(torch.uint8)
     src_pos = torch.where(valid, rev, me * m)  # an invalid row reads as this rank's own
     out = (src_pos, group_row.view(w, g + 1), token_ranks, self_row[:m].contiguous(), masks, total)
     h._derived = (rev, out)
