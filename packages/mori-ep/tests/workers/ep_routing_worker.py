@@ -19,8 +19,9 @@ is defined). Prints "rank N ok" last.
             usable; from_tensors handles are replayed on another op, then combined
   inconsistent  a handle whose map marks tokens sent to this rank that have no row
             here, and holds -1 for "not sent": combine reads neither as sent
-  errors    (cpu) routing= with return_routing=, and a replay with the wrong token
-            count, on one rank: every rank raises in that call, the op still works;
+  errors    (cpu) routing= with return_routing=, a replay with the wrong token
+            count, and a combine by a non-contiguous handle, on one rank: every rank
+            raises in that call, the op still works;
             the low-latency kernel types refuse routing handles
 """
 
@@ -285,6 +286,21 @@ def run_errors() -> None:
     check_dispatch(b, res, b.rows())
     y, yw = expert_of(res[0], res[1], len(b.rows()))
     check_combine(b, op.combine(y, yw, None, routing=h))
+    # A combine by a handle whose map is not contiguous, on rank 0 only: every rank
+    # raises in that call (its dispatch counts as combined), the op still works.
+    res, (y, yw) = round_trip(op, b, return_routing=True)
+    h = res[5]
+    if rank == 0:
+        strided = torch.zeros(2 * M * world, dtype=torch.int32, device=dev)[::2]
+        strided.copy_(h.disp_dest_tok_id_map)
+        h.disp_dest_tok_id_map = strided
+        expect(mc.InvalidArgumentError, "disp_dest_tok_id_map must be contiguous",
+               op.combine, y, yw, None, routing=h)  # fmt: skip
+    else:
+        expect(mc.InvalidArgumentError, "combine rejected by rank 0",
+               op.combine, y, yw, None, routing=h)  # fmt: skip
+    _, (y, yw) = round_trip(op, b)
+    check_combine(b, op.combine(y, yw, None))
     op.close()
     ll = make_op(kernel_type=EpDispatchCombineKernelType.IntraNodeLL)
     expect(mc.NotSupportedError, "implemented for kernel_type IntraNode, not IntraNodeLL",

@@ -925,8 +925,9 @@ class EpDispatchCombineOp(LowLatencyMixin):
             InvalidArgumentError, host-side before any data moves: type, dtype, shape,
                 device, row count below ``total_recv`` (on CUDA, where total_recv is on
                 the device, that bound is a device-side trap), indices that are not
-                this rank's ``[num_tokens, k]`` routing; or another rank rejected its
-                combine inputs or passed another input dtype (on CUDA a trap on every
+                this rank's ``[num_tokens, k]`` routing, a routing handle whose
+                tensors do not fit this op (type, dtype, size, device, layout); or
+                another rank rejected its combine inputs or passed another input dtype (on CUDA a trap on every
                 rank naming both).
             MoriTimeoutError: a rank did not take part within ``timeout_s``.
         """
@@ -942,10 +943,18 @@ class EpDispatchCombineOp(LowLatencyMixin):
                                     warp_per_block, use_external_inp_buf)  # fmt: skip
         words = None
         if routing is not None:
+            order_problem = _routing.order_problem(routing, self)
+            if order_problem is not None:
+                raise InvalidStateError(order_problem)
+            # An unusable handle fails the call on every rank, as a bad input does.
             handle_problem = _routing.handle_problem(routing, self, replay=False)
+            if handle_problem is None:
+                try:
+                    words = _routing.combine_words(self, routing)
+                except (RuntimeError, TypeError, ValueError) as e:
+                    handle_problem = f"routing handle could not be read: {e}"
             if handle_problem is not None:
-                raise InvalidStateError(handle_problem)
-            words = _routing.combine_words(self, routing)
+                self._reject_combine(impl, handle_problem, _routing.reject_words(self, routing))
         elif not impl.combine_pending:
             raise InvalidStateError(
                 f"combine needs a successful dispatch since the last combine (epoch {impl.epoch})"

@@ -102,6 +102,8 @@ def handle_problem(h, op, replay: bool) -> str | None:
             )
         if t.device != op.device:
             return f"routing handle's {name} is on {t.device}, the op runs on {op.device}"
+        if not t.is_contiguous():
+            return f"routing handle's {name} must be contiguous"
     n = h.cur_rank_num_token
     if not isinstance(n, int) or n < 0 or n > m or (n == 0 and h._owner is None):
         return (
@@ -115,6 +117,28 @@ def handle_problem(h, op, replay: bool) -> str | None:
             "replay it first (dispatch(..., routing=handle))"
         )
     return None
+
+
+def order_problem(h, op) -> str | None:
+    """Why combine may not reverse ``h`` on this op by the order rules alone (a
+    local InvalidStateError: every rank sees the same order), or None."""
+    if isinstance(h, EpDispatchRoutingHandle) and h._owner is not op._routing_owner:
+        return (
+            "this routing handle was not made or replayed by a dispatch of this op; "
+            "replay it first (dispatch(..., routing=handle))"
+        )
+    return None
+
+
+def reject_words(op, h) -> list[int] | None:
+    """The routing a combine rejected for its arguments takes part as: the handle's
+    epoch when it is this op's, else None (the last dispatch's, which is at least
+    any handle's)."""
+    if not isinstance(h, EpDispatchRoutingHandle) or h._owner is not op._routing_owner:
+        return None
+    if h._epoch_dev is None or h._epoch_dev.device != op.device:
+        return None
+    return [0, 0, 0, 0, 0, h._epoch_dev.data_ptr(), h._epoch, 0]
 
 
 def _what(t) -> str:
