@@ -38,6 +38,21 @@ using kernels::kTiledPath;
 using kernels::ScratchOffsets;
 using kernels::SplitRow;
 
+namespace {
+
+// Whether a combine on `stream` must first run the barrier over the ranks
+// (CombineOrder: `after_combine`). A combine captured into a CUDA graph always
+// does: the graph may be replayed right after a combine whatever preceded the
+// capture on the host.
+bool CombineNeedsBarrier(bool after_combine, uintptr_t stream) {
+  if (after_combine) return true;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MORI_CUDA_CHECK(cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
 IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
                              std::chrono::milliseconds timeout)
     : shape_(shape),
@@ -348,7 +363,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                         : static_cast<int>(std::max<int64_t>(
                               1, (kStepItems * p.return_warps + per_group - 1) / per_group));
   }
-  if (order_.Enter(r->host_epoch)) shmem::BarrierOnStream(stream);  // CombineOrder
+  if (CombineNeedsBarrier(order_.Enter(r->host_epoch), stream)) shmem::BarrierOnStream(stream);
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   p.stamps = TimelineSlot(1, launch.block_num, stream);
   const unsigned threads = launch.warp_per_block * 32;
@@ -363,7 +378,9 @@ void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
   const RoutingSnapshot last = LastRouting();
   if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
     mori::cuda::ScopedDevice guard(device_);
-    if (order_.Enter(r->host_epoch)) shmem::BarrierOnStream(stream);
+    if (CombineNeedsBarrier(order_.Enter(r->host_epoch), stream)) {
+      shmem::BarrierOnStream(stream);
+    }
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
     kernels::LaunchRejectCombine(c, r->epoch, stream);
