@@ -411,10 +411,23 @@ __device__ __noinline__ void TrapCombineTag(int me, int from, uint32_t theirs, u
   dev::Trap();
 }
 
-// Traps when pe d's combine word `v` carries a rejection or another dtype.
-__device__ __forceinline__ void CheckCombineWord(const Common& c, int d, uint64_t v) {
+// Traps when pe d's combine word `v` carries a rejection or another dtype. Before a
+// dtype trap this pe posts its words of every group (under its own tag) to every
+// other pe, so that no peer waits for a group this pe had not reached and times out
+// instead of naming the dtypes; a peer that reads them traps on the tag before it
+// reduces.
+__device__ __forceinline__ void CheckCombineWord(const Common& c, uint64_t epoch, int d,
+                                                 uint64_t v) {
   if (v & 1u) TrapRejectedBy(c, d, "combine");
   if (CombineTagOf(v) != c.combine_tag) {
+    const int64_t G = CombineGroups(c.max_tokens);
+    uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
+    const uint64_t mine = CombineWord(epoch, c.combine_tag, false);
+    for (int pe = 0; pe < c.world; ++pe) {
+      if (pe == c.me) continue;
+      for (int64_t g = 0; g < G; ++g) dev::SignalSet(c.ctx, &done[c.me * G + g], mine, pe);
+    }
+    __threadfence_system();
     TrapCombineTag(c.me, d, CombineTagOf(v), c.combine_tag, c.timeout_ns);
   }
 }
@@ -428,7 +441,7 @@ __device__ __forceinline__ void WaitGroupWords(const Common& c, uint64_t epoch, 
   const uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
   for (int d = static_cast<int>(lane); d < c.world; d += 32) {
     if (d == c.me) continue;
-    CheckCombineWord(c, d,
+    CheckCombineWord(c, epoch, d,
                      dev::WaitUntil(&done[d * G + g], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
   }
   __syncwarp();
@@ -515,7 +528,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
         for (int64_t i = wid; i < gw * W; i += wn) {
           const int d = static_cast<int>(i % W);
           if (d == me) continue;
-          CheckCombineWord(c, d,
+          CheckCombineWord(c, epoch, d,
                            dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, CombineFloor(epoch),
                                           c.timeout_ns));
         }
@@ -783,7 +796,8 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
     for (int d = static_cast<int>(lane); d < W; d += 32) {
       if (d == me) continue;
       CheckCombineWord(
-          c, d, dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
+          c, epoch, d,
+          dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
     }
   }
 }

@@ -132,6 +132,15 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
     }
     if (CountOf(w) == kRejectedCount) TrapRejectedBy(c, static_cast<int>(i / c.world), "dispatch");
     if (RowTagOf(w) != tag) {
+      // First this pe's count words under its own tag, into every pe (block 0 may not
+      // have posted them yet), so that no peer times out instead of naming the
+      // dtypes; a peer traps on the tag before it uses the counts.
+      uint64_t* mine = At<uint64_t>(c, c.layout.count_words) + c.me * c.world;
+      for (int pe = 0; pe < c.world; ++pe) {
+        for (int d = 0; d < c.world; ++d)
+          dev::SignalSet(c.ctx, &mine[d], CountWord(epoch, 0, tag), pe);
+      }
+      __threadfence_system();
       TrapRowTags(c.me, static_cast<int>(i / c.world), RowTagOf(w), tag, c.timeout_ns);
     }
     counts[i] = static_cast<uint32_t>(CountOf(w));
