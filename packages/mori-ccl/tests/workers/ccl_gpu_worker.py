@@ -25,6 +25,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from ccl_reference import DTYPES, OPS, make_inputs, reduce_ref, same
 
 import mori.ccl as ccl
 from mori.core import shmem
@@ -39,49 +40,7 @@ shmem.init(device=dev, heap_size="256M", timeout_s=120)
 DEV = torch.device("cuda", dev)
 
 MAX_BYTES = 1 << 20
-DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.int32]
-OPS = ["sum", "max", "min"]
-BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 BLOCKS = [None, 1, 3, 64, 7]
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(BITS[t.dtype]) if t.dtype in BITS else t
-
-
-def same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    a = a.cpu()
-    assert a.dtype == b.dtype and a.shape == b.shape, (what, a.dtype, a.shape, b.dtype, b.shape)
-    if not torch.equal(bits(a), bits(b)):
-        bad = (bits(a) != bits(b)).nonzero()[:4].flatten().tolist()
-        raise AssertionError(f"{what}: differs at {bad}: {a.flatten()[bad]} vs {b.flatten()[bad]}")
-
-
-def make_inputs(gen: torch.Generator, numel: int, dtype, integer: bool) -> list[torch.Tensor]:
-    """Every rank's input of one call (all ranks draw the same CPU tensors)."""
-    out = []
-    for _ in range(world):
-        if dtype == torch.int32:
-            t = torch.randint(-(1 << 27), 1 << 27, (numel,), generator=gen, dtype=torch.int32)
-        elif integer:
-            t = torch.randint(-30, 31, (numel,), generator=gen).to(dtype)
-        else:
-            t = (torch.randn(numel, generator=gen) * 4).to(dtype)
-        out.append(t)
-    return out
-
-
-def reduce_ref(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
-    dtype = inputs[0].dtype
-    if op == "sum":
-        if dtype == torch.int32:
-            return torch.stack(inputs).to(torch.int64).sum(0).to(torch.int32)
-        acc = torch.zeros(inputs[0].shape, dtype=torch.float32)
-        for t in inputs:
-            acc += t.float()
-        return acc.to(dtype)
-    stacked = torch.stack(inputs)
-    return (stacked.amax(0) if op == "max" else stacked.amin(0)).to(dtype)
 
 
 KINDS = [

@@ -31,6 +31,8 @@ else:
     raise SystemExit(f"unknown layout {layout!r}")
 os.environ["MORI_SHMEM_NODE_ID"] = "a" if rank in HOSTS[0] else "b"
 
+from ccl_reference import DTYPES, OPS, make_inputs, same  # noqa: E402
+
 import mori.ccl as ccl  # noqa: E402
 import mori.core as mc  # noqa: E402
 from mori.core import shmem  # noqa: E402
@@ -55,34 +57,6 @@ assert sorted(info["local_pes"]) == mine, (info["local_pes"], mine)
 MAX_BYTES = 32 << 10
 comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=30)
 assert comm._spanning is not None and comm._spanning.hosts == HOSTS, comm._spanning.hosts
-DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.int32]
-OPS = ["sum", "max", "min"]
-BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
-
-
-def bits(t):
-    t = t.cpu()
-    return t.view(BITS[t.dtype]) if t.dtype in BITS else t
-
-
-def same(a, b, what):
-    assert a.dtype == b.dtype and a.shape == b.shape, (what, a.dtype, a.shape, b.dtype, b.shape)
-    if not torch.equal(bits(a), bits(b)):
-        bad = (bits(a) != bits(b)).nonzero()[:4].flatten().tolist()
-        raise AssertionError(f"{what}: differs at {bad}: {a.flatten()[bad]} vs {b.flatten()[bad]}")
-
-
-def inputs(gen, numel, dtype, integer):
-    out = []
-    for _ in range(world):
-        if dtype == torch.int32:
-            t = torch.randint(-(1 << 27), 1 << 27, (numel,), generator=gen, dtype=torch.int32)
-        elif integer:
-            t = torch.randint(-30, 31, (numel,), generator=gen).to(dtype)
-        else:
-            t = (torch.randn(numel, generator=gen) * 4).to(dtype)
-        out.append(t)
-    return out
 
 
 def reduce_in_order(parts, op):
@@ -129,7 +103,7 @@ for it in range(iters):
         return view
 
     if kind in ("one_shot", "two_shot", "auto"):
-        ins = inputs(gen, numel, dtype, integer)
+        ins = make_inputs(gen, numel, dtype, integer)
         x = place(ins[rank])
         out = None if in_place else torch.empty_like(x)
         got = comm.all_reduce(x, op=op, out=out, algorithm=kind)
@@ -139,13 +113,13 @@ for it in range(iters):
             same(x, ins[rank], what + " input untouched")
     elif kind == "all_gather":
         n = max(numel // 3, 1)
-        ins = inputs(gen, n * 3, dtype, integer)
+        ins = make_inputs(gen, n * 3, dtype, integer)
         x = place(ins[rank].view(n, 3))
         out = None if in_place else torch.empty((world * n, 3), dtype=dtype, device=dev)
         got = comm.all_gather(x, out=out)
         same(got, torch.cat([t.view(n, 3) for t in ins]), what)
     elif kind == "reduce_scatter":
-        ins = inputs(gen, numel * world, dtype, integer)
+        ins = make_inputs(gen, numel * world, dtype, integer)
         x = place(ins[rank])
         out = None if in_place else torch.empty(numel, dtype=dtype, device=dev)
         got = comm.reduce_scatter(x, op=op, out=out)
@@ -158,7 +132,7 @@ for it in range(iters):
         if it % 4 == 1:
             split[:, :] = split[0, 0]
         per = [
-            inputs(gen, int(split[s].sum()) * row, dtype, integer)[0].view(-1, row)
+            make_inputs(gen, int(split[s].sum()) * row, dtype, integer)[0].view(-1, row)
             for s in range(world)
         ]
         x = place(per[rank])
@@ -176,7 +150,7 @@ for it in range(iters):
         same(got, torch.cat(parts), what)
     else:
         src = (it // len(kinds)) % world
-        ins = inputs(gen, numel, dtype, integer)
+        ins = make_inputs(gen, numel, dtype, integer)
         x = place(ins[rank])
         got = comm.broadcast(x, src)
         assert got is x
