@@ -84,18 +84,23 @@ __device__ inline void PauseBeforePeerTrap(const Common& c) { PauseBeforePeerTra
 // the context, so it is never reset.
 static __device__ unsigned g_trap_reported = 0;
 
-// True in the first thread that asks (every other detecting thread stays silent).
+// True in the first thread that asks (every other detecting thread stays silent). That
+// thread calls dev::TrapReported after printing; the others trap through
+// dev::TrapAfterReport, which waits for the message.
 __device__ inline bool FirstTrapReport() { return atomicExch(&g_trap_reported, 1u) == 0u; }
 
+// Prints nothing on the rejecting pe (its reporting thread printed the reason, or the
+// host did).
 __device__ inline void TrapRejectedBy(const Common& c, int from, const char* op) {
   if (from != c.me) {
     printf(
         "mori.ep %s on rank %d: %s rejected by rank %d (its inputs failed validation; see its "
         "error)\n",
         op, c.me, op, from);
+    dev::TrapReported();
     PauseBeforePeerTrap(c);
   }
-  dev::Trap();
+  dev::TrapAfterReport();
 }
 
 // Release every put of the block, then count the block as finished; true in the

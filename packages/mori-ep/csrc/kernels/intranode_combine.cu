@@ -406,9 +406,10 @@ __device__ __noinline__ void TrapCombineTag(int me, int from, uint32_t theirs, u
         "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
         "pass the same dtype)\n",
         me, from, DtypeTagName(theirs), DtypeTagName(mine));
+    dev::TrapReported();
   }
   if (me != 0) PauseBeforePeerTrap(timeout_ns);
-  dev::Trap();
+  dev::TrapAfterReport();
 }
 
 // Traps when pe d's combine word `v` carries a rejection or another dtype. Before a
@@ -770,6 +771,7 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
             "mori.ep combine on rank %d: combine input has %lld rows, fewer than total_recv "
             "%lld\n",
             me, static_cast<long long>(p.input_rows), static_cast<long long>(total));
+        dev::TrapReported();
       }
       PostCombineWords(c, CombineWord(epoch, 0, true), tid, nthreads);
       dev::Quiet();

@@ -60,6 +60,7 @@ __device__ __forceinline__ void ReportBadExpert(const DispatchParams& p, int64_t
           "mori.ep dispatch on rank %d: expert id %d out of range [-1, %d) at token %lld slot "
           "%d\n",
           p.c.me, e, p.num_experts, static_cast<long long>(t), j);
+      dev::TrapReported();
       PostRejectedCounts(p.c, epoch, 0, 1);
       dev::Trap();
     }
@@ -109,9 +110,10 @@ __device__ __noinline__ void TrapRowTags(int me, int from, uint32_t theirs, uint
         "mori.ep dispatch on rank %d: rank %d passes %s tokens, this rank %s (every rank must "
         "pass the same dtype)\n",
         me, from, DtypeTagName(theirs), DtypeTagName(mine));
+    dev::TrapReported();
   }
   if (me != 0) PauseBeforePeerTrap(timeout_ns);
-  dev::Trap();
+  dev::TrapAfterReport();
 }
 
 // Warp 0: waits for every count word of `epoch` and stores the counts in
@@ -128,6 +130,7 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
           "%llu\n",
           c.me, i / c.world, static_cast<unsigned long long>(EpochOf(w)),
           static_cast<unsigned long long>(epoch));
+      dev::TrapReported();
       dev::Trap();
     }
     if (CountOf(w) == kRejectedCount) TrapRejectedBy(c, static_cast<int>(i / c.world), "dispatch");
@@ -155,16 +158,17 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
 // their registers.
 __device__ __noinline__ void TrapOverCapacity(int me, int world, int d, const uint32_t* counts,
                                               int64_t capacity, uint64_t timeout_ns) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  if (FirstTrapReport()) {
     int64_t rows = 0;
     for (int s = 0; s < world; ++s) rows += counts[s * world + d];
     printf(
         "mori.ep dispatch on rank %d: dispatch would deliver %lld tokens to rank %d, more than "
         "the receive capacity of %lld rows (max_total_recv_tokens)\n",
         me, static_cast<long long>(rows), d, static_cast<long long>(capacity));
+    dev::TrapReported();
   }
   if (d != me) PauseBeforePeerTrap(timeout_ns);
-  dev::Trap();
+  dev::TrapAfterReport();
 }
 
 // Row of the current token at destination d, held by lane d (< 0: not sent there).
@@ -448,7 +452,9 @@ __device__ void WaitGridWords(const Common& c, const uint64_t* words, unsigned n
       if (lane == 0) {
         printf("mori.ep dispatch on rank %d, block %d: %s not posted within %llu ns\n", c.me,
                blockIdx.x, what, static_cast<unsigned long long>(c.timeout_ns));
+        dev::TrapReported();
       }
+      __syncwarp();
       dev::Trap();
     }
   }

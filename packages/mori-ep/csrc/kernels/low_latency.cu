@@ -47,12 +47,13 @@ __device__ void TrapRejected(const LlParams& p, int from, const char* what) {
           "mori.ep low-latency %s on rank %d: rejected by rank %d (its inputs failed "
           "validation; see its error)\n",
           what, p.me, from);
+    if (blockIdx.x == 0 && threadIdx.x == 0) dev::TrapReported();
     const uint64_t pause =
         p.timeout_ns / 2 < kPeerTrapPauseNs ? p.timeout_ns / 2 : kPeerTrapPauseNs;
     const uint64_t t0 = dev::GlobalTimerNs();
     while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
   }
-  dev::Trap();
+  dev::TrapAfterReport();
 }
 
 // Release every store of the block, then count it; true in the last block.
@@ -123,6 +124,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
               "mori.ep low-latency dispatch on rank %d: expert id %d %s at token %lld slot %d "
               "(valid: [-1, %d))\n",
               me, e, why, static_cast<long long>(t), j, num_experts);
+          dev::TrapReported();
         }
         continue;
       }
@@ -220,7 +222,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       __syncthreads();
       if (threadIdx.x == 0) st->pad = 0;
       __threadfence();
-      dev::Trap();
+      dev::TrapAfterReport();
     }
   }
 }
@@ -360,8 +362,9 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
             "mori.ep low-latency combine on rank %d: input has %lld rows, fewer than "
             "total_recv %lld\n",
             me, static_cast<long long>(a.input_rows), static_cast<long long>(total));
+        dev::TrapReported();
       }
-      dev::Trap();
+      dev::TrapAfterReport();
     }
     const int64_t eb = CombineElementBytes(a.dtype);
     for (int64_t i = gwarp; i < total; i += nwarps) {

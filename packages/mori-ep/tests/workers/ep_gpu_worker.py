@@ -17,7 +17,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor, start_gpu_rank
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, start_gpu_rank, sum_start
 
 from mori.core import shmem
 from mori.core.dist_compat import all_gather_single
@@ -91,8 +91,10 @@ def check_dispatch(tag, n, x, w, sc, idx, out, out_w, out_s, out_idx, total, src
 
 def check_combine(tag, n, x, w, sc, idx, cout, cw) -> None:
     assert cout.shape == (n, HIDDEN) and cw.shape == (n, K), f"{tag}: shapes"
-    want = torch.zeros(n, HIDDEN, dtype=torch.float32)
-    want_w = torch.zeros(n, K, dtype=torch.float32)
+    # Sums start from -0.0 for a token with a destination, +0.0 for one without
+    # (README, Semantics): an fp8 token whose parts are all -0.0 sums to -0.0.
+    has_part = (idx >= 0).any(dim=1) if n else torch.zeros(0, dtype=torch.bool)
+    want, want_w = sum_start(has_part, HIDDEN), sum_start(has_part, K)
     for t in range(n):
         for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
             want[t] += expert(x[t : t + 1], sc[t : t + 1] if sc is not None else None, d)[0].float()

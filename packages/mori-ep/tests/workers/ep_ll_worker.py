@@ -460,7 +460,10 @@ def run_graph(base_seed):
             torch.cuda.synchronize()
             if step is token_step:
                 m = torch.tensor([len({int(e) // EPR for e in r if e >= 0}) for r in idx])
-                want = (x.float() * 2 * m[:, None].float()).to(torch.bfloat16)
+                # A token with no destination combines to +0.0 (not x * 0, which is
+                # -0.0 where x < 0); the others sum m copies of 2x from -0.0, exactly.
+                want = sum_start(m > 0, HIDDEN) + x.float() * 2 * m[:, None].float()
+                want = want.to(torch.bfloat16)
                 got = cpu(res[0])
             else:
                 want = sum_start((idx >= 0).any(1), HIDDEN)

@@ -74,6 +74,30 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
   for (;;) __nanosleep(1000000);
 }
 
+namespace detail {
+// Set once a thread of this translation unit has printed why its launch fails. A trap
+// ends the context, so it is never reset.
+static __device__ unsigned g_trap_printed = 0;
+}  // namespace detail
+
+// Called by a thread right after printing why its launch fails.
+__device__ __forceinline__ void TrapReported() {
+  __threadfence();
+  atomicExch(&detail::g_trap_printed, 1u);
+}
+
+// Traps once a thread of this translation unit has reported (TrapReported), or after
+// wait_ns: a trap stops the whole grid, and a thread that traps while another is
+// inside its printf loses that message (seen on an H200: the pe that trapped without
+// a pause printed nothing). For every thread that traps without printing.
+[[noreturn]] __device__ __forceinline__ void TrapAfterReport(uint64_t wait_ns = 100000000) {
+  const uint64_t t0 = GlobalTimerNs();
+  while (atomicAdd(&detail::g_trap_printed, 0u) == 0u && GlobalTimerNs() - t0 < wait_ns) {
+    __nanosleep(1000);
+  }
+  Trap();
+}
+
 // fence.sc.sys: every access of this thread before it is performed at system scope
 // before any access after it.
 __device__ __forceinline__ void Fence() { __threadfence_system(); }
