@@ -123,14 +123,37 @@ ERR_RDMA_OP; the others as the StatusCode of the same name and number.)doc")
 The status of one transfer (or batch), with MORI's methods. The engine finishes it
 exactly once; Wait/WaitFor release the GIL.)doc")
       .def(py::init<>())
-      .def("Code", &TransferState::Code)
-      .def("Detail", &TransferState::Detail,
-           "mori's finer reason (StatusDetail), e.g. ERR_PEER_LOST behind ERR_RDMA_OP.")
+      // The predicates poll (TransferState::Poll): a TCP write whose waiter would read
+      // its answer itself is read once, without blocking, when polled instead.
+      .def("Code",
+           [](TransferState& s) {
+             s.Poll();
+             return s.Code();
+           })
+      .def(
+          "Detail",
+          [](TransferState& s) {
+            s.Poll();
+            return s.Detail();
+          },
+          "mori's finer reason (StatusDetail), e.g. ERR_PEER_LOST behind ERR_RDMA_OP.")
       .def("Message", &TransferState::Message)
       .def("Init", &TransferState::Init)
-      .def("InProgress", &TransferState::InProgress)
-      .def("Succeeded", &TransferState::Succeeded)
-      .def("Failed", &TransferState::Failed)
+      .def("InProgress",
+           [](TransferState& s) {
+             s.Poll();
+             return s.InProgress();
+           })
+      .def("Succeeded",
+           [](TransferState& s) {
+             s.Poll();
+             return s.Succeeded();
+           })
+      .def("Failed",
+           [](TransferState& s) {
+             s.Poll();
+             return s.Failed();
+           })
       .def("SetCode", &TransferState::SetCode, py::arg("code"))
       .def("SetMessage", &TransferState::SetMessage, py::arg("message"))
       .def("Update", &TransferState::Update, py::arg("code"), py::arg("message"),
@@ -261,6 +284,7 @@ every hello; without it the remote refuses the connections).)doc")
       .def_property_readonly("hellos_refused", &IoEngine::hellos_refused)
       .def_property_readonly("idle_connections_closed", &IoEngine::idle_closed)
       .def_property_readonly("announcements_refused", &IoEngine::announcements_refused)
+      .def_property_readonly("answers_read_by_waiters", &IoEngine::answers_read_by_waiters)
       .def("create_shm_backend", &IoEngine::CreateShmBackend)
       .def("create_p2p_backend", &IoEngine::CreateP2pBackend, py::arg("config"))
       .def(
@@ -375,7 +399,9 @@ max_inbound_statuses cap dropped (oldest first).)doc")
             py::arg("lockfree_endpoint") = o.lockfree_endpoint,
             py::arg("epoch_snapshot") = o.epoch_snapshot, py::arg("ledger_ring") = o.ledger_ring,
             py::arg("target_batching") = o.target_batching, py::arg("notice_ring") = o.notice_ring,
-            py::arg("notice_ring_slots") = o.notice_ring_slots);
+            py::arg("notice_ring_slots") = o.notice_ring_slots,
+            py::arg("tcp_waiter_reads") = o.tcp_waiter_reads,
+            py::arg("tcp_busy_poll_us") = o.tcp_busy_poll_us);
       });
 
   // The wire-level credential of hellos, for peers that speak the protocol by hand

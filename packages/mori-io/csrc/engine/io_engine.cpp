@@ -68,6 +68,16 @@ HotPathOptions HotPathOptions::FromEnv() {
   o.notice_ring = EnvFlag("MORI_IO_NOTICE_RING", true);
   o.cma_cache = EnvFlag("MORI_IO_CMA_CACHE", true);
   o.liveness_word = EnvFlag("MORI_IO_SHM_LIVENESS_WORD", true);
+  o.tcp_waiter_reads = EnvFlag("MORI_IO_TCP_WAITER_READS", true);
+  if (const char* us = std::getenv("MORI_IO_TCP_BUSY_POLL_US")) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(us, &end, 10);
+    if (end == us || *end != '\0' || v > 1000000) {
+      MORI_THROW(InvalidArgumentError, "MORI_IO_TCP_BUSY_POLL_US='", us,
+                 "': expected microseconds in [0, 1000000]");
+    }
+    o.tcp_busy_poll_us = static_cast<uint32_t>(v);
+  }
   if (const char* slots = std::getenv("MORI_IO_NOTICE_RING_SLOTS")) {
     char* end = nullptr;
     unsigned long v = std::strtoul(slots, &end, 10);

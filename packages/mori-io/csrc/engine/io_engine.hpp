@@ -49,6 +49,12 @@ struct HotPathOptions {
                                       // for a grant (two round trips per write)
   bool liveness_word = true;          // MORI_IO_SHM_LIVENESS_WORD=0: same-host copies poll the
                                       // target's pidfd (a syscall) instead of its liveness word
+  bool tcp_waiter_reads = true;       // MORI_IO_TCP_WAITER_READS=0: the thread waiting for a
+                                      // single TCP write never reads its answer itself (the
+                                      // reactor reads it and wakes the waiter)
+  uint32_t tcp_busy_poll_us = 0;      // MORI_IO_TCP_BUSY_POLL_US: after a read pass a reactor
+                                      // polls its sockets without sleeping this long, so the
+                                      // next request of a burst finds it awake (costs a core)
   static HotPathOptions FromEnv();
 };
 
@@ -166,6 +172,13 @@ class IoEngine {
   void CountRefusedAnnouncements(size_t n) {
     announcements_refused_.fetch_add(n, std::memory_order_relaxed);
   }
+  // Answers of TCP writes read by the thread waiting for them (tcp/answer_reader.hpp).
+  uint64_t answers_read_by_waiters() const {
+    return answers_read_by_waiters_.load(std::memory_order_relaxed);
+  }
+  void CountAnswerReadByWaiter() {
+    answers_read_by_waiters_.fetch_add(1, std::memory_order_relaxed);
+  }
   std::shared_ptr<Peer> FindPeer(const std::string& key) const { return peers_.Find(key); }
 
   // The transfer path shared by engine calls and sessions; peer may be null.
@@ -211,6 +224,7 @@ class IoEngine {
   std::atomic<uint64_t> hellos_refused_{0};
   std::atomic<uint64_t> idle_closed_{0};
   std::atomic<uint64_t> announcements_refused_{0};
+  std::atomic<uint64_t> answers_read_by_waiters_{0};
   std::string host_;
   uint16_t port_ = 0;
   int listen_fd_ = -1;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -152,12 +153,40 @@ class TransferState {
   }
   void SetLongSpin() noexcept { long_spin_ = true; }
 
+  // A transport that can finish this transfer on the waiting thread (TCP: the waiter
+  // reads its answer from the socket itself instead of being woken by the reactor that
+  // read it). `help` runs at the start of a WaitFor, one waiter at a time, until the
+  // status is final, the deadline passes (steady-clock ns) or it gives up; the usual
+  // wait follows. Set by the submitting thread before the status is handed out; `ctx`
+  // is kept alive by this state.
+  using WaitHelp = void (*)(const std::shared_ptr<void>& ctx, TransferState& state,
+                            int64_t deadline_ns);
+  void SetWaitHelp(WaitHelp help, std::shared_ptr<void> ctx) noexcept {
+    help_ = help;
+    help_ctx_ = std::move(ctx);
+  }
+  // For a status polled instead of waited for: one pass of the helper that does not
+  // block (TCP: one non-blocking read), so a polled transfer still finishes.
+  void Poll() {
+    if (help_ == nullptr || !InProgress() || helping_.exchange(true, std::memory_order_acquire)) {
+      return;
+    }
+    help_(help_ctx_, *this, 0);
+    helping_.store(false, std::memory_order_release);
+  }
+
   // Waits while IN_PROGRESS, until `timeout_ms` passes (negative: no limit). Spins
   // briefly first: most small transfers finish within microseconds. True when the
   // status is no longer IN_PROGRESS.
   bool WaitFor(int64_t timeout_ms) {
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
+    if (help_ != nullptr && InProgress() && !helping_.exchange(true, std::memory_order_acquire)) {
+      const int64_t start_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+      help_(help_ctx_, *this, timeout_ms < 0 ? INT64_MAX : start_ns + timeout_ms * 1000000);
+      helping_.store(false, std::memory_order_release);
+    }
     const int spins = WaitSpins();
     for (int i = 0; i < spins; ++i) {
       if (!InProgress()) return true;
@@ -194,7 +223,10 @@ class TransferState {
   std::atomic<bool> finishing_{false};
   std::string message_;
   std::atomic<int> waiters_{0};
-  bool long_spin_ = false;  // set before the state is shared
+  bool long_spin_ = false;   // set before the state is shared
+  WaitHelp help_ = nullptr;  // set before the state is handed out (SetWaitHelp)
+  std::shared_ptr<void> help_ctx_;
+  std::atomic<bool> helping_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -70,9 +71,16 @@ struct ConnExtension {
 };
 inline constexpr size_t kMaxConnExtensions = 4;
 
+// Who reads a connection's receive side (Conn::rx_owner).
+inline constexpr int kRxFree = 0;
+inline constexpr int kRxReactor = 1;  // its reactor, in a read pass
+inline constexpr int kRxWaiter = 2;   // a thread waiting for its answer (tcp/answer_reader.hpp)
+inline constexpr int kRxLent = 3;     // kept for the waiter of the transfer just submitted
+
 // One TCP connection. The send side (queue, pending responses, liveness) is shared by
 // submitting threads and the owning reactor, under `mu`; the receive side belongs to
-// the reactor alone.
+// whoever holds `rx_owner`: the reactor, or on an outbound connection a thread that
+// waits for the answer of its transfer (EPOLLIN is off meanwhile).
 struct Conn {
   int fd = -1;
   bool outbound = false;
@@ -90,6 +98,8 @@ struct Conn {
   bool in_paused = false;     // inbound: not reading requests (answers queued; under mu)
   uint64_t queued_bytes = 0;  // inbound: payload bytes of the answers in sendq (under mu)
   bool need_flush = false;    // the reactor queued requests in sendq
+  bool rx_waiter = false;     // outbound: a waiter reads the answers; EPOLLIN off (under mu)
+  std::atomic<int> rx_owner{kRxFree};
   std::string dead_reason;
   // Last time a byte was sent, or work was queued on an idle connection (NowNs).
   int64_t progress_ns = 0;

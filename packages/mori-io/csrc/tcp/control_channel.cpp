@@ -7,6 +7,7 @@
 
 #include "engine/io_engine.hpp"
 #include "mori/core/logging.hpp"
+#include "tcp/answer_reader.hpp"
 #include "tcp/reactor.hpp"
 #include "tcp/socket_io.hpp"
 #include "wire/log_safe.hpp"
@@ -27,6 +28,7 @@ void PostOnConn(Conn& c, const wire::Header& h, const Pending* answer) {
   // nothing makes it busy too, and on a connection that carried nothing yet (or idled
   // past transfer_timeout_ms) the reaper would otherwise find it stuck since then.
   if (c.pending.empty() && (answer != nullptr || c.sendq.empty())) c.progress_ns = NowNs();
+  RevokeLend(c);  // the reactor reads whatever answers this
   if (answer != nullptr) c.pending.push_back(*answer);
   c.sendq.push_back({h, nullptr, 0, 0, nullptr});
   if (!c.out_armed) {

@@ -16,6 +16,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/telemetry.hpp"
+#include "tcp/answer_reader.hpp"
 #include "tcp/control_handlers.hpp"
 #include "tcp/gpu_staging.hpp"
 #include "tcp/socket_io.hpp"
@@ -72,6 +73,23 @@ Reactor::Reactor(IoEngine* engine, int listen_fd, std::function<void()> on_start
   thread_ = std::thread([this] { Loop(); });
 }
 
+void Reactor::ResumeRead(std::shared_ptr<Conn> sc) {
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    if (tasks_stopped_) return;  // the reactor ended: nothing reads any more
+    tasks_.push_back([this, sc = std::move(sc)] {
+      {
+        std::lock_guard<std::mutex> lock(sc->mu);
+        if (sc->dead) return;
+      }
+      OnReadable(*sc);
+    });
+  }
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+  (void)ignored;
+}
+
 void Reactor::Post(std::function<void()> task) {
   {
     std::unique_lock<std::mutex> lock(tasks_mu_);
@@ -122,7 +140,7 @@ void Reactor::Add(const std::shared_ptr<Conn>& c) {
 
 void Reactor::ArmOut(Conn& c, bool on) {
   epoll_event ev{};
-  ev.events = (c.in_paused ? 0u : EPOLLIN | EPOLLRDHUP) | (on ? EPOLLOUT : 0u);
+  ev.events = (c.in_paused || c.rx_waiter ? 0u : EPOLLIN | EPOLLRDHUP) | (on ? EPOLLOUT : 0u);
   ev.data.ptr = &c;
   ::epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
 }
@@ -209,8 +227,12 @@ void Reactor::LoopUntilStopped() {
   // Stuck connections are found within transfer_timeout_ms plus one scan period.
   const int wait_ms = std::clamp(engine_->tcp_config().transfer_timeout_ms / 4, 10, 200);
   int64_t next_scan = NowNs() + int64_t{wait_ms} * 1000000;
+  const int64_t busy_ns = int64_t{engine_->options().tcp_busy_poll_us} * 1000;
+  int64_t busy_until = 0;  // polling without sleeping until then (MORI_IO_TCP_BUSY_POLL_US)
   while (!stop_.load(std::memory_order_acquire)) {
-    int n = ::epoll_wait(epfd_, evs, 64, wait_ms);
+    const bool busy = busy_ns > 0 && NowNs() < busy_until;
+    int n = ::epoll_wait(epfd_, evs, 64, busy ? 0 : wait_ms);
+    bool read_any = false;
     for (int i = 0; i < n; ++i) {
       void* p = evs[i].data.ptr;
       if (p == &wake_fd_) {
@@ -226,10 +248,14 @@ void Reactor::LoopUntilStopped() {
       }
       Conn& c = *static_cast<Conn*>(p);
       bool alive = true;
-      if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) alive = OnReadable(c);
+      if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+        alive = OnReadable(c);
+        read_any = true;
+      }
       if (alive && (evs[i].events & EPOLLOUT)) OnWritable(c);
     }
     int64_t now = NowNs();
+    if (read_any && busy_ns > 0) busy_until = now + busy_ns;
     ResumeAcceptIfDue(now);
     if (now >= next_scan) {
       CloseStuck(now, timeout_ns);
@@ -264,6 +290,7 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
       Conn& c = *kv.second;
       std::lock_guard<std::mutex> clock(c.mu);
       if (c.dead) continue;
+      RevokeLend(c);  // an answer nobody came to wait for is read by this reactor now
       if (!c.outbound && !c.hello_done && now - c.opened_ns >= hello_deadline_ns) {
         // Unauthenticated: a connection that never completes its hello (or trickles it)
         // would otherwise hold a descriptor and a receive buffer for ever.
@@ -703,9 +730,30 @@ bool Reactor::HandleResponse(Conn& c, std::string* why) {
 }
 
 bool Reactor::OnReadable(Conn& c) {
+  int owner = kRxFree;
+  if (!c.rx_owner.compare_exchange_strong(owner, kRxReactor, std::memory_order_acquire)) {
+    // A waiting thread reads this connection's answers (its EPOLLIN is off meanwhile; an
+    // event from before that, or a hang-up, comes back once it hands the socket back).
+    if (owner != kRxLent) return true;
+    // Lent to a waiter that has not come: read as before (a hang-up, a stale event).
+    std::lock_guard<std::mutex> lock(c.mu);
+    RevokeLend(c);
+    owner = kRxFree;
+    if (!c.rx_owner.compare_exchange_strong(owner, kRxReactor, std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  struct Release {
+    Conn& c;
+    ~Release() { c.rx_owner.store(kRxFree, std::memory_order_release); }
+  } release{c};
   MORI_SCOPED_TIMER(kIo, "io.tcp.on_readable");
   c.rx_ns = NowNs();
   size_t budget = kReadBudget;
+  // A recv that returned less than it asked for emptied the socket: once the buffered
+  // bytes are parsed the pass ends without another recv (it would return EAGAIN), as
+  // level-triggered epoll reports any bytes that arrive later.
+  bool drained = false;
   std::string why;
   for (;;) {
     if (c.in_payload) {
@@ -725,8 +773,10 @@ bool Reactor::OnReadable(Conn& c) {
         continue;
       }
       if (c.payload_left >= kDirectRecvMin && c.payload_dst != nullptr && budget > 0) {
+        if (drained) break;
         ssize_t n = ::recv(c.fd, c.payload_dst, c.payload_left, 0);
         if (n > 0) {
+          drained = static_cast<uint64_t>(n) < c.payload_left;
           c.payload_dst += n;
           c.payload_left -= static_cast<uint64_t>(n);
           budget -= std::min(budget, static_cast<size_t>(n));
@@ -766,8 +816,10 @@ bool Reactor::OnReadable(Conn& c) {
     if (c.header_only && !c.in_payload && c.rlen - c.rpos < kHdr) {
       want = kHdr - (c.rlen - c.rpos);
     }
+    if (drained) break;
     ssize_t n = ::recv(c.fd, c.rbuf.data() + c.rlen, want, 0);
     if (n > 0) {
+      drained = static_cast<size_t>(n) < want;
       c.rlen += static_cast<size_t>(n);
       budget -= std::min(budget, static_cast<size_t>(n));
       continue;
@@ -849,8 +901,13 @@ void Reactor::Close(Conn& c, const std::string& reason, StatusDetail code) {
     }
     c.out_local.clear();
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
-    ::close(c.fd);
+    // A thread reading its answer (tcp/answer_reader.hpp) may be in poll() on the
+    // socket: the shutdown wakes it, and the descriptor is closed only once it let go,
+    // so it never reads a descriptor number reused meanwhile.
+    if (c.rx_owner.load(std::memory_order_acquire) == kRxWaiter) ::shutdown(c.fd, SHUT_RDWR);
   }
+  while (c.rx_owner.load(std::memory_order_acquire) == kRxWaiter) std::this_thread::yield();
+  ::close(c.fd);
   if (c.outbound) {
     std::string msg = StrCat("connection to remote engine ", LogSafe(c.remote_key), " (",
                              c.peer_addr, ") lost: ", reason);

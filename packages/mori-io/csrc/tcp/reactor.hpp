@@ -39,6 +39,10 @@ class Reactor {
   // Runs `task` on this reactor's thread (the second half of a large copy); tasks
   // still queued when the reactor stops run on the stopping thread, so none is lost.
   void Post(std::function<void()> task);
+  // A waiting thread handed back connection `c` with bytes buffered in its rbuf: the
+  // reactor parses them (the socket may hold nothing more to wake it). Dropped once
+  // the reactor stopped. Takes only the task lock (callers hold c.mu).
+  void ResumeRead(std::shared_ptr<Conn> c);
   void Stop();
   void Add(const std::shared_ptr<Conn>& c);
   void ArmOut(Conn& c, bool on);
@@ -85,7 +89,7 @@ class Reactor {
   void SideAnswer(Conn& c, const wire::Header& h, wire::MsgType type, wire::WireStatus st,
                   std::string payload);
   // The message of a transfer part the target refused.
-  std::string Refusal(const Conn& c, const Pending& p, wire::WireStatus s);
+  static std::string Refusal(const Conn& c, const Pending& p, wire::WireStatus s);
 
  private:
   void Loop();

@@ -8,6 +8,7 @@
 
 #include "engine/io_engine.hpp"
 #include "mori/core/telemetry.hpp"
+#include "tcp/answer_reader.hpp"
 #include "tcp/gpu_staging.hpp"
 #include "tcp/reactor.hpp"
 
@@ -78,8 +79,13 @@ std::shared_ptr<TransferState> TcpTransport::PostParts(const TransferRequest& re
   h.uid = req.uid;
   h.mem_id = remote_mem;
   h.capability = req.remote.capability;
+  // A single TCP write alone on its connection: its waiter may read the answer itself.
+  const bool waiter_reads =
+      parts == 1 && type == wire::MsgType::kWrite && engine_->options().tcp_waiter_reads;
+  std::shared_ptr<Conn> answered_on;
   for (size_t k = 0; k < nconn && k < parts; ++k) {
-    Conn& c = *pc->conns[(start + k) % nconn];
+    const std::shared_ptr<Conn>& conn = pc->conns[(start + k) % nconn];
+    Conn& c = *conn;
     uint32_t refused = 0;
     uint32_t unstaged = 0;
     int err = 0;
@@ -95,6 +101,7 @@ std::shared_ptr<TransferState> TcpTransport::PostParts(const TransferRequest& re
         x.length = extent_hi - extent_lo;
         c.sendq.push_back({x, nullptr, 0, 0, nullptr});
       }
+      RevokeLend(c);   // an answer before ours must not wait for our waiter
       uint64_t p = 0;  // part index across the transfer; part p goes to connection p % nconn
       for (size_t i = 0; i < req.n; ++i) {
         const TransferSpan& s = req.spans[i];
@@ -124,6 +131,7 @@ std::shared_ptr<TransferState> TcpTransport::PostParts(const TransferRequest& re
           c.sendq.push_back({h, payload ? src : nullptr, payload ? len : 0, 0, nullptr, staged});
           c.pending.push_back({rid, type, write, local_ptr, len, remote_mem, h.offset, req.uid,
                                h.num_parts, local_gpu ? local.device_id : -1});
+          if (waiter_reads && c.pending.size() == 1 && LendAnswers(c)) answered_on = conn;
         }
       }
       if (c.dead) {
@@ -144,6 +152,7 @@ std::shared_ptr<TransferState> TcpTransport::PostParts(const TransferRequest& re
       engine_->CompletePart(rid, StatusDetail::ERR_GPU_OP, stage_error);
     }
   }
+  if (answered_on) state->SetWaitHelp(&ReadAnswersWhileWaiting, std::move(answered_on));
   return state;
 }
 

@@ -173,7 +173,8 @@ class Engine:
     hellos_refused: int
     idle_connections_closed: int
     announcements_refused: int
-    hot_path_options: dict[str, bool]
+    answers_read_by_waiters: int
+    hot_path_options: dict[str, bool | int]
     def __init__(self, key: str, host: str, port: int) -> None: ...
     def create_tcp_backend(self, config: TcpBackendConfig) -> None: ...
     def register_memory(
