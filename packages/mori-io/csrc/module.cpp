@@ -6,6 +6,7 @@
 #include "engine/backend_probe.hpp"
 #include "engine_py.hpp"
 #include "mori/python/extension.hpp"
+#include "p2p/p2p_backend.hpp"
 #include "shared_host_py.hpp"
 #include "wire/wire_protocol.hpp"
 
@@ -40,6 +41,16 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"),
       R"doc(Return (available, reason): whether ``backend`` can run on this machine.)doc");
+
+  m.def(
+      "cuda_ipc_handle",
+      [](uintptr_t addr, int device) {
+        return py::bytes(mori::io::P2pBackend::LegacyIpcHandle(addr, device));
+      },
+      py::arg("addr"), py::arg("device"),
+      R"doc(The 64-byte cudaIpcMemHandle_t of the legacy-IPC-capable allocation holding GPU
+address ``addr`` on ``device`` (MORI's MemoryDesc.ipc_handle); b"" for cuMem memory, host
+memory or a build without CUDA.)doc");
 
   mori::io::register_engine(m);
   mori::io::register_baseline(m);

@@ -315,6 +315,40 @@ def test_two_engines_of_one_process_bit_exact(engine_pair):
     b.close()
 
 
+def test_ipc_handle_of_memory_without_a_cuda_allocation_is_empty():
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert _C.cuda_ipc_handle(buf.ctypes.data, 0) == b""
+    assert _C.cuda_ipc_handle(0, 0) == b""
+    assert _C.cuda_ipc_handle(buf.ctypes.data, -1) == b""
+
+
+@needs_gpu
+def test_memory_desc_carries_the_cuda_ipc_handle_where_p2p_exists(engine_pair):
+    """MORI's MemoryDesc.ipc_handle: the allocation's cudaIpcMemHandle_t for GPU memory
+    registered by an engine with a P2P (XGMI) backend, the same bytes torch shares the
+    storage with; zeros without P2P and for host memory; kept by pack/unpack."""
+    import torch
+
+    a, b = engine_pair(BackendType.TCP, BackendType.P2P)
+    c = IOEngine("c")
+    c.create_backend(BackendType.TCP)
+    try:
+        big = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda")
+        part = big[4096:8192]
+        torch_handle = big.untyped_storage()._share_cuda_()[1]
+        ma, mpart = a.register_torch_tensor(big), a.register_torch_tensor(part)
+        assert len(ma.ipc_handle) == 64 and any(ma.ipc_handle)
+        assert ma.ipc_handle == torch_handle[:64]
+        assert mpart.ipc_handle == ma.ipc_handle  # one allocation, one handle
+        assert MemoryDesc.unpack(ma.pack()).ipc_handle == ma.ipc_handle
+        other = torch.zeros(3 << 20, dtype=torch.uint8, device="cuda")
+        assert a.register_torch_tensor(other).ipc_handle != ma.ipc_handle
+        assert c.register_torch_tensor(big).ipc_handle == bytes(64)  # no P2P backend
+        assert a.register_torch_tensor(torch.zeros(64)).ipc_handle == bytes(64)  # host
+    finally:
+        c.close()
+
+
 @needs_gpu
 def test_single_spans_bit_exact_at_any_alignment(engine_pair):
     """Single reads and writes (one copy-engine copy each) of random sizes at offsets of

@@ -44,6 +44,7 @@ std::string P2pBackend::Export(uint64_t, uintptr_t, uint64_t, int) {
   MORI_THROW(NotSupportedError, "P2P backend: ", Unavailable());
 }
 void P2pBackend::Forget(uint64_t) {}
+std::string P2pBackend::LegacyIpcHandle(uintptr_t, int) { return {}; }
 std::shared_ptr<P2pMapping> P2pBackend::Import(const P2pExport&, int) {
   MORI_THROW(NotSupportedError, "P2P backend: ", Unavailable());
 }
@@ -344,6 +345,28 @@ P2pBackend::~P2pBackend() {
     for (cudaStream_t s : r->streams) (void)cudaStreamDestroy(s);
     for (cudaEvent_t e : r->events) (void)cudaEventDestroy(e);
   }
+}
+
+std::string P2pBackend::LegacyIpcHandle(uintptr_t addr, int device) {
+  int count = 0;
+  if (addr == 0 || device < 0 || cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  BoundDevice scope(device);
+  const Driver& d = GetDriver();
+  int legacy = 0;
+  if (d.PointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                            static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS ||
+      legacy == 0) {
+    return {};
+  }
+  CUdeviceptr base = 0;
+  size_t alloc = 0;
+  P2P_CU(d.MemGetAddressRange(&base, &alloc, static_cast<CUdeviceptr>(addr)));
+  cudaIpcMemHandle_t h;
+  MORI_CUDA_CHECK(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)));
+  return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
 }
 
 std::string P2pBackend::Export(uint64_t region_id, uintptr_t addr, uint64_t size, int device) {

@@ -88,6 +88,12 @@ class P2pBackend {
 
   const P2pBackendConfig& config() const { return config_; }
 
+  // MORI's MemoryDesc.ipc_handle of GPU memory at `addr` on `device`: the 64-byte
+  // cudaIpcMemHandle_t of the allocation holding it where that allocation is legacy-IPC
+  // capable (cudaMalloc, torch's default allocator); "" for cuMem memory (expandable
+  // segments, mori's heaps), for host memory and in a build without CUDA.
+  static std::string LegacyIpcHandle(uintptr_t addr, int device);
+
   // Target side: the packed export of a registered GPU region (computed once per region
   // id and cached; exported fds stay open until Forget). Throws on CUDA failures.
   std::string Export(uint64_t region_id, uintptr_t addr, uint64_t size, int device);

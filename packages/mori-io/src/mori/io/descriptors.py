@@ -140,8 +140,11 @@ class MemoryDesc:
 
     MORI's extra fields: ``device_bus_id`` (the GPU's PCI bus id, lower case, for GPU
     memory; else ""), ``numa_node`` (host memory: the NUMA node of its first page; else
-    -1) and ``ipc_handle`` (64 bytes; zeros here: mori's P2P backend exchanges its CUDA
-    handles over the control channel on first use). ``MemoryDesc()`` is an empty
+    -1) and ``ipc_handle`` (64 bytes: for GPU memory registered by an engine with a P2P
+    backend, MORI's XGMI, the cudaIpcMemHandle_t of the cudaMalloc allocation holding it,
+    as MORI fills it; zeros otherwise, and for cuMem memory such as torch's expandable
+    segments. mori's own P2P transfers do not use it: they get their handles over the
+    control channel, from the owner, after its checks). ``MemoryDesc()`` is an empty
     descriptor, as MORI's default constructor gives.
 
     ``capability`` (64 random bits drawn at registration, left out of repr) must travel

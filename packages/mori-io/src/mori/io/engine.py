@@ -22,7 +22,7 @@ from typing import Any
 import mori.core
 
 from . import _C
-from .descriptors import EngineDesc, MemoryDesc
+from .descriptors import IPC_HANDLE_BYTES, EngineDesc, MemoryDesc
 
 BackendType = _C.BackendType
 MemoryLocationType = _C.MemoryLocationType
@@ -274,6 +274,10 @@ class IOEngineSession:
     def __init__(self, native: Any, engine: Any):
         self._sess = native
         self._engine = engine  # the native engine, for transfer uids
+        # The native methods of the same signature shadow read/write below (documented
+        # there): a small single transfer then pays no Python frame (BENCHMARKS.md).
+        self.read = native.read
+        self.write = native.write
 
     def allocate_transfer_uid(self) -> int:
         """A transfer id unique within the engine this session belongs to."""
@@ -425,14 +429,16 @@ class IOEngine:
         mem_loc = MemoryLocationType.CPU if mem_loc is None else MemoryLocationType(mem_loc)
         ptr, size, device_id = int(ptr), int(size), int(device_id)
         mid, capability = self._engine.register_memory(ptr, size, device_id, mem_loc)
-        bus_id, numa = "", -1
+        bus_id, numa, handle = "", -1, b""
         if mem_loc == MemoryLocationType.GPU:
             bus_id = _gpu_bus_id(device_id)
+            if "P2P" in self._backends:  # MORI fills it where its XGMI backend exists
+                handle = _C.cuda_ipc_handle(ptr, device_id)
         elif ptr != 0 and size > 0:
             numa = _C.numa_node_of(ptr)
         return MemoryDesc(
             self._key, mid, device_id, ptr, size, mem_loc, device_bus_id=bus_id, numa_node=numa,
-            capability=capability,
+            ipc_handle=handle or bytes(IPC_HANDLE_BYTES), capability=capability,
         )  # fmt: skip
 
     def register_torch_tensor(self, tensor: Any) -> MemoryDesc:
