@@ -21,32 +21,55 @@ namespace kernels {
 
 // ------------------------------------------------------------------ kernels
 
+// A zero-copy call's end: this block has read its ranges of every peer's input; waits
+// until every peer's block has read this rank's (protocol_cuda.hpp).
+__device__ void DoneReading(const Params& p, uint64_t e, int par, bool wait = true) {
+  uint64_t* ready = Words(p, p.layout.ready, par, blockIdx.x);
+  Post(p, ready, e, par);
+  if (wait) WaitAll(p, ready, e, par, "finish reading this rank's input");
+}
+
+// Step 1 of a call: this block's range of the input into staging, or in a zero-copy
+// call the input's offset to every pe.
+__device__ __forceinline__ void Stage(const Params& p, char* staging, int64_t lo, int64_t hi) {
+  if (!p.desc.zero_copy) Copy(staging + lo, p.src + lo, hi - lo);
+}
+
 // All-reduce (one-shot / two-shot) and reduce-scatter.
 template <int Kind, typename T, int Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) ReduceKernel(Params p) {
   const uint64_t e = CallEpoch(p);
   const int par = static_cast<int>(e & 1), b = blockIdx.x, nb = gridDim.x, W = p.world;
+  const bool zc = p.desc.zero_copy != 0;
   char* staging = At<char>(p, StagingOffset(p, par));
   const char* srcs[kMaxCudaWorld];
-  for (int s = 0; s < W; ++s) srcs[s] = PeerAt<const char>(p, StagingOffset(p, par), s);
   uint64_t* arrive = Words(p, p.layout.arrive, par, b);
+  if (zc) PushSource(p, par);
   int64_t lo, hi;
   if constexpr (Kind == kOneShotKernel) {
     SplitRange(0, p.bytes, nb, b, &lo, &hi);
-    Copy(staging + lo, p.src + lo, hi - lo);
+    Stage(p, staging, lo, hi);
     Post(p, arrive, e, par);
     WaitAll(p, arrive, e, par, "arrive");
-    ReduceRange<T, Op>(srcs, W, lo, hi, p.dst + lo, nullptr);
+    for (int s = 0; s < W; ++s) srcs[s] = PeerInput(p, par, s);
+    // A deferred output goes through staging, which no peer reads in a zero-copy call.
+    char* out = p.defer_output ? staging + lo : p.dst + lo;
+    ReduceRange<T, Op>(srcs, W, lo, hi, out, nullptr);
+    if (zc) {
+      DoneReading(p, e, par);
+      if (p.defer_output) Copy(p.dst + lo, staging + lo, hi - lo);
+    }
   } else if constexpr (Kind == kTwoShotKernel) {
     // Shard s (16-byte aligned) is reduced by rank s; block b handles piece b of each.
     for (int s = 0; s < W; ++s) {
       int64_t slo, shi;
       SplitRange(0, p.bytes, W, s, &slo, &shi);
       SplitRange(slo, shi, nb, b, &lo, &hi);
-      Copy(staging + lo, p.src + lo, hi - lo);
+      Stage(p, staging, lo, hi);
     }
     Post(p, arrive, e, par);
     WaitAll(p, arrive, e, par, "arrive");
+    for (int s = 0; s < W; ++s) srcs[s] = PeerInput(p, par, s);
     {
       int64_t slo, shi;
       SplitRange(0, p.bytes, W, p.me, &slo, &shi);
@@ -54,6 +77,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ReduceKernel(Params p) {
       char* reduced = At<char>(p, ReducedOffset(p, par));
       ReduceRange<T, Op>(srcs, W, lo, hi, reduced + lo, p.dst + lo);
     }
+    // Zero-copy: the ready words also say every peer has read this piece of each of
+    // this rank's shards, which the gather below overwrites when the call is in place.
     uint64_t* ready = Words(p, p.layout.ready, par, b);
     Post(p, ready, e, par);
     WaitAll(p, ready, e, par, "publish its reduced shard");
@@ -68,12 +93,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ReduceKernel(Params p) {
     const int64_t seg = p.bytes / W;
     for (int s = 0; s < W; ++s) {
       SplitRange(s * seg, (s + 1) * seg, nb, b, &lo, &hi);
-      Copy(staging + lo, p.src + lo, hi - lo);
+      Stage(p, staging, lo, hi);
     }
     Post(p, arrive, e, par);
     WaitAll(p, arrive, e, par, "arrive");
+    for (int s = 0; s < W; ++s) srcs[s] = PeerInput(p, par, s);
     SplitRange(p.me * seg, (p.me + 1) * seg, nb, b, &lo, &hi);
-    ReduceRange<T, Op>(srcs, W, lo, hi, p.dst + (lo - p.me * seg), nullptr);
+    char* out = p.defer_output ? staging + lo : p.dst + (lo - p.me * seg);
+    ReduceRange<T, Op>(srcs, W, lo, hi, out, nullptr);
+    if (zc) {
+      DoneReading(p, e, par);
+      if (p.defer_output) Copy(p.dst + (lo - p.me * seg), staging + lo, hi - lo);
+    }
   }
   Finish(p, e);
 }
@@ -81,15 +112,25 @@ __global__ void __launch_bounds__(kThreadsPerBlock) ReduceKernel(Params p) {
 __global__ void __launch_bounds__(kThreadsPerBlock) AllGatherKernel(Params p) {
   const uint64_t e = CallEpoch(p);
   const int par = static_cast<int>(e & 1), b = blockIdx.x;
+  const bool zc = p.desc.zero_copy != 0;
+  char* staging = At<char>(p, StagingOffset(p, par));
   int64_t lo, hi;
   SplitRange(0, p.bytes, gridDim.x, b, &lo, &hi);
-  Copy(At<char>(p, StagingOffset(p, par)) + lo, p.src + lo, hi - lo);
+  if (zc) PushSource(p, par);
+  Stage(p, staging, lo, hi);
   uint64_t* arrive = Words(p, p.layout.arrive, par, b);
   Post(p, arrive, e, par);
   WaitAll(p, arrive, e, par, "arrive");
   for (int k = 0; k < p.world; ++k) {
     const int s = (p.me + k) % p.world;
-    Copy(p.dst + s * p.bytes + lo, PeerAt<const char>(p, StagingOffset(p, par), s) + lo, hi - lo);
+    const char* from = (zc && s == p.me ? p.src : PeerInput(p, par, s)) + lo;
+    // x in another rank's slot of out: that slot waits in staging for the end.
+    char* to = (s == p.deferred_slot ? staging : p.dst + s * p.bytes) + lo;
+    if (to != from) Copy(to, from, hi - lo);  // equal: x is this rank's slot of out
+  }
+  if (zc) {
+    DoneReading(p, e, par);
+    if (p.deferred_slot >= 0) Copy(p.dst + p.deferred_slot * p.bytes + lo, staging + lo, hi - lo);
   }
   Finish(p, e);
 }
@@ -97,15 +138,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock) AllGatherKernel(Params p) {
 __global__ void __launch_bounds__(kThreadsPerBlock) BroadcastKernel(Params p) {
   const uint64_t e = CallEpoch(p);
   const int par = static_cast<int>(e & 1), b = blockIdx.x;
+  const bool zc = p.desc.zero_copy != 0;
   int64_t lo, hi;
   SplitRange(0, p.bytes, gridDim.x, b, &lo, &hi);
-  if (p.me == p.root) Copy(At<char>(p, StagingOffset(p, par)) + lo, p.src + lo, hi - lo);
+  if (p.me == p.root) {
+    if (zc) PushSource(p, par);
+    Stage(p, At<char>(p, StagingOffset(p, par)), lo, hi);
+  }
   uint64_t* arrive = Words(p, p.layout.arrive, par, b);
   Post(p, arrive, e, par);
   WaitAll(p, arrive, e, par, "arrive");
-  if (p.me != p.root) {
-    Copy(p.dst + lo, PeerAt<const char>(p, StagingOffset(p, par), p.root) + lo, hi - lo);
-  }
+  if (p.me != p.root) Copy(p.dst + lo, PeerInput(p, par, p.root) + lo, hi - lo);
+  // Only the root's input is read: only the root waits for the others to finish.
+  if (zc) DoneReading(p, e, par, p.me == p.root);
   Finish(p, e);
 }
 
@@ -156,7 +201,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) AllToAllKernel(Params p) {
   }
   int64_t lo, hi;
   SplitRange(0, p.src_rows * p.row_bytes, gridDim.x, b, &lo, &hi);
-  Copy(At<char>(p, StagingOffset(p, par)) + lo, p.src + lo, hi - lo);
+  if (p.desc.zero_copy) PushSource(p, par);
+  Stage(p, At<char>(p, StagingOffset(p, par)), lo, hi);
   Post(p, arrive, e, par);
   WaitAll(p, arrive, e, par, "arrive");
   if (threadIdx.x == 0) {
@@ -194,8 +240,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) AllToAllKernel(Params p) {
     const int s = (p.me + k) % W;
     SplitRange(0, cnt[s] * p.row_bytes, gridDim.x, b, &lo, &hi);
     Copy(p.dst + dst_off[s] * p.row_bytes + lo,
-         PeerAt<const char>(p, StagingOffset(p, par), s) + src_off[s] * p.row_bytes + lo, hi - lo);
+         PeerInput(p, par, s) + src_off[s] * p.row_bytes + lo, hi - lo);
   }
+  if (p.desc.zero_copy) DoneReading(p, e, par);
   Finish(p, e);
 }
 
@@ -282,12 +329,13 @@ struct CommunicatorCuda::Launch {
 
 CommunicatorCuda::CommunicatorCuda(void* block, size_t max_bytes, int device,
                                    std::chrono::milliseconds timeout, int max_blocks,
-                                   const std::vector<int>& pes)
+                                   const std::vector<int>& pes, bool zero_copy)
     : block_(static_cast<char*>(block)),
       max_bytes_(max_bytes),
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
-      max_blocks_(max_blocks) {
+      max_blocks_(max_blocks),
+      zero_copy_(zero_copy) {
   const shmem::DeviceContext heap = shmem::GetDeviceContext();
   std::vector<char*> bases;
   ctx_ = TeamContext(heap, pes, bases);
@@ -341,7 +389,7 @@ int CommunicatorCuda::BlocksFor(int64_t bytes, int max_blocks) const {
 
 CallDesc CommunicatorCuda::Describe(CollectiveKind kind, DataType dtype, int op,
                                     CudaAlgorithm algorithm, int root, int blocks, int64_t bytes,
-                                    int64_t row_bytes) const {
+                                    int64_t row_bytes, bool zero_copy) const {
   CallDesc d{};
   d.kind = static_cast<int32_t>(kind);
   d.dtype = kind == CollectiveKind::kBarrier ? -1 : static_cast<int32_t>(dtype);
@@ -351,8 +399,30 @@ CallDesc CommunicatorCuda::Describe(CollectiveKind kind, DataType dtype, int op,
   d.blocks = blocks;
   d.bytes = bytes;
   d.row_bytes = row_bytes;
+  d.zero_copy = zero_copy ? 1 : 0;
   d.hash = DescHash(d);
   return d;
+}
+
+namespace {
+bool Overlaps(const void* a, size_t na, const void* b, size_t nb) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+}  // namespace
+
+bool CommunicatorCuda::ZeroCopy(const void* src, size_t bytes, Launch& l) {
+  // The heap is the same size on every pe, so an offset inside it is valid on every
+  // pe; which allocation it is does not matter (each rank reads the others' inputs
+  // at the offsets they publish).
+  const size_t n = bytes > 0 ? bytes : 1;
+  if (!zero_copy_ || src == nullptr || !shmem::IsSymmetric(src, n) ||
+      Overlaps(src, n, block_, layout_.total_bytes)) {
+    return false;
+  }
+  l.params.src_offset = static_cast<const char*>(src) - ctx_.my_base;
+  ++zero_copy_calls_;
+  return true;
 }
 
 void CommunicatorCuda::Enqueue(Launch& l, uintptr_t stream) {
@@ -390,8 +460,14 @@ void CommunicatorCuda::AllReduce(const void* src, void* dst, size_t count, DataT
   l.kernel = algorithm == CudaAlgorithm::kOneShot   ? ReduceKernelFor<kOneShotKernel>(dtype, op)
              : algorithm == CudaAlgorithm::kTwoShot ? ReduceKernelFor<kTwoShotKernel>(dtype, op)
                                                     : LLKernelFor(dtype, op);
+  const bool zc = algorithm != CudaAlgorithm::kOneShotLL && ZeroCopy(src, bytes, l);
   l.params.desc = Describe(CollectiveKind::kAllReduce, dtype, static_cast<int>(op), algorithm, -1,
-                           l.blocks, bytes, 0);
+                           l.blocks, bytes, 0, zc);
+  // In place (the only overlap the caller allows): one-shot overwrites what peers
+  // read; two-shot's own exchange orders it (protocol_cuda.hpp).
+  l.params.defer_output =
+      zc && algorithm == CudaAlgorithm::kOneShot &&
+      Overlaps(src, static_cast<size_t>(bytes), dst, static_cast<size_t>(bytes));
   l.params.src = static_cast<const char*>(src);
   l.params.dst = static_cast<char*>(dst);
   l.params.bytes = bytes;
@@ -409,8 +485,14 @@ void CommunicatorCuda::ReduceScatter(const void* src, void* dst, size_t count, D
   l.blocks = BlocksFor(bytes / world_, max_blocks);
   l.threads = kThreadsPerBlock;
   l.kernel = ReduceKernelFor<kReduceScatterKernel>(dtype, op);
+  const bool zc = ZeroCopy(src, bytes, l);
   l.params.desc = Describe(CollectiveKind::kReduceScatter, dtype, static_cast<int>(op),
-                           CudaAlgorithm::kSm, -1, l.blocks, bytes, 0);
+                           CudaAlgorithm::kSm, -1, l.blocks, bytes, 0, zc);
+  // Only this rank reads its own segment, and only where it writes it: an output that
+  // is exactly that segment need not wait.
+  const size_t seg = static_cast<size_t>(bytes) / world_;
+  l.params.defer_output = zc && Overlaps(src, static_cast<size_t>(bytes), dst, seg) &&
+                          dst != static_cast<const char*>(src) + me_ * seg;
   l.params.src = static_cast<const char*>(src);
   l.params.dst = static_cast<char*>(dst);
   l.params.bytes = bytes;
@@ -473,8 +555,15 @@ void CommunicatorCuda::AllGather(const void* src, void* dst, size_t bytes, DataT
   l.blocks = BlocksFor(b, max_blocks);
   l.threads = kThreadsPerBlock;
   l.kernel = reinterpret_cast<const void*>(&AllGatherKernel);
+  const bool zc = ZeroCopy(src, bytes, l);
   l.params.desc =
-      Describe(CollectiveKind::kAllGather, dtype, -1, CudaAlgorithm::kSm, -1, l.blocks, b, 0);
+      Describe(CollectiveKind::kAllGather, dtype, -1, CudaAlgorithm::kSm, -1, l.blocks, b, 0, zc);
+  if (zc && bytes > 0 && Overlaps(src, bytes, dst, bytes * world_)) {
+    // x is a whole slot of out (the caller checked); its own slot needs no copy.
+    const int slot = static_cast<int>((static_cast<const char*>(src) - static_cast<char*>(dst)) /
+                                      static_cast<int64_t>(bytes));
+    l.params.deferred_slot = slot == me_ ? -1 : slot;
+  }
   l.params.src = static_cast<const char*>(src);
   l.params.dst = static_cast<char*>(dst);
   l.params.bytes = b;
@@ -506,8 +595,10 @@ void CommunicatorCuda::AllToAll(const void* src, void* dst, size_t row_bytes, in
   l.blocks = BlocksFor(static_cast<int64_t>(kMaxBlocks) * kBytesPerBlock, max_blocks);
   l.threads = kThreadsPerBlock;
   l.kernel = reinterpret_cast<const void*>(&AllToAllKernel);
+  // out never overlaps x (the caller checked).
+  const bool zc = ZeroCopy(src, bytes, l);
   l.params.desc =
-      Describe(CollectiveKind::kAllToAll, dtype, -1, CudaAlgorithm::kSm, -1, l.blocks, -1, rb);
+      Describe(CollectiveKind::kAllToAll, dtype, -1, CudaAlgorithm::kSm, -1, l.blocks, -1, rb, zc);
   l.params.src = static_cast<const char*>(src);
   l.params.dst = static_cast<char*>(dst);
   l.params.bytes = static_cast<int64_t>(bytes);
@@ -533,8 +624,9 @@ void CommunicatorCuda::Broadcast(void* buf, size_t bytes, DataType dtype, int ro
   l.blocks = BlocksFor(b, max_blocks);
   l.threads = kThreadsPerBlock;
   l.kernel = reinterpret_cast<const void*>(&BroadcastKernel);
+  const bool zc = ZeroCopy(buf, bytes, l);
   l.params.desc =
-      Describe(CollectiveKind::kBroadcast, dtype, -1, CudaAlgorithm::kSm, root, l.blocks, b, 0);
+      Describe(CollectiveKind::kBroadcast, dtype, -1, CudaAlgorithm::kSm, root, l.blocks, b, 0, zc);
   l.params.src = static_cast<const char*>(buf);
   l.params.dst = static_cast<char*>(buf);
   l.params.bytes = b;

@@ -24,9 +24,10 @@ class CommunicatorCpu {
  public:
   // `block`: a symmetric block of MakeBlockLayout(ranks, max_bytes).total_bytes on a
   // host heap. `pes`: the ranks (TeamContext; empty: every pe). Collective over every
-  // pe of the heap: zeroes this pe's signal words, then a heap barrier.
+  // pe of the heap: zeroes this pe's signal words, then a heap barrier. `zero_copy`:
+  // inputs that lie in the heap are read by the peers in place; false: always staged.
   CommunicatorCpu(void* block, size_t max_bytes, std::chrono::milliseconds timeout,
-                  const std::vector<int>& pes = {});
+                  const std::vector<int>& pes = {}, bool zero_copy = true);
 
   // dst = op over ranks (ascending) of every rank's src, `count` elements; dst may be src.
   void AllReduce(const void* src, void* dst, size_t count, DataType dtype, ReduceOp op,
@@ -77,6 +78,7 @@ class CommunicatorCpu {
   size_t max_bytes_;
   BlockLayout layout_;
   std::chrono::milliseconds timeout_;
+  bool zero_copy_;
   uint64_t epoch_ = 0;
   CollectiveKind kind_ = CollectiveKind::kBarrier;  // the call in progress
   std::vector<CallHeader> headers_;                 // every rank's, this call

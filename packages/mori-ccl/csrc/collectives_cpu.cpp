@@ -69,12 +69,13 @@ const char* CollectiveKindName(CollectiveKind kind) {
 }
 
 CommunicatorCpu::CommunicatorCpu(void* block, size_t max_bytes, std::chrono::milliseconds timeout,
-                                 const std::vector<int>& pes)
+                                 const std::vector<int>& pes, bool zero_copy)
     : ctx_(TeamContext(shmem::GetDeviceContext(), pes, team_bases_)),
       block_(static_cast<char*>(block)),
       max_bytes_(max_bytes),
       layout_(MakeBlockLayout(ctx_.n_pes, max_bytes)),
       timeout_(timeout),
+      zero_copy_(zero_copy),
       headers_(ctx_.n_pes),
       srcs_(ctx_.n_pes) {
   MORI_CHECK_ARG(shmem::IsSymmetric(block, layout_.total_bytes),
@@ -119,7 +120,8 @@ bool CommunicatorCpu::Begin(Call& call) {
     for (int s = 0; s < W; ++s) Wait(done, s, e - 1, "finish reading the previous call");
   }
   const size_t bytes = static_cast<size_t>(call.header.bytes);
-  const bool in_place = call.src != nullptr && bytes > 0 && shmem::IsSymmetric(call.src, bytes) &&
+  const bool in_place = zero_copy_ && call.src != nullptr && bytes > 0 &&
+                        shmem::IsSymmetric(call.src, bytes) &&
                         !Overlaps(call.src, bytes, block_, layout_.total_bytes);
   const char* source = At<char>(layout_.staging);
   if (in_place) {

@@ -35,8 +35,10 @@ class CommunicatorCuda {
   // max_bytes).total_bytes on CUDA device `device`. `max_blocks` bounds the grid of
   // every call (the SMs a call occupies), at most kMaxBlocks. `pes`: the ranks
   // (TeamContext; empty: every pe of the heap); MakeCudaLayout takes their count.
+  // `zero_copy`: inputs that lie in the heap are read by the peers where they lie
+  // (protocol_cuda.hpp); false: every input is staged.
   CommunicatorCuda(void* block, size_t max_bytes, int device, std::chrono::milliseconds timeout,
-                   int max_blocks, const std::vector<int>& pes = {});
+                   int max_blocks, const std::vector<int>& pes = {}, bool zero_copy = true);
   ~CommunicatorCuda();
   CommunicatorCuda(const CommunicatorCuda&) = delete;
   CommunicatorCuda& operator=(const CommunicatorCuda&) = delete;
@@ -63,6 +65,9 @@ class CommunicatorCuda {
   // rank), then throws InvalidArgumentError(reason).
   [[noreturn]] void Reject(const std::string& reason, uintptr_t stream);
 
+  bool zero_copy() const { return zero_copy_; }
+  // Calls enqueued so far that read their input in place (graph replays not counted).
+  uint64_t zero_copy_calls() const { return zero_copy_calls_; }
   // Calls enqueued so far (the device's counter is authoritative: graph replays
   // advance it without the host).
   uint64_t calls() const { return calls_; }
@@ -77,7 +82,11 @@ class CommunicatorCuda {
   struct Launch;
   void Enqueue(Launch& launch, uintptr_t stream);
   CallDesc Describe(CollectiveKind kind, DataType dtype, int op, CudaAlgorithm algorithm, int root,
-                    int blocks, int64_t bytes, int64_t row_bytes) const;
+                    int blocks, int64_t bytes, int64_t row_bytes, bool zero_copy = false) const;
+  // Whether an SM call reads `src` (`bytes`) in place: the communicator allows it and
+  // src lies in the heap outside the communicator's block. Sets the launch's
+  // src_offset and counts the call.
+  bool ZeroCopy(const void* src, size_t bytes, Launch& launch);
   void CopyEngineCall(const CallDesc& desc, const void* src, size_t bytes, void* dst,
                       size_t chunk_bytes, bool all_to_all, uintptr_t stream);
 
@@ -93,6 +102,8 @@ class CommunicatorCuda {
   char** team_bases_dev_ = nullptr;  // a team's peer bases, in device memory
   int world_, me_;
   uint64_t calls_ = 0;
+  bool zero_copy_;
+  uint64_t zero_copy_calls_ = 0;
 };
 
 }  // namespace mori::ccl

@@ -51,6 +51,12 @@ struct Params {
   const int64_t* in_splits;    // all-to-all, device; nullptr: equal
   const int64_t* out_splits;
   int root;
+  int64_t src_offset;  // zero-copy: src from this rank's heap base
+  // Zero-copy only: the output overlaps the input where peers read it, so the reduce
+  // kernels write it after the end-of-call wait (from staging); all-gather: the slot
+  // of out that x occupies when it is not this rank's own (-1: none).
+  int defer_output;
+  int deferred_slot = -1;
 };
 
 // ------------------------------------------------------------------ names
@@ -150,6 +156,14 @@ __device__ __forceinline__ size_t DescOffset(const Params& p, int parity) {
   return p.layout.desc + static_cast<size_t>(parity) * sizeof(CallDesc);
 }
 
+// Where pe s's input of this call lies (every thread, after the arrive wait): its
+// staging, or in a zero-copy call the offset pe s stored in sources[parity][s].
+__device__ __forceinline__ const char* PeerInput(const Params& p, int parity, int s) {
+  if (!p.desc.zero_copy) return PeerAt<const char>(p, StagingOffset(p, parity), s);
+  const int64_t off = At<const int64_t>(p, p.layout.sources)[parity * p.world + s];
+  return p.ctx.peer_bases[s] + off;
+}
+
 // Offset in the block of the packets pe `from` posts, parity `parity`.
 __device__ __forceinline__ size_t LLSlotOffset(const Params& p, int parity, int from) {
   return p.layout.ll + (static_cast<size_t>(parity) * p.world + from) * (p.layout.ll_words + 1) * 8;
@@ -165,10 +179,11 @@ __device__ bool FirstToReport(const Params& p) {
 
 __device__ void PrintDesc(int rank, const CallDesc& d) {
   printf(
-      "  rank %d calls %s of %lld bytes of %s, op %s, %s, src %d, %lld-byte rows, %d blocks "
-      "(descriptor hash 0x%06x)\n",
+      "  rank %d calls %s of %lld bytes of %s, op %s, %s, src %d, %lld-byte rows, %d blocks, "
+      "%s input (descriptor hash 0x%06x)\n",
       rank, KindName(d.kind), static_cast<long long>(d.bytes), DtypeName(d.dtype), OpName(d.op),
-      AlgorithmName(d.algorithm), d.root, static_cast<long long>(d.row_bytes), d.blocks, d.hash);
+      AlgorithmName(d.algorithm), d.root, static_cast<long long>(d.row_bytes), d.blocks,
+      d.zero_copy ? "symmetric (zero-copy)" : "staged", d.hash);
 }
 
 __device__ void PauseNs(uint64_t ns) {
@@ -248,6 +263,13 @@ __device__ void Post(const Params& p, uint64_t* words, uint64_t e, int parity,
   for (int s = threadIdx.x; s < p.world; s += blockDim.x) {
     dev::SignalSet(p.ctx, &words[p.me], w, s);
   }
+}
+
+// Zero-copy, before Post of the arrive words (which releases it): this rank's input
+// offset into sources[parity][me] of every pe.
+__device__ void PushSource(const Params& p, int parity) {
+  const size_t at = p.layout.sources + (static_cast<size_t>(parity) * p.world + p.me) * 8;
+  for (int s = threadIdx.x; s < p.world; s += blockDim.x) *PeerAt<int64_t>(p, at, s) = p.src_offset;
 }
 
 // Every thread: waits until every pe's word in `words` is of call e (bounded), then

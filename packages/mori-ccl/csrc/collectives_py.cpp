@@ -80,15 +80,17 @@ void register_collectives(py::module_& m) {
   py::class_<CommunicatorCpu>(m, "CommunicatorCpu",
                               R"doc(The collectives on a host symmetric heap.)doc")
       .def(py::init([](uintptr_t block, size_t max_bytes, double timeout_s,
-                       const std::vector<int>& pes) {
+                       const std::vector<int>& pes, bool zero_copy) {
              return new CommunicatorCpu(
                  Ptr<void>(block), max_bytes,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), pes);
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), pes, zero_copy);
            }),
            py::arg("block"), py::arg("max_bytes"), py::arg("timeout_s"),
-           py::arg("pes") = std::vector<int>{}, py::call_guard<py::gil_scoped_release>(),
+           py::arg("pes") = std::vector<int>{}, py::arg("zero_copy") = true,
+           py::call_guard<py::gil_scoped_release>(),
            R"doc(Collective: zeroes this pe's signal words, then a heap barrier. ``pes``: the
-ranks as ascending heap pes of this node (empty: every pe).)doc")
+ranks as ascending heap pes of this node (empty: every pe). ``zero_copy``: inputs in the
+heap are read by the peers in place; false: staged.)doc")
       .def(
           "all_reduce",
           [](CommunicatorCpu& self, uintptr_t src, uintptr_t dst, size_t count,
@@ -164,17 +166,18 @@ ranks as ascending heap pes of this node (empty: every pe).)doc")
   py::class_<CommunicatorCuda>(m, "CommunicatorCuda",
                                R"doc(The collectives on a CUDA symmetric heap, on a stream.)doc")
       .def(py::init([](uintptr_t block, size_t max_bytes, int device, double timeout_s,
-                       int max_blocks, const std::vector<int>& pes) {
+                       int max_blocks, const std::vector<int>& pes, bool zero_copy) {
              return new CommunicatorCuda(
                  Ptr<void>(block), max_bytes, device,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), max_blocks,
-                 pes);
+                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), max_blocks, pes,
+                 zero_copy);
            }),
            py::arg("block"), py::arg("max_bytes"), py::arg("device"), py::arg("timeout_s"),
-           py::arg("max_blocks"), py::arg("pes") = std::vector<int>{},
+           py::arg("max_blocks"), py::arg("pes") = std::vector<int>{}, py::arg("zero_copy") = true,
            py::call_guard<py::gil_scoped_release>(),
            R"doc(Collective: zeroes the signal words, synchronises the device, heap barrier.
-``pes``: the ranks as ascending heap pes of this node (empty: every pe).)doc")
+``pes``: the ranks as ascending heap pes of this node (empty: every pe). ``zero_copy``:
+inputs in the heap are read by the peers in place (SM algorithms); false: staged.)doc")
       .def(
           "all_reduce",
           [](CommunicatorCuda& self, uintptr_t src, uintptr_t dst, size_t count,
@@ -254,6 +257,8 @@ InvalidArgumentError(reason).)doc")
       .def("blocks_for", &CommunicatorCuda::BlocksFor, py::arg("bytes"), py::arg("max_blocks"),
            R"doc(The grid a call of ``bytes`` gets with ``max_blocks`` (<= 0: the default).)doc")
       .def_property_readonly("calls", &CommunicatorCuda::calls)
+      .def_property_readonly("zero_copy", &CommunicatorCuda::zero_copy)
+      .def_property_readonly("zero_copy_calls", &CommunicatorCuda::zero_copy_calls)
       .def_property_readonly("max_bytes", &CommunicatorCuda::max_bytes)
       .def_property_readonly("max_blocks", &CommunicatorCuda::max_blocks)
       .def_property_readonly("ll_max_bytes", &CommunicatorCuda::ll_max_bytes);

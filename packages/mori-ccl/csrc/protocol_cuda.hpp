@@ -29,6 +29,23 @@
 // is at most one call ahead (it cannot finish a call without this rank's arrival),
 // so arrive[p] of call e is never overwritten by call e + 2 before it is read.
 //
+// Zero-copy calls (desc.zero_copy: this rank's input lies in the heap, so the peers
+// read it where it lies; SM algorithms except one_shot_ll): step 1 is replaced by
+// storing the input's offset from the heap's base into sources[e % 2][me] of every pe
+// (released by the arrive word that follows), and a reader takes pe s's input at
+// peer_bases[s] + sources[e % 2][s]. Because the input is the caller's and may be
+// overwritten by the next work on its stream, block b posts ready[e % 2][b][me] once
+// it has read its ranges of every peer's input and waits for every peer's before the
+// kernel ends ("done reading": one more flag exchange). An output that overlaps the
+// part of the input peers read (in-place one-shot, an overlapping reduce-scatter
+// output, an all-gather input in another rank's slot) is written after that wait,
+// from a copy of the result in this rank's staging (no peer reads it in a
+// zero-copy call). Two-shot needs no extra exchange: its ready words already mean
+// that every peer has read its shard of this rank's input, and a rank writes its own
+// shard of the output only with the values it has just read from the same address.
+// Broadcast: only the root's input is read, so only the root waits for the ready
+// words. The flag is part of the hash, so every rank must make the same choice.
+//
 // Copy-engine calls (all-gather, all-to-all with equal splits): a one-warp kernel
 // posts Word(e, hash) into arrive[e % 2][0] of every pe and waits for every pe's
 // (every peer has finished call e - 1, which read ce_staging; a peer making another
@@ -39,11 +56,13 @@
 // Block layout (offsets in bytes, W = world size, K = kMaxBlocks, B = max_bytes):
 //   state       CudaCallState      local: epoch, blocks finished, print latch
 //   arrive      u64 [2][K][W]      [p][b][s]: last word block b of pe s posted, parity p
-//   ready       u64 [2][K][W]      two-shot: reduced shard piece published
+//   ready       u64 [2][K][W]      two-shot: reduced shard piece published; zero-copy:
+//                                  block b has read its ranges of every peer's input
 //   ce_staged   u64 [W]
 //   desc        CallDesc [2]       this rank's descriptor of its last call of parity p
 //   rows        i64 [2][2][W]      all-to-all: [p][0] the rows this rank sends to each
 //                                  rank, [p][1] the rows it expects from each
+//   sources     i64 [2][W]         zero-copy: [p][s] pe s's input, from its heap's base
 //   staging     u8  [2][B]
 //   reduced     u8  [2][B]
 //   ce_staging  u8  [B]
@@ -100,12 +119,12 @@ struct CallDesc {
   int32_t blocks;     // the kernel's grid (the same on every rank)
   int64_t bytes;      // input bytes (all-to-all: the input's capacity)
   int64_t row_bytes;  // all-to-all: bytes per row
-  uint32_t hash;      // DescHash of the fields above
-  uint32_t pad;
+  uint32_t hash;      // DescHash of the fields above and zero_copy
+  int32_t zero_copy;  // 1: every rank's input is read where it lies (no staging)
 };
 
 struct CudaLayout {
-  size_t state, arrive, ready, ce_staged, desc, rows, staging, reduced, ce_staging, ll;
+  size_t state, arrive, ready, ce_staged, desc, rows, sources, staging, reduced, ce_staging, ll;
   size_t max_bytes, ll_words, total_bytes;
 };
 
@@ -124,6 +143,7 @@ inline CudaLayout MakeCudaLayout(int world_size, size_t max_bytes) {
   l.ce_staged = take(W * 8);
   l.desc = take(2 * sizeof(CallDesc));
   l.rows = take(2 * 2 * W * 8);
+  l.sources = take(2 * W * 8);
   const size_t B = AlignUp(max_bytes, 256);
   l.staging = take(2 * B);
   l.reduced = take(2 * B);
@@ -155,6 +175,7 @@ inline uint32_t DescHash(const CallDesc& d) {
   mix(d.blocks);
   mix(d.bytes);
   mix(d.row_bytes);
+  mix(d.zero_copy);
   uint32_t v = static_cast<uint32_t>((h ^ (h >> 24) ^ (h >> 48)) & kHashMask);
   return v == kRejectedHash ? v ^ 1u : v;
 }

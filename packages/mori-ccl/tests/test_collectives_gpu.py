@@ -56,6 +56,13 @@ def test_one_shot_ll(cuda_gpus):
     _run("ll", "per_gpu" if cuda_gpus >= 2 else "shared", 2, 120)
 
 
+def test_zero_copy_inputs(cuda_gpus):
+    # Symmetric inputs read in place: every SM algorithm, in and out of place, per-rank
+    # offsets, bit for bit against the staged path and the reference; back-to-back
+    # calls overwriting the input right after each call; a CUDA graph.
+    _run("zero_copy", "per_gpu" if cuda_gpus >= 2 else "shared", 2, 144)
+
+
 def test_cuda_graph_replays(cuda_gpus):
     _run("graph", "per_gpu" if cuda_gpus >= 2 else "shared", 2, 12)
 
@@ -105,6 +112,19 @@ def test_a_rejected_input_raises_there_and_traps_the_peer(cuda_gpus):
     assert "has 4100 bytes, more than the communicator's max_bytes 4096" in o0, o0
     assert o1.startswith("CUDA error"), o1
     assert "all_reduce (call 2) on rank 1: rejected by rank 0" in out1, out1
+
+
+def test_a_zero_copy_input_beside_a_staged_one_traps_on_both_ranks(cuda_gpus):
+    # Whether the input is read in place is part of the call's descriptor.
+    outcomes = _outcomes("zero_copy_mismatch", cuda_gpus)
+    for o, out in outcomes:
+        assert o.startswith("CUDA error"), o
+        assert "ranks disagree" in out, out
+        assert re.search(
+            r"rank 0 calls all_reduce of 400 bytes .*symmetric \(zero-copy\) input", out
+        )
+        assert re.search(r"rank 1 calls all_reduce of 400 bytes .*staged input", out), out
+        assert _seconds(o) < 3.0, o
 
 
 def test_splits_that_do_not_pair_up_trap_on_both_ranks(cuda_gpus):

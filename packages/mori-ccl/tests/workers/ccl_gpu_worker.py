@@ -14,6 +14,7 @@ mode:      random   `iters` calls cycling through every collective and algorithm
                     bit with a reference computed here (fp32 in rank order, one rounding);
                     integer-valued inputs also against the exact sum.
            ll       one_shot_ll alone (run_ll's docstring).
+           zero_copy  symmetric inputs read in place (run_zero_copy's docstring).
            graph    all-reduce (one- and two-shot), all-gather and all-to-all-v captured
                     in one CUDA graph, each followed in the graph by a kernel that
                     overwrites its input; replayed with fresh inputs.
@@ -303,12 +304,246 @@ def run_ll() -> None:
     print(f"rank {rank}: {iters} one_shot_ll calls and 16 graph replays ok")
 
 
+ZC_KINDS = ["one_shot", "two_shot", "all_gather", "reduce_scatter", "all_to_all", "bcast"]
+
+
+class ZeroCopyCase:
+    """Call `it` of run_zero_copy on every rank: its inputs (from the seed), where its
+    symmetric input lies and its reference."""
+
+    def __init__(self, it: int):
+        gen = torch.Generator().manual_seed(seed * 65537 + it)
+        self.it = it
+        self.kind = ZC_KINDS[it % len(ZC_KINDS)]
+        self.dtype = DTYPES[(it // len(ZC_KINDS)) % len(DTYPES)]
+        self.op = OPS[(it // (len(ZC_KINDS) * len(DTYPES))) % len(OPS)]
+        self.in_place = (it // 2) % 2 == 0
+        # Sometimes the output overlaps what the peers read (all-gather: x in the next
+        # rank's slot of out; reduce-scatter: out is the next rank's segment of x).
+        self.other_slot = it % 3 == 2
+        self.blocks = BLOCKS[it % len(BLOCKS)]
+        es = torch.tensor([], dtype=self.dtype).element_size()
+        self.es = es
+        # The symmetric input's byte offset in the pool: the same on every rank, or
+        # shifted by rank (peers find it at the offset each rank publishes), now and
+        # then off a 16-byte boundary (the reduction's scalar path).
+        self.shift = [0, 4096 * rank, 4096 * rank + es][it % 3] if it % 4 else 0
+        per = world if self.kind in ("reduce_scatter", "all_to_all", "all_gather") else 1
+        limit = MAX_BYTES // es // per // 2
+        top = limit if it % 7 == 3 else min(limit, 5001)
+        self.numel = int(torch.randint(1, top, (1,), generator=gen)) | 1
+        self.integer = it % 5 == 0
+        self.what = (
+            f"zero-copy call {it} {self.kind} {self.dtype} {self.op} numel={self.numel} "
+            f"in_place={self.in_place} other_slot={self.other_slot} shift={self.shift} "
+            f"blocks={self.blocks}"
+        )
+        n = self.numel
+        if self.kind in ("one_shot", "two_shot", "bcast"):
+            self.inputs = make_inputs(gen, n, self.dtype, self.integer)
+            self.src = it % world
+            self.ref = (
+                self.inputs[self.src] if self.kind == "bcast" else reduce_ref(self.inputs, self.op)
+            )
+        elif self.kind == "all_gather":
+            self.inputs = make_inputs(gen, n, self.dtype, self.integer)
+            self.ref = torch.cat(self.inputs)
+        elif self.kind == "reduce_scatter":
+            self.inputs = make_inputs(gen, n * world, self.dtype, self.integer)
+            self.ref = reduce_ref([t[rank * n : (rank + 1) * n] for t in self.inputs], self.op)
+        else:
+            self.split = torch.randint(0, 40, (world, world), generator=gen)
+            self.inputs = [
+                make_inputs(gen, int(self.split[s].sum()) * 5, self.dtype, self.integer)[0]
+                for s in range(world)
+            ]
+            parts = []
+            for s in range(world):
+                begin = int(self.split[s, :rank].sum()) * 5
+                parts.append(self.inputs[s][begin : begin + int(self.split[s, rank]) * 5])
+            self.ref = torch.cat(parts).view(-1, 5)
+
+    def place(self, pool: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x's values in the symmetric pool at this case's shift (enqueued)."""
+        nbytes = x.numel() * x.element_size()
+        t = pool[self.shift : self.shift + nbytes].view(self.dtype).view(x.shape)
+        t.copy_(x)
+        return t
+
+    def call(self, comm, pool: torch.Tensor | None, out_pool: torch.Tensor | None):
+        """Enqueues the call on comm with its input in `pool` (None: an ordinary tensor);
+        returns (result, the input when the call must leave it unchanged)."""
+        x = self.inputs[rank].to(DEV)
+        n, kind = self.numel, self.kind
+        if kind == "all_gather":
+            if self.in_place:
+                # x is a slot of out, itself symmetric when out_pool is given.
+                total = world * n * self.es
+                buf = (
+                    out_pool[:total].view(self.dtype)
+                    if out_pool is not None
+                    else torch.empty(world * n, dtype=self.dtype, device=DEV)
+                )
+                slot = (rank + 1) % world if self.other_slot else rank
+                buf[slot * n : (slot + 1) * n].copy_(x)
+                return comm.all_gather(
+                    buf[slot * n : (slot + 1) * n], out=buf, max_blocks=self.blocks
+                ), None
+            xs = self.place(pool, x) if pool is not None else x
+            return comm.all_gather(xs, max_blocks=self.blocks), xs
+        xs = self.place(pool, x) if pool is not None else x
+        if kind in ("one_shot", "two_shot"):
+            out = None if self.in_place else torch.empty_like(xs)
+            got = comm.all_reduce(xs, op=self.op, out=out, algorithm=kind, max_blocks=self.blocks)
+            assert got is (xs if self.in_place else out), self.what
+            return got, None if self.in_place else xs
+        if kind == "reduce_scatter":
+            k = (rank + 1) % world if self.other_slot else rank
+            out = xs[k * n : (k + 1) * n] if self.in_place else None
+            got = comm.reduce_scatter(xs, op=self.op, out=out, max_blocks=self.blocks)
+            return got, None if self.in_place else xs
+        if kind == "all_to_all":
+            xs = xs.view(-1, 5)
+            out = torch.empty((int(self.split[:, rank].sum()), 5), dtype=self.dtype, device=DEV)
+            if self.it % 2:  # device splits (the graph-capturable form)
+                comm.all_to_all(
+                    xs,
+                    out=out,
+                    in_splits=self.split[rank].to(DEV),
+                    out_splits=self.split[:, rank].to(DEV),
+                    max_blocks=self.blocks,
+                )
+            else:
+                comm.all_to_all(
+                    xs,
+                    out=out,
+                    in_splits=self.split[rank].tolist(),
+                    out_splits=self.split[:, rank].tolist(),
+                    max_blocks=self.blocks,
+                )
+            return out, xs
+        got = comm.broadcast(xs, self.src, max_blocks=self.blocks)
+        assert got is xs
+        return got, None
+
+
+def run_zero_copy() -> None:
+    """Symmetric inputs (views of comm.empty tensors) read in place by the peers, on
+    every SM algorithm (one-shot, two-shot, all-gather, reduce-scatter, all-to-all(v),
+    broadcast), every dtype and op, in and out of place (including outputs that
+    overlap what the peers read), inputs at the same and at per-rank offsets. Each
+    call is compared bit for bit with the same call on a zero_copy=False communicator
+    (on an ordinary or on a symmetric input) and with the reference, and an
+    out-of-place input must be left unchanged. Then back-to-back calls that all use one
+    symmetric input, overwritten right after each call with nothing synchronising
+    (a missing end-of-call wait lets a peer read the next values), and a CUDA graph
+    of zero-copy calls each followed by a kernel overwriting its input."""
+    comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60)
+    staged = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=60, zero_copy=False)
+    assert comm._impl.zero_copy and not staged._impl.zero_copy
+    pool = comm.empty((2 * MAX_BYTES,), torch.uint8)
+    pool_staged = comm.empty((2 * MAX_BYTES,), torch.uint8)
+    out_pool = comm.empty((MAX_BYTES,), torch.uint8)
+    for it in range(iters):
+        case = ZeroCopyCase(it)
+        before = comm._impl.zero_copy_calls
+        got, keep = case.call(comm, pool, out_pool)
+        assert comm._impl.zero_copy_calls == before + 1, case.what
+        # The staged path, on an ordinary input or on a symmetric one it must stage.
+        ordinary = it % 2 == 0
+        want, _ = case.call(staged, None if ordinary else pool_staged, None)
+        assert staged._impl.zero_copy_calls == 0
+        torch.cuda.synchronize()
+        same(got, want.cpu(), case.what + " vs staged")
+        same(got, case.ref, case.what)
+        if keep is not None:
+            same(keep.reshape(-1), case.inputs[rank], case.what + " input untouched")
+    # Back to back: every call's symmetric input is the same pool bytes, refilled by
+    # the next call (or overwritten at once) while nothing waits on the host.
+    burst = []
+    for it in range(max(iters, 4 * len(ZC_KINDS))):
+        case = ZeroCopyCase(100000 + it)
+        case.shift = 0
+        got, _ = case.call(comm, pool, out_pool)
+        got = got.clone()  # in place, the result is the pool itself
+        pool.fill_(0x7F)
+        out_pool.fill_(0x7F)
+        burst.append((case, got))
+    torch.cuda.synchronize()
+    for case, got in burst:
+        same(got, case.ref, case.what + " back to back")
+    run_zero_copy_graph(comm)
+    print(f"rank {rank}: {iters} zero-copy calls, {len(burst)} back to back, graph ok")
+
+
+def run_zero_copy_graph(comm) -> None:
+    n1, n2, n3 = 1001, 70001, 333
+    x1 = comm.empty((n1,), torch.bfloat16)
+    x2 = comm.empty((n2,), torch.float32)
+    xg = comm.empty((world * n3,), torch.int32)  # all-gather in place: x is rank's slot
+    xr = comm.empty((world * n3,), torch.float16)
+    xb = comm.empty((n3,), torch.float32)
+    y1 = torch.empty(n1, dtype=torch.bfloat16, device=DEV)
+    y2 = torch.empty(n2, dtype=torch.float32, device=DEV)
+    yb = torch.empty(n3, dtype=torch.float32, device=DEV)
+    calls = comm._impl.zero_copy_calls
+
+    def step():
+        comm.all_reduce(x1, out=y1, algorithm="one_shot")
+        x1.fill_(-1)  # overwrites the input right after the collective
+        comm.all_reduce(x2, algorithm="two_shot")  # in place
+        y2.copy_(x2)
+        x2.fill_(-1)
+        g = comm.all_gather(xg[rank * n3 : (rank + 1) * n3], out=xg).clone()
+        xg.fill_(-1)
+        r = comm.reduce_scatter(xr)
+        xr.fill_(-1)
+        comm.broadcast(xb, 1 % world)
+        yb.copy_(xb)
+        xb.fill_(-1)
+        return g, r
+
+    step()  # eager warm-up, the same calls on every rank
+    torch.cuda.synchronize()
+    assert comm._impl.zero_copy_calls == calls + 5
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g, r = step()
+    for rep in range(8):
+        gen = torch.Generator().manual_seed(seed * 97 + rep)
+        i1 = make_inputs(gen, n1, torch.bfloat16, rep % 2 == 0)
+        i2 = make_inputs(gen, n2, torch.float32, False)
+        ig = make_inputs(gen, n3, torch.int32, True)
+        ir = make_inputs(gen, world * n3, torch.float16, False)
+        ib = make_inputs(gen, n3, torch.float32, False)
+        x1.copy_(i1[rank])
+        x2.copy_(i2[rank])
+        xg[rank * n3 : (rank + 1) * n3].copy_(ig[rank])
+        xr.copy_(ir[rank])
+        xb.copy_(ib[rank])
+        graph.replay()
+        if rep % 3 == 2:
+            graph.replay()  # back to back, on the overwritten inputs
+            torch.cuda.synchronize()
+            continue
+        torch.cuda.synchronize()
+        tag = f"zero-copy graph replay {rep}"
+        same(y1, reduce_ref(i1, "sum"), tag + " one_shot")
+        same(y2, reduce_ref(i2, "sum"), tag + " two_shot in place")
+        same(g, torch.cat(ig), tag + " all_gather")
+        same(r, reduce_ref([t[rank * n3 : (rank + 1) * n3] for t in ir], "sum"), tag + " rs")
+        same(yb, ib[1 % world], tag + " broadcast")
+    del graph
+
+
 if mode == "random":
     run_random()
 elif mode == "graph":
     run_graph()
 elif mode == "ll":
     run_ll()
+elif mode == "zero_copy":
+    run_zero_copy()
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 torch.cuda.synchronize()

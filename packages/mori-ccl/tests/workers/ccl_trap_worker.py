@@ -9,6 +9,8 @@ case: absent_peer  rank 1 never calls: rank 0's kernel traps after timeout_s nam
                    kernel traps naming rank 0
       splits       all-to-all-v whose device splits do not pair up: both kernels trap
                    naming the pair
+      zero_copy_mismatch  rank 0 passes a symmetric input (read in place), rank 1 an
+                   ordinary one (staged): both kernels trap printing both calls
 Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
 timeout. A trapped process's CUDA context is unusable, so the worker leaves with
 os._exit (no teardown that would touch the device again).
@@ -35,6 +37,7 @@ MAX_BYTES = 4096
 comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=3.0)
 comm.all_reduce(torch.ones(10, device="cuda"))  # one good call first
 torch.cuda.synchronize()
+sym = comm.empty((100,), torch.float32)  # collective: before the case splits the ranks
 dist.barrier()
 
 
@@ -57,6 +60,9 @@ try:
     elif case == "host_reject":
         n = MAX_BYTES // 4 + (1 if rank == 0 else 0)
         comm.all_reduce(torch.ones(n, device="cuda"))
+    elif case == "zero_copy_mismatch":
+        sym.fill_(1.0)
+        comm.all_reduce(sym if rank == 0 else torch.ones(100, device="cuda"))
     elif case == "splits":
         ins = torch.ones(world, dtype=torch.int64, device="cuda")
         outs = ins.clone()

@@ -14,7 +14,12 @@ cuda_max_world_size: int
 
 class CommunicatorCpu:
     def __init__(
-        self, block: int, max_bytes: int, timeout_s: float, pes: list[int] = ...
+        self,
+        block: int,
+        max_bytes: int,
+        timeout_s: float,
+        pes: list[int] = ...,
+        zero_copy: bool = ...,
     ) -> None: ...
     def all_reduce(
         self, src: int, dst: int, count: int, dtype: str, op: str, algorithm: str
@@ -48,6 +53,7 @@ class CommunicatorCuda:
         timeout_s: float,
         max_blocks: int,
         pes: list[int] = ...,
+        zero_copy: bool = ...,
     ) -> None: ...
     def all_reduce(
         self,
@@ -101,3 +107,7 @@ class CommunicatorCuda:
     def max_blocks(self) -> int: ...
     @property
     def ll_max_bytes(self) -> int: ...
+    @property
+    def zero_copy(self) -> bool: ...
+    @property
+    def zero_copy_calls(self) -> int: ...

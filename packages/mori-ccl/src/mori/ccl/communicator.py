@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from typing import Any
 
 import torch
@@ -41,6 +42,17 @@ _MOVE_ALGORITHMS = ("auto", "sm", "copy_engine")
 _TWO_SHOT_MIN_BYTES = 256 << 10
 # The CUDA kernels' default bound on the blocks (SMs) of one call.
 _DEFAULT_MAX_BLOCKS = 32
+# "0" makes Communicator(zero_copy=None) stage every input (compare the two paths).
+ZERO_COPY_ENV = "MORI_CCL_ZERO_COPY"
+
+
+def _zero_copy_default() -> bool:
+    value = os.environ.get(ZERO_COPY_ENV, "1").strip().lower()
+    if value in ("1", "true", "on", "yes", ""):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    raise InvalidArgumentError(f"{ZERO_COPY_ENV}={value!r}: expected 0 or 1")
 
 
 def _describe(x: Any) -> str:
@@ -80,6 +92,14 @@ class Communicator:
             uses, 1 to 64 (default 32); every call may lower it with ``max_blocks=``.
             Every rank must pass the same value (the grid is part of each call's
             descriptor).
+        zero_copy: whether an input that lies in the heap (:meth:`empty`, or any
+            view of it) is read by the peers where it lies instead of being staged;
+            None: the ``MORI_CCL_ZERO_COPY`` environment variable (default 1). On a
+            CUDA heap this covers the SM algorithms (not ``one_shot_ll`` and
+            ``copy_engine``), the call's kernel ends only once every peer has read
+            the input, and every rank must pass a heap input or every rank an
+            ordinary one (the choice is part of the call's descriptor: calls that
+            differ trap). Every rank must pass the same value.
 
     Construction is collective. Every rank must then make the same calls in the same
     order with matching arguments: a mismatch (collective, size, dtype, op,
@@ -116,6 +136,7 @@ class Communicator:
         *,
         timeout_s: float = 60.0,
         max_blocks: int | None = None,
+        zero_copy: bool | None = None,
         _team: list[int] | None = None,
     ):
         if not isinstance(max_bytes, int) or max_bytes < 1:
@@ -128,6 +149,10 @@ class Communicator:
             raise InvalidArgumentError(
                 f"max_blocks {max_blocks!r} must be an int in [1, {_C.cuda_max_blocks}]"
             )
+        if zero_copy is None:
+            zero_copy = _zero_copy_default()
+        elif not isinstance(zero_copy, bool):
+            raise InvalidArgumentError(f"zero_copy {zero_copy!r} must be a bool or None")
         import torch.distributed as dist
 
         if not shmem.initialized():
@@ -155,6 +180,7 @@ class Communicator:
         self.timeout_s = float(timeout_s)
         self.cuda = kind == "cuda"
         self.max_blocks = max_blocks or _DEFAULT_MAX_BLOCKS
+        self.zero_copy = zero_copy
         self._timed_out: str | None = None
         self._rejected: str | None = None
         self._spanning = None
@@ -174,6 +200,7 @@ class Communicator:
                 max_bytes + 64 * len(local_pes),
                 timeout_s=timeout_s,
                 max_blocks=max_blocks,
+                zero_copy=zero_copy,
                 _team=local_pes,
             )
             self._impl = self.local._impl
@@ -199,20 +226,26 @@ class Communicator:
                 self.timeout_s,
                 self.max_blocks,
                 team,
+                zero_copy,
             )
         else:
             self.device = torch.device("cpu")
             nbytes = _C.ccl_block_bytes(self.world_size, max_bytes)
             self._block = shmem.empty((nbytes,), torch.uint8)
-            self._impl = _C.CommunicatorCpu(self._block.data_ptr(), max_bytes, self.timeout_s, team)
+            self._impl = _C.CommunicatorCpu(
+                self._block.data_ptr(), max_bytes, self.timeout_s, team, zero_copy
+            )
 
     # ------------------------------------------------------------------ helpers
     def empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        """Collective: an uninitialized symmetric tensor on the heap. On a host heap,
-        passed as an input, it is read by the peers where it lies (no staging copy) and
-        the call returns only once every peer has read it. On a CUDA heap it is staged
-        like any other input for now (the kernels have no end-of-call wait that reading
-        it in place would need)."""
+        """Collective: an uninitialized symmetric tensor on the heap (``shape``, any
+        ``dtype``). Passed as an input (it or any view of it) it is read by the peers
+        where it lies, with no staging copy, unless the communicator was made with
+        ``zero_copy=False``. On a host heap the call returns only once every peer has
+        read it; on a CUDA heap (SM algorithms; ``one_shot_ll`` and ``copy_engine``
+        still stage) the call's kernel ends only once every peer has read it, so work
+        after the call on the stream may overwrite it. On a CUDA heap every rank must
+        then pass such an input (the choice is part of the call's descriptor)."""
         return shmem.empty(shape, dtype)
 
     def _impl_or_raise(self):
