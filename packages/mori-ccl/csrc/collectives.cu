@@ -29,8 +29,8 @@ __device__ void DoneReading(const Params& p, uint64_t e, int par, bool wait = tr
   if (wait) WaitAll(p, ready, e, par, "finish reading this rank's input");
 }
 
-// Step 1 of a call: this block's range of the input into staging, or in a zero-copy
-// call the input's offset to every pe.
+// Step 1 of a staged call: this block's range of the input into staging (a zero-copy
+// call skips it; PushSource publishes where the input lies instead).
 __device__ __forceinline__ void Stage(const Params& p, char* staging, int64_t lo, int64_t hi) {
   if (!p.desc.zero_copy) Copy(staging + lo, p.src + lo, hi - lo);
 }

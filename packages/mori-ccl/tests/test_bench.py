@@ -47,6 +47,8 @@ def test_gpu_smoke_two_processes(tmp_path, cuda_gpus):
     assert all(r["check"] in ("exact", "=nccl") for r in mori), mori
     assert {"mori:one_shot", "mori:two_shot", "mori:one_shot_ll"} <= {r["impl"] for r in mori}
     assert {"mori:copy_engine", "mori:sm"} <= {r["impl"] for r in mori if r["op"] == "all_gather"}
+    # The same calls on symmetric inputs, read in place.
+    assert {"mori:one_shot+zc", "mori:two_shot+zc", "mori:sm+zc"} <= {r["impl"] for r in mori}
 
 
 def test_bus_factors_are_nccl_tests():

@@ -234,6 +234,8 @@ def worker(args: argparse.Namespace) -> None:
     shmem.init(device=dev if cuda else "cpu", heap_size=heap, timeout_s=120)
     comm = ccl.Communicator(max_bytes=max_bytes, timeout_s=120, max_blocks=args.max_blocks)
     modes = args.modes if cuda else ["eager"]
+    # CUDA heaps: inputs copied into it make the "+zc" rows (zero-copy inputs).
+    sym_in = comm.empty((max_bytes,), torch.uint8) if cuda else None
     skipped: dict[str, str] = {}
 
     def barrier():
@@ -277,6 +279,11 @@ def worker(args: argparse.Namespace) -> None:
                 if algo == "one_shot_ll" and case.bytes > comm._impl.ll_max_bytes:
                     continue
                 impls.append((f"mori:{algo}", _mori_call(torch, comm, case, op, algo)))
+                if sym_in is not None and algo not in ("copy_engine", "one_shot_ll"):
+                    # The same call on a symmetric input, read in place (no staging).
+                    impls.append(
+                        (f"mori:{algo}+zc", _mori_call(torch, comm, case, op, algo, sym_in))
+                    )
             if base_group is not None:
                 impls.append((base_name, _dist_call(torch, dist, base_group, case, op)))
             if symm is not None and op == "all_reduce" and case.bytes <= symm[1].numel():
@@ -351,9 +358,13 @@ def worker(args: argparse.Namespace) -> None:
         raise SystemExit(f"rank {rank}: {len(wrong)} rows with wrong outputs: {wrong[:3]}")
 
 
-def _mori_call(torch, comm, case: _Case, op: str, algo: str):
-    """(call for the check, call for the timing, output)."""
+def _mori_call(torch, comm, case: _Case, op: str, algo: str, sym_in=None):
+    """(call for the check, call for the timing, output). ``sym_in``: a symmetric
+    buffer that the input is copied into first (read in place by the peers)."""
     x = case.x
+    if sym_in is not None:
+        x = sym_in[: x.numel() * x.element_size()].view(x.dtype).view(x.shape)
+        x.copy_(case.x)
     if op == "all_reduce":
         out = torch.empty_like(x)
         fn = lambda: comm.all_reduce(x, out=out, algorithm=algo)  # noqa: E731
