@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 // Python bindings of the transfer engine: the only file of the engine that knows pybind11.
+#include <pybind11/native_enum.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -85,10 +87,28 @@ py::tuple ChoiceTuple(const BackendChoice& c) {
   return py::make_tuple(BackendTypeName(c.backend), c.reason);
 }
 
+// The Python enum member of `v` (StatusCode, StatusDetail), one object per value made
+// once (the GIL held): a native IntEnum's cast is a call into Python that costs more
+// than the call it answers. Leaked on purpose, so that no object is released after the
+// interpreter ended.
+template <typename E>
+py::object EnumObject(E v) {
+  static auto* cache = new std::array<py::object, 32>();
+  const auto i = static_cast<uint32_t>(v);
+  if (i >= cache->size()) return py::cast(v);
+  py::object& o = (*cache)[i];
+  if (!o) o = py::cast(v);
+  return o;
+}
+
 }  // namespace
 
 void register_engine(py::module_& m) {
-  py::enum_<StatusCode>(m, "StatusCode", "Transfer status codes: MORI's names and numbers.")
+  // Python IntEnums (the stubs' types): comparing a code is then an int comparison, not
+  // a call into the extension as for a pybind11 enum, a cost a small same-host transfer
+  // pays on every wait.
+  py::native_enum<StatusCode>(m, "StatusCode", "enum.IntEnum",
+                              "Transfer status codes: MORI's names and numbers.")
       .value("SUCCESS", StatusCode::SUCCESS)
       .value("INIT", StatusCode::INIT)
       .value("IN_PROGRESS", StatusCode::IN_PROGRESS)
@@ -96,9 +116,10 @@ void register_engine(py::module_& m) {
       .value("ERR_NOT_FOUND", StatusCode::ERR_NOT_FOUND)
       .value("ERR_RDMA_OP", StatusCode::ERR_RDMA_OP)
       .value("ERR_BAD_STATE", StatusCode::ERR_BAD_STATE)
-      .value("ERR_GPU_OP", StatusCode::ERR_GPU_OP);
+      .value("ERR_GPU_OP", StatusCode::ERR_GPU_OP)
+      .finalize();
 
-  py::enum_<StatusDetail>(m, "StatusDetail", R"doc(
+  py::native_enum<StatusDetail>(m, "StatusDetail", "enum.IntEnum", R"doc(
 mori's finer reason behind a StatusCode (TransferStatus.Detail()). ERR_OUT_OF_BOUNDS
 reports as ERR_INVALID_ARGS; ERR_TRANSPORT, ERR_PEER_LOST and ERR_TIMEOUT as
 ERR_RDMA_OP; the others as the StatusCode of the same name and number.)doc")
@@ -112,7 +133,8 @@ ERR_RDMA_OP; the others as the StatusCode of the same name and number.)doc")
       .value("ERR_GPU_OP", StatusDetail::ERR_GPU_OP)
       .value("ERR_OUT_OF_BOUNDS", StatusDetail::ERR_OUT_OF_BOUNDS)
       .value("ERR_PEER_LOST", StatusDetail::ERR_PEER_LOST)
-      .value("ERR_TIMEOUT", StatusDetail::ERR_TIMEOUT);
+      .value("ERR_TIMEOUT", StatusDetail::ERR_TIMEOUT)
+      .finalize();
 
   py::enum_<MemoryLocationType>(m, "MemoryLocationType", "Where registered memory lives.")
       .value("Unknown", MemoryLocationType::Unknown)
@@ -128,13 +150,13 @@ exactly once; Wait/WaitFor release the GIL.)doc")
       .def("Code",
            [](TransferState& s) {
              s.Poll();
-             return s.Code();
+             return EnumObject(s.Code());
            })
       .def(
           "Detail",
           [](TransferState& s) {
             s.Poll();
-            return s.Detail();
+            return EnumObject(s.Detail());
           },
           "mori's finer reason (StatusDetail), e.g. ERR_PEER_LOST behind ERR_RDMA_OP.")
       .def("Message", &TransferState::Message)
@@ -158,17 +180,28 @@ exactly once; Wait/WaitFor release the GIL.)doc")
       .def("SetMessage", &TransferState::SetMessage, py::arg("message"))
       .def("Update", &TransferState::Update, py::arg("code"), py::arg("message"),
            "Set code and message unless a failure is already recorded (first failure wins).")
+      // A finished status returns without releasing the GIL (most small same-host
+      // transfers have finished when they are waited for; the release and re-acquire
+      // would cost more than the check).
       .def(
-          "Wait", [](TransferState& s) { s.WaitFor(-1); }, py::call_guard<py::gil_scoped_release>(),
+          "Wait",
+          [](TransferState& s) {
+            if (!s.InProgress()) return;
+            py::gil_scoped_release nogil;
+            s.WaitFor(-1);
+          },
           R"doc(Block while IN_PROGRESS. Bounded for the engine's transfers: a lost peer fails
 the transfer within its timeout.)doc")
       .def(
           "WaitFor",
           [](TransferState& s, int64_t timeout_ms) {
-            s.WaitFor(timeout_ms);
-            return s.Code();
+            if (s.InProgress()) {
+              py::gil_scoped_release nogil;
+              s.WaitFor(timeout_ms);
+            }
+            return EnumObject(s.Code());
           },
-          py::arg("timeout_ms") = -1, py::call_guard<py::gil_scoped_release>(),
+          py::arg("timeout_ms") = -1,
           R"doc(Block while IN_PROGRESS, up to timeout_ms milliseconds (negative: no limit;
 0: poll once). Returns the StatusCode, still IN_PROGRESS when the time ran out.)doc")
       .def("__repr__", [](const TransferState& s) {
@@ -187,6 +220,26 @@ the transfer within its timeout.)doc")
           },
           py::arg("write"), py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
           py::arg("uid"))
+      // IOEngineSession.write/read with their Python signature, which the session
+      // object exposes directly: a single small transfer then pays no Python frame.
+      .def(
+          "write",
+          [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            TransferSpan span{lo, ro, size};
+            py::gil_scoped_release nogil;
+            return s.Transfer(Op::kWrite, &span, 1, uid);
+          },
+          py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
+          py::arg("transfer_uid"))
+      .def(
+          "read",
+          [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            TransferSpan span{lo, ro, size};
+            py::gil_scoped_release nogil;
+            return s.Transfer(Op::kRead, &span, 1, uid);
+          },
+          py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
+          py::arg("transfer_uid"))
       .def(
           "batch_transfer",
           [](Session& s, bool write, const py::object& lo, const py::object& ro,

@@ -52,9 +52,10 @@ struct HotPathOptions {
   bool tcp_waiter_reads = true;       // MORI_IO_TCP_WAITER_READS=0: the thread waiting for a
                                       // single TCP write never reads its answer itself (the
                                       // reactor reads it and wakes the waiter)
-  uint32_t tcp_busy_poll_us = 0;      // MORI_IO_TCP_BUSY_POLL_US: after a read pass a reactor
-                                      // polls its sockets without sleeping this long, so the
-                                      // next request of a burst finds it awake (costs a core)
+  uint32_t tcp_busy_poll_us = 20;     // MORI_IO_TCP_BUSY_POLL_US: after a read pass a reactor
+                                      // polls its sockets without sleeping this long (0: off),
+                                      // so the next request of a burst finds it awake; at most
+                                      // this much CPU per pass (BENCHMARKS.md)
   static HotPathOptions FromEnv();
 };
 
