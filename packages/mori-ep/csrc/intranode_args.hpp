@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "mori/shmem/context.hpp"
+
 namespace mori::ep {
 
 // Element type of combine's input and output. kFloat8E4M3 (e4m3fn) accumulates in
@@ -16,7 +18,7 @@ namespace mori::ep {
 enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2 };
 
 // A combine dtype's tag in the combine words (protocol.hpp, DtypeTagName).
-inline uint32_t CombineDtypeTag(CombineDtype dtype) {
+MORI_HOST_DEVICE inline uint32_t CombineDtypeTag(CombineDtype dtype) {
   return dtype == CombineDtype::kBFloat16 ? 1 : dtype == CombineDtype::kFloat8E4M3 ? 2 : 4;
 }
 

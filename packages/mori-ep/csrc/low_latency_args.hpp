@@ -25,6 +25,8 @@ struct LlDispatchArgs {
   // (DeepEP's use_fp8), power-of-two scales with round_scale.
   bool fp8_cast = false;
   bool round_scale = false;
+  // Token-major: the rows' dtype code (DtypeTagName), compared across ranks.
+  uint32_t dtype_tag = 0;
 };
 
 // Where the receiving half of a dispatch writes. Token-major: out_* (rows in source
@@ -72,5 +74,16 @@ struct LlCombineArgs {
   float* out_weights = nullptr;  // token-major: [num_tokens][K] or nullptr
   bool fp8_cast = false;         // token-major bf16: MORI's fp8_direct_cast
 };
+
+// The wire tags a call posts in its flags (low_latency_protocol.hpp, LlTagName).
+MORI_HOST_DEVICE inline uint32_t LlDispatchTag(const LlDispatchArgs& a) {
+  if (a.layout == LlLayout::kExpertMajor) return a.fp8_cast ? kLlTagExpertCast : kLlTagExpertBf16;
+  return a.dtype_tag;
+}
+
+MORI_HOST_DEVICE inline uint32_t LlCombineTag(const LlCombineArgs& a) {
+  if (a.layout == LlLayout::kExpertMajor) return kLlTagExpertBf16;
+  return a.fp8_cast ? kLlTagBf16AsFp8 : CombineDtypeTag(a.dtype);
+}
 
 }  // namespace mori::ep

@@ -83,10 +83,10 @@ LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::mil
   shmem::BarrierAll();
 }
 
-void LowLatencyCpu::PostDispatchFlags(uint64_t call, const uint64_t* counts) {
+void LowLatencyCpu::PostDispatchFlags(uint64_t call, const uint64_t* counts, uint32_t tag) {
   const int W = shape_.world_size, me = shape_.rank;
   uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W;
-  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &flags[me], LlWord(call, counts[d]), d);
+  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &flags[me], LlWord(call, counts[d], tag), d);
 }
 
 void LowLatencyCpu::RejectDispatch(const std::string& reason) {
@@ -94,7 +94,7 @@ void LowLatencyCpu::RejectDispatch(const std::string& reason) {
   dispatch_recv_pending_ = false;
   combine_recv_pending_ = false;
   std::vector<uint64_t> counts(shape_.world_size, kLlRejected);
-  PostDispatchFlags(call, counts.data());
+  PostDispatchFlags(call, counts.data(), 0);
   // Receive the call too (its flags, no rows): the double buffering relies on no pe
   // sending call c + 1 before it has received call c.
   const int W = shape_.world_size;
@@ -193,7 +193,8 @@ void LowLatencyCpu::DispatchSend(const LlDispatchArgs& a) {
     }
   }
   // Release: a pe that sees the flag sees the rows before it.
-  PostDispatchFlags(call, counts.data());
+  dispatch_tag_ = LlDispatchTag(a);
+  PostDispatchFlags(call, counts.data(), dispatch_tag_);
 
   dispatch_recv_pending_ = true;
   combine_recv_pending_ = false;
@@ -216,7 +217,8 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   const size_t half = call & 1;
   const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + half * W;
   std::vector<int64_t> count(W);
-  int rejected_by = -1;
+  int rejected_by = -1, other_from = -1;
+  uint32_t other_tag = 0;
   for (int s = 0; s < W; ++s) {
     const uint64_t w = hs::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), timeout_);
     MORI_CHECK(EpochOf(w) == (call & kEpochMask), "dispatch flag from pe ", s, " has call ",
@@ -226,11 +228,20 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
       count[s] = 0;
     } else {
       count[s] = static_cast<int64_t>(CountOf(w));
+      if (RowTagOf(w) != dispatch_tag_ && other_from < 0) {
+        other_from = s;
+        other_tag = RowTagOf(w);
+      }
     }
   }
   if (rejected_by >= 0) {
     MORI_THROW(InvalidArgumentError, "dispatch rejected by rank ", rejected_by,
                " (its inputs failed validation; see its error); no rows were received");
+  }
+  if (other_from >= 0) {
+    MORI_THROW(InvalidArgumentError, "dispatch: rank ", other_from, " sends ", LlTagName(other_tag),
+               " tokens, this rank ", LlTagName(dispatch_tag_),
+               " (every rank must pass the same dtype and layout); no rows were received");
   }
   const int64_t H = shape_.hidden_bytes, Sb = shape_.scale_bytes, Q = LlCastScales(hidden);
   const char* tokens_area = At<char>(layout_.disp_tokens) + half * layout_.half_tokens;
@@ -318,17 +329,17 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   return rows;
 }
 
-void LowLatencyCpu::PostCombineFlags(uint64_t call, bool rejected) {
+void LowLatencyCpu::PostCombineFlags(uint64_t call, bool rejected, uint32_t tag) {
   const int W = shape_.world_size, me = shape_.rank;
   uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W;
-  const uint64_t word = LlWord(call, rejected ? kLlRejected : 0);
+  const uint64_t word = LlWord(call, rejected ? kLlRejected : 0, tag);
   for (int s = 0; s < W; ++s) hs::SignalSet(ctx_, &flags[me], word, s);
 }
 
 void LowLatencyCpu::RejectCombine(const std::string& reason) {
   const uint64_t call = ++combine_calls_;
   combine_recv_pending_ = false;
-  PostCombineFlags(call, true);
+  PostCombineFlags(call, true, 0);
   const int W = shape_.world_size;
   const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W;
   for (int d = 0; d < W; ++d) hs::WaitUntil(&flags[d], Cmp::kGe, LlWord(call, 0), timeout_);
@@ -401,7 +412,7 @@ void LowLatencyCpu::CombineSend(const LlCombineArgs& a) {
   } else {
     CombineSendExpertMajor(a, half);
   }
-  PostCombineFlags(call, false);
+  PostCombineFlags(call, false, LlCombineTag(a));
   combine_ = a;
   combine_recv_pending_ = true;
 }
@@ -418,14 +429,26 @@ void LowLatencyCpu::CombineRecv() {
   const uint64_t call = combine_calls_;
   const size_t half = call & 1;
   const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + half * W;
-  int rejected_by = -1;
+  const uint32_t mine = LlCombineTag(a);
+  int rejected_by = -1, other_from = -1;
+  uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
     const uint64_t w = hs::WaitUntil(&flags[d], Cmp::kGe, LlWord(call, 0), timeout_);
-    if (CountOf(w) == kLlRejected && rejected_by < 0) rejected_by = d;
+    if (CountOf(w) == kLlRejected) {
+      if (rejected_by < 0) rejected_by = d;
+    } else if (RowTagOf(w) != mine && other_from < 0) {
+      other_from = d;
+      other_tag = RowTagOf(w);
+    }
   }
   if (rejected_by >= 0) {
     MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
                " (its inputs failed validation; see its error); outputs not written");
+  }
+  if (other_from >= 0) {
+    MORI_THROW(InvalidArgumentError, "combine: rank ", other_from, " returns ",
+               LlTagName(other_tag), " rows, this rank ", LlTagName(mine),
+               " (every rank must pass the same dtype and layout); outputs not written");
   }
   const char* comb_tokens = At<char>(layout_.comb_tokens) + half * layout_.half_comb_tokens;
   const float* comb_weights = reinterpret_cast<const float*>(At<char>(layout_.comb_weights) +

@@ -50,8 +50,8 @@ class LowLatencyCpu {
   T* At(size_t offset) const {
     return reinterpret_cast<T*>(block_ + offset);
   }
-  void PostDispatchFlags(uint64_t call, const uint64_t* counts);
-  void PostCombineFlags(uint64_t call, bool rejected);
+  void PostDispatchFlags(uint64_t call, const uint64_t* counts, uint32_t tag);
+  void PostCombineFlags(uint64_t call, bool rejected, uint32_t tag);
   void CombineSendTokenMajor(const LlCombineArgs& a, int half);
   void CombineSendExpertMajor(const LlCombineArgs& a, int half);
 
@@ -69,6 +69,7 @@ class LowLatencyCpu {
   LlLayout dispatch_layout_ = LlLayout::kTokenMajor;
   bool fp8_cast_ = false;
   int64_t token_row_bytes_ = 0;
+  uint32_t dispatch_tag_ = 0;  // the last dispatch's wire tag (LlDispatchTag)
   int64_t num_tokens_ = 0;
   LlCombineArgs combine_{};
 };

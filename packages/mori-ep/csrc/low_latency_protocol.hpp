@@ -84,8 +84,33 @@ namespace mori::ep {
 
 inline constexpr uint64_t kLlRejected = kRejectedCount;
 
-MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count) {
-  return CountWord(call, count);
+// A flag: the call number, the count and the call's wire tag (below).
+MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count, uint32_t tag = 0) {
+  return CountWord(call, count, tag);
+}
+
+// The wire format of a call, carried in its flags' tag bits (kRowTagBits): every
+// receiver compares each sender's with its own and fails that call where they differ,
+// so ranks passing different dtypes or layouts never mix rows. Token-major dispatch:
+// its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32); token-major
+// combine: CombineDtypeTag (1, 2, 4), or kLlTagBf16AsFp8 with fp8_direct_cast;
+// expert-major dispatch: kLlTagExpertBf16 or, cast to e4m3, kLlTagExpertCast; expert-
+// major combine: kLlTagExpertBf16.
+inline constexpr uint32_t kLlTagExpertBf16 = 5;
+inline constexpr uint32_t kLlTagExpertCast = 6;
+inline constexpr uint32_t kLlTagBf16AsFp8 = 7;
+
+MORI_HOST_DEVICE inline const char* LlTagName(uint32_t tag) {
+  switch (tag) {
+    case kLlTagExpertBf16:
+      return "expert-major bfloat16";
+    case kLlTagExpertCast:
+      return "expert-major bfloat16 cast to float8_e4m3fn";
+    case kLlTagBf16AsFp8:
+      return "bfloat16 sent as float8_e4m3fn (fp8_direct_cast)";
+    default:
+      return DtypeTagName(tag);
+  }
 }
 
 // Columns per fp32 cast scale (DeepEP's per-128-channel fp8 cast).

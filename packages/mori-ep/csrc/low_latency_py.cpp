@@ -87,17 +87,18 @@ void register_low_latency(py::module_& m) {
           "dispatch_send",
           [](LowLatencyCpu& self, int layout, uintptr_t tokens, int64_t token_row_bytes,
              uintptr_t weights, uintptr_t scales, uintptr_t indices, int64_t num_tokens,
-             bool fp8_cast, bool round_scale) {
+             bool fp8_cast, bool round_scale, uint32_t dtype_tag) {
             MORI_CHECK_ARG(layout == 0 || layout == 1, "layout ", layout,
                            " is not 0 (token-major) or 1 (expert-major)");
             self.DispatchSend(LlDispatchArgs{static_cast<LlLayout>(layout), P<const void>(tokens),
                                              token_row_bytes, P<const float>(weights),
                                              P<const void>(scales), P<const int32_t>(indices),
-                                             num_tokens, fp8_cast, round_scale});
+                                             num_tokens, fp8_cast, round_scale, dtype_tag});
           },
           py::arg("layout"), py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"),
           py::arg("scales"), py::arg("indices"), py::arg("num_tokens"), py::arg("fp8_cast"),
-          py::arg("round_scale"), py::call_guard<py::gil_scoped_release>(),
+          py::arg("round_scale"), py::arg("dtype_tag") = 0,
+          py::call_guard<py::gil_scoped_release>(),
           R"doc(Write every token into its destinations' slots and post the flags.)doc")
       .def(
           "reject_dispatch",
@@ -223,19 +224,19 @@ void register_low_latency(py::module_& m) {
           [](LowLatencyCuda& self, int layout, uintptr_t tokens, int64_t token_row_bytes,
              uintptr_t weights, uintptr_t scales, uintptr_t indices, int64_t num_tokens,
              bool fp8_cast, bool round_scale, bool fuse, int block_num, int warp_per_block,
-             uintptr_t stream) {
+             uintptr_t stream, uint32_t dtype_tag) {
             MORI_CHECK_ARG(layout == 0 || layout == 1, "layout ", layout,
                            " is not 0 (token-major) or 1 (expert-major)");
-            self.DispatchSend(
-                LlDispatchArgs{static_cast<LlLayout>(layout), P<const void>(tokens),
-                               token_row_bytes, P<const float>(weights), P<const void>(scales),
-                               P<const int32_t>(indices), num_tokens, fp8_cast, round_scale},
-                fuse, LaunchShape{block_num, warp_per_block}, stream);
+            self.DispatchSend(LlDispatchArgs{static_cast<LlLayout>(layout), P<const void>(tokens),
+                                             token_row_bytes, P<const float>(weights),
+                                             P<const void>(scales), P<const int32_t>(indices),
+                                             num_tokens, fp8_cast, round_scale, dtype_tag},
+                              fuse, LaunchShape{block_num, warp_per_block}, stream);
           },
           py::arg("layout"), py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"),
           py::arg("scales"), py::arg("indices"), py::arg("num_tokens"), py::arg("fp8_cast"),
           py::arg("round_scale"), py::arg("fuse"), py::arg("block_num"), py::arg("warp_per_block"),
-          py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          py::arg("stream"), py::arg("dtype_tag") = 0, py::call_guard<py::gil_scoped_release>(),
           R"doc(Enqueue the send kernel (or, fuse, defer it into the receive's launch).)doc")
       .def(
           "reject_dispatch",

@@ -88,3 +88,15 @@ def test_ranks_combining_different_dtypes_trap_naming_both(cuda_gpus):
     assert "rank 0 passes bfloat16 input, this rank float32" in out1, out1
     for o in (o0, o1):
         assert o.startswith("CUDA error"), (o0, o1)
+
+
+@pytest.mark.parametrize("half", ["dispatch", "combine"])
+def test_low_latency_ranks_of_different_dtypes_trap_naming_both(half, cuda_gpus):
+    (o0, out0), (o1, out1) = _outcomes("ll_dtype" if half == "dispatch" else "ll_combine_dtype",
+                                       cuda_gpus)  # fmt: skip
+    what = "tokens" if half == "dispatch" else "rows"
+    assert f"low-latency {half} on rank 0: rank 1 sends float32 {what}, this rank bfloat16" in out0
+    assert f"low-latency {half} on rank 1: rank 0 sends bfloat16 {what}, this rank float32" in out1
+    for o in (o0, o1):
+        assert o.startswith("CUDA error"), (o0, o1)
+        assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)

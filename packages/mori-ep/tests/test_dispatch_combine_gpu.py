@@ -85,3 +85,9 @@ def test_two_processes_one_gpu(cuda_gpus):
 def test_cuda_graph_replays(cuda_gpus):
     placement = "per_gpu" if cuda_gpus >= 2 else "shared"
     _run("graph", placement, 2, 6, env={"MORI_EP_DISPATCH_DYNAMIC": "1"})
+
+
+def test_each_call_is_one_kernel_without_host_sync(cuda_gpus):
+    """Dispatch and combine (MORI's combine(out, None, topk_ids) too), bf16 and fp8:
+    one mori kernel per call, no torch kernel or copy, no host synchronisation."""
+    _run("costs", "shared", 2, 1)

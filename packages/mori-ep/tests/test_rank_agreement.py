@@ -2,8 +2,8 @@
 # Copyright (c) 2026 The mori authors
 """Ranks that disagree are told so, on every rank, within the op's timeout: configs
 compared when the op is built, token dtypes in dispatch's count exchange and in
-combine's group words (CPU
-implementation, real processes at world 2; tests/workers/ep_mismatch_worker.py; the
+combine's group words, and the low-latency kernel types' per-call wire tags in their
+flags (CPU implementation, real processes at world 2; tests/workers/ep_mismatch_worker.py; the
 CUDA dispatch's trap: test_device_traps_gpu.py)."""
 
 
@@ -17,3 +17,7 @@ def test_ranks_dispatching_different_dtypes_fail_the_call_on_every_rank(run_work
 
 def test_ranks_combining_different_dtypes_fail_the_call_on_every_rank(run_workers):
     run_workers("ep_mismatch_worker.py", "combine", timeout_s=120)
+
+
+def test_low_latency_ranks_of_other_dtypes_or_layouts_fail_the_call_on_every_rank(run_workers):
+    run_workers("ep_mismatch_worker.py", "ll", timeout_s=180)

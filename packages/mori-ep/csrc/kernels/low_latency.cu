@@ -80,11 +80,39 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 __device__ __forceinline__ int WarpSum(int v) { return __reduce_add_sync(kFull, v); }
 
+// A sender's flag of another wire tag than this pe's (LlTagName): the first block's
+// first thread to see one prints both, pe 0 traps at once, the others after the
+// pause (as TrapRejected). Every pe with such a peer finds one: the tags differ
+// pairwise. Not inlined, scalars only, so the wait keeps its registers.
+__device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32_t mine,
+                                       uint64_t timeout_ns, bool dispatch) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    printf(
+        "mori.ep low-latency %s on rank %d: rank %d sends %s %s, this rank %s (every rank must "
+        "pass the same dtype and layout)\n",
+        dispatch ? "dispatch" : "combine", me, from, LlTagName(theirs),
+        dispatch ? "tokens" : "rows", LlTagName(mine));
+    dev::TrapReported();
+  }
+  if (me != 0) {
+    const uint64_t pause = timeout_ns / 2 < kPeerTrapPauseNs ? timeout_ns / 2 : kPeerTrapPauseNs;
+    const uint64_t t0 = dev::GlobalTimerNs();
+    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+  }
+  dev::TrapAfterReport();
+}
+
 // Waits for the W flags of `call` in `flags` (this pe's copy); threads < W wait,
-// the block gets the counts and the first rejecting pe (or -1).
+// the block gets the counts and the first rejecting pe (or -1). A flag under another
+// wire tag than `mine` traps naming both.
 __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t call, int64_t* counts,
-                          int* rejected_by) {
-  if (threadIdx.x == 0) *rejected_by = -1;
+                          int* rejected_by, uint32_t mine, bool dispatch) {
+  __shared__ int other_from;
+  __shared__ uint32_t other_tag;
+  if (threadIdx.x == 0) {
+    *rejected_by = -1;
+    other_from = -1;
+  }
   __syncthreads();
   if (threadIdx.x < p.world) {
     const int s = threadIdx.x;
@@ -92,8 +120,12 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
     const bool rej = CountOf(w) == kLlRejected;
     counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
     if (rej) atomicCAS(rejected_by, -1, s);
+    if (!rej && RowTagOf(w) != mine && atomicCAS(&other_from, -1, s) == -1) other_tag = RowTagOf(w);
   }
   __syncthreads();
+  if (*rejected_by < 0 && other_from >= 0) {
+    TrapLlTag(p.me, other_from, other_tag, mine, p.timeout_ns, dispatch);
+  }
 }
 
 // ------------------------------------------------------------- dispatch send
@@ -209,7 +241,8 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       int count = 0;
       for (int64_t t = 0; t < n; ++t) count += (masks[t] >> d) & 1;
       uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
-      dev::SignalSet(p.ctx, &flags[me], LlWord(call, rejected ? kLlRejected : count), d);
+      dev::SignalSet(p.ctx, &flags[me],
+                     LlWord(call, rejected ? kLlRejected : count, LlDispatchTag(a)), d);
     }
     __syncthreads();
     if (threadIdx.x == 0) st->dispatch_calls = call;
@@ -238,7 +271,7 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
   __shared__ int64_t base[kMaxCudaWorldSize + 1];
   __shared__ int rejected_by;
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
-  WaitFlags(p, flags, call, counts, &rejected_by);
+  WaitFlags(p, flags, call, counts, &rejected_by, LlDispatchTag(p.d), true);
   if (rejected_by >= 0) TrapRejected(p, rejected_by, "dispatch");
   if (threadIdx.x == 0) {
     base[0] = 0;
@@ -400,7 +433,7 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
   if (FinishBlock(&st->blocks_done)) {
     if (threadIdx.x < W) {
       uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
-      dev::SignalSet(p.ctx, &flags[me], LlWord(call, 0), threadIdx.x);
+      dev::SignalSet(p.ctx, &flags[me], LlWord(call, 0, LlCombineTag(p.c)), threadIdx.x);
     }
     if (threadIdx.x == 0) st->combine_calls = call;
   }
@@ -430,7 +463,7 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   __shared__ int64_t counts[kMaxCudaWorldSize];
   __shared__ int rejected_by;
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
-  WaitFlags(p, flags, call, counts, &rejected_by);
+  WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false);
   if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine");
   const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);
   const float* combw = reinterpret_cast<const float*>(

@@ -9,6 +9,8 @@ mode:      random   bf16 and fp8 ops, every routing kind in turn (-1 slots, zero
                     every rank's inputs, combine exactly with the ordered fp32 sum.
            graph    dispatch -> expert -> combine captured in one CUDA graph, replayed
                     with fresh inputs copied into the captured input tensors.
+           costs    the profiler's records of eager calls: one mori kernel per
+                    dispatch/combine, no torch kernel, no host synchronisation.
 Prints "rank N ok" last; any failed check raises (non-zero exit).
 """
 
@@ -195,11 +197,83 @@ def run_graph(base_seed: int) -> None:
     op.close()
 
 
+# Runtime calls that block the host on the GPU (CUPTI names them as CPU-side events).
+SYNC_CALLS = (
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+)
+
+
+def profiled(fn):
+    """fn()'s result, the CUDA activity names (kernels, copies, memsets) and the
+    host-blocking runtime calls the profiler recorded while it ran."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        res = fn()
+    torch.cuda.synchronize()
+    events = prof.events()
+    kernels = [e.name for e in events if e.device_type == DeviceType.CUDA]
+    syncs = [e.name for e in events if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS]
+    return res, kernels, syncs
+
+
+def costs_of(fp8: bool, base_seed: int) -> None:
+    op = make_op(fp8)
+    _, x, w, sc, idx = inputs("random", 0, base_seed, fp8, M)
+    xg, wg, idxg = x.cuda(), w.cuda(), idx.cuda()
+    scg = sc.cuda() if fp8 else None
+    idx64 = idxg.long()
+    tag = "fp8" if fp8 else "bf16"
+    for rep in range(3):  # the first round also warms torch and the profiler up
+        records = []
+        for ids, weighted in ((idxg, False), (idxg, True), (idx64, False)):
+            kind = "int64" if ids.dtype == torch.int64 else "int32"
+            (out, out_w, *_), k, sy = profiled(lambda ids=ids: op.dispatch(xg, wg, scg, ids))
+            records.append((f"dispatch {kind}", k, sy))
+            y = (out.float() * factor(rank)).to(torch.bfloat16)
+            cw = out_w if weighted else None
+            _, k, sy = profiled(lambda y=y, cw=cw, ids=ids: op.combine(y, cw, ids))
+            records.append((f"combine(out, {'w' if weighted else 'None'}, {kind} ids)", k, sy))
+        if rep == 0:
+            continue
+        for name, kernels, syncs in records:
+            print(f"rank {rank} {tag} {name}: kernels {kernels} syncs {syncs}")
+            assert not syncs, f"{tag} {name}: host synchronisation {syncs}"
+            mine = [k for k in kernels if "mori" in k and "Kernel" in k]
+            want = "Dispatch" if name.startswith("dispatch") else "Combine"
+            assert len(mine) == 1 and want in mine[0], f"{tag} {name}: mori kernels {mine}"
+            others = [k for k in kernels if k not in mine]
+            if name == "dispatch int64":
+                assert len(others) <= 2, f"{tag} {name}: more than the ids' cast: {others}"
+            else:
+                assert not others, f"{tag} {name}: other kernels or copies {others}"
+    op.close()
+
+
+def run_costs(base_seed: int) -> None:
+    """What one call costs beyond its kernel: the profiler's records of eager calls
+    with inputs already on the GPU. Each dispatch and each combine (MORI's
+    combine(out, None, topk_ids) and the weighted one), bf16 and fp8, must launch
+    exactly one kernel, mori's own, and no torch kernel or copy; no call may block the
+    host on the GPU. int64 ids add only their cast (two torch kernels) to dispatch."""
+    costs_of(False, base_seed)
+    costs_of(True, base_seed + 1)
+    print(f"rank {rank}: costs ok")
+
+
 if mode == "random":
     spent = run_random(False, seed) + run_random(True, seed + 1)
     print(f"rank {rank}: {2 * iters} dispatch+combine in {spent * 1e3:.0f} ms")
 elif mode == "graph":
     run_graph(seed)
+elif mode == "costs":
+    run_costs(seed)
 else:
     raise SystemExit(f"unknown mode {mode}")
 torch.cuda.synchronize()

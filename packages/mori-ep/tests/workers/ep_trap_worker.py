@@ -14,6 +14,8 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
                    dtypes (the count words' row tags) and trap, rank 0 at once
       combine_dtype  both dispatch bf16, then rank 1 combines fp32 rows: both combine
                    kernels print both dtypes (the group words' tags) and trap
+      ll_dtype, ll_combine_dtype  the same with kernel type IntraNodeLL (the flags'
+                   wire tags): both receive halves print both and trap
 Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
 timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
 os._exit (no teardown that would touch the device again).
@@ -28,7 +30,7 @@ import torch.distributed as dist
 from ep_reference import start_gpu_rank
 
 import mori.core as mc
-from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
+from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 case, placement = sys.argv[1], sys.argv[2]
 rank, world, dev = start_gpu_rank(placement, "256M", 60)
@@ -41,7 +43,7 @@ cfg = EpDispatchCombineConfig(
     hidden_dim=HIDDEN,
     scale_dim=0,
     scale_type_size=4,
-    max_token_type_size=4 if case in ("dtype", "combine_dtype") else 2,
+    max_token_type_size=4 if "dtype" in case else 2,
     max_num_inp_token_per_rank=M,
     num_experts_per_rank=EPR,
     num_experts_per_token=K,
@@ -49,13 +51,16 @@ cfg = EpDispatchCombineConfig(
     block_num=16,
     data_type=torch.bfloat16,
     max_total_recv_tokens=10 if case == "over_cap" else 0,
+    kernel_type=EpDispatchCombineKernelType.IntraNodeLL
+    if case.startswith("ll_")
+    else EpDispatchCombineKernelType.IntraNode,
 )
 op = EpDispatchCombineOp(cfg, timeout_s=3.0)
 n = M + 1 if (case == "host_reject" and rank == 0) else 16
 if case == "over_cap":
     n = 6 if rank == 0 else 5
 x = torch.randn(n, HIDDEN, device="cuda")
-x = x if case == "dtype" and rank == 1 else x.to(torch.bfloat16)
+x = x if case in ("dtype", "ll_dtype") and rank == 1 else x.to(torch.bfloat16)
 w = torch.rand(n, K, device="cuda")
 idx = torch.stack([torch.randperm(E)[:K] for _ in range(n)]).to(torch.int32).cuda()
 if case == "bad_expert" and rank == 0:
@@ -80,9 +85,9 @@ t0 = time.monotonic()
 try:
     out, _, _, _, total = op.dispatch(x, w, None, idx)
     torch.cuda.synchronize()
-    if case == "combine_dtype":
+    if case in ("combine_dtype", "ll_combine_dtype"):
         y = out[: int(total.item())]
-        op.combine(y.float() if rank == 1 else y, None, None)
+        op.combine(y.float() if rank == 1 else y, None, idx)
         torch.cuda.synchronize()
 except mc.InvalidArgumentError as e:
     torch.cuda.synchronize()  # the rejection it posted for the peers has left the GPU

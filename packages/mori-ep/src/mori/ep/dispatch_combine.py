@@ -27,12 +27,10 @@ from mori.core import (
 
 from . import _C
 from . import routing as _routing
-from .low_latency import LowLatencyMixin
+from .low_latency import _ROW_TAGS, LowLatencyMixin
 
 _TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
-# Dispatch's token dtypes as the count exchange tags them (protocol.hpp, DtypeTagName).
-_ROW_TAGS = {torch.bfloat16: 1, torch.float8_e4m3fn: 2, torch.float16: 3, torch.float32: 4}
 # Combine's element types and the native code for each (both implementations).
 _COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
 

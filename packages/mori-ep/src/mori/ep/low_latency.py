@@ -20,6 +20,10 @@ from mori.core import InvalidStateError, NotSupportedError, shmem
 
 from . import _C
 
+# Token dtype codes posted with dispatch's counts or flags (csrc/protocol.hpp,
+# DtypeTagName): every rank compares every rank's.
+_ROW_TAGS = {torch.bfloat16: 1, torch.float8_e4m3fn: 2, torch.float16: 3, torch.float32: 4}
+
 _TOKEN_MAJOR, _EXPERT_MAJOR = 0, 1
 _FP8 = torch.float8_e4m3fn
 _COMBINE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
@@ -182,11 +186,14 @@ class LowLatencyMixin:
             self._ll_reject_dispatch(f"dispatch inputs could not be prepared: {e}")
         self._ll_keep = (input, weights, scales, indices)
         with self._fails_on_timeout():
+            # The rows' dtype travels in the flags: ranks passing different ones fail
+            # the call on every rank (InvalidArgumentError on CPU, a trap on CUDA).
             self._impl.dispatch_send(
                 _TOKEN_MAJOR, input.data_ptr(), row_bytes, weights.data_ptr(),
                 scales.data_ptr() if has_scales else 0, indices.data_ptr(), n, False, False,
                 *self._ll_send_launch(c.kernel_type.name == "IntraNodeLL", block_num,
                                       warp_per_block),
+                dtype_tag=_ROW_TAGS[input.dtype],
             )  # fmt: skip
         self._ll_pending_dispatch = dict(
             layout=_TOKEN_MAJOR, block_num=block_num, warp_per_block=warp_per_block,
