@@ -208,18 +208,28 @@ SYNC_CALLS = (
 
 def profiled(fn):
     """fn()'s result, the CUDA activity names (kernels, copies, memsets) and the
-    host-blocking runtime calls the profiler recorded while it ran."""
+    host-blocking runtime calls made while fn ran (the profiler's own synchronisation
+    when it stops lies outside fn's range)."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.cuda.synchronize()
     dist.barrier()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        res = fn()
+        with record_function("mori_call"):
+            res = fn()
     torch.cuda.synchronize()
     events = prof.events()
-    kernels = [e.name for e in events if e.device_type == DeviceType.CUDA]
-    syncs = [e.name for e in events if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS]
+    cpu, gpu = DeviceType.CPU, DeviceType.CUDA  # the range also shows as a GPU annotation
+    (call,) = [e.time_range for e in events if e.name == "mori_call" and e.device_type == cpu]
+    kernels = [e.name for e in events if e.device_type == gpu and e.name != "mori_call"]
+    syncs = [
+        e.name
+        for e in events
+        if e.device_type == cpu
+        and e.name in SYNC_CALLS
+        and call.start <= e.time_range.start <= call.end
+    ]
     return res, kernels, syncs
 
 
