@@ -27,8 +27,12 @@ uint64_t SubmissionLedger::Admit() noexcept {
   uint64_t head = head_.load(std::memory_order_relaxed);
   for (;;) {
     uint64_t tail = tail_.load(std::memory_order_acquire);
-    // A stale tail only makes admission more conservative.
-    if (head - tail >= admission_limit()) return kNoRecord;
+    // A stale tail only makes admission more conservative. A stale head can be behind
+    // the tail (records admitted and released since it was read): the difference is
+    // then negative, not a full window, and the CAS below fails and reloads it.
+    if (static_cast<int64_t>(head - tail) >= static_cast<int64_t>(admission_limit())) {
+      return kNoRecord;
+    }
     if (head_.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel,
                                     std::memory_order_relaxed)) {
       break;
