@@ -649,6 +649,29 @@ max_inbound_statuses cap dropped (oldest first).)doc")
            })
       .def("release", &SubmissionLedger::Release, py::arg("record_id"))
       .def(
+          "stress",
+          [](SubmissionLedger& l, int threads, int iters) {
+            // Each thread admits and releases one record at a time: at most `threads`
+            // live, so every refusal is wrong. Returns the refusals.
+            std::atomic<uint64_t> refused{0};
+            std::vector<std::thread> pool;
+            for (int t = 0; t < threads; ++t) {
+              pool.emplace_back([&] {
+                for (int i = 0; i < iters; ++i) {
+                  uint64_t id = l.Admit();
+                  if (id == SubmissionLedger::kNoRecord) {
+                    refused.fetch_add(1, std::memory_order_relaxed);
+                    continue;
+                  }
+                  l.Release(id);
+                }
+              });
+            }
+            for (auto& th : pool) th.join();
+            return refused.load();
+          },
+          py::arg("threads"), py::arg("iters"), py::call_guard<py::gil_scoped_release>())
+      .def(
           "is_live", [](SubmissionLedger& l, uint64_t id) { return l.Lookup(id) != nullptr; },
           py::arg("record_id"));
 }

@@ -232,7 +232,7 @@ void Reactor::LoopUntilStopped() {
   while (!stop_.load(std::memory_order_acquire)) {
     const bool busy = busy_ns > 0 && NowNs() < busy_until;
     int n = ::epoll_wait(epfd_, evs, 64, busy ? 0 : wait_ms);
-    bool read_any = false;
+    bool polls = false;  // a read pass served a lone single-part transfer
     for (int i = 0; i < n; ++i) {
       void* p = evs[i].data.ptr;
       if (p == &wake_fd_) {
@@ -250,12 +250,16 @@ void Reactor::LoopUntilStopped() {
       bool alive = true;
       if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
         alive = OnReadable(c);
-        read_any = true;
+        // Only after a target served a transfer of one part, between messages: its
+        // initiator waits for the answer and then sends the next one. A batch's parts
+        // (num_parts > 1) keep the reactor awake anyway, and polling through one takes
+        // the vCPU its initiator sends and reads answers with (BENCHMARKS.md).
+        polls = polls || (alive && !c.outbound && !c.in_payload && c.cur.num_parts == 1);
       }
       if (alive && (evs[i].events & EPOLLOUT)) OnWritable(c);
     }
     int64_t now = NowNs();
-    if (read_any && busy_ns > 0) busy_until = now + busy_ns;
+    if (polls && busy_ns > 0) busy_until = now + busy_ns;
     ResumeAcceptIfDue(now);
     if (now >= next_scan) {
       CloseStuck(now, timeout_ns);
@@ -750,9 +754,10 @@ bool Reactor::OnReadable(Conn& c) {
   MORI_SCOPED_TIMER(kIo, "io.tcp.on_readable");
   c.rx_ns = NowNs();
   size_t budget = kReadBudget;
-  // A recv that returned less than it asked for emptied the socket: once the buffered
-  // bytes are parsed the pass ends without another recv (it would return EAGAIN), as
-  // level-triggered epoll reports any bytes that arrive later.
+  // A recv that returned less than it asked for emptied the socket: if the buffered
+  // bytes then end at a message boundary, the pass ends without another recv (it would
+  // return EAGAIN; level-triggered epoll reports bytes that arrive later). Within a
+  // message its next bytes are on their way (a payload streaming in): read on.
   bool drained = false;
   std::string why;
   for (;;) {
@@ -773,10 +778,8 @@ bool Reactor::OnReadable(Conn& c) {
         continue;
       }
       if (c.payload_left >= kDirectRecvMin && c.payload_dst != nullptr && budget > 0) {
-        if (drained) break;
         ssize_t n = ::recv(c.fd, c.payload_dst, c.payload_left, 0);
         if (n > 0) {
-          drained = static_cast<uint64_t>(n) < c.payload_left;
           c.payload_dst += n;
           c.payload_left -= static_cast<uint64_t>(n);
           budget -= std::min(budget, static_cast<size_t>(n));
@@ -816,7 +819,7 @@ bool Reactor::OnReadable(Conn& c) {
     if (c.header_only && !c.in_payload && c.rlen - c.rpos < kHdr) {
       want = kHdr - (c.rlen - c.rpos);
     }
-    if (drained) break;
+    if (drained && !c.in_payload && c.rpos == c.rlen) break;
     ssize_t n = ::recv(c.fd, c.rbuf.data() + c.rlen, want, 0);
     if (n > 0) {
       drained = static_cast<size_t>(n) < want;
