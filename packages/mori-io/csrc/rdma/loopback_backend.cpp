@@ -24,6 +24,10 @@
 #include "mori/core/logging.hpp"
 #include "wire/log_safe.hpp"
 
+#if MORI_IO_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace mori::io::rdma {
 
 bool LoopbackBackendRequested() {
@@ -73,6 +77,9 @@ struct Region {
   uintptr_t addr = 0;
   uint64_t size = 0;
   uint32_t rkey = 0;
+  // CUDA device memory: copied with cudaMemcpy (a NIC reaches it by GPUDirect;
+  // memmove cannot, and faulted on it).
+  bool device = false;
   // Transfers submitted from it plus copies into or out of it as a target. Changed
   // from 0 only under the owning core's mutex, so DeregisterRegion's check is exact.
   std::atomic<uint64_t> inflight{0};
@@ -177,6 +184,7 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     region->addr = addr;
     region->size = size;
     region->rkey = NextRkey();
+    region->device = IsDeviceMemory(addr);
     RegionKey key{addr, size, region->rkey};
     std::lock_guard<std::mutex> lock(mu_);
     MORI_CHECK_ARG(regions_.count(mem_id) == 0, "RDMA: memory id ", mem_id,
@@ -517,22 +525,51 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
     }
   }
 
-  static void CopySlice(const QpPlan& slice, uintptr_t local_base, uintptr_t remote_base) {
+  // Whether addr is CUDA device memory (host and managed memory take memmove).
+  static bool IsDeviceMemory(uintptr_t addr) {
+#if MORI_IO_WITH_CUDA
+    int count = 0;
+    cudaPointerAttributes a{};
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
+        cudaPointerGetAttributes(&a, reinterpret_cast<void*>(addr)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice;
+#else
+    (void)addr;
+    return false;
+#endif
+  }
+
+  // Copies one slice; "" or why a CUDA copy failed. `device`: either side is CUDA
+  // device memory (cudaMemcpy with cudaMemcpyDefault, synchronous).
+  static std::string CopySlice(const QpPlan& slice, uintptr_t local_base, uintptr_t remote_base,
+                               bool device) {
     for (const PlannedWr& wr : slice.wrs) {
       uintptr_t remote = remote_base + wr.remote_offset;
       for (uint32_t k = 0; k < wr.sge_count; ++k) {
         const PlannedSge& sge = slice.sges[wr.sge_begin + k];
         auto* l = reinterpret_cast<char*>(local_base + sge.local_offset);
         auto* r = reinterpret_cast<char*>(remote);
-        // memmove: an engine may read or write a region of its own (self-connection).
-        if (wr.opcode == WrOpcode::kRead) {
-          std::memmove(l, r, sge.length);
-        } else {
-          std::memmove(r, l, sge.length);
-        }
+        char* dst = wr.opcode == WrOpcode::kRead ? l : r;
+        const char* src = wr.opcode == WrOpcode::kRead ? r : l;
         remote += sge.length;
+        if (!device) {
+          // memmove: an engine may read or write a region of its own (self-connection).
+          std::memmove(dst, src, sge.length);
+          continue;
+        }
+#if MORI_IO_WITH_CUDA
+        const cudaError_t e = cudaMemcpy(dst, src, sge.length, cudaMemcpyDefault);
+        if (e != cudaSuccess) {
+          (void)cudaGetLastError();
+          return StrCat("cudaMemcpy of ", sge.length, " bytes failed: ", cudaGetErrorString(e));
+        }
+#endif
       }
     }
+    return {};
   }
 
   void Execute(const std::shared_ptr<Transfer>& t) {
@@ -582,7 +619,11 @@ class LoopbackCore : public std::enable_shared_from_this<LoopbackCore> {
         fail(wc, std::move(m));
         continue;
       }
-      if (region) CopySlice(slice, t->local->addr, region->addr);
+      if (region) {
+        std::string err =
+            CopySlice(slice, t->local->addr, region->addr, t->local->device || region->device);
+        if (!err.empty()) fail(StatusDetail::ERR_GPU_OP, StrCat("loopback QP ", q, ": ", err));
+      }
       std::vector<ImmData> notes;
       for (const PlannedWr& wr : slice.wrs) {
         if (wr.opcode == WrOpcode::kWriteWithImm) notes.push_back(DecodeImm(wr.imm));
