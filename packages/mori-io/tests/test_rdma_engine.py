@@ -126,22 +126,13 @@ def test_transfers_over_the_wiring_bit_exact(pair):
     assert st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
 
 
-def _gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
-
-
-@pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA GPU")
 def test_gpu_memory_over_the_loopback_bit_exact(pair):
     """GPU memory through the RDMA wiring (a NIC reaches it by GPUDirect; the loopback
     double copies it with cudaMemcpy): GPU to GPU and GPU to host, both directions.
     MORI's own engine tests register GPU tensors on RDMA-only engines."""
-    import torch
-
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
     a, b = pair
     seed = random.randrange(1 << 30)
     print("seed", seed)
