@@ -66,6 +66,20 @@ def _initiator(desc, remote, **cfg):
     return eng, buf, eng.register_array(buf)
 
 
+def _stop(proc):
+    """SIGSTOP, returning once every thread of the process is stopped (kill(2) returns
+    before a thread running on another CPU has taken the signal)."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    tasks = Path(f"/proc/{proc.pid}/task")
+    while True:
+        states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        if all(st in "tT" for st in states):
+            return
+        assert time.monotonic() < deadline, f"target not stopped: {states}"
+        time.sleep(0.001)
+
+
 def _done(st, what):
     assert st.WaitFor(20000) != StatusCode.IN_PROGRESS, f"{what} hung"
     assert st.Succeeded(), (what, st.Code(), st.Message())
@@ -206,12 +220,16 @@ def test_a_peer_lost_while_the_waiter_reads_fails_the_write(target, how, monkeyp
     desc, remote, proc = target
     eng, buf, mem = _initiator(desc, remote, transfer_timeout_ms=500, qp_per_transfer=1)
     _done(eng.write(mem, 0, remote, 0, BLK, eng.allocate_transfer_uid()), "warm-up")
-    os.kill(proc.pid, signal.SIGSTOP)
+    _stop(proc)
     st = eng.write(mem, 0, remote, 0, BLK, eng.allocate_transfer_uid())
+    killer = threading.Timer(0.3, proc.kill)
     if how == "kill":
-        threading.Timer(0.3, lambda: os.kill(proc.pid, signal.SIGKILL)).start()
+        killer.start()
     t0 = time.monotonic()
-    assert st.WaitFor(10000) != StatusCode.IN_PROGRESS, "the waiter hung"
+    try:
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS, "the waiter hung"
+    finally:
+        killer.cancel()
     elapsed = time.monotonic() - t0
     assert st.Failed()
     want = StatusDetail.ERR_PEER_LOST if how == "kill" else StatusDetail.ERR_TIMEOUT

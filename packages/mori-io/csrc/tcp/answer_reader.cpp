@@ -66,9 +66,11 @@ void ReadAnswersWhileWaiting(const std::shared_ptr<void>& conn, TransferState& s
       c.rx_owner.store(kRxFree, std::memory_order_release);
       return;
     }
-    c.rx_waiter = true;
     reactor = c.reactor;
-    reactor->ArmOut(c, c.out_armed);  // EPOLLIN off: the reactor is not woken for it
+    if (!c.rx_waiter) {  // not lent (EPOLLIN still on): off now, so the reactor sleeps
+      c.rx_waiter = true;
+      reactor->ArmOut(c, c.out_armed);
+    }
   }
   IoEngine& engine = reactor->engine();
   const int64_t busy_until = NowNs() + WaitPollNs();
