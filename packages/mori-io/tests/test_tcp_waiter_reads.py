@@ -237,3 +237,25 @@ def test_a_peer_lost_while_the_waiter_reads_fails_the_write(target, how, monkeyp
     assert elapsed < 3.0
     assert eng._engine.ledger_stats()["live"] == 0
     eng.close()
+
+
+def test_closing_the_engine_under_a_reading_waiter_fails_its_write(target):
+    """The waiter sleeps in poll(2) on a stopped target's socket when its own engine is
+    closed: the close shuts the socket down, waits for the waiter to let go before the
+    descriptor is closed, and the write fails; nothing hangs or crashes."""
+    desc, remote, proc = target
+    eng, buf, mem = _initiator(desc, remote, qp_per_transfer=1)
+    _done(eng.write(mem, 0, remote, 0, BLK, eng.allocate_transfer_uid()), "warm-up")
+    _stop(proc)
+    st = eng.write(mem, 0, remote, 0, BLK, eng.allocate_transfer_uid())
+    result = []
+    waiter = threading.Thread(target=lambda: result.append(st.WaitFor(10000)))
+    waiter.start()
+    time.sleep(0.2)  # past its busy phase: asleep in poll(2)
+    t0 = time.monotonic()
+    eng.close()
+    waiter.join(10)
+    assert not waiter.is_alive(), "the waiter hung after its engine closed"
+    assert time.monotonic() - t0 < 3.0
+    assert result and result[0] != StatusCode.IN_PROGRESS
+    assert st.Failed(), st.Message()

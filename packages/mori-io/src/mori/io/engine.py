@@ -619,6 +619,8 @@ class IOEngine:
 
     def close(self) -> None:
         """Stop the reactors and close every connection; pending transfers fail."""
+        # The shadowing native method (see __init__) holds the native engine too.
+        self.__dict__.pop("allocate_transfer_uid", None)
         self._engine = None
         self._keep.clear()
         self._remotes.clear()
