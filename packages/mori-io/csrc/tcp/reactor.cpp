@@ -2,6 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #include "tcp/reactor.hpp"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -232,6 +233,8 @@ void Reactor::LoopUntilStopped() {
   while (!stop_.load(std::memory_order_acquire)) {
     const bool busy = busy_ns > 0 && NowNs() < busy_until;
     int n = ::epoll_wait(epfd_, evs, 64, busy ? 0 : wait_ms);
+    // Polling yields, as the waiter's poll does (answer_reader.cpp).
+    if (busy && n == 0) sched_yield();
     bool polls = false;  // a read pass served a lone single-part transfer
     for (int i = 0; i < n; ++i) {
       void* p = evs[i].data.ptr;
