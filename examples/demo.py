@@ -318,7 +318,14 @@ def kv_worker(seed: int) -> None:
     import msgpack
 
     from mori.core.bootstrap import TcpBootstrap
-    from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, allocate_shared_host_memory
+    from mori.io import (
+        BackendType,
+        EngineDesc,
+        IOEngine,
+        MemoryDesc,
+        StatusCode,
+        allocate_shared_host_memory,
+    )
 
     b = TcpBootstrap.from_env()
     prefill = b.rank == 0
@@ -382,7 +389,7 @@ def kv_worker(seed: int) -> None:
         op = sess.batch_write if prefill else sess.batch_read
         t0 = time.perf_counter()
         st = op(offsets(tables[i]), offsets(peer_tables[i]), [KV_BLOCK_BYTES] * n, uid)
-        if not st.WaitFor(left_ms()):
+        if st.WaitFor(left_ms()) == StatusCode.IN_PROGRESS:
             raise SystemExit(f"{role}: request {i} still in flight after 30 s")
         if not st.Succeeded():
             raise SystemExit(f"{role}: request {i} failed: {st.Message()}")
