@@ -49,6 +49,8 @@ SWITCHES = [
     ("notice ring", "MORI_IO_NOTICE_RING", "0"),
     ("CMA grant cache", "MORI_IO_CMA_CACHE", "0"),
     ("liveness word", "MORI_IO_SHM_LIVENESS_WORD", "0"),
+    ("TCP waiter reads", "MORI_IO_TCP_WAITER_READS", "0"),
+    ("TCP busy poll", "MORI_IO_TCP_BUSY_POLL_US", "0"),
 ]
 
 # One point of each preset's regime: a size in place of the sweep, fewer iterations.
@@ -119,13 +121,14 @@ def run_one(argv: list[str], env_over: dict[str, str], timeout_s: float) -> dict
 
 
 # Switches that cannot act in a backend's runs: TCP-only engines copy nothing on the
-# same host, and numpy buffers cannot be mapped, mapped regions need no CMA grant. Their
+# same host, and numpy buffers cannot be mapped, mapped regions need no CMA grant, SHM
+# transfers send no TCP request a waiter or a polling reactor would see. Their
 # paired changes are the cell's noise floor.
 NULL_SWITCHES = {
     "tcp": {"MORI_IO_SHM_MAP", "MORI_IO_NOTICE_RING", "MORI_IO_CMA_CACHE",
             "MORI_IO_SHM_LIVENESS_WORD"},
-    "shm-cma": {"MORI_IO_SHM_MAP"},
-    "shm-map": {"MORI_IO_CMA_CACHE"},
+    "shm-cma": {"MORI_IO_SHM_MAP", "MORI_IO_TCP_WAITER_READS", "MORI_IO_TCP_BUSY_POLL_US"},
+    "shm-map": {"MORI_IO_CMA_CACHE", "MORI_IO_TCP_WAITER_READS", "MORI_IO_TCP_BUSY_POLL_US"},
 }  # fmt: skip
 
 
