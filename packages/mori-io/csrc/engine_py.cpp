@@ -135,6 +135,13 @@ ERR_RDMA_OP; the others as the StatusCode of the same name and number.)doc")
       .value("ERR_PEER_LOST", StatusDetail::ERR_PEER_LOST)
       .value("ERR_TIMEOUT", StatusDetail::ERR_TIMEOUT)
       .finalize();
+  // MORI's pybind11 enum members are all true, SUCCESS (0) included; an IntEnum's 0 is
+  // false, which breaks code that tests a code's truth. Comparisons stay int ones.
+  for (const char* name : {"StatusCode", "StatusDetail"}) {
+    py::object cls = m.attr(name);
+    cls.attr("__bool__") = py::cpp_function([](const py::object&) { return true; },
+                                            py::is_method(cls), py::name("__bool__"));
+  }
 
   py::enum_<MemoryLocationType>(m, "MemoryLocationType", "Where registered memory lives.")
       .value("Unknown", MemoryLocationType::Unknown)

@@ -72,6 +72,14 @@ def _region(engine, nbytes, fill=None):
 # -- enums ---------------------------------------------------------------------------
 
 
+def test_status_codes_are_truthy_and_compare_as_ints_like_moris():
+    """MORI's pybind11 enum members are all true (SUCCESS 0 included): code that tests a
+    code's truth behaves the same here; comparisons are int comparisons."""
+    assert all(bool(c) for c in StatusCode) and all(bool(d) for d in StatusDetail)
+    assert StatusCode.SUCCESS == 0 and StatusCode(2) is StatusCode.IN_PROGRESS
+    assert StatusCode.ERR_RDMA_OP.name == "ERR_RDMA_OP" and int(StatusCode.ERR_GPU_OP) == 15
+
+
 def test_enums_have_moris_names_and_numbers():
     assert {k: int(v) for k, v in StatusCode.__members__.items()} == {
         "SUCCESS": 0, "INIT": 1, "IN_PROGRESS": 2, "ERR_INVALID_ARGS": 11,
