@@ -525,10 +525,12 @@ BackendChoice Session::Backend() { return engine_->BackendFor(local_.loc, remote
 std::shared_ptr<Peer> Session::CurrentPeer() {
   if (!engine_->options().epoch_snapshot) return engine_->FindPeer(remote_.engine_key);
   // The engine's peer table changes rarely; the cached peer is reused until its epoch
-  // moves, so the hot path takes no engine-wide lock.
-  uint64_t epoch = engine_->peer_epoch();
+  // moves, so the hot path takes no engine-wide lock. The session's own lock guards the
+  // cache (a session may be used from several threads; copying a shared_ptr that another
+  // thread assigns is a data race), uncontended in the common one-thread case.
+  const uint64_t epoch = engine_->peer_epoch();
+  std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_) {
-    std::lock_guard<std::mutex> lock(mu_);
     peer_ = engine_->FindPeer(remote_.engine_key);
     epoch_ = epoch;
   }

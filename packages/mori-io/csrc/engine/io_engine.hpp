@@ -75,9 +75,9 @@ class Session {
   IoEngine* engine_;
   MemoryRegion local_;
   RemoteRegion remote_;
+  std::mutex mu_;  // guards epoch_ and peer_
   uint64_t epoch_ = ~uint64_t{0};
   std::shared_ptr<Peer> peer_;
-  std::mutex mu_;
 };
 
 // The transfer engine: registries of local regions and remote engines, the inbound
