@@ -217,13 +217,17 @@ the transfer within its timeout.)doc")
         return r + ")";
       });
 
+  // One span, submitted without the GIL.
+  auto single = [](Session& s, Op op, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+    TransferSpan span{lo, ro, size};
+    py::gil_scoped_release nogil;
+    return s.Transfer(op, &span, 1, uid);
+  };
   py::class_<Session, std::shared_ptr<Session>>(m, "Session")
       .def(
           "transfer",
-          [](Session& s, bool write, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
-            TransferSpan span{lo, ro, size};
-            py::gil_scoped_release nogil;
-            return s.Transfer(write ? Op::kWrite : Op::kRead, &span, 1, uid);
+          [single](Session& s, bool write, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            return single(s, write ? Op::kWrite : Op::kRead, lo, ro, size, uid);
           },
           py::arg("write"), py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
           py::arg("uid"))
@@ -231,19 +235,15 @@ the transfer within its timeout.)doc")
       // object exposes directly: a single small transfer then pays no Python frame.
       .def(
           "write",
-          [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
-            TransferSpan span{lo, ro, size};
-            py::gil_scoped_release nogil;
-            return s.Transfer(Op::kWrite, &span, 1, uid);
+          [single](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            return single(s, Op::kWrite, lo, ro, size, uid);
           },
           py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
           py::arg("transfer_uid"))
       .def(
           "read",
-          [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
-            TransferSpan span{lo, ro, size};
-            py::gil_scoped_release nogil;
-            return s.Transfer(Op::kRead, &span, 1, uid);
+          [single](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            return single(s, Op::kRead, lo, ro, size, uid);
           },
           py::arg("local_offset"), py::arg("remote_offset"), py::arg("size"),
           py::arg("transfer_uid"))

@@ -2,9 +2,17 @@
 # Copyright (c) 2026 The mori authors
 """Fixtures shared by mori-io's tests."""
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
-from mori.io import IOEngine
+from mori.io import EngineDesc, IOEngine, MemoryDesc
 
 
 @pytest.fixture
@@ -28,3 +36,30 @@ def engine_pair():
     yield make
     for e in made:
         e.close()
+
+
+@pytest.fixture
+def peer_target(tmp_path):
+    """A target engine in another process (tests/io_peer_worker.py, TCP, a 32 MiB
+    region): yields (its EngineDesc, its MemoryDesc, the worker's seed, the process).
+    The process is resumed (a test may have stopped it) and killed afterwards."""
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    worker = str(Path(__file__).with_name("io_peer_worker.py"))
+    proc = subprocess.Popen(
+        [sys.executable, worker, "target", str(tmp_path), str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "mem").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
+            time.sleep(0.01)
+        time.sleep(0.05)
+        desc = EngineDesc.unpack((tmp_path / "engine").read_bytes())
+        yield desc, MemoryDesc.unpack((tmp_path / "mem").read_bytes()), seed, proc
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)

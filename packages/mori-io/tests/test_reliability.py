@@ -10,8 +10,6 @@ import random
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +20,6 @@ import mori.core as mc
 from mori.io import (
     _C,
     BackendType,
-    EngineDesc,
     IOEngine,
     MemoryDesc,
     StatusCode,
@@ -55,27 +52,9 @@ def _wait_failed(status, code):
 
 
 @pytest.fixture
-def stopped_target(tmp_path):
+def stopped_target(peer_target):
     """A target engine in another process; yields (desc, remote mem, seed, process)."""
-    seed = random.randrange(1 << 30)
-    print("seed", seed)
-    proc = subprocess.Popen(
-        [sys.executable, WORKER, "target", str(tmp_path), str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "mem").exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
-            time.sleep(0.01)
-        time.sleep(0.05)
-        desc = EngineDesc.unpack((tmp_path / "engine").read_bytes())
-        yield desc, MemoryDesc.unpack((tmp_path / "mem").read_bytes()), seed, proc
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-        proc.wait(10)
+    return peer_target
 
 
 def test_stopped_peer_times_out_and_engine_serves_others(stopped_target):

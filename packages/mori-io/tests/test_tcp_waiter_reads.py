@@ -9,8 +9,6 @@ twice; a peer that dies or stops while a waiter reads fails the transfer in time
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,9 +18,7 @@ import pytest
 
 from mori.io import (
     BackendType,
-    EngineDesc,
     IOEngine,
-    MemoryDesc,
     StatusCode,
     StatusDetail,
     TcpBackendConfig,
@@ -33,29 +29,10 @@ BLK = 4096
 
 
 @pytest.fixture
-def target(tmp_path):
+def target(peer_target):
     """A target engine in another process: (its EngineDesc, its 32 MiB region, process)."""
-    seed = random.randrange(1 << 30)
-    proc = subprocess.Popen(
-        [sys.executable, WORKER, "target", str(tmp_path), str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "mem").exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
-            time.sleep(0.01)
-        time.sleep(0.05)
-        yield (
-            EngineDesc.unpack((tmp_path / "engine").read_bytes()),
-            MemoryDesc.unpack((tmp_path / "mem").read_bytes()),
-            proc,
-        )
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-        proc.wait(10)
+    desc, mem, _, proc = peer_target
+    return desc, mem, proc
 
 
 def _initiator(desc, remote, **cfg):
