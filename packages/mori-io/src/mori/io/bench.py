@@ -12,6 +12,7 @@
                             [--json PATH] [--plot out.png]
     python -m mori.io.bench --ablate [--ablate-reps 5] [--ablate-backends tcp,shm-cma,shm-map]
                             [--ablate-presets mw-chunkoff,mw-chunkon,hi-iops] [--json PATH]
+                            [--ablate-deadline-s SECONDS]
 
 Rank 0 is the initiator, rank 1 the target. Run as is (two processes on this host)
 or under torchrun with two processes (``--host`` names the address the other host
@@ -182,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--ablate-switches", help="environment variables to ablate (default: all switches)"
     )
     a.add_argument("--ablate-iters", type=int, help="timed iterations per run (default: per point)")
+    a.add_argument(
+        "--ablate-deadline-s", type=float, default=0.0,
+        help="start no repetition that would end past this many seconds (0: no limit)",
+    )  # fmt: skip
     return p
 
 

@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 # (name, environment variable, value that turns the mechanism off)
 SWITCHES = [
@@ -311,7 +312,15 @@ def main(args) -> int:
           f"load {os.getloadavg()[0]:.2f}, {started}", flush=True)  # fmt: skip
     print("RDMA: not run (" + ("the bench has no RDMA backend flag" if rdma else
           "no RDMA NIC here: /sys/class/infiniband is empty or absent") + ")", flush=True)  # fmt: skip
+    t0, reps_done = time.monotonic(), 0
     for rep in range(args.ablate_reps):
+        # Only whole repetitions count (each pairs every variant with the defaults of
+        # its own repetition): stop before one that would end past the deadline.
+        per_rep = (time.monotonic() - t0) / rep if rep else 0.0
+        if args.ablate_deadline_s and time.monotonic() - t0 + per_rep > args.ablate_deadline_s:
+            print(f"stopping after {rep} repetition(s): another would end past "
+                  f"--ablate-deadline-s {args.ablate_deadline_s:g}", flush=True)  # fmt: skip
+            break
         for ci, (b, p) in enumerate(cells):
             cell = f"{b} / {p}"
             k = (rep + ci) % len(vs)
@@ -320,6 +329,7 @@ def main(args) -> int:
                 results[cell][name].append(row)
                 if "error" in row:
                     print(f"rep {rep + 1} {cell} {name}: FAILED {row['error']}", flush=True)
+        reps_done = rep + 1
         print(f"repetition {rep + 1}/{args.ablate_reps} done, load {os.getloadavg()[0]:.2f}, "
               f"compiler processes {_compilers()}", flush=True)  # fmt: skip
     summary = summarize(results)
@@ -333,7 +343,7 @@ def main(args) -> int:
         doc = {"benchmark": "mori.io.bench --ablate", "started": started,
                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "machine": m, "argv": argvs, "variants": vs, "reps": args.ablate_reps,
-               "results": results, "verdicts": verdict_rows}  # fmt: skip
+               "reps_done": reps_done, "results": results, "verdicts": verdict_rows}  # fmt: skip
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
         print(f"json written to {args.json}")
