@@ -143,6 +143,7 @@ def test_mori_cpp_resolves_moris_binding_names_to_the_modules_that_implement_the
         else:
             raise AssertionError("from mori.cpp import build_args succeeded")
         assert "TransferStatus" in dir(mori.cpp) and "TransferStatus" in mori.cpp.__all__
+        assert "torch" not in sys.modules, "listing mori.cpp's names imported torch"
         """
     )
     # The EP names load mori.ops (torch) only when asked for; a missing wheel is named.
@@ -155,8 +156,15 @@ def test_mori_cpp_resolves_moris_binding_names_to_the_modules_that_implement_the
             assert "pip install mori-ep" in str(e), str(e)
         else:
             raise AssertionError("mori.ops resolved although it is blocked")
+        try:
+            from mori.cpp import EpDispatchCombineConfig  # noqa: F401  (mori.ep._C's)
+        except ImportError as e:
+            assert "pip install mori-ep" in str(e), str(e)
+        else:
+            raise AssertionError("mori.ep._C resolved although mori.ep is blocked")
         import mori.cpp
         assert "EpDispatchCombineKernelType" not in mori.cpp.__all__
+        assert "launch_local_expert_count" not in mori.cpp.__all__
         """,
         blocked=["mori.ops", "mori.ep"],
     )

@@ -46,7 +46,96 @@ __global__ void DispatchLayoutKernel(LayoutArgs a, int32_t* error_record) {
   }
 }
 
+// Grid-stride over the (row, slot) pairs of the first *total_recv rows. With a
+// shared histogram (few local experts) each block counts in shared memory and adds
+// its counts once per expert, so the global atomics do not serialise on a hot expert.
+__global__ void LocalExpertCountKernel(LocalExpertCountArgs a, bool shared_hist) {
+  extern __shared__ int32_t hist[];
+  const int E = a.num_experts_per_rank;
+  if (shared_hist) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+    __syncthreads();
+  }
+  const int64_t base = static_cast<int64_t>(a.rank) * E;
+  const int32_t rows = *a.total_recv;
+  const int64_t n = rows > 0 ? static_cast<int64_t>(rows) * a.top_k : 0;
+  int32_t* counts = shared_hist ? hist : a.counts;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t local = a.indices[i] - base;
+    if (local >= 0 && local < E) atomicAdd(&counts[local], 1);
+  }
+  if (shared_hist) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      if (hist[e] != 0) atomicAdd(&a.counts[e], hist[e]);
+    }
+  }
+}
+
+constexpr int kSharedHistExperts = 4096;
+
+const char* MemoryKindName(cudaMemoryType t) {
+  switch (t) {
+    case cudaMemoryTypeDevice:
+      return "device memory";
+    case cudaMemoryTypeManaged:
+      return "managed memory";
+    case cudaMemoryTypeHost:
+      return "pinned host memory";
+    default:
+      return "pageable host memory";
+  }
+}
+
 }  // namespace
+
+void LocalExpertCountCuda(const LocalExpertCountArgs& a, int blocks, int threads,
+                          uintptr_t stream_int) {
+  ValidateLocalExpertCountArgs(a);
+  auto stream = reinterpret_cast<cudaStream_t>(stream_int);
+  MORI_CUDA_CHECK(cudaMemsetAsync(a.counts, 0, sizeof(int32_t) * a.num_experts_per_rank, stream));
+  const bool shared_hist = a.num_experts_per_rank <= kSharedHistExperts;
+  const size_t smem = shared_hist ? sizeof(int32_t) * a.num_experts_per_rank : 0;
+  LocalExpertCountKernel<<<blocks, threads, smem, stream>>>(a, shared_hist);
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+void LaunchLocalExpertCount(const LocalExpertCountArgs& a, int blocks, int warps_per_block,
+                            uintptr_t stream) {
+  ValidateLocalExpertCountArgs(a);
+  CheckLocalExpertCountLaunch(blocks, warps_per_block);
+  static const char* const kNames[3] = {"indices_ptr", "total_recv_token_num_ptr",
+                                        "local_expert_count_ptr"};
+  const void* ptrs[3] = {a.indices, a.total_recv, a.counts};
+  cudaMemoryType kinds[3];
+  bool no_device = false;
+  for (int i = 0; i < 3; ++i) {
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, ptrs[i]);
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {
+      (void)cudaGetLastError();  // not sticky: nothing here can be device memory
+      no_device = true;
+      break;
+    }
+    MORI_CUDA_CHECK(err);
+    kinds[i] = attr.type;
+  }
+  if (no_device) return LocalExpertCountCpu(a);
+  int pageable = -1, device_only = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (kinds[i] == cudaMemoryTypeUnregistered && pageable < 0) pageable = i;
+    if (kinds[i] == cudaMemoryTypeDevice && device_only < 0) device_only = i;
+  }
+  if (pageable < 0) return LocalExpertCountCuda(a, blocks, warps_per_block * 32, stream);
+  MORI_CHECK_ARG(device_only < 0, "launch_local_expert_count: ", kNames[device_only], " is ",
+                 MemoryKindName(kinds[device_only]), " but ", kNames[pageable], " is ",
+                 MemoryKindName(kinds[pageable]), "; pass addresses the same side can read");
+  // Host memory: count on this thread once the stream's earlier work (which may
+  // write it, pinned or managed) has finished.
+  MORI_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  LocalExpertCountCpu(a);
+}
 
 void DispatchLayoutCuda(const LayoutArgs& a, int32_t* error_record, uintptr_t stream_int) {
   ValidateLayoutArgs(a);

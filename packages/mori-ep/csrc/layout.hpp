@@ -30,7 +30,48 @@ void DispatchLayoutCpu(const LayoutArgs& args);
 // Checks shapes/sizes shared by both implementations (host-side, before any work).
 void ValidateLayoutArgs(const LayoutArgs& args);
 
+// MORI's local expert count over the rows a dispatch received: of the first
+// *total_recv rows of `indices` (int32 [rows][top_k], global expert ids), how many
+// (row, slot) pairs name each expert of `rank` (experts [rank * num_experts_per_rank,
+// + num_experts_per_rank)); other ids, -1 among them, are not counted. `counts`
+// (int32 [num_experts_per_rank]) is zeroed first; a *total_recv <= 0 counts nothing.
+// *total_recv is read where the count runs (on the device for the kernel), so rows
+// past it are never read.
+struct LocalExpertCountArgs {
+  const int32_t* indices;
+  const int32_t* total_recv;  // [1]
+  int rank;
+  int num_experts_per_rank;
+  int top_k;
+  int32_t* counts;
+};
+
+// Checks the scalars and the pointers (non-null), naming the values.
+void ValidateLocalExpertCountArgs(const LocalExpertCountArgs& args);
+
+// Host implementation on the calling thread.
+void LocalExpertCountCpu(const LocalExpertCountArgs& args);
+
+// The launch shape LaunchLocalExpertCount takes (MORI's "positive block and warp
+// settings", and at most 32 warps of 32 threads).
+void CheckLocalExpertCountLaunch(int blocks, int warps_per_block);
+
+// ROCm/mori's LaunchLocalExpertCount on raw addresses: `blocks` x `warps_per_block`
+// warps of the kernel on `stream` (a cudaStream_t as an integer; no host
+// synchronisation) when the three addresses are device-accessible memory; when one is
+// pageable host memory (every one must then be host-accessible) the count runs on the
+// calling thread after `stream`'s earlier work. A build without CUDA counts host
+// memory on the calling thread and ignores `stream`. Throws InvalidArgumentError for
+// a launch shape outside [1, 2^31) blocks x [1, 32] warps, or addresses of mixed kinds.
+void LaunchLocalExpertCount(const LocalExpertCountArgs& args, int blocks, int warps_per_block,
+                            uintptr_t stream);
+
 #if MORI_EP_WITH_CUDA
+// The kernel on `stream`: counts zeroed with cudaMemsetAsync, then `blocks` x
+// `threads` threads; no host synchronisation.
+void LocalExpertCountCuda(const LocalExpertCountArgs& args, int blocks, int threads,
+                          uintptr_t stream);
+
 // CUDA implementation on `stream` (a cudaStream_t as an integer). An out-of-range id
 // is not an error the host can see without a sync: the kernel records the first one
 // in error_record (int32[4] on the device: flag, token, slot, value), which the

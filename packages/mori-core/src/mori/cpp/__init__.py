@@ -5,7 +5,9 @@ imports, resolved to the mori module that implements each one.
 
 Serving stacks' MoRIIO connectors start with ``from mori.cpp import TransferStatus``;
 MORI's own modules read their enums and configs from here. In mori each name lives in
-the wheel that implements it (``mori.io``, ``mori.ops``, ``mori.shmem``); this module
+the wheel that implements it (``mori.io``, ``mori.ops``, ``mori.shmem``; MORI's bound
+dispatch/combine config ``EpDispatchCombineConfig``, which differs from the dataclass
+``mori.ops.EpDispatchCombineConfig`` as it does in MORI, is ``mori.ep._C``'s); this module
 loads that wheel on first use of one of its names, so ``import mori.cpp`` alone costs
 nothing and imports neither torch nor a native library. A name whose wheel is not
 installed raises ImportError naming the wheel; a MORI binding without a counterpart
@@ -46,6 +48,8 @@ _PROVIDERS: dict[str, tuple[str, tuple[str, ...]]] = {
         "mori-ep",
         ("EpDispatchCombineKernelType", "EpDispatchCombineQuantType"),
     ),
+    "mori.ops.local_expert_count": ("mori-ep", ("launch_local_expert_count",)),
+    "mori.ep._C": ("mori-ep", ("EpDispatchCombineConfig",)),
     "mori.shmem": (
         "mori-core",
         (
@@ -72,8 +76,11 @@ _WHERE = {name: module for module, (_, names) in _PROVIDERS.items() for name in 
 
 
 def _installed(module: str) -> bool:
+    # The wheel's package (mori.io, mori.ep, ...): finding a module inside it would
+    # import the package (torch, for mori.ep).
+    package = ".".join(module.split(".")[:2])
     try:
-        return _importlib_util.find_spec(module) is not None
+        return _importlib_util.find_spec(package) is not None
     except (ImportError, ValueError):
         return False
 

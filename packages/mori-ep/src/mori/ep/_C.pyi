@@ -2,6 +2,8 @@
 # Copyright (c) 2026 The mori authors
 """Type stubs for mori.ep._C (pointers are integers: tensor.data_ptr())."""
 
+from typing import Any
+
 __mori_core_version_compiled__: str
 with_cuda: bool
 
@@ -26,6 +28,77 @@ def dispatch_layout_cuda(
     token_in_rank: int,
     error_record: int,
     stream: int,
+) -> None: ...
+def local_expert_count_cpu(
+    indices: int, total_recv: int, rank: int, num_experts_per_rank: int, top_k: int, counts: int
+) -> None: ...
+def local_expert_count_cuda(
+    indices: int,
+    total_recv: int,
+    rank: int,
+    num_experts_per_rank: int,
+    top_k: int,
+    counts: int,
+    blocks: int,
+    threads: int,
+    stream: int,
+) -> None: ...
+
+class EpDispatchCombineConfig:
+    """ROCm/mori's raw dispatch/combine config (mori.cpp.EpDispatchCombineConfig)."""
+
+    rank: int
+    world_size: int
+    hidden_dim: int
+    scale_dim: int
+    scale_type_size: int
+    max_token_type_size: int
+    max_num_inp_token_per_rank: int
+    num_experts_per_rank: int
+    num_experts_per_token: int
+    max_total_recv_tokens: int
+    warp_num_per_block: int
+    block_num: int
+    use_external_inp_buf: bool
+    kernel_type: Any  # reads EpDispatchCombineKernelType, takes it or its int value
+    gpu_per_node: int
+    rdma_block_num: int
+    num_qp_per_pe: int
+    quant_type: Any  # reads EpDispatchCombineQuantType, takes it or its int value
+    def __init__(
+        self,
+        rank: int = 0,
+        world_size: int = 0,
+        hidden_dim: int = 0,
+        scale_dim: int = 0,
+        scale_type_size: int = 0,
+        max_token_type_size: int = 0,
+        max_num_inp_token_per_rank: int = 0,
+        num_experts_per_rank: int = 0,
+        num_experts_per_token: int = 0,
+        max_total_recv_tokens: int = 0,
+        warp_num_per_block: int = 0,
+        block_num: int = 0,
+        use_external_inp_buf: bool = True,
+        kernel_type: int = 0,
+        gpu_per_node: int = 8,
+        rdma_block_num: int = 0,
+        num_qp_per_pe: int = 1,
+        quant_type: int = 0,
+    ) -> None: ...
+    def max_num_tokens_to_send_per_rank(self) -> int: ...
+    def max_num_tokens_to_send(self) -> int: ...
+    def max_num_tokens_to_recv_per_rank(self) -> int: ...
+    def max_num_tokens_to_recv(self) -> int: ...
+
+def launch_local_expert_count(
+    config: EpDispatchCombineConfig,
+    indices_ptr: int,
+    total_recv_token_num_ptr: int,
+    local_expert_count_ptr: int,
+    block_num: int = -1,
+    warp_per_block: int = -1,
+    stream: int = 0,
 ) -> None: ...
 
 ep_max_tokens_per_rank: int

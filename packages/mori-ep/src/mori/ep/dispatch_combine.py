@@ -264,6 +264,32 @@ class EpDispatchCombineConfig:
         """Receive capacity per rank; the same as :attr:`max_num_tokens_to_recv`."""
         return self.max_num_tokens_to_recv
 
+    def to_cpp_config(self):
+        """This config as ROCm/mori's raw bound config, ``mori.cpp.EpDispatchCombineConfig``
+        (``mori.ep._C.EpDispatchCombineConfig``): every field but ``data_type`` and
+        ``device``, ``quant_type`` as its enum (MORI's op builds the same struct from its
+        dataclass)."""
+        return _C.EpDispatchCombineConfig(
+            rank=self.rank,
+            world_size=self.world_size,
+            hidden_dim=self.hidden_dim,
+            scale_dim=self.scale_dim,
+            scale_type_size=self.scale_type_size,
+            max_token_type_size=self.max_token_type_size,
+            max_num_inp_token_per_rank=self.max_num_inp_token_per_rank,
+            num_experts_per_rank=self.num_experts_per_rank,
+            num_experts_per_token=self.num_experts_per_token,
+            max_total_recv_tokens=self.max_total_recv_tokens,
+            warp_num_per_block=self.warp_num_per_block,
+            block_num=self.block_num,
+            use_external_inp_buf=bool(self.use_external_inp_buf),
+            kernel_type=int(self.kernel_type),
+            gpu_per_node=self.gpu_per_node,
+            rdma_block_num=self.rdma_block_num,
+            num_qp_per_pe=self.num_qp_per_pe,
+            quant_type=int(self.quant),
+        )
+
 
 def _check_launch(block_num, rdma_block_num, warp_per_block) -> str | None:
     for name, v in (
@@ -779,17 +805,24 @@ class EpDispatchCombineOp(LowLatencyMixin):
         return None
 
     def _count_local_experts(self) -> None:
-        """local_expert_count from the last dispatch's received indices, on the
-        device and without a host synchronisation (rows past total_recv masked)."""
+        """local_expert_count from the last dispatch's received indices (rows past
+        total_recv not read): on CUDA one kernel on the current stream, no host
+        synchronisation (the native count mori.ops.local_expert_count launches)."""
         c = self.config
-        epr, lo = c.num_experts_per_rank, c.rank * c.num_experts_per_rank
         idx = self._recv_indices
-        rows = torch.arange(idx.size(0), device=self.device, dtype=torch.int32)
-        local = (idx >= lo) & (idx < lo + epr) & (rows < self._total_recv)[:, None]
-        bucket = torch.where(local, idx - lo, epr).flatten().to(torch.int64)
-        counts = torch.zeros(epr + 1, dtype=torch.int32, device=self.device)
-        counts.index_add_(0, bucket, torch.ones_like(bucket, dtype=torch.int32))
-        self.local_expert_count.copy_(counts[:epr])
+        args = (
+            idx.data_ptr(),
+            self._total_recv.data_ptr(),
+            c.rank,
+            c.num_experts_per_rank,
+            c.num_experts_per_token,
+            self.local_expert_count.data_ptr(),
+        )
+        if self._cuda:
+            blocks = max(1, min(64, -(-idx.numel() // 256)))
+            _C.local_expert_count_cuda(*args, blocks, 256, self._stream())
+        else:
+            _C.local_expert_count_cpu(*args)
 
     # ------------------------------------------------------------------- combine
     def _check_combine(self, *args) -> str | None:

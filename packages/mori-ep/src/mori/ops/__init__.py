@@ -5,7 +5,8 @@
 A re-export of :mod:`mori.ep`, name for name (``EpDispatchCombineConfig``,
 ``EpDispatchCombineOp``, ``EpDispatchCombineKernelType``, ...), so code ported
 from ROCm/mori keeps ``mori.ops.X``. Whatever :mod:`mori.ep` exports, this module
-exports; nothing is defined here.
+exports; nothing is defined here. MORI's submodule ``mori.ops.local_expert_count``
+re-exports :mod:`mori.ep.local_expert_count`.
 """
 
 from mori.ep import *  # noqa: F403
