@@ -61,14 +61,15 @@ def test_bench_smoke(tmp_path):
         str(out),
         "--kernel-type",
         # On a GPU the low-latency kernels' bench run is test_low_latency_gpu.py's.
-        "IntraNode,IntraNodeLL,AsyncLL,deepep-ll" if device == "cpu" else "IntraNode",
-    ]
+        "IntraNode,IntraNodeLL,AsyncLL,standard-moe,deepep-ll" if device == "cpu" else "IntraNode",
+    ] + (["--overlap"] if device == "cpu" else [])
     # The ranks directly (what `python -m mori.ep.bench` spawns), saving a torch import.
     stdout = launch_local(cmd, 2, timeout_s=90, env=NO_MULTICAST_ENV)[0].output
     print(stdout[-4000:])
     assert "baseline combine output matches mori's: yes" in stdout
     if device == "cpu":
         assert "token-major kernel types' combine outputs identical: yes" in stdout
+        assert "AsyncLL overlap" in stdout
     data = json.loads(out.read_text())
     recs = data["records"]
     assert data["meta"]["world_size"] == 2
@@ -81,15 +82,31 @@ def test_bench_smoke(tmp_path):
             case = [r for r in recs if r["tokens"] == tokens and r["dtype"] == dtype]
             mori = {r["rank"]: r for r in case if r["impl"] == "mori"}
             base = {r["rank"]: r for r in case if r["impl"].startswith("a2a")}
-            for impl in ("mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll")[
-                : 3 if device == "cpu" else 0
-            ]:
+            lls = ("mori IntraNodeLL", "mori AsyncLL", "mori standard-moe", "mori deepep-ll")
+            for impl in lls[: 4 if device == "cpu" else 0]:
                 ll = {r["rank"]: r for r in case if r["impl"] == impl}
                 assert set(ll) == {0, 1}, (impl, case)
                 assert all(r["dispatch_us"] > 0 and r["combine_us"] > 0 for r in ll.values())
-                if impl != "mori deepep-ll":  # token-major: the intra-node kernels' rows
+                if impl in ("mori IntraNodeLL", "mori AsyncLL"):  # the intra-node kernels' rows
                     assert all(ll[r]["recv_rows"] == mori[r]["recv_rows"] for r in (0, 1))
                     assert all(r["matches_intranode"] for r in ll.values()), impl
+            if device == "cpu":
+                # Both expert-major entry points receive one row per (token, expert) pair.
+                pairs = {
+                    impl: {r["rank"]: r["recv_rows"] for r in case if r["impl"] == impl}
+                    for impl in ("mori standard-moe", "mori deepep-ll")
+                }
+                assert pairs["mori standard-moe"] == pairs["mori deepep-ll"], pairs
+                overlap = [
+                    r for r in data["meta"]["overlap"]
+                    if r["tokens"] == tokens and r["dtype"] == dtype
+                ]  # fmt: skip
+                assert {(r["phase"], r["rank"]) for r in overlap} == {
+                    (p, r) for p in ("dispatch", "combine") for r in (0, 1)
+                }, overlap
+                for r in overlap:
+                    assert r["transfer_us"] > 0 and r["gemm_us"] > 0 and r["overlapped_us"] > 0
+                    assert 0.0 <= r["hidden"] <= 1.0 and r["gemm_size"] >= 128, r
             assert set(mori) == set(base) == {0, 1}, case
             for rank in (0, 1):
                 assert mori[rank]["recv_rows"] == base[rank]["recv_rows"]

@@ -283,6 +283,7 @@ the transfer within its timeout.)doc")
       .def_readwrite("transfer_timeout_ms", &TcpBackendConfig::transfer_timeout_ms)
       .def_readwrite("idle_timeout_ms", &TcpBackendConfig::idle_timeout_ms)
       .def_readwrite("max_inbound_statuses", &TcpBackendConfig::max_inbound_statuses)
+      .def_readwrite("max_inbound_status_bytes", &TcpBackendConfig::max_inbound_status_bytes)
       .def_readwrite("enable_notification", &TcpBackendConfig::enable_notification);
   py::class_<P2pBackendConfig>(m, "P2pBackendConfig", "The native P2pBackendConfig.")
       .def(py::init<>())
@@ -448,11 +449,15 @@ every hello; without it the remote refuses the connections).)doc")
       .def(
           "inbound_stats",
           [](IoEngine& e) {
-            return py::dict(py::arg("held") = e.inbound_held(),
-                            py::arg("evicted") = e.inbound_evicted());
+            const InboundStatuses::Stats s = e.inbound_stats();
+            return py::dict(py::arg("held") = s.held, py::arg("initiators") = s.initiators,
+                            py::arg("bytes") = s.bytes, py::arg("evicted") = s.evicted,
+                            py::arg("unrecorded") = s.unrecorded);
           },
-          R"doc(Inbound statuses held for pop_inbound_transfer_status, and how many the
-max_inbound_statuses cap dropped (oldest first).)doc")
+          R"doc(Inbound statuses held for pop_inbound_transfer_status: held, the initiators
+(keys) they are held under, the bytes the max_inbound_status_bytes bound counts, how many
+the two bounds dropped (evicted, oldest first), and refused parts not recorded because
+they named no region of this engine (unrecorded).)doc")
       .def_property_readonly("hot_path_options", [](IoEngine& e) {
         const HotPathOptions& o = e.options();
         return py::dict(

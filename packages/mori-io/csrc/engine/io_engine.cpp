@@ -157,10 +157,14 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
   MORI_CHECK_ARG(config.transfer_timeout_ms > 0, "transfer_timeout_ms ", config.transfer_timeout_ms,
                  " must be positive");
   MORI_CHECK_ARG(config.max_inbound_statuses >= 1, "max_inbound_statuses must be at least 1");
+  MORI_CHECK_ARG(config.max_inbound_status_bytes >= InboundStatuses::kMinBytes,
+                 "max_inbound_status_bytes ", config.max_inbound_status_bytes, " below ",
+                 InboundStatuses::kMinBytes);
   MORI_CHECK_ARG(config.idle_timeout_ms >= 0, "idle_timeout_ms ", config.idle_timeout_ms,
                  " must be 0 (off) or positive");
   tcp_config_ = config;
-  inbound_.Configure(config.enable_notification, config.max_inbound_statuses);
+  inbound_.Configure(config.enable_notification, config.max_inbound_statuses,
+                     config.max_inbound_status_bytes);
   ForEachTransport([](Transport& t) { t.ChannelStarting(); });
   channel_.Start(
       config, listen_fd_,
@@ -395,6 +399,11 @@ std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::str
 size_t IoEngine::inbound_held() {
   ForEachTransport([](Transport& t) { t.DrainInbound(nullptr); });
   return inbound_.held();
+}
+
+InboundStatuses::Stats IoEngine::inbound_stats() {
+  ForEachTransport([](Transport& t) { t.DrainInbound(nullptr); });
+  return inbound_.stats();
 }
 
 std::shared_ptr<TransferState> IoEngine::Finished(StatusDetail code, std::string message) {

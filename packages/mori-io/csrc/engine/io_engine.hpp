@@ -157,6 +157,7 @@ class IoEngine {
   // Inbound statuses held (announcements drained first), and how many the cap dropped.
   size_t inbound_held();
   uint64_t inbound_evicted() { return inbound_.evicted(); }
+  InboundStatuses::Stats inbound_stats();
   uint64_t peer_epoch() const { return peers_.epoch(); }
   // The target closed `old`'s connections as idle: a fresh peer of the same EngineDesc
   // replaces it (unless it was replaced already), so the next transfer connects again.

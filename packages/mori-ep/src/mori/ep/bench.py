@@ -4,7 +4,8 @@
 
     python -m mori.ep.bench [--world-size 2] [--tokens 128,512,4096] [--dtype bf16,fp8]
                             [--block-num 24,96] [--warp-per-block 16] [--iters 20]
-                            [--json PATH] [--plot PATH]
+                            [--kernel-type IntraNode,IntraNodeLL,AsyncLL,standard-moe,deepep-ll]
+                            [--overlap] [--json PATH] [--plot PATH]
 
 Starts ``--world-size`` local processes (or runs as one rank under torchrun), one per
 GPU. Per token count, dtype and block count it times mori's dispatch and combine,
@@ -69,7 +70,9 @@ def _str_list(text: str) -> list[str]:
     return vals
 
 
-KERNEL_TYPES = ("IntraNode", "IntraNodeLL", "AsyncLL", "deepep-ll")
+KERNEL_TYPES = ("IntraNode", "IntraNodeLL", "AsyncLL", "standard-moe", "deepep-ll")
+# The expert-major entry points run on an op of this kernel type.
+_OP_KERNEL_TYPE = {"standard-moe": "IntraNodeLL", "deepep-ll": "IntraNodeLL"}
 
 
 def _kernel_list(text: str) -> list[str]:
@@ -136,9 +139,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--kernel-type", type=_kernel_list, default=["IntraNode"],
         help="comma-separated: IntraNode, IntraNodeLL, AsyncLL (MORI's token-major calls; "
-        "AsyncLL as send + recv), deepep-ll (low_latency_dispatch/combine on an IntraNodeLL "
-        "op; fp8 = the cast inside dispatch)",
+        "AsyncLL as send + recv), standard-moe (MORI's dispatch_standard_moe / "
+        "combine_standard_moe on an IntraNodeLL op), deepep-ll (low_latency_dispatch/combine "
+        "on an IntraNodeLL op; fp8 = the cast inside dispatch)",
     )  # fmt: skip
+    p.add_argument(
+        "--overlap", action="store_true",
+        help="with AsyncLL: also time send + a GEMM + recv against the GEMM alone and the "
+        "transfer alone (GEMM sized to --overlap-ratio x the transfer's time)",
+    )  # fmt: skip
+    p.add_argument("--overlap-ratio", type=float, default=2.0)
     args = p.parse_args(argv)
     args.tokens = args.tokens or [args.max_tokens]
     if max(args.tokens) > args.max_tokens or min(args.tokens) < 0:
@@ -386,7 +396,7 @@ def worker(args: argparse.Namespace) -> None:
             warp_num_per_block=args.warp_per_block,
             block_num=max(args.block_num),
             data_type=fp8 if dt == "fp8" else torch.bfloat16,
-            kernel_type=EpDispatchCombineKernelType["IntraNodeLL" if kt == "deepep-ll" else kt],
+            kernel_type=EpDispatchCombineKernelType[_OP_KERNEL_TYPE.get(kt, kt)],
         )
         ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
 
@@ -430,7 +440,7 @@ def worker(args: argparse.Namespace) -> None:
         reference={},  # (tokens, dtype) -> the first token-major kernel type's combine output
     )
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
-    records = []
+    records, overlaps = [], []
     for n in args.tokens:
         x32 = torch.randn(n, hidden, generator=gen)
         w = torch.rand(n, k, generator=gen).to(device)
@@ -444,11 +454,16 @@ def worker(args: argparse.Namespace) -> None:
                 if kt == "deepep-ll":
                     bf = x32.to(torch.bfloat16).to(device)
                     records += _measure_deepep(args, ctx, ops[kt, dt], case, bf)
+                elif kt == "standard-moe":
+                    records += _measure_standard_moe(args, ctx, ops[kt, dt], case)
                 else:
                     records += _measure(args, ctx, ops[kt, dt], case, kt, baseline=i == 0)
+                if kt == "AsyncLL" and args.overlap:
+                    overlaps += _measure_overlap(args, ctx, ops[kt, dt], case)
 
-    gathered = [None] * world
+    gathered, gathered_overlaps = [None] * world, [None] * world
     dist.all_gather_object(gathered, records)
+    dist.all_gather_object(gathered_overlaps, overlaps)
     if rank == 0:
         meta = {
             "world_size": world,
@@ -467,6 +482,7 @@ def worker(args: argparse.Namespace) -> None:
             "a2a_reference": a2a_ref,
             "torch": torch.__version__,
         }
+        meta["overlap"] = [r for rs in gathered_overlaps for r in rs]
         _report(args, meta, [r for rs in gathered for r in rs])
     if cuda:
         torch.cuda.synchronize()
@@ -494,23 +510,13 @@ class _Case:
 def _graph_times(args, ctx, d_fn, c_fn):
     """Per-call and kernel times of d_fn / c_fn, each captured in a CUDA graph (on CPU:
     wall-clock medians of direct calls)."""
-    import torch
-
     if not ctx.cuda:
         d_us, c_us = _time_pairs(ctx.timer, d_fn, c_fn, args.iters, 1, ctx.barrier)
         return d_us, c_us, (None, None)
-    d_fn()
-    c_fn()
-    torch.cuda.synchronize()
-    g_d, g_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g_d):
-        d_fn()
-    with torch.cuda.graph(g_c):
-        c_fn()
-    torch.cuda.synchronize()
+    d_replay, c_replay = _captured_pair(ctx, d_fn, c_fn)
     ctx.barrier()
-    d_us, c_us = _time_pairs(ctx.timer, g_d.replay, g_c.replay, args.iters, args.reps, ctx.barrier)
-    kernel_us = _kernel_times(g_d.replay, g_c.replay, args.reps, ctx.barrier, ctx.timer)
+    d_us, c_us = _time_pairs(ctx.timer, d_replay, c_replay, args.iters, args.reps, ctx.barrier)
+    kernel_us = _kernel_times(d_replay, c_replay, args.reps, ctx.barrier, ctx.timer)
     return d_us, c_us, kernel_us
 
 
@@ -542,17 +548,185 @@ def _measure_deepep(args, ctx, op, case: _Case, x) -> list[dict]:
 
     c_fn()
     row = ctx.hidden + ctx.hidden // 128 * 4 if fp8 else ctx.hidden * 2
-    vol = {
-        "dispatch": pairs * row,
-        "dispatch_cross": (pairs - local) * row,
-        "combine": pairs * ctx.hidden * 2,
-        "combine_cross": (pairs - local) * ctx.hidden * 2,
-    }
+    vol = _expert_major_volume(ctx, pairs, local, row)
     blocks = op.config.block_num if ctx.cuda else 0
     d_us, c_us, kernel_us = _graph_times(args, ctx, d_fn, c_fn)
     rec = _record(_impl_name("deepep-ll"), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
     rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
     return [rec]
+
+
+def _expert_major_volume(ctx, pairs, local, row_bytes) -> dict:
+    """DeepEP's low-latency bandwidth definition: received (token, expert) rows x the
+    dispatch row's bytes; combine: the same rows x hidden x 2 (bf16)."""
+    return {
+        "dispatch": pairs * row_bytes,
+        "dispatch_cross": (pairs - local) * row_bytes,
+        "combine": pairs * ctx.hidden * 2,
+        "combine_cross": (pairs - local) * ctx.hidden * 2,
+    }
+
+
+def _measure_standard_moe(args, ctx, op, case: _Case) -> list[dict]:
+    """MORI's dispatch_standard_moe / combine_standard_moe (the expert-major layout, on
+    an IntraNodeLL op) on one case: the rows as given (bf16, or fp8 without scales, as
+    MORI's standard-MoE dispatch carries none), a bf16 combine weighted by the
+    dispatch's weights."""
+    import torch
+
+    n, dt, x, w, idx = case.tokens, case.dtype, case.x, case.weights, case.indices
+    state = {}
+
+    def d_fn():
+        state["d"] = op.dispatch_standard_moe(x, w, None, idx)
+
+    d_fn()
+    packed_x, count, _, layout_range = state["d"]
+    pairs = int(count.sum())
+    local = int((layout_range[:, ctx.rank] & 0xFFFFFFFF).sum())
+    y = torch.zeros(packed_x.shape, dtype=torch.bfloat16, device=ctx.device)
+
+    def c_fn():
+        op.combine_standard_moe(y, None, idx)
+
+    c_fn()
+    vol = _expert_major_volume(ctx, pairs, local, ctx.hidden * x.element_size())
+    blocks = op.config.block_num if ctx.cuda else 0
+    d_us, c_us, kernel_us = _graph_times(args, ctx, d_fn, c_fn)
+    rec = _record(_impl_name("standard-moe"), n, dt, blocks, ctx.rank, pairs, local, vol, d_us,
+                  c_us)  # fmt: skip
+    rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+    return [rec]
+
+
+def _median_us(ctx, fn, trials: int, reps: int) -> float:
+    """Median time (us) of one call of ``fn`` (a graph replay on CUDA), over ``trials``
+    x ``reps`` back-to-back calls after one warm-up call per trial."""
+    times = []
+    for _ in range(trials):
+        ctx.timer.sync()
+        ctx.barrier()
+        fn()
+        marks = [ctx.timer.mark()]
+        for _ in range(reps):
+            fn()
+            marks.append(ctx.timer.mark())
+        ctx.timer.sync()
+        times += [ctx.timer.elapsed_us(a, b) for a, b in zip(marks, marks[1:], strict=False)]
+    return statistics.median(times)
+
+
+def _captured(ctx, fn):
+    """``fn`` captured in a CUDA graph (its replay), or ``fn`` itself on CPU."""
+    import torch
+
+    if not ctx.cuda:
+        return fn
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g.replay
+
+
+def _captured_pair(ctx, d_fn, c_fn):
+    """A dispatch and a combine callable, each captured in its own CUDA graph (their
+    replays; on CPU the callables themselves). Both run eagerly first, then are
+    captured in the same order: a combine needs a received dispatch before it."""
+    import torch
+
+    d_fn()
+    c_fn()
+    if not ctx.cuda:
+        return d_fn, c_fn
+    torch.cuda.synchronize()
+    g_d, g_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g_d):
+        d_fn()
+    with torch.cuda.graph(g_c):
+        c_fn()
+    torch.cuda.synchronize()
+    return g_d.replay, g_c.replay
+
+
+def _gemm_for(ctx, target_us: float):
+    """A square GEMM (bf16 on CUDA, fp32 on CPU) of about ``target_us``, the same size
+    on every rank (the largest any rank picked): (callable, size)."""
+    import torch
+    import torch.distributed as dist
+
+    dtype = torch.bfloat16 if ctx.cuda else torch.float32
+
+    def make(size):
+        a = torch.randn(size, size, device=ctx.device).to(dtype)
+        b = torch.randn(size, size, device=ctx.device).to(dtype)
+        c = torch.empty(size, size, device=ctx.device, dtype=dtype)
+        return lambda: torch.mm(a, b, out=c)
+
+    size = 1024
+    for _ in range(3):  # time ~ size^3 above launch costs: a few corrections settle it
+        t = _median_us(ctx, _captured(ctx, make(size)), 3, 5)
+        size = int(min(16384, max(128, size * (target_us / max(t, 1e-3)) ** (1 / 3))))
+        size = (size + 127) // 128 * 128
+    agreed = torch.tensor([size])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    return make(int(agreed)), int(agreed)
+
+
+def _measure_overlap(args, ctx, op, case: _Case) -> list[dict]:
+    """AsyncLL's send/receive split, per phase: the transfer alone (send + recv, T), a
+    GEMM of ``--overlap-ratio`` x T alone (G), and send + the GEMM + recv on the same
+    stream (O), each phase a CUDA graph, dispatch and combine replayed alternately.
+    The share of the transfer hidden behind the GEMM is ``1 - (O - G) / T``, clipped
+    to [0, 1]; 1 means the GEMM paid for all of it."""
+    import torch
+
+    x, w, s, idx = case.x, case.weights, case.scales, case.indices
+    out, out_w, _, _, total_t = op.dispatch(x, w, s, idx)
+    op.dispatch_recv()
+    total = int(total_t.item())
+    y = torch.zeros(op.config.max_num_out_tokens, ctx.hidden, dtype=torch.bfloat16,
+                    device=ctx.device)  # fmt: skip
+    y[:total] = out[:total].to(torch.bfloat16)
+    yw = out_w.clone()
+    del out, out_w, total_t  # views of the heap: finalize needs them gone
+    op.combine(y, yw, None)
+    op.combine_recv()
+
+    def fns(gemm_d=None, gemm_c=None):
+        def d_fn():
+            op.dispatch_send(x, w, s, idx)
+            if gemm_d is not None:
+                gemm_d()
+            op.dispatch_recv()
+
+        def c_fn():
+            op.combine_send(y, yw, None)
+            if gemm_c is not None:
+                gemm_c()
+            op.combine_recv()
+
+        return _captured_pair(ctx, d_fn, c_fn)
+
+    trials, reps = max(3, args.iters // 2), max(2, args.reps)
+    t_d, t_c = _time_pairs(ctx.timer, *fns(), trials, reps, ctx.barrier)
+    (gemm_d, size_d), (gemm_c, size_c) = (
+        _gemm_for(ctx, args.overlap_ratio * t) for t in (t_d, t_c)
+    )
+    g_d = _median_us(ctx, _captured(ctx, gemm_d), trials, reps)
+    g_c = _median_us(ctx, _captured(ctx, gemm_c), trials, reps)
+    o_d, o_c = _time_pairs(ctx.timer, *fns(gemm_d, gemm_c), trials, reps, ctx.barrier)
+    rows = []
+    for phase, t, g, o, size in (("dispatch", t_d, g_d, o_d, size_d),
+                                 ("combine", t_c, g_c, o_c, size_c)):  # fmt: skip
+        rows.append({
+            "tokens": case.tokens, "dtype": case.dtype, "rank": ctx.rank, "phase": phase,
+            "transfer_us": t, "gemm_us": g, "gemm_size": size, "overlapped_us": o,
+            "hidden": min(1.0, max(0.0, 1.0 - (o - g) / t)) if t > 0 else float("nan"),
+        })  # fmt: skip
+    return rows
 
 
 def _measure(args, ctx, op, case: _Case, kt="IntraNode", baseline=True) -> list[dict]:
@@ -777,6 +951,16 @@ def _report(args, meta, records) -> None:
                         f"dispatch {md:.1f} us vs {bd:.1f} us ({bd / md:.2f}x), combine "
                         f"{mc:.1f} us vs {bc:.1f} us ({bc / mc:.2f}x)"
                     )
+    if meta.get("overlap"):
+        print("AsyncLL overlap (per phase: transfer alone T, GEMM alone G, send + GEMM + recv "
+              "O; hidden = 1 - (O - G) / T):")  # fmt: skip
+        print(_table(
+            [[r["tokens"], r["dtype"], r["phase"], r["rank"], r["transfer_us"], r["gemm_size"],
+              r["gemm_us"], r["overlapped_us"], f"{100 * r['hidden']:.0f} %"]
+             for r in sorted(meta["overlap"], key=lambda r: (r["tokens"], r["dtype"],
+                                                             r["phase"], r["rank"]))],
+            ["tokens", "dtype", "phase", "rank", "T us", "GEMM n", "G us", "O us", "hidden"],
+        ))  # fmt: skip
     same = [r.get("matches_intranode") for r in records if "matches_intranode" in r]
     if len({r["impl"] for r in records if "matches_intranode" in r}) > 1:
         print(

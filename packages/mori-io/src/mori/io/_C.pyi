@@ -97,6 +97,7 @@ class TcpBackendConfig:
     transfer_timeout_ms: int
     idle_timeout_ms: int
     max_inbound_statuses: int
+    max_inbound_status_bytes: int
     enable_notification: bool
     def __init__(self) -> None: ...
 

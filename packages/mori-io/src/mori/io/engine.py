@@ -81,6 +81,9 @@ class TcpBackendConfig:
     max_inbound_statuses: inbound transfer
     statuses kept for pop_inbound_transfer_status; past it the oldest is dropped (with
     a debug log), so a target that never pops keeps bounded memory.
+    max_inbound_status_bytes: the same bound in bytes (each initiator's key once while
+    it has statuses held, plus about 150 bytes per status; at least 65536): past it the
+    oldest is dropped too.
     enable_notification (MORI's name): False keeps no inbound statuses at all, so
     pop_inbound_transfer_status always returns None on this engine.
 
@@ -96,6 +99,7 @@ class TcpBackendConfig:
     transfer_timeout_ms: int = _TCP.transfer_timeout_ms
     idle_timeout_ms: int = _TCP.idle_timeout_ms
     max_inbound_statuses: int = _TCP.max_inbound_statuses
+    max_inbound_status_bytes: int = _TCP.max_inbound_status_bytes
     enable_notification: bool = _TCP.enable_notification
 
     def to_native(self) -> Any:

@@ -1,0 +1,182 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""What a peer holding the target's EngineDesc can make the target keep is bounded:
+inbound statuses, by count and bytes; a refused request naming no region of the target
+records none. Spoken by hand on raw sockets where a real engine would not misbehave."""
+
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from mori.io import (
+    _C,
+    BackendType,
+    IOEngine,
+    StatusCode,
+    StatusDetail,
+    TcpBackendConfig,
+)
+
+HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header: type, status, version, num_parts, uid,
+VERSION = _C.wire_version  # mem_id, offset, length, capability
+K_HELLO, K_WRITE, K_WRITE_ACK = 1, 2, 4  # wire::MsgType
+K_REVOKE, K_REVOKE_ACK, K_CMA_REQ, K_CMA_GRANT = 21, 22, 29, 30
+UNKNOWN_MEMORY, OUT_OF_BOUNDS, TOO_MANY_GRANTS = 1, 2, 11  # wire::WireStatus
+LONG = 4000  # bytes of the long keys (a hello carries at most 4096)
+
+
+def _key(i):
+    return b"%06d" % i + b"k" * (LONG - 6)
+
+
+def _hello(port, secret, key, credential=b""):
+    """A raw connection whose hello presents the target's `secret` (a peer given its
+    EngineDesc) and claims `key`, with `credential` (none: a hello without one)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    n = len(key) if credential else 0
+    payload = secret + key + credential
+    s.sendall(HDR.pack(K_HELLO, 0, VERSION, n, 0, 0, 0, len(payload), 0) + payload)
+    return s
+
+
+def _recv_header(s):
+    data = s.recv(HDR.size, socket.MSG_WAITALL)
+    assert len(data) == HDR.size, f"the target closed the connection ({len(data)} bytes)"
+    return HDR.unpack(data)
+
+
+def _ask_cma_grant(s, mem):
+    """kShmCmaReq for `mem` on `s`: the grant's status (its payload read)."""
+    s.sendall(HDR.pack(K_CMA_REQ, 0, VERSION, 0, 0, mem.id, 0, 0, mem.capability))
+    h = _recv_header(s)
+    assert h[0] == K_CMA_GRANT, h
+    if h[7]:
+        s.recv(h[7], socket.MSG_WAITALL)
+    return h[1]
+
+
+def _wait(cond, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+# (A) Inbound statuses.
+
+
+def test_refused_writes_naming_no_region_of_the_target_record_no_status():
+    """Writes under distinct 4000-byte keys into an id the target never registered, or
+    into a registered one without its capability, are refused (ERR_NOT_FOUND at the
+    initiator) and recorded nowhere: each was held as an unpopped status (about 12.8 KB
+    with its key) before, so a peer with only the EngineDesc grew the target without
+    bound. A refusal of a request that named the region under its capability (out of
+    bounds) is still recorded, with the code the initiator got."""
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    buf = np.zeros(4096, np.uint8)
+    mem = target.register_array(buf)
+    port, secret = target._engine.port, target._engine.secret
+    n = 300
+    try:
+        for i in range(n):
+            s = _hello(port, secret, _key(i))
+            try:
+                no_cap = HDR.pack(K_WRITE, 0, VERSION, 1, 2 * i + 1, mem.id, 0, 16, 0)
+                no_id = HDR.pack(
+                    K_WRITE, 0, VERSION, 1, 2 * i + 2, mem.id + 7, 0, 16, mem.capability
+                )
+                s.sendall(no_cap + b"\x01" * 16 + no_id + b"\x02" * 16)
+                for _ in range(2):
+                    ack = _recv_header(s)
+                    assert ack[0] == K_WRITE_ACK and ack[1] == UNKNOWN_MEMORY, ack
+            finally:
+                s.close()
+        stats = target._engine.inbound_stats()
+        print("after", n, "keys:", stats)
+        assert stats["held"] == 0 and stats["initiators"] == 0 and stats["bytes"] == 0, stats
+        assert stats["unrecorded"] == 2 * n, stats
+        assert target.pop_inbound_transfer_status(_key(0).decode(), 1) is None
+        assert not buf.any()
+        # Out of bounds of a region named with its capability: recorded, as the invalid
+        # argument MORI calls it (the detail says which), not as a failed RDMA operation.
+        s = _hello(port, secret, b"oob")
+        try:
+            s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 9, mem.id, 4090, 16, mem.capability))
+            s.sendall(b"\x03" * 16)
+            ack = _recv_header(s)
+            assert ack[0] == K_WRITE_ACK and ack[1] == OUT_OF_BOUNDS, ack
+            _wait(
+                lambda: target._engine.inbound_stats()["held"] == 1, 5, "the refusal was not kept"
+            )
+            st = target.pop_inbound_transfer_status("oob", 9)
+            assert st is not None and st.Failed()
+            assert st.Code() == StatusCode.ERR_INVALID_ARGS, (st.Code(), st.Message())
+            assert st.Detail() == StatusDetail.ERR_OUT_OF_BOUNDS, st.Message()
+            assert "out of bounds" in st.Message() and "'oob'" in st.Message(), st.Message()
+        finally:
+            s.close()
+        assert target._engine.inbound_stats()["initiators"] == 0  # the key went with it
+    finally:
+        target.close()
+
+
+def test_unpopped_statuses_are_bounded_in_bytes_oldest_first():
+    """Successful writes under 1000 distinct 4000-byte keys, never popped: within
+    max_inbound_status_bytes (1 MiB here) the newest are kept, the oldest dropped and
+    counted; popping the rest frees every key. Before, only the 65,536-status cap held,
+    which such keys filled at about 800 MiB."""
+    bound = 1 << 20
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP, TcpBackendConfig(max_inbound_status_bytes=bound))
+    mem = target.register_array(np.zeros(4096, np.uint8))
+    port, secret = target._engine.port, target._engine.secret
+    n = 1000
+    rss0 = _rss_bytes()
+    try:
+        for i in range(n):
+            s = _hello(port, secret, _key(i))
+            try:
+                s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, i + 1, mem.id, 0, 16, mem.capability))
+                s.sendall(b"\x05" * 16)
+                ack = _recv_header(s)
+                assert ack[0] == K_WRITE_ACK and ack[1] == 0, ack
+            finally:
+                s.close()
+
+        def accounted():
+            stats = target._engine.inbound_stats()
+            return stats["held"] + stats["evicted"] == n
+
+        _wait(accounted, 5, "not every write was accounted")
+        stats = target._engine.inbound_stats()
+        grown = _rss_bytes() - rss0
+        print(f"{n} keys of {LONG} bytes: {stats}, +{grown / 2**20:.1f} MiB RSS")
+        assert stats["bytes"] <= bound, stats
+        assert stats["held"] >= bound // (2 * LONG) and stats["evicted"] > 0, stats
+        assert stats["held"] == stats["initiators"], stats  # one status per key
+        assert grown < 16 << 20, f"+{grown / 2**20:.0f} MiB"
+        kept = stats["held"]
+        assert target.pop_inbound_transfer_status(_key(0).decode(), 1) is None  # oldest went
+        for i in range(n - kept, n):
+            st = target.pop_inbound_transfer_status(_key(i).decode(), i + 1)
+            assert st is not None and st.Succeeded(), i
+        stats = target._engine.inbound_stats()
+        assert stats["held"] == stats["initiators"] == stats["bytes"] == 0, stats
+        with pytest.raises(Exception, match="max_inbound_status_bytes"):
+            IOEngine("small").create_backend(
+                BackendType.TCP, TcpBackendConfig(max_inbound_status_bytes=4096)
+            )
+    finally:
+        target.close()
