@@ -534,3 +534,78 @@ def test_connector_call_sequence_over_tcp_moves_every_byte():
     producer.deregister_remote_engine(EngineDesc.unpack(consumer.get_engine_desc().pack()))
     producer.close()
     consumer.close()
+
+
+# -- MORI's opt-in XGMI (P2P) companion of RDMA: MORI_DISABLE_AUTO_XGMI=0 ---------------
+
+
+def _can_p2p() -> bool:
+    """Whether this build and machine can create a P2P backend at all."""
+    e = IOEngine("compat-p2p-probe", IOEngineConfig(host="127.0.0.1", port=0))
+    try:
+        e.create_backend(BackendType.XGMI)
+        return True
+    except mori.core.NotSupportedError:
+        return False
+    finally:
+        e.close()
+
+
+def test_a_backend_created_twice_is_kept_with_a_warning_as_in_mori():
+    e = IOEngine("compat-dup", IOEngineConfig(host="127.0.0.1", port=0))
+    try:
+        e.create_backend(BackendType.TCP)
+        e.create_backend(BackendType.TCP, TcpBackendConfig(num_worker_threads=3))
+        e.create_backend(BackendType.SHM)
+        e.create_backend(BackendType.SHM)
+        assert e.get_engine_desc().backends == ("TCP", "SHM")
+    finally:
+        e.close()
+
+
+def test_rdma_without_a_device_names_moris_fallback_switch(monkeypatch):
+    monkeypatch.delenv("MORI_IO_RDMA_LOOPBACK", raising=False)
+    monkeypatch.delenv("MORI_DISABLE_AUTO_XGMI", raising=False)
+    if _C.rdma_probe()[0]:
+        pytest.skip("an RDMA device is present: the fallback is not taken")
+    e = IOEngine("compat-no-rdma", IOEngineConfig(host="127.0.0.1", port=0))
+    try:
+        with pytest.raises(mori.core.NotSupportedError, match="MORI_DISABLE_AUTO_XGMI=0"):
+            e.create_backend(BackendType.RDMA)
+        assert e.get_engine_desc().backends == ()
+        monkeypatch.setenv("MORI_DISABLE_AUTO_XGMI", "0")
+        if _can_p2p():
+            e.create_backend(BackendType.RDMA)  # MORI's XGMI-only fallback
+            assert e.get_engine_desc().backends == ("P2P",)
+        else:
+            with pytest.raises(mori.core.NotSupportedError, match="no RDMA .* no P2P fallback"):
+                e.create_backend(BackendType.RDMA)
+            assert e.get_engine_desc().backends == ()
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("auto", [None, "1", "0"])
+def test_rdma_gets_a_p2p_companion_only_with_auto_xgmi_0(monkeypatch, auto):
+    monkeypatch.setenv("MORI_IO_RDMA_LOOPBACK", "1")  # an RDMA backend without a NIC
+    if auto is None:
+        monkeypatch.delenv("MORI_DISABLE_AUTO_XGMI", raising=False)
+    else:
+        monkeypatch.setenv("MORI_DISABLE_AUTO_XGMI", auto)
+    with_p2p = auto == "0" and _can_p2p()
+    e = IOEngine("compat-auto-xgmi", IOEngineConfig(host="127.0.0.1", port=0))
+    try:
+        e.create_backend(BackendType.RDMA)
+        assert e.get_engine_desc().backends == (("RDMA", "P2P") if with_p2p else ("RDMA",))
+        if with_p2p:
+            e.create_backend(BackendType.XGMI)  # already there: kept, as MORI does
+            assert e.get_engine_desc().backends == ("RDMA", "P2P")
+        if _can_p2p():
+            import torch
+
+            # MORI's own check of the companion: a GPU tensor's descriptor carries its
+            # CUDA IPC handle only where a P2P (XGMI) backend exists.
+            handle = e.register_torch_tensor(torch.ones(1024, device="cuda")).ipc_handle
+            assert any(handle) == with_p2p
+    finally:
+        e.close()

@@ -348,7 +348,14 @@ class IOEngine:
         NotSupportedError without CUDA or a GPU) or BackendType.RDMA (RdmaBackendConfig
         from mori.io.rdma; raises NotSupportedError naming why where libibverbs or an
         active RDMA port is missing). Create TCP first to configure the connections the
-        other backends send their control messages on."""
+        other backends send their control messages on. A backend this engine already
+        has is kept and the call only logs a warning (MORI's behaviour; e.g. P2P after
+        RDMA created it with ``MORI_DISABLE_AUTO_XGMI=0``)."""
+        if isinstance(type, BackendType) and type.name in self._backends:
+            mori.core.log.log(
+                "io", "warn", f"engine {self._key!r} already has a {type.name} backend: kept"
+            )
+            return
         if type == BackendType.SHM:
             self._engine.create_shm_backend()
             self._backends.append(type.name)
@@ -363,16 +370,50 @@ class IOEngine:
             self._backends.append(type.name)
             return
         if type == BackendType.RDMA:
-            from .rdma import RdmaBackendConfig
-
-            c = config or RdmaBackendConfig()
-            self._engine.create_rdma_backend(c.to_native())
-            self._backends.append(type.name)
+            self._create_rdma_backend(config)
             return
         if type != BackendType.TCP:
             raise mori.core.InvalidArgumentError(f"unknown backend {type!r}")
         self._engine.create_tcp_backend((config or TcpBackendConfig()).to_native())
         self._backends.append(type.name)
+
+    def _create_rdma_backend(self, config: Any) -> None:
+        """RDMA, and MORI's opt-in XGMI companion: with ``MORI_DISABLE_AUTO_XGMI=0`` a
+        P2P (MORI's XGMI) backend is created beside RDMA where a GPU is usable (its
+        failure only logged), and on a host without an RDMA device P2P alone (MORI's
+        XGMI-only fallback; NotSupportedError naming both reasons without a GPU
+        either). Unset or any other value: RDMA alone, as MORI's default."""
+        from .rdma import RdmaBackendConfig
+
+        auto_p2p = os.environ.get("MORI_DISABLE_AUTO_XGMI", "")[:1] == "0"
+        native = (config or RdmaBackendConfig()).to_native()  # a refused config raises here
+        try:
+            self._engine.create_rdma_backend(native)
+        except mori.core.NotSupportedError as e:
+            if not auto_p2p:
+                raise mori.core.NotSupportedError(
+                    f"{e}; set MORI_DISABLE_AUTO_XGMI=0 to fall back to the P2P (XGMI) "
+                    "backend for GPU memory on this host"
+                ) from None
+            if "P2P" in self._backends:
+                return
+            try:
+                self._engine.create_p2p_backend(P2pBackendConfig().to_native())
+            except mori.core.NotSupportedError as p2p_error:
+                raise mori.core.NotSupportedError(
+                    f"create_backend(RDMA) with MORI_DISABLE_AUTO_XGMI=0: no RDMA ({e}) and "
+                    f"no P2P fallback ({p2p_error})"
+                ) from None
+            mori.core.log.log("io", "warn", f"no RDMA ({e}): P2P (XGMI) backend only")
+            self._backends.append("P2P")
+            return
+        self._backends.append(BackendType.RDMA.name)
+        if auto_p2p and "P2P" not in self._backends:
+            try:
+                self._engine.create_p2p_backend(P2pBackendConfig().to_native())
+                self._backends.append("P2P")
+            except mori.core.MoriError as e:
+                mori.core.log.log("io", "info", f"no P2P (XGMI) backend beside RDMA: {e}")
 
     def get_engine_desc(self) -> EngineDesc:
         """This engine's EngineDesc (pack() it for other processes)."""
