@@ -63,10 +63,12 @@ void CastRow(const uint16_t* row, int64_t hidden, bool round_scale, uint8_t* fp8
 
 LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout)
     : shape_(shape),
+      slots_(LlRecvSlots(shape)),
       layout_(MakeLlLayout(shape)),
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
       timeout_(timeout) {
+  LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);
   MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
@@ -101,6 +103,22 @@ void LowLatencyCpu::RejectDispatch(const std::string& reason) {
   const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W;
   for (int s = 0; s < W; ++s) hs::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), timeout_);
   throw InvalidArgumentError(reason);
+}
+
+std::string LowLatencyCpu::OverCapMessage(int from, int dest, int64_t count) const {
+  return StrCat("dispatch rejected by rank ", from, ": it routes ", count, " tokens to rank ", dest,
+                ", more than the ", slots_,
+                " receive slots per source rank (max_total_recv_tokens); no rows were received");
+}
+
+void LowLatencyCpu::RejectOverCap(int dest, int64_t count) {
+  const int W = shape_.world_size, me = shape_.rank;
+  const uint64_t call = dispatch_calls_ + 1;  // the call RejectDispatch posts
+  const LlOverNote note{LlWord(call, static_cast<uint64_t>(count)), static_cast<uint64_t>(dest)};
+  LlOverNote* notes = At<LlOverNote>(layout_.disp_over) + (call & 1) * W;
+  // Ordered before the flags by their release (SignalSet).
+  for (int d = 0; d < W; ++d) hs::PutNbi(ctx_, &notes[me], &note, sizeof(note), d);
+  RejectDispatch(OverCapMessage(me, dest, count));
 }
 
 void LowLatencyCpu::DispatchSend(const LlDispatchArgs& a) {
@@ -148,10 +166,17 @@ void LowLatencyCpu::DispatchSend(const LlDispatchArgs& a) {
       token_ranks[t * W + ExpertRank(e, epr)] = 1;
     }
   }
+  // The receive cap: at most slots_ tokens to each pe (none moves otherwise).
+  for (int d = 0; d < W; ++d) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < a.num_tokens; ++t) count += token_ranks[t * W + d];
+    if (count > slots_) RejectOverCap(d, count);
+  }
 
   const uint64_t call = ++dispatch_calls_;
   const size_t half = call & 1;
   const int64_t H = shape_.hidden_bytes, Sb = shape_.scale_bytes, Q = LlCastScales(hidden);
+  const int64_t P = slots_;
   char* tokens_area = At<char>(layout_.disp_tokens) + half * layout_.half_tokens;
   float* weights_area =
       reinterpret_cast<float*>(At<char>(layout_.disp_weights) + half * layout_.half_weights);
@@ -180,7 +205,7 @@ void LowLatencyCpu::DispatchSend(const LlDispatchArgs& a) {
     const int32_t src = static_cast<int32_t>(t);
     for (int d = 0; d < W; ++d) {
       if (!token_ranks[t * W + d]) continue;
-      const int64_t slot = me * M + static_cast<int64_t>(counts[d]++);
+      const int64_t slot = me * P + static_cast<int64_t>(counts[d]++);
       hs::PutNbi(ctx_, tokens_area + slot * H, row, row_bytes, d);
       if (a.fp8_cast) hs::PutNbi(ctx_, cast_area + slot * Q, cast_scales.data(), Q * 4, d);
       hs::PutNbi(ctx_, weights_area + slot * K, a.weights ? a.weights + t * K : zeros.data(), K * 4,
@@ -211,7 +236,7 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   }
   dispatch_recv_pending_ = false;
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
-  const int64_t M = shape_.max_tokens, hidden = shape_.hidden_dim, WM = W * M;
+  const int64_t M = shape_.max_tokens, P = slots_, hidden = shape_.hidden_dim, WM = W * M;
   const int E = shape_.num_experts_per_rank;
   const uint64_t call = dispatch_calls_;
   const size_t half = call & 1;
@@ -235,6 +260,11 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
     }
   }
   if (rejected_by >= 0) {
+    const LlOverNote note = At<LlOverNote>(layout_.disp_over)[half * W + rejected_by];
+    if (EpochOf(note.word) == (call & kEpochMask)) {
+      throw InvalidArgumentError(OverCapMessage(rejected_by, static_cast<int>(note.dest),
+                                                static_cast<int64_t>(CountOf(note.word))));
+    }
     MORI_THROW(InvalidArgumentError, "dispatch rejected by rank ", rejected_by,
                " (its inputs failed validation; see its error); no rows were received");
   }
@@ -260,7 +290,7 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
     int64_t row = 0;
     for (int s = 0; s < W; ++s) {
       for (int64_t j = 0; j < count[s]; ++j, ++row) {
-        const int64_t slot = s * M + j;
+        const int64_t slot = s * P + j;
         std::memcpy(static_cast<char*>(o.out_tokens) + row * H, tokens_area + slot * H, rb);
         std::memcpy(o.out_weights + row * K, weights_area + slot * K, K * 4);
         if (Sb > 0 && o.out_scales != nullptr) {
@@ -280,7 +310,7 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   std::vector<int64_t> cnt(static_cast<size_t>(E) * W, 0);
   for (int s = 0; s < W; ++s) {
     for (int64_t j = 0; j < count[s]; ++j) {
-      const int32_t* idx = indices_area + (s * M + j) * K;
+      const int32_t* idx = indices_area + (s * P + j) * K;
       for (int k = 0; k < K; ++k) {
         if (idx[k] >= lo && idx[k] < lo + E) ++cnt[(idx[k] - lo) * W + s];
       }
@@ -301,7 +331,7 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   const int64_t xb = fp8_cast_ ? hidden : token_row_bytes_;
   for (int s = 0; s < W; ++s) {
     for (int64_t j = 0; j < count[s]; ++j) {
-      const int64_t slot = s * M + j;
+      const int64_t slot = s * P + j;
       const int32_t* idx = indices_area + slot * K;
       for (int k = 0; k < K; ++k) {
         if (idx[k] < lo || idx[k] >= lo + E) continue;

@@ -30,6 +30,8 @@ class LowLatencyCpu {
   // the rejection, every pe's DispatchRecv throws, this one throws here.
   void DispatchSend(const LlDispatchArgs& args);
   [[noreturn]] void RejectDispatch(const std::string& reason);
+  // The message every pe gives for a call `from` rejected over the receive cap.
+  std::string OverCapMessage(int from, int dest, int64_t count) const;
   // Waits for every pe's flag of the pending dispatch and lays the rows out.
   // Returns total_recv (token-major) or the number of expert rows (expert-major).
   int64_t DispatchRecv(const LlRecvArgs& out);
@@ -51,11 +53,15 @@ class LowLatencyCpu {
     return reinterpret_cast<T*>(block_ + offset);
   }
   void PostDispatchFlags(uint64_t call, const uint64_t* counts, uint32_t tag);
+  // Rejects the call (RejectDispatch) after writing the over-the-cap note into every
+  // pe: this pe routes `count` tokens to pe `dest`, more than the receive slots.
+  [[noreturn]] void RejectOverCap(int dest, int64_t count);
   void PostCombineFlags(uint64_t call, bool rejected, uint32_t tag);
   void CombineSendTokenMajor(const LlCombineArgs& a, int half);
   void CombineSendExpertMajor(const LlCombineArgs& a, int half);
 
   EpShape shape_;
+  int64_t slots_;  // receive slots per source pe (LlRecvSlots)
   LlBufferLayout layout_;
   char* block_;
   shmem::DeviceContext ctx_;

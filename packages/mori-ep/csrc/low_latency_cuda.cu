@@ -24,6 +24,7 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
       ctx_(shmem::GetDeviceContext()) {
+  LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);
   MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
@@ -69,6 +70,7 @@ kernels::LlParams LowLatencyCuda::Base() const {
   p.hidden_bytes = shape_.hidden_bytes;
   p.combine_row_bytes = shape_.combine_row_bytes;
   p.scale_bytes = shape_.scale_bytes;
+  p.recv_slots = LlRecvSlots(shape_);
   p.timeout_ns = timeout_ns_;
   return p;
 }
@@ -76,7 +78,7 @@ kernels::LlParams LowLatencyCuda::Base() const {
 void LowLatencyCuda::Launch(const kernels::LlParams& p, LaunchShape launch, uintptr_t stream) {
   // Every block of a launch may wait for the flags its last block posts: the grid
   // must be resident, one block per SM at most (and the peers' grids beside it).
-  const int warps = std::clamp(launch.warp_per_block, 1, 16);
+  const int warps = std::clamp(launch.warp_per_block, 1, kernels::kLlMaxWarps);
   const int blocks = std::clamp(launch.block_num, 1, std::max(1, sm_count_ / 2));
   mori::cuda::ScopedDevice guard(device_);
   kernels::LaunchLowLatency(p, blocks, warps * 32, stream);

@@ -20,6 +20,11 @@ namespace mori::ep {
 
 namespace kernels {
 
+// Most warps per block of a launch (LowLatencyCuda clamps to it); the kernel is
+// compiled for blocks of that size (__launch_bounds__), so that ptxas keeps its
+// registers within what such a block may hold (at most 128 per thread).
+inline constexpr int kLlMaxWarps = 16;
+
 // Phases one launch runs, in this order.
 inline constexpr int kLlDispatchSend = 1, kLlDispatchRecv = 2, kLlCombineSend = 4,
                      kLlCombineRecv = 8, kLlRejectDispatch = 16, kLlRejectCombine = 32;
@@ -30,6 +35,7 @@ struct LlParams {
   LlBufferLayout layout;
   int world, me, top_k, experts_per_rank;
   int64_t max_tokens, hidden_dim, hidden_bytes, combine_row_bytes, scale_bytes;
+  int64_t recv_slots;  // receive slots per source pe (LlRecvSlots)
   uint64_t timeout_ns;
   int phases;
   LlDispatchArgs d;
@@ -54,8 +60,11 @@ class LowLatencyCuda {
 
   // Expert ids are checked in the kernel: a bad id (or, expert-major, a repeated
   // one) posts the call as rejected to every pe, prints the token, slot and value,
-  // and traps; the peers' receive traps naming this pe. With `fuse` the receive
-  // half runs in the same kernel (DispatchRecv then launches nothing new).
+  // and traps; the peers' receive traps naming this pe. So does a count past the
+  // receive slots for some pe (max_total_recv_tokens), whose rows past the slots are
+  // not written and whose note lets every pe's trap name the pes and both counts.
+  // With `fuse` the receive half runs in the same kernel (DispatchRecv then launches
+  // nothing new).
   void DispatchSend(const LlDispatchArgs& args, bool fuse, LaunchShape launch, uintptr_t stream);
   void DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uintptr_t stream);
   [[noreturn]] void RejectDispatch(const std::string& reason, uintptr_t stream);

@@ -13,12 +13,18 @@
 // "receive buffers are free" barrier. Here every source rank owns a fixed slot
 // range in every destination, so data moves at once, and the count travels with it:
 //
-//   * Receive slots: pe d's dispatch area has M slots per source pe s (W x M); s
-//     writes its j-th token routed to d into slot [s][j] (j counts s's tokens that
+//   * Receive slots: pe d's dispatch area has P slots per source pe s (W x P; P = M,
+//     or with MORI's max_total_recv_tokens cap min(ceil(cap / W), M): LlRecvSlots);
+//     s writes its j-th token routed to d into slot [s][j] (j counts s's tokens that
 //     go to d, in token order), one copy per destination pe however many of its
 //     experts live there (expanded into expert rows on the receiving side), then
 //     posts flag[s] = Word(call, count) with release. The receiver waits for W
 //     flags, no count exchange before data.
+//   * Over the cap: a sender whose count for some destination d exceeds P writes no
+//     row past slot P - 1 and rejects the call; before its (rejected) flags it writes
+//     disp_over[half][s] = {Word(call, count), d} into every pe, so every pe fails
+//     the call naming s, d and both counts (the note's call number tells it from an
+//     older note: the double-buffering argument below covers it as it covers rows).
 //   * Double buffering: the areas come in two halves; call c uses half c & 1 (the
 //     call counters live with the op: CUDA keeps them in the block's private state
 //     so graph replays advance them; the host does not track them). Why s may write
@@ -54,21 +60,23 @@
 //     rounding to bf16): DeepEP's weighted combine in a fixed order.
 //
 // Block layout (offsets from the block's start, identical on every pe; W = world,
-// M = max tokens per rank, K = top-k, H = hidden_dim * max_token_type_size,
+// M = max tokens per rank, P = receive slots per source (LlRecvSlots), K = top-k,
+// H = hidden_dim * max_token_type_size,
 // S = scale bytes of the caller's scales, Q = hidden_dim / 128 fp32 cast scales,
 // Hc = hidden_dim * max(max_token_type_size, 2), R = M * max(W, K)):
 //   signals (written by peers), then the private state, zeroed at construction
 //     disp_flag   u64 [2][W]
 //     comb_flag   u64 [2][W]
+//     disp_over   u64 [2][W][2]    over-the-cap note of source s: Word(call, count), d
 //     state       LlDeviceState
 //   per half h (written by peers)
-//     disp_tokens u8  [2][W*M][H]
-//     disp_weights f32 [2][W*M][K]
-//     disp_scales u8  [2][W*M][S]
-//     disp_cast_scales f32 [2][W*M][Q]
-//     disp_indices i32 [2][W*M][K]
-//     disp_src    i32 [2][W*M]     source token index
-//     comb_tokens u8  [2][R][Hc]
+//     disp_tokens u8  [2][W*P][H]
+//     disp_weights f32 [2][W*P][K]
+//     disp_scales u8  [2][W*P][S]
+//     disp_cast_scales f32 [2][W*P][Q]
+//     disp_indices i32 [2][W*P][K]
+//     disp_src    i32 [2][W*P]     source token index
+//     comb_tokens u8  [2][R][Hc]   (slots of this pe's own tokens: not capped)
 //     comb_weights f32 [2][W*M][K]
 //   private to the pe
 //     token_ranks u8 [M][W]         1 where my token t went to pe d (last dispatch)
@@ -77,6 +85,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "mori/core/error.hpp"
 #include "mori/shmem/context.hpp"
 #include "protocol.hpp"
 
@@ -128,7 +137,7 @@ struct LlDeviceState {
 };
 
 struct LlBufferLayout {
-  size_t disp_flag, comb_flag, state;
+  size_t disp_flag, comb_flag, disp_over, state;
   size_t disp_tokens, disp_weights, disp_scales, disp_cast_scales, disp_indices, disp_src;
   size_t comb_tokens, comb_weights;
   size_t token_ranks;
@@ -142,13 +151,35 @@ MORI_HOST_DEVICE inline int64_t LlCastScales(int64_t hidden_dim) {
   return hidden_dim % kLlCastGroup == 0 ? hidden_dim / kLlCastGroup : 0;
 }
 
+// Receive slots per source pe (P): RecvCapacity / W, M without a cap. The op passes
+// recv_capacity = W * min(ceil(max_total_recv_tokens / W), M) (MORI's rule), a
+// multiple of W; LlCheckRecvCapacity refuses any other.
+MORI_HOST_DEVICE inline int64_t LlRecvSlots(const EpShape& s) {
+  return s.recv_capacity > 0 ? s.recv_capacity / s.world_size : s.max_tokens;
+}
+
+inline void LlCheckRecvCapacity(const EpShape& s) {
+  MORI_CHECK_ARG(s.recv_capacity == 0 ||
+                     (s.recv_capacity % s.world_size == 0 && s.recv_capacity >= s.world_size &&
+                      s.recv_capacity <= s.world_size * s.max_tokens),
+                 "the low-latency receive capacity ", s.recv_capacity, " must be 0 or world_size ",
+                 s.world_size, " times a slot count in [1, max_num_inp_token_per_rank ",
+                 s.max_tokens, "]");
+}
+
+// The over-the-cap note a rejecting sender writes before its flags (disp_over).
+struct LlOverNote {
+  uint64_t word;  // LlWord(call, the sender's count for dest)
+  uint64_t dest;
+};
+
 MORI_HOST_DEVICE inline int64_t LlCombineRows(const EpShape& s) {
   return s.max_tokens * (s.world_size > s.top_k ? s.world_size : s.top_k);
 }
 
 inline LlBufferLayout MakeLlLayout(const EpShape& s) {
   const size_t W = s.world_size, M = s.max_tokens, K = s.top_k;
-  const size_t slots = W * M;
+  const size_t slots = W * static_cast<size_t>(LlRecvSlots(s));
   LlBufferLayout l{};
   size_t off = 0;
   auto take = [&off](size_t bytes) {
@@ -163,9 +194,10 @@ inline LlBufferLayout MakeLlLayout(const EpShape& s) {
   l.half_indices = AlignUp(slots * K * 4, 256);
   l.half_src = AlignUp(slots * 4, 256);
   l.half_comb_tokens = AlignUp(static_cast<size_t>(LlCombineRows(s)) * s.combine_row_bytes, 256);
-  l.half_comb_weights = AlignUp(slots * K * 4, 256);
+  l.half_comb_weights = AlignUp(W * M * K * 4, 256);
   l.disp_flag = take(2 * W * 8);
   l.comb_flag = take(2 * W * 8);
+  l.disp_over = take(2 * W * sizeof(LlOverNote));
   l.state = take(sizeof(LlDeviceState));
   l.disp_tokens = take(2 * l.half_tokens);
   l.disp_weights = take(2 * l.half_weights);

@@ -23,7 +23,8 @@ namespace mori::ep {
 namespace {
 
 EpShape MakeLlShape(int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-                    int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank) {
+                    int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+                    int64_t recv_capacity) {
   return EpShape{world_size,
                  rank,
                  max_tokens,
@@ -33,7 +34,7 @@ EpShape MakeLlShape(int world_size, int rank, int64_t max_tokens, int top_k, int
                  hidden_dim * std::max(max_token_type_size, 2),
                  scale_bytes,
                  num_experts_per_rank,
-                 0};
+                 recv_capacity};
 }
 
 template <typename T>
@@ -47,13 +48,17 @@ void register_low_latency(py::module_& m) {
   m.def(
       "ll_buffer_layout",
       [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-         int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank) {
-        const LlBufferLayout l =
-            MakeLlLayout(MakeLlShape(world_size, rank, max_tokens, top_k, hidden_dim,
-                                     max_token_type_size, scale_bytes, num_experts_per_rank));
+         int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+         int64_t recv_capacity) {
+        const EpShape shape =
+            MakeLlShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
+                        scale_bytes, num_experts_per_rank, recv_capacity);
+        LlCheckRecvCapacity(shape);
+        const LlBufferLayout l = MakeLlLayout(shape);
         py::dict d;
         d["disp_flag"] = l.disp_flag;
         d["comb_flag"] = l.comb_flag;
+        d["disp_over"] = l.disp_over;
         d["state"] = l.state;
         d["disp_tokens"] = l.disp_tokens;
         d["comb_tokens"] = l.comb_tokens;
@@ -63,25 +68,27 @@ void register_low_latency(py::module_& m) {
       },
       py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
       py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
-      py::arg("num_experts_per_rank"),
-      R"doc(Byte offsets of the regions of a low-latency op's symmetric block.)doc");
+      py::arg("num_experts_per_rank"), py::arg("recv_capacity") = 0,
+      R"doc(Byte offsets of the regions of a low-latency op's symmetric block;
+``recv_capacity`` = world_size * receive slots per source rank (0: world_size *
+max_tokens).)doc");
 
   py::class_<LowLatencyCpu>(
       m, "LowLatencyCpu",
       R"doc(Low-latency dispatch/combine (fixed slots, double-buffered) on a host heap.)doc")
       .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
                        int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                       uintptr_t block, double timeout_s) {
+                       uintptr_t block, double timeout_s, int64_t recv_capacity) {
              return new LowLatencyCpu(
                  MakeLlShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
-                             scale_bytes, num_experts_per_rank),
+                             scale_bytes, num_experts_per_rank, recv_capacity),
                  reinterpret_cast<void*>(block),
                  std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
            }),
            py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
            py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
            py::arg("num_experts_per_rank"), py::arg("block"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>(),
+           py::arg("recv_capacity") = 0, py::call_guard<py::gil_scoped_release>(),
            R"doc(Collective: zeroes this pe's signal words, then a heap barrier.)doc")
       .def(
           "dispatch_send",
@@ -207,17 +214,18 @@ void register_low_latency(py::module_& m) {
       R"doc(Low-latency dispatch/combine kernels (fixed slots, double-buffered) on a CUDA heap.)doc")
       .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
                        int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                       uintptr_t block, int device, double timeout_s) {
+                       uintptr_t block, int device, double timeout_s, int64_t recv_capacity) {
              return new LowLatencyCuda(
                  MakeLlShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
-                             scale_bytes, num_experts_per_rank),
+                             scale_bytes, num_experts_per_rank, recv_capacity),
                  reinterpret_cast<void*>(block), device,
                  std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
            }),
            py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
            py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
            py::arg("num_experts_per_rank"), py::arg("block"), py::arg("device"),
-           py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+           py::arg("timeout_s"), py::arg("recv_capacity") = 0,
+           py::call_guard<py::gil_scoped_release>(),
            R"doc(Collective: zeroes this pe's signal words and state, then a heap barrier.)doc")
       .def(
           "dispatch_send",

@@ -151,7 +151,8 @@ struct EpShape {
   int num_experts_per_rank;
   // Rows of the receive buffers (C); 0: W * M, every row any pe can send here.
   // Smaller (MORI's max_total_recv_tokens) caps the memory; a dispatch that would
-  // deliver more rows to some pe fails on every pe before any row moves.
+  // deliver more rows to some pe fails on every pe before any row moves. The
+  // low-latency protocol takes W times its slots per source pe here (LlRecvSlots).
   int64_t recv_capacity = 0;
 };
 

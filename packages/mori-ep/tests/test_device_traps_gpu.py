@@ -73,6 +73,23 @@ def test_dispatch_past_the_receive_cap_traps_every_rank_naming_the_counts(cuda_g
         assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)
 
 
+@pytest.mark.parametrize("case", ["ll_over_cap", "ll_async_over_cap"])
+def test_low_latency_dispatch_past_the_receive_slots_traps_every_rank_naming_the_counts(
+    case, cuda_gpus
+):
+    # max_total_recv_tokens 8 at world 2: 4 slots per source rank; rank 1 routes 5 tokens
+    # to rank 0 (rank 0 would receive 8 rows, within W * 4, but the slots are per source).
+    (o0, out0), (o1, out1) = _outcomes(case, cuda_gpus)
+    want = (
+        "dispatch rejected by rank 1: it routes 5 tokens to rank 0, more than the 4 receive "
+        "slots per source rank"
+    )
+    for o, out in ((o0, out0), (o1, out1)):
+        assert o.startswith("CUDA error"), (o0, o1)
+        assert want in out, out
+        assert float(re.search(r"after ([0-9.]+)s", o).group(1)) < 3.0, (o0, o1)
+
+
 def test_ranks_dispatching_different_dtypes_trap_naming_both(cuda_gpus):
     (o0, out0), (o1, out1) = _outcomes("dtype", cuda_gpus)
     assert "rank 1 passes float32 tokens, this rank bfloat16" in out0, out0

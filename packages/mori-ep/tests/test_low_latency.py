@@ -34,6 +34,15 @@ def test_expert_major_matches_deepep_oracle(world, iters):
     _run("expert", world, iters)
 
 
+@pytest.mark.parametrize(("world", "iters"), [(2, 8), (4, 3)])
+def test_receive_cap_at_under_and_over_capacity(world, iters):
+    # MORI's max_total_recv_tokens: at the worst case, above it, below it (smaller
+    # receive areas and outputs); every rank sending its P slots to every rank; every
+    # routing within P tokens; a rank past its slots fails the call on every rank
+    # naming it, the destination and both counts, and the op works after.
+    _run("cap", world, iters)
+
+
 @pytest.mark.parametrize("world", [2])
 def test_low_latency_errors_reach_every_rank(world):
     _run("errors", world, 1)

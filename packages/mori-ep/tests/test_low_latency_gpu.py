@@ -30,16 +30,22 @@ def _run(mode, placement, world, iters, timeout_s=240):
         assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
 
 
-@pytest.mark.parametrize("mode", ["token", "expert", "graph"])
+@pytest.mark.parametrize("mode", ["token", "expert", "graph", "cap"])
 def test_two_processes_one_gpu(mode, cuda_gpus):
     _run(mode, "shared", 2, 8)
 
 
-@pytest.mark.parametrize("mode", ["token", "expert", "graph"])
+# "cap": max_total_recv_tokens at, above and below the worst case (at capacity and every
+# routing within the slots), on at most 4 GPUs (its "spread" routing sends a token to
+# every rank, one of its 4 experts each); a rank past its slots is a trap:
+# test_device_traps_gpu.py.
+@pytest.mark.parametrize("mode", ["token", "expert", "graph", "cap"])
 def test_one_process_per_gpu(mode, cuda_gpus):
     if cuda_gpus < 2:
         pytest.skip("needs 2 GPUs")
-    _run(mode, "per_gpu", cuda_gpus, 50 if mode != "graph" else 16)  # 50 fresh-input calls
+    world = min(cuda_gpus, 4) if mode == "cap" else cuda_gpus
+    iters = {"graph": 16, "cap": 8}.get(mode, 50)  # 50 fresh-input calls
+    _run(mode, "per_gpu", world, iters)
 
 
 def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):

@@ -40,14 +40,44 @@ struct Ctx {
   }
 };
 
-__device__ void TrapRejected(const LlParams& p, int from, const char* what) {
+// A dispatch rejected by pe `from` over the receive cap (its note): every pe prints
+// the same pes and counts. Not inlined, scalars only (as TrapLlTag).
+__device__ __noinline__ void ReportOverCap(int me, int from, uint64_t count, uint64_t dest,
+                                           int64_t slots) {
+  printf(
+      "mori.ep low-latency dispatch on rank %d: dispatch rejected by rank %d: it routes %llu "
+      "tokens to rank %llu, more than the %lld receive slots per source rank "
+      "(max_total_recv_tokens)\n",
+      me, from, static_cast<unsigned long long>(count), static_cast<unsigned long long>(dest),
+      static_cast<long long>(slots));
+  dev::TrapReported();
+}
+
+// What a pe rejected by pe `from` prints: the over-the-cap note `notes[from]` when it
+// carries `call` (notes is null for combine), else that `from` refused its inputs. Not
+// inlined, scalars only, so that the receive keeps its registers (as TrapLlTag).
+__device__ __noinline__ void ReportRejected(int me, int from, const char* what,
+                                            const LlOverNote* notes, uint64_t call, int64_t slots) {
+  const LlOverNote note = notes != nullptr ? notes[from] : LlOverNote{0, 0};
+  if (notes != nullptr && EpochOf(note.word) == (call & kEpochMask)) {
+    ReportOverCap(me, from, CountOf(note.word), note.dest, slots);
+    return;
+  }
+  printf(
+      "mori.ep low-latency %s on rank %d: rejected by rank %d (its inputs failed "
+      "validation; see its error)\n",
+      what, me, from);
+  dev::TrapReported();
+}
+
+// A call rejected by pe `from`: the first thread names it (ReportRejected) and every
+// pe but `from` traps after the pause.
+__device__ void TrapRejected(const LlParams& p, int from, const char* what, const LlOverNote* notes,
+                             uint64_t call) {
   if (from != p.me) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      printf(
-          "mori.ep low-latency %s on rank %d: rejected by rank %d (its inputs failed "
-          "validation; see its error)\n",
-          what, p.me, from);
-    if (blockIdx.x == 0 && threadIdx.x == 0) dev::TrapReported();
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      ReportRejected(p.me, from, what, notes, call, p.recv_slots);
+    }
     const uint64_t pause =
         p.timeout_ns / 2 < kPeerTrapPauseNs ? p.timeout_ns / 2 : kPeerTrapPauseNs;
     const uint64_t t0 = dev::GlobalTimerNs();
@@ -133,7 +163,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   const Ctx c{p};
   const LlDispatchArgs& a = p.d;
   const int W = p.world, K = p.top_k, me = p.me;
-  const int64_t M = p.max_tokens, n = a.num_tokens, hidden = p.hidden_dim;
+  const int64_t P = p.recv_slots, n = a.num_tokens, hidden = p.hidden_dim;
   const int num_experts = p.experts_per_rank * W;
   const bool expert_major = a.layout == LlLayout::kExpertMajor;
   LlDeviceState* st = c.State();
@@ -192,8 +222,9 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     if (lane < W) token_ranks[t * W + lane] = (mask >> lane) & 1;
     const char* row = static_cast<const char*>(a.tokens) + t * a.token_row_bytes;
     for (int d = 0; d < W; ++d) {
-      if (!((mask >> d) & 1)) continue;
-      const int64_t slot = me * M + before[d];
+      // Past the receive slots: no row (the last block rejects the call).
+      if (!((mask >> d) & 1) || before[d] >= P) continue;
+      const int64_t slot = me * P + before[d];
       if (a.fp8_cast) {
         const uint16_t* x = reinterpret_cast<const uint16_t*>(row);
         uint8_t* dst = reinterpret_cast<uint8_t*>(c.Peer(tok_off, d)) + slot * H;
@@ -234,19 +265,40 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     }
   }
   if (FinishBlock(&st->blocks_done)) {
-    // The last block: every block's rows are released; post the counts.
-    const bool rejected = st->pad != 0;
+    // The last block: every block's rows are released; post the counts. A count past
+    // the receive slots rejects the call, its note (the first such pe) written into
+    // every pe before the flag that releases it.
+    __shared__ int64_t sent[kMaxCudaWorldSize];
+    __shared__ int over;
+    if (threadIdx.x == 0) over = W;
+    __syncthreads();
     if (threadIdx.x < W) {
       const int d = threadIdx.x;
-      int count = 0;
+      int64_t count = 0;
       for (int64_t t = 0; t < n; ++t) count += (masks[t] >> d) & 1;
+      sent[d] = count;
+      if (count > P) atomicMin(&over, d);
+    }
+    __syncthreads();
+    const bool rejected = st->pad != 0 || over < W;
+    if (threadIdx.x < W) {
+      const int d = threadIdx.x;
+      if (over < W) {
+        LlOverNote* note =
+            reinterpret_cast<LlOverNote*>(c.Peer(p.layout.disp_over, d)) + half * W + me;
+        note->word = LlWord(call, static_cast<uint64_t>(sent[over]));
+        note->dest = static_cast<uint64_t>(over);
+      }
       uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
       dev::SignalSet(p.ctx, &flags[me],
-                     LlWord(call, rejected ? kLlRejected : count, LlDispatchTag(a)), d);
+                     LlWord(call, rejected ? kLlRejected : sent[d], LlDispatchTag(a)), d);
     }
     __syncthreads();
     if (threadIdx.x == 0) st->dispatch_calls = call;
     if (rejected) {
+      if (over < W && threadIdx.x == 0) {
+        ReportOverCap(me, me, static_cast<uint64_t>(sent[over]), static_cast<uint64_t>(over), P);
+      }
       // Receive the call as every pe does (its flags), then end the launch.
       const uint64_t* flags =
           reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
@@ -265,14 +317,17 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
   const Ctx c{p};
   const LlRecvArgs& o = p.r;
   const int W = p.world, K = p.top_k, E = p.experts_per_rank;
-  const int64_t M = p.max_tokens, WM = W * M, hidden = p.hidden_dim;
+  const int64_t M = p.max_tokens, P = p.recv_slots, WM = W * M, hidden = p.hidden_dim;
   const size_t half = call & 1;
   __shared__ int64_t counts[kMaxCudaWorldSize];
   __shared__ int64_t base[kMaxCudaWorldSize + 1];
   __shared__ int rejected_by;
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
   WaitFlags(p, flags, call, counts, &rejected_by, LlDispatchTag(p.d), true);
-  if (rejected_by >= 0) TrapRejected(p, rejected_by, "dispatch");
+  if (rejected_by >= 0) {
+    TrapRejected(p, rejected_by, "dispatch",
+                 reinterpret_cast<const LlOverNote*>(c.Local(p.layout.disp_over)) + half * W, call);
+  }
   if (threadIdx.x == 0) {
     base[0] = 0;
     for (int s = 0; s < W; ++s) base[s + 1] = base[s] + counts[s];
@@ -299,7 +354,7 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
     for (int64_t row = gwarp; row < base[W]; row += nwarps) {
       int s = 0;
       while (row >= base[s + 1]) ++s;
-      const int64_t slot = s * M + (row - base[s]);
+      const int64_t slot = s * P + (row - base[s]);
       mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.out_tokens) + row * H,
                                              tokens + slot * H, rb, lane, 32);
       if (lane < K) {
@@ -329,19 +384,19 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
     int64_t begin = 0;
     for (int s2 = 0; s2 < s; ++s2) {
       for (int64_t j0 = 0; j0 < counts[s2]; j0 += 32) {
-        const bool hit = j0 + lane < counts[s2] && slot_of(s2 * M + j0 + lane, e) >= 0;
+        const bool hit = j0 + lane < counts[s2] && slot_of(s2 * P + j0 + lane, e) >= 0;
         begin += __popc(__ballot_sync(kFull, hit));
       }
     }
     int64_t pos = begin;
     for (int64_t j0 = 0; j0 < counts[s]; j0 += 32) {
       const int64_t j = j0 + lane;
-      const int k = j < counts[s] ? slot_of(s * M + j, e) : -1;
+      const int k = j < counts[s] ? slot_of(s * P + j, e) : -1;
       uint32_t hits = __ballot_sync(kFull, k >= 0);
       while (hits != 0) {
         const int l = __ffs(hits) - 1;
         hits &= hits - 1;
-        const int64_t slot = s * M + j0 + l;
+        const int64_t slot = s * P + j0 + l;
         const int kl = __shfl_sync(kFull, k, l);
         const int64_t r = e * WM + pos;
         mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.packed_x) + r * xb,
@@ -464,7 +519,7 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   __shared__ int rejected_by;
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
   WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false);
-  if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine");
+  if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine", nullptr, call);
   const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);
   const float* combw = reinterpret_cast<const float*>(
       c.Local(p.layout.comb_weights + half * p.layout.half_comb_weights));
@@ -547,7 +602,8 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   }
 }
 
-__global__ void LowLatencyKernel(const __grid_constant__ LlParams p) {
+__global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
+    LowLatencyKernel(const __grid_constant__ LlParams p) {
   extern __shared__ uint32_t masks[];
   const Ctx c{p};
   LlDeviceState* st = c.State();

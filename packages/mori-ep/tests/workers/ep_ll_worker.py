@@ -14,6 +14,8 @@ DeepEP's entry points). argv: mode seed iters [device]
            scales, src_info and layout ranges consistent, combine exactly the fp32 sum
            over k in order).
   errors   bad inputs on one rank fail the call on every rank; the op works after.
+  cap      max_total_recv_tokens (MORI's receive cap; run_cap): at and under capacity,
+           token- and expert-major, and (CPU) a rank past its slots failing every rank.
   timeout  rank 1 never dispatches: rank 0's receive times out, then the op refuses calls.
   graph    (CUDA) an IntraNodeLL dispatch + combine, token-major and expert-major, each
            captured in a CUDA graph and replayed with fresh inputs, checked per replay.
@@ -31,7 +33,12 @@ from ep_reference import FP8, ROUTINGS, Routing, expert, factor, sum_start
 import mori.core as mc
 from mori.core import shmem
 from mori.core.launch import expect_raises as expect
-from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
+from mori.ep import (
+    _C,
+    EpDispatchCombineConfig,
+    EpDispatchCombineKernelType,
+    EpDispatchCombineOp,
+)
 
 mode, seed, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 placement = sys.argv[4] if len(sys.argv) > 4 else "cpu"
@@ -52,12 +59,12 @@ REF = Routing(world, rank, M, EPR, K)
 LL = (EpDispatchCombineKernelType.IntraNodeLL, EpDispatchCombineKernelType.AsyncLL)
 
 
-def make_op(kind, fp8=False) -> EpDispatchCombineOp:
+def make_op(kind, fp8=False, cap=0) -> EpDispatchCombineOp:
     cfg = EpDispatchCombineConfig(
         FP8 if fp8 else torch.bfloat16, rank=rank, world_size=world, hidden_dim=HIDDEN,
         scale_dim=HIDDEN // 128 if fp8 else 0, scale_type_size=4, max_token_type_size=2,
         max_num_inp_token_per_rank=M, num_experts_per_rank=EPR, num_experts_per_token=K,
-        kernel_type=kind,
+        kernel_type=kind, max_total_recv_tokens=cap,
     )  # fmt: skip
     return EpDispatchCombineOp(cfg, timeout_s=30)
 
@@ -77,67 +84,79 @@ def all_counts(n):
 
 
 # ---------------------------------------------------------------- token-major
-def run_token(kind, fp8, base_seed):
-    op = make_op(kind, fp8)
-    async_ll = kind == EpDispatchCombineKernelType.AsyncLL
+def run_token(kind, fp8, base_seed, cap=0):
+    """With a receive cap every rank passes at most P (the receive slots per source
+    rank) tokens, so every routing is within it."""
+    op = make_op(kind, fp8, cap)
+    slots = op.max_num_tokens_to_recv_per_rank()
     for it in range(iters):
         rk = ROUTINGS[it % len(ROUTINGS)]
         gen = torch.Generator().manual_seed(base_seed * 1009 + it * 31 + rank)
-        n = REF.num_tokens(rk, gen, it)
+        n = min(REF.num_tokens(rk, gen, it), slots)
         x = torch.randn(n, HIDDEN, generator=gen)
         x = x.to(FP8) if fp8 else x.to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)
         sc = torch.rand(n, HIDDEN // 128, generator=gen) + 0.5 if fp8 else None
         idx = REF.routing(rk, n, gen, it)
-        args = (x.to(DEV), w.to(DEV), sc.to(DEV) if fp8 else None, idx.to(DEV))
-        if async_ll:
-            out, out_w, out_s, out_idx, total = op.dispatch_send(*args)
-            op.dispatch_recv(call_local_expert_count=True)
-        else:
-            out, out_w, out_s, out_idx, total = op.dispatch(*args, call_local_expert_count=True)
-        total = int(total.item())
-        counts = all_counts(n)
-        ax, aw, ai = gathered(x, n), gathered(w, n), gathered(idx, n, -1)
-        asc = gathered(sc, n) if fp8 else None
-        rows = [(s, t) for s in range(world) for t in range(counts[s])
-                if rank in {int(e) // EPR for e in ai[s][t] if e >= 0}]  # fmt: skip
-        assert total == len(rows), f"{kind} it {it} ({rk}): total_recv {total} != {len(rows)}"
-        # MORI's local_expert_count: (received token, slot) pairs per local expert.
-        want_cnt = [sum(int((ai[s][: counts[s]] == rank * EPR + e).sum()) for s in range(world))
-                    for e in range(EPR)]  # fmt: skip
-        assert cpu(op.local_expert_count).tolist() == want_cnt, f"it {it}: local_expert_count"
-        want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
-        assert torch.equal(cpu(op.get_dispatch_src_token_pos()), want_pos), f"it {it}: src pos"
-        if rows:
-
-            def sel(a, rows=rows):
-                return torch.stack([a[s][t] for s, t in rows])
-
-            assert torch.equal(cpu(out[:total]).view(torch.uint8), sel(ax).view(torch.uint8)), (
-                f"{kind} it {it} ({rk}): tokens differ"
-            )
-            assert torch.equal(cpu(out_w[:total]).view(torch.int32), sel(aw).view(torch.int32))
-            assert torch.equal(cpu(out_idx[:total]), sel(ai))
-            if fp8:
-                assert torch.equal(cpu(out_s[:total]).view(torch.int32), sel(asc).view(torch.int32))
-        y = expert(cpu(out[:total]), cpu(out_s[:total]) if fp8 else None, rank).to(DEV)
-        yw = out_w[:total] * factor(rank)
-        if async_ll:
-            cout, cw = op.combine_send(y, yw, idx.to(DEV))
-            op.combine_recv()
-        else:
-            cout, cw = op.combine(y, yw, idx.to(DEV))
-        has = (idx >= 0).any(1) if n else torch.zeros(0, dtype=torch.bool)
-        want, want_w = sum_start(has, HIDDEN), sum_start(has, K)
-        for t in range(n):
-            for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
-                want[t] += expert(x[t : t + 1], sc[t : t + 1] if fp8 else None, d)[0].float()
-                want_w[t] += w[t] * factor(d)
-        assert torch.equal(
-            cpu(cout).view(torch.int16), want.to(torch.bfloat16).view(torch.int16)
-        ), f"{kind} it {it} ({rk}): combine differs from the ordered fp32 sum"
-        assert torch.equal(cpu(cw).view(torch.int32), want_w.view(torch.int32)), f"it {it}: weights"
+        token_round(op, kind, fp8, x, w, sc, idx, f"{kind} it {it} ({rk})")
     op.close()
+
+
+def token_round(op, kind, fp8, x, w, sc, idx, what):
+    """One token-major dispatch + combine of this rank's inputs, checked bit for bit
+    against a reference built from every rank's; returns total_recv."""
+    async_ll = kind == EpDispatchCombineKernelType.AsyncLL
+    n = x.size(0)
+    args = (x.to(DEV), w.to(DEV), sc.to(DEV) if fp8 else None, idx.to(DEV))
+    if async_ll:
+        out, out_w, out_s, out_idx, total = op.dispatch_send(*args)
+        op.dispatch_recv(call_local_expert_count=True)
+    else:
+        out, out_w, out_s, out_idx, total = op.dispatch(*args, call_local_expert_count=True)
+    assert out.size(0) == out_w.size(0) == out_idx.size(0) == op.max_num_tokens_to_recv(), what
+    total = int(total.item())
+    counts = all_counts(n)
+    ax, aw, ai = gathered(x, n), gathered(w, n), gathered(idx, n, -1)
+    asc = gathered(sc, n) if fp8 else None
+    rows = [(s, t) for s in range(world) for t in range(counts[s])
+            if rank in {int(e) // EPR for e in ai[s][t] if e >= 0}]  # fmt: skip
+    assert total == len(rows), f"{what}: total_recv {total} != {len(rows)}"
+    # MORI's local_expert_count: (received token, slot) pairs per local expert.
+    want_cnt = [sum(int((ai[s][: counts[s]] == rank * EPR + e).sum()) for s in range(world))
+                for e in range(EPR)]  # fmt: skip
+    assert cpu(op.local_expert_count).tolist() == want_cnt, f"{what}: local_expert_count"
+    want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
+    assert torch.equal(cpu(op.get_dispatch_src_token_pos()), want_pos), f"{what}: src pos"
+    if rows:
+
+        def sel(a, rows=rows):
+            return torch.stack([a[s][t] for s, t in rows])
+
+        assert torch.equal(cpu(out[:total]).view(torch.uint8), sel(ax).view(torch.uint8)), (
+            f"{what}: tokens differ"
+        )
+        assert torch.equal(cpu(out_w[:total]).view(torch.int32), sel(aw).view(torch.int32))
+        assert torch.equal(cpu(out_idx[:total]), sel(ai))
+        if fp8:
+            assert torch.equal(cpu(out_s[:total]).view(torch.int32), sel(asc).view(torch.int32))
+    y = expert(cpu(out[:total]), cpu(out_s[:total]) if fp8 else None, rank).to(DEV)
+    yw = out_w[:total] * factor(rank)
+    if async_ll:
+        cout, cw = op.combine_send(y, yw, idx.to(DEV))
+        op.combine_recv()
+    else:
+        cout, cw = op.combine(y, yw, idx.to(DEV))
+    has = (idx >= 0).any(1) if n else torch.zeros(0, dtype=torch.bool)
+    want, want_w = sum_start(has, HIDDEN), sum_start(has, K)
+    for t in range(n):
+        for d in sorted({int(e) // EPR for e in idx[t] if e >= 0}):
+            want[t] += expert(x[t : t + 1], sc[t : t + 1] if fp8 else None, d)[0].float()
+            want_w[t] += w[t] * factor(d)
+    assert torch.equal(cpu(cout).view(torch.int16), want.to(torch.bfloat16).view(torch.int16)), (
+        f"{what}: combine differs from the ordered fp32 sum"
+    )
+    assert torch.equal(cpu(cw).view(torch.int32), want_w.view(torch.int32)), f"{what}: weights"
+    return total
 
 
 # --------------------------------------------------------------- expert-major
@@ -190,8 +209,11 @@ def check_expert_layout(what, counts, ai, recv_count, src_info, layout_range, sr
     return want_rows
 
 
-def run_expert(kind, base_seed):
-    op = make_op(kind)
+def run_expert(kind, base_seed, cap=0):
+    """With a receive cap every rank passes at most P tokens (as run_token); the
+    outputs keep DeepEP's [E, W*M, hidden] shape."""
+    op = make_op(kind, cap=cap)
+    slots = op.max_num_tokens_to_recv_per_rank()
     variants = [  # (use_fp8, round_scale, use_ue8m0, hook)
         (False, False, False, False), (True, False, False, False),
         (True, True, False, True), (True, True, True, False), (False, False, False, True),
@@ -203,7 +225,7 @@ def run_expert(kind, base_seed):
         rk = kinds[it % len(kinds)]
         use_fp8, round_scale, ue8m0, hook = variants[it % len(variants)]
         gen = torch.Generator().manual_seed(base_seed * 7919 + it * 17 + rank)
-        n = REF.num_tokens(rk, gen, it)
+        n = min(REF.num_tokens(rk, gen, it), slots)
         x = torch.randn(n, HIDDEN, generator=gen) * (1 + 3 * torch.rand(n, 1, generator=gen))
         x = x.to(torch.bfloat16)
         if n and it % 3 == 0:
@@ -225,6 +247,7 @@ def run_expert(kind, base_seed):
         ax, ai = gathered(x, n), gathered(idx, n, -1)
         src_info, layout_range = cpu(handle[0]), cpu(handle[1])
         assert handle[2:] == (M, HIDDEN, E)
+        assert tuple((recv_x[0] if use_fp8 else recv_x).shape) == (EPR, world * M, HIDDEN)
         rows = check_expert_layout(what, counts, ai, cpu(recv_count), src_info, layout_range, 0)
         assert torch.equal(cpu(stats), cpu(recv_count)), f"{what}: stats"
         ys = torch.zeros(EPR, world * M, HIDDEN, dtype=torch.bfloat16)
@@ -289,10 +312,11 @@ def run_expert(kind, base_seed):
 
 
 def run_standard_moe(op, base_seed):
+    slots = op.max_num_tokens_to_recv_per_rank()
     for it in range(max(2, iters // 4)):
         rk = ["random", "one_expert", "zero", "max"][it % 4]
         gen = torch.Generator().manual_seed(base_seed * 31 + it + 100 * rank)
-        n = REF.num_tokens(rk, gen, it)
+        n = min(REF.num_tokens(rk, gen, it), slots)
         x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)
         idx = REF.routing(rk, n, gen, it)
@@ -354,6 +378,90 @@ def run_convert(base_seed):
     assert torch.equal(cpu(cin).view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
     op.combine(cin, None, idx.to(DEV))
     op.close()
+
+
+# ------------------------------------------------------------------ receive cap
+SLOTS = 5  # receive slots per source rank of the ops capped below the worst case (< M)
+
+
+def spread(n):
+    """MORI's "spread" routing: each token to one expert on every rank (slots past the
+    world -1), so every rank receives every token."""
+    assert world <= K
+    idx = torch.full((n, K), -1, dtype=torch.int32)
+    for t in range(n):
+        for d in range(world):
+            idx[t, d] = d * EPR + (t + d) % EPR
+    return idx
+
+
+def over_cap(op, kind, slots, gen, what):
+    """Rank `bad` routes slots + 1 tokens to rank 0 and the others send none: rank 0
+    would receive fewer rows than its capacity W * slots, but the slots are per source
+    rank, so every rank fails the call naming `bad`, rank 0 and both counts (token-major
+    and expert-major); no received dispatch is left to combine; the op works after."""
+    bad = world - 1
+    n = slots + 1 if rank == bad else 0
+    x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+    w = torch.rand(n, K, generator=gen)
+    idx = torch.full((n, K), -1, dtype=torch.int32)
+    idx[:, 0] = torch.arange(n, dtype=torch.int32) % EPR  # experts of rank 0
+    args = (x.to(DEV), w.to(DEV), None, idx.to(DEV))
+    msg = (
+        f"dispatch rejected by rank {bad}: it routes {slots + 1} tokens to rank 0, more than "
+        f"the {slots} receive slots per source rank"
+    )
+
+    def token_major():
+        if kind == EpDispatchCombineKernelType.AsyncLL:
+            op.dispatch_send(*args)
+            op.dispatch_recv()
+        else:
+            op.dispatch(*args)
+
+    expect(mc.InvalidArgumentError, msg, token_major)
+    expect(mc.InvalidStateError, "combine needs a received dispatch", op.combine,
+           torch.zeros(0, HIDDEN, dtype=torch.bfloat16, device=DEV), None, idx.to(DEV))  # fmt: skip
+    expect(mc.InvalidArgumentError, msg, op.low_latency_dispatch, x.to(DEV), idx.to(DEV), M, E,
+           use_fp8=False)  # fmt: skip
+    x = torch.randn(slots, HIDDEN, generator=gen).to(torch.bfloat16)
+    token_round(op, kind, False, x, torch.rand(slots, K, generator=gen), None, spread(slots),
+                f"{what}: after the rejected calls")  # fmt: skip
+
+
+def run_cap(base_seed, over):
+    """MORI's max_total_recv_tokens on the low-latency kernel types: P =
+    min(ceil(cap / W), M) receive slots per source rank. The worst case exactly and
+    above it (P = M, the uncapped layout) and a cap below it (P = SLOTS: a smaller
+    receive area and token-major outputs of W * P rows); at capacity (MORI's spread
+    routing, every rank sends P tokens to every rank) and under it (every routing kind,
+    token- and expert-major, within P tokens per rank); with `over` (CPU) a rank past
+    its slots fails the call on every rank."""
+    gen = torch.Generator().manual_seed(base_seed * 3 + rank)
+    full = _C.ll_buffer_layout(world, rank, M, K, HIDDEN, 2, 0, EPR)
+    for i, kind in enumerate(LL):
+        for cap, slots in ((world * M, M), (world * M * 3 + 1, M), (world * SLOTS - 1, SLOTS)):
+            op = make_op(kind, cap=cap)
+            what = f"{kind} max_total_recv_tokens {cap}"
+            got = (op.max_num_tokens_to_recv_per_rank(), op.max_num_tokens_to_recv())
+            assert got == (slots, world * slots), f"{what}: {got}"
+            lay = op._ll_layout
+            if slots == M:
+                assert lay == full, what
+            else:  # the dispatch areas (6 regions, 2 halves each) shrink with the slots
+                span = lay["comb_tokens"] - lay["disp_tokens"]
+                assert span <= (full["comb_tokens"] - full["disp_tokens"]) * slots // M + 12 * 256
+                assert lay["total_bytes"] < full["total_bytes"], what
+            x = torch.randn(slots, HIDDEN, generator=gen).to(torch.bfloat16)
+            w = torch.rand(slots, K, generator=gen)
+            total = token_round(op, kind, False, x, w, None, spread(slots), f"{what}: at capacity")
+            assert total == world * slots, f"{what}: total_recv {total}"
+            if over and slots < M:
+                over_cap(op, kind, slots, gen, what)
+            op.close()
+        run_token(kind, False, base_seed + i, cap=world * SLOTS)
+        run_token(kind, True, base_seed + 10 + i, cap=world * SLOTS)
+        run_expert(kind, base_seed + 20 + i, cap=world * SLOTS)
 
 
 # ----------------------------------------------------------------------- errors
@@ -489,6 +597,8 @@ elif mode == "expert":
     run_convert(seed + 5)
 elif mode == "errors":
     run_errors()
+elif mode == "cap":
+    run_cap(seed, over=placement == "cpu")
 elif mode == "graph":
     run_graph(seed)
 elif mode == "timeout":

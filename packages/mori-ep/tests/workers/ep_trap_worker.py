@@ -16,6 +16,10 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
                    kernels print both dtypes (the group words' tags) and trap
       ll_dtype, ll_combine_dtype  the same with kernel type IntraNodeLL (the flags'
                    wire tags): both receive halves print both and trap
+      ll_over_cap, ll_async_over_cap  kernel type IntraNodeLL / AsyncLL with
+                   max_total_recv_tokens 8 (4 receive slots per source rank): rank 1
+                   routes 5 tokens to rank 0 (rank 0 sends 3 there): both kernels print
+                   rank 1, rank 0 and both counts and trap (rank 1 at once)
 Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
 timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
 os._exit (no teardown that would touch the device again).
@@ -50,8 +54,10 @@ cfg = EpDispatchCombineConfig(
     warp_num_per_block=8,
     block_num=16,
     data_type=torch.bfloat16,
-    max_total_recv_tokens=10 if case == "over_cap" else 0,
-    kernel_type=EpDispatchCombineKernelType.IntraNodeLL
+    max_total_recv_tokens={"over_cap": 10, "ll_over_cap": 8, "ll_async_over_cap": 8}.get(case, 0),
+    kernel_type=EpDispatchCombineKernelType.AsyncLL
+    if case.startswith("ll_async_")
+    else EpDispatchCombineKernelType.IntraNodeLL
     if case.startswith("ll_")
     else EpDispatchCombineKernelType.IntraNode,
 )
@@ -59,13 +65,15 @@ op = EpDispatchCombineOp(cfg, timeout_s=3.0)
 n = M + 1 if (case == "host_reject" and rank == 0) else 16
 if case == "over_cap":
     n = 6 if rank == 0 else 5
+if case in ("ll_over_cap", "ll_async_over_cap"):
+    n = 3 if rank == 0 else 5
 x = torch.randn(n, HIDDEN, device="cuda")
 x = x if case in ("dtype", "ll_dtype") and rank == 1 else x.to(torch.bfloat16)
 w = torch.rand(n, K, device="cuda")
 idx = torch.stack([torch.randperm(E)[:K] for _ in range(n)]).to(torch.int32).cuda()
 if case == "bad_expert" and rank == 0:
     idx[3, 2] = E
-if case == "over_cap":  # every token to expert 0 (rank 0) alone
+if case in ("over_cap", "ll_over_cap", "ll_async_over_cap"):  # every token to expert 0 alone
     idx[:, 0] = 0
     idx[:, 1:] = -1
 dist.barrier()
@@ -84,6 +92,8 @@ if case == "absent_peer" and rank == 1:
 t0 = time.monotonic()
 try:
     out, _, _, _, total = op.dispatch(x, w, None, idx)
+    if cfg.kernel_type == EpDispatchCombineKernelType.AsyncLL:
+        op.dispatch_recv()
     torch.cuda.synchronize()
     if case in ("combine_dtype", "ll_combine_dtype"):
         y = out[: int(total.item())]

@@ -236,6 +236,7 @@ def ll_buffer_layout(
     max_token_type_size: int,
     scale_bytes: int,
     num_experts_per_rank: int,
+    recv_capacity: int = 0,
 ) -> dict[str, int]: ...
 
 class LowLatencyCpu:
@@ -253,6 +254,7 @@ class LowLatencyCpu:
         num_experts_per_rank: int,
         block: int,
         timeout_s: float,
+        recv_capacity: int = 0,
     ) -> None: ...
     def dispatch_send(
         self,
@@ -343,6 +345,7 @@ class LowLatencyCuda:
         block: int,
         device: int,
         timeout_s: float,
+        recv_capacity: int = 0,
     ) -> None: ...
     def dispatch_send(
         self,

@@ -128,7 +128,14 @@ class EpDispatchCombineConfig:
             rows (:attr:`max_num_tokens_to_recv`) instead of ``world_size * M``. A
             dispatch that would deliver more rows to some rank fails on every rank
             before any row moves (CPU: InvalidArgumentError on every rank; CUDA: the
-            kernel traps on every rank naming the rank and the counts).
+            kernel traps on every rank naming the rank and the counts). On
+            ``IntraNodeLL`` / ``AsyncLL`` the receive slots are per source rank: each
+            rank may route at most ``P = max_num_tokens_to_recv_per_rank`` tokens to
+            each rank, and a call in which one routes more fails on every rank, naming
+            it, the destination and both counts (CPU: InvalidArgumentError, no row
+            moved, the op usable; CUDA: every rank's kernel traps); the expert-major
+            outputs keep their ``[E, W*M, hidden]`` shape (an expert gets at most
+            ``W*P`` rows), the cap shrinks the symmetric receive area.
         use_external_inp_buf, gpu_per_node, rdma_block_num, num_qp_per_pe: MORI's
             fields, accepted for porting; the intra-node implementation reads its
             combine input wherever it lies, so it needs none of them.
@@ -385,7 +392,8 @@ class EpDispatchCombineOp(LowLatencyMixin):
     was wrong: an expert id outside ``[-1, num_experts)`` (naming token, slot and
     value), a dispatch that would deliver more rows to some rank than
     ``max_total_recv_tokens`` allows (naming the rank and both counts; every rank
-    traps), combine input shorter than ``total_recv``, a peer that does not arrive
+    traps; on the low-latency types, more tokens from one rank to another than the
+    receive slots per source rank), combine input shorter than ``total_recv``, a peer that does not arrive
     within ``timeout_s``. A rejected call (host-side check on one rank) raises
     InvalidArgumentError on that rank and makes the kernels of the others trap naming
     it, min(timeout_s / 2, 1 s) later: on CUDA a rejection ends the job, it does not

@@ -70,14 +70,12 @@ class LowLatencyMixin:
     # ------------------------------------------------------------------ set-up
     def _init_low_latency(self, shape) -> None:
         c = self.config
-        if c.max_total_recv_tokens:
-            raise NotSupportedError(
-                f"max_total_recv_tokens {c.max_total_recv_tokens} applies to IntraNode; the "
-                f"{c.kernel_type.name} kernels receive into fixed slots of world_size * "
-                "max_num_inp_token_per_rank rows"
-            )
-        w, m, k = c.world_size, c.max_num_inp_token_per_rank, c.num_experts_per_token
-        self._ll_layout = _C.ll_buffer_layout(*shape)
+        m, k = c.max_num_inp_token_per_rank, c.num_experts_per_token
+        # max_total_recv_tokens: P = max_num_tokens_to_recv_per_rank slots per source
+        # rank instead of M (MORI's rule); a rank routing more than P tokens to one
+        # rank fails the call on every rank.
+        cap = c.max_num_tokens_to_recv
+        self._ll_layout = _C.ll_buffer_layout(*shape, recv_capacity=cap)
         self._block = shmem.empty((self._ll_layout["total_bytes"],), torch.uint8)
         if self._cuda:
             if not hasattr(_C, "LowLatencyCuda"):
@@ -86,12 +84,15 @@ class LowLatencyMixin:
                     "host heap (the CPU implementation)"
                 )
             self._impl = _C.LowLatencyCuda(
-                *shape, self._block.data_ptr(), self.device.index, self.timeout_s
-            )
+                *shape, self._block.data_ptr(), self.device.index, self.timeout_s,
+                recv_capacity=cap,
+            )  # fmt: skip
         else:
-            self._impl = _C.LowLatencyCpu(*shape, self._block.data_ptr(), self.timeout_s)
+            self._impl = _C.LowLatencyCpu(
+                *shape, self._block.data_ptr(), self.timeout_s, recv_capacity=cap
+            )
         dev = self.device
-        cap, hb = w * m, c.hidden_dim * c.max_token_type_size
+        hb = c.hidden_dim * c.max_token_type_size
         # Token-major outputs (valid until the next dispatch), named as the intra-node
         # op names its views so the shared methods (src token pos, expert counts) work.
         self._recv_tokens = torch.empty((cap, hb), dtype=torch.uint8, device=dev)
@@ -185,6 +186,9 @@ class LowLatencyMixin:
         except (RuntimeError, TypeError, ValueError) as e:
             self._ll_reject_dispatch(f"dispatch inputs could not be prepared: {e}")
         self._ll_keep = (input, weights, scales, indices)
+        # Before the send: a send the native side rejects (an expert id, the receive
+        # cap) leaves no received dispatch to combine, on this rank as on the others.
+        self._ll_combine_ready = False
         with self._fails_on_timeout():
             # The rows' dtype travels in the flags: ranks passing different ones fail
             # the call on every rank (InvalidArgumentError on CPU, a trap on CUDA).
@@ -441,6 +445,7 @@ class LowLatencyMixin:
             self._ll_reject_dispatch(f"dispatch inputs could not be prepared: {e}")
         self._ll_parity ^= 1
         self._ll_keep = (x, idx, w)
+        self._ll_combine_ready = False  # before the send (as in _ll_dispatch)
         with self._fails_on_timeout():
             self._impl.dispatch_send(
                 _EXPERT_MAJOR, x.data_ptr(), c.hidden_dim * x.element_size(), w.data_ptr(), 0,
@@ -490,7 +495,8 @@ class LowLatencyMixin:
             hidden]`` (E local experts, W ranks), or with use_fp8 ``(e4m3 [E, W*M, hidden],
             scales)`` where scales are fp32 ``[E, W*M, hidden // 128]`` (int32 ``[E, W*M,
             hidden // 512]`` with use_ue8m0), column-major in the last two dims;
-            ``recv_count`` int32 ``[E]``; rows ``[0, recv_count[e])`` of expert e are
+            ``recv_count`` int32 ``[E]``; rows ``[0, recv_count[e])`` (at most W*P with
+            ``max_total_recv_tokens``, P = ``max_num_tokens_to_recv_per_rank``) of expert e are
             valid, ordered by source rank, then source token; ``handle[0]`` (src_info,
             int32 ``[E, W*M]``) holds each row's source token index and ``handle[1]``
             (int64 ``[E, W]``) ``begin << 32 | count`` of each source rank's rows. Two
