@@ -409,7 +409,9 @@ every hello; without it the remote refuses the connections).)doc")
             return py::make_tuple(r.id, r.capability);
           },
           py::arg("addr"), py::arg("size"), py::arg("device_id"), py::arg("loc"))
-      .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"))
+      // It may wait (bounded by transfer_timeout_ms) for grant holders to let go.
+      .def("deregister_memory", &IoEngine::DeregisterMemory, py::arg("id"),
+           py::call_guard<py::gil_scoped_release>())
       .def("register_remote_engine", &IoEngine::RegisterRemoteEngine, py::arg("remote"))
       .def("deregister_remote_engine", &IoEngine::DeregisterRemoteEngine, py::arg("key"))
       .def("has_remote_engine", &IoEngine::HasRemoteEngine, py::arg("key"))
@@ -458,6 +460,17 @@ every hello; without it the remote refuses the connections).)doc")
 (keys) they are held under, the bytes the max_inbound_status_bytes bound counts, how many
 the two bounds dropped (evicted, oldest first), and refused parts not recorded because
 they named no region of this engine (unrecorded).)doc")
+      .def(
+          "grant_stats",
+          [](IoEngine& e) {
+            const RegionGrants::Stats s = e.grants().stats();
+            return py::dict(py::arg("holders") = s.holders, py::arg("grants") = s.grants,
+                            py::arg("refused") = s.refused, py::arg("dropped") = s.dropped);
+          },
+          R"doc(Region grants (CMA, shared-memory map, P2P) this engine holds for initiators:
+holders (initiators), grants ((initiator, region) pairs), how many were refused at the
+MORI_IO_MAX_GRANT_HOLDERS / MORI_IO_MAX_GRANTS bounds, and how many were dropped because
+their holder had no connection left.)doc")
       .def_property_readonly("hot_path_options", [](IoEngine& e) {
         const HotPathOptions& o = e.options();
         return py::dict(

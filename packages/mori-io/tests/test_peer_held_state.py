@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""What a peer holding the target's EngineDesc can make the target keep is bounded:
-inbound statuses, by count and bytes; a refused request naming no region of the target
-records none. Spoken by hand on raw sockets where a real engine would not misbehave."""
+"""What a peer holding the target's EngineDesc can make the target keep is bounded, and
+goes with the peer: inbound statuses (by count and bytes; a refused request naming no
+region of the target records none) and region grants (by holders and pairs; dropped
+once their holder has no connection left). Spoken by hand on raw sockets where a real
+engine would not misbehave."""
 
 import socket
 import struct
+import threading
 import time
 
 import numpy as np
@@ -179,4 +182,126 @@ def test_unpopped_statuses_are_bounded_in_bytes_oldest_first():
                 BackendType.TCP, TcpBackendConfig(max_inbound_status_bytes=4096)
             )
     finally:
+        target.close()
+
+
+# (B) Region grants.
+
+
+def _shm_target(key="target", **cfg):
+    target = IOEngine(key)
+    target.create_backend(BackendType.TCP, TcpBackendConfig(**cfg))
+    target.create_backend(BackendType.SHM)
+    return target
+
+
+def test_grants_of_initiators_with_no_connection_left_are_dropped(capfd):
+    """CMA grants taken under 200 distinct 4000-byte keys whose connections then closed
+    are dropped (before, each was kept until its region was deregistered, which then
+    logged one warning per key); a holder with a connection open keeps its grant and is
+    asked to let go at deregistration; a deregistration racing the closes of 200 more
+    holders completes and logs at most one line about them."""
+    target = _shm_target()
+    mem = target.register_array(np.zeros(1 << 20, np.uint8))
+    port, secret = target._engine.port, target._engine.secret
+    n = 200
+    try:
+        keeper = _hello(port, secret, b"keeper")
+        assert _ask_cma_grant(keeper, mem) == 0
+        for i in range(n):
+            s = _hello(port, secret, _key(i))
+            try:
+                assert _ask_cma_grant(s, mem) == 0
+            finally:
+                s.close()
+        _wait(
+            lambda: target._engine.grant_stats()["holders"] == 1,
+            5,
+            f"grants of closed connections kept: {target._engine.grant_stats()}",
+        )
+        stats = target._engine.grant_stats()
+        print(stats)
+        assert stats["grants"] == 1 and stats["dropped"] == n, stats
+        time.sleep(0.5)  # several scans: a holder with a connection keeps its grant
+        assert target._engine.grant_stats()["holders"] == 1
+        # Deregistration asks the keeper, which confirms.
+        mem2 = target.register_array(np.zeros(4096, np.uint8))
+        assert _ask_cma_grant(keeper, mem2) == 0
+        keeper.settimeout(10)
+
+        def confirm():
+            h = _recv_header(keeper)
+            assert h[0] == K_REVOKE and h[5] == mem2.id, h
+            keeper.sendall(HDR.pack(K_REVOKE_ACK, 0, VERSION, 0, 0, mem2.id, 0, 0, 0))
+
+        t = threading.Thread(target=confirm)
+        t.start()
+        target.deregister_memory(mem2)
+        t.join(10)
+        assert target._engine.grant_stats()["grants"] == 1
+        capfd.readouterr()
+        # 200 holders whose connections close while mem is deregistered.
+        socks = [_hello(port, secret, _key(n + i)) for i in range(n)]
+        for s in socks:
+            assert _ask_cma_grant(s, mem) == 0
+        for s in socks:
+            s.close()
+        keeper.close()
+        t0 = time.monotonic()
+        target.deregister_memory(mem)
+        took = time.monotonic() - t0
+        err = capfd.readouterr().err
+        lines = [ln for ln in err.splitlines() if "no connection left" in ln]
+        print(f"deregistered in {took:.2f} s; {len(lines)} line(s): {lines}")
+        assert took < 3 and len(lines) <= 1, err[-2000:]
+        assert len(err) < 4096, err[-2000:]
+        _wait(lambda: target._engine.grant_stats()["holders"] == 0, 5, "grants kept")
+    finally:
+        target.close()
+
+
+def test_grants_are_bounded_by_holders_and_pairs(monkeypatch):
+    """At MORI_IO_MAX_GRANT_HOLDERS initiators, or MORI_IO_MAX_GRANTS (initiator, region)
+    pairs, a further grant is refused (kTooManyGrants) and counted; once a holder's
+    connection is gone its room is free again. A real initiator meanwhile still writes:
+    refused a CMA grant for that reason, it asks for a grant per part."""
+    monkeypatch.setenv("MORI_IO_MAX_GRANT_HOLDERS", "3")
+    monkeypatch.setenv("MORI_IO_MAX_GRANTS", "4")
+    target = _shm_target()
+    buf = np.zeros(1 << 20, np.uint8)
+    r0, r1 = target.register_array(buf), target.register_array(np.zeros(4096, np.uint8))
+    port, secret = target._engine.port, target._engine.secret
+    socks = {}
+    real = IOEngine("real")
+    try:
+        for k in (b"h0", b"h1", b"h2"):
+            socks[k] = _hello(port, secret, k)
+            assert _ask_cma_grant(socks[k], r0) == 0
+        socks[b"h3"] = _hello(port, secret, b"h3")
+        assert _ask_cma_grant(socks[b"h3"], r0) == TOO_MANY_GRANTS  # a fourth holder
+        assert _ask_cma_grant(socks[b"h0"], r1) == 0  # the fourth pair
+        assert _ask_cma_grant(socks[b"h1"], r1) == TOO_MANY_GRANTS  # a fifth pair
+        assert _ask_cma_grant(socks[b"h0"], r0) == 0  # held already: no new pair
+        stats = target._engine.grant_stats()
+        assert (stats["holders"], stats["grants"], stats["refused"]) == (3, 4, 2), stats
+        # A real same-host initiator writes all the same (a grant per part).
+        real.create_backend(BackendType.TCP)
+        real.create_backend(BackendType.SHM)
+        real.register_remote_engine(target.get_engine_desc())
+        src = np.random.default_rng(5).integers(0, 256, 1 << 20, dtype=np.uint8)
+        sess = real.create_session(real.register_array(src), r0)
+        assert sess.backend()[0] == "SHM", sess.backend()
+        uid = real.allocate_transfer_uid()
+        st = sess.write(0, 0, src.size, uid)
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+        assert np.array_equal(buf, src)
+        assert target._engine.grant_stats()["refused"] == 3
+        # h2 leaves: its room is free again.
+        socks.pop(b"h2").close()
+        _wait(lambda: target._engine.grant_stats()["holders"] == 2, 5, "h2's grant kept")
+        assert _ask_cma_grant(socks[b"h3"], r0) == 0
+    finally:
+        for s in socks.values():
+            s.close()
+        real.close()
         target.close()

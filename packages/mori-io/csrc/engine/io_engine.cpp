@@ -87,6 +87,19 @@ HotPathOptions HotPathOptions::FromEnv() {
     }
     o.notice_ring_slots = static_cast<uint32_t>(v);
   }
+  auto count = [](const char* name, unsigned long lo, unsigned long hi, uint32_t* out) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return;
+    char* end = nullptr;
+    unsigned long n = std::strtoul(v, &end, 10);
+    if (end == v || *end != '\0' || n < lo || n > hi) {
+      MORI_THROW(InvalidArgumentError, name, "='", v, "': expected a count in [", lo, ", ", hi,
+                 "]");
+    }
+    *out = static_cast<uint32_t>(n);
+  };
+  count("MORI_IO_MAX_GRANT_HOLDERS", 1, 1u << 20, &o.max_grant_holders);
+  count("MORI_IO_MAX_GRANTS", 1, 1u << 24, &o.max_grants);
   if (const char* rings = std::getenv("MORI_IO_MAX_NOTICE_RINGS")) {
     char* end = nullptr;
     unsigned long v = std::strtoul(rings, &end, 10);
@@ -119,6 +132,7 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
   // Each transport registers its control messages; the table is complete before any
   // reactor runs.
   grants_.RegisterHandlers(channel_.handlers());
+  grants_.Configure(options_.max_grant_holders, options_.max_grants);
   tcp_ = std::make_unique<TcpTransport>(this);
   shm_ = std::make_unique<ShmTransport>(this);
   p2p_ = std::make_unique<P2pTransport>(this);
@@ -304,6 +318,8 @@ void IoEngine::ReconnectLater(const std::shared_ptr<Peer>& old, const std::strin
   ForEachTransport([&](Transport& t) { t.PeerLost(old->key, why); });
   ShutDownConnections(*old);
 }
+
+void IoEngine::InboundClosed(const std::string& key) { grants_.ConnectionClosed(key); }
 
 bool IoEngine::InitiatorIdleClosable(const std::string& key) {
   if (grants_.HoldsAny(key)) return false;

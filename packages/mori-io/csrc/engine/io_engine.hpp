@@ -45,6 +45,10 @@ struct HotPathOptions {
                                       // engine grants (a power of two; 0: grants none)
   uint32_t max_notice_rings = 256;    // MORI_IO_MAX_NOTICE_RINGS: rings this engine grants at
                                       // most at a time (beyond: announcements over TCP)
+  uint32_t max_grant_holders = 1024;  // MORI_IO_MAX_GRANT_HOLDERS: initiators holding region
+                                      // grants (CMA, map, P2P) at a time (beyond: refused)
+  uint32_t max_grants = 1 << 16;      // MORI_IO_MAX_GRANTS: (initiator, region) grants held
+                                      // at a time (beyond: refused)
   bool cma_cache = true;              // MORI_IO_CMA_CACHE=0: every CMA part asks the target
                                       // for a grant (two round trips per write)
   bool liveness_word = true;          // MORI_IO_SHM_LIVENESS_WORD=0: same-host copies poll the
@@ -166,6 +170,8 @@ class IoEngine {
   // this engine (grants, rings, queue pairs) that its connections keep valid.
   bool InitiatorIdleClosable(const std::string& key);
   uint64_t idle_closed() const { return idle_closed_.load(std::memory_order_relaxed); }
+  // An inbound connection of initiator `key` that had passed its hello closed.
+  void InboundClosed(const std::string& key);
   void CountIdleClosed() { idle_closed_.fetch_add(1, std::memory_order_relaxed); }
   // Write announcements refused: the initiator held no grant of the region named.
   uint64_t announcements_refused() const {

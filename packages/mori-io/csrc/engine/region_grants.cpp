@@ -40,34 +40,60 @@ void RegionGrants::RegisterHandlers(ControlHandlers& handlers) {
   });
 }
 
-void RegionGrants::Record(uint64_t mem_id, const std::string& initiator_key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& keys = granted_[mem_id];
-  if (std::find(keys.begin(), keys.end(), initiator_key) == keys.end()) {
-    keys.push_back(initiator_key);
+namespace {
+
+// Up to three keys, quoted, and how many more: a log line about many holders stays short.
+std::string SomeKeys(const std::vector<std::string>& keys) {
+  std::string names;
+  for (size_t i = 0; i < keys.size() && i < 3; ++i) {
+    names += (i == 0 ? "" : ", ") + LogSafe(keys[i]);
   }
+  if (keys.size() > 3) names += StrCat(" and ", keys.size() - 3, " more");
+  return names;
+}
+
+}  // namespace
+
+bool RegionGrants::Record(uint64_t mem_id, const std::string& initiator_key, bool* added) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (added != nullptr) *added = false;
+  auto it = holders_.find(initiator_key);
+  if (it != holders_.end()) {
+    // It asked on a connection that is open now: whatever marked it gone is past.
+    SetGoneLocked(it->second, 0);
+    auto& regions = it->second.regions;
+    if (std::find(regions.begin(), regions.end(), mem_id) != regions.end()) return true;
+  }
+  if (grants_ >= max_grants_ || (it == holders_.end() && holders_.size() >= max_holders_)) {
+    ++refused_;
+    return false;
+  }
+  if (it == holders_.end()) it = holders_.try_emplace(initiator_key).first;
+  it->second.regions.push_back(mem_id);
+  ++holders_of_[mem_id];
+  ++grants_;
+  if (added != nullptr) *added = true;
+  return true;
 }
 
 bool RegionGrants::Has(uint64_t mem_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return granted_.count(mem_id) != 0;
+  return holders_of_.count(mem_id) != 0;
 }
 
 bool RegionGrants::HoldsAny(const std::string& initiator_key) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, keys] : granted_) {
-    if (std::find(keys.begin(), keys.end(), initiator_key) != keys.end()) return true;
-  }
-  return false;
+  return holders_.count(initiator_key) != 0;
 }
 
 size_t RegionGrants::DropUngranted(const std::string& initiator_key,
                                    std::vector<InboundPart>* parts) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = holders_.find(initiator_key);
   auto held = [&](const InboundPart& p) {
-    auto it = granted_.find(p.mem_id);
-    return it != granted_.end() &&
-           std::find(it->second.begin(), it->second.end(), initiator_key) != it->second.end();
+    if (it == holders_.end()) return false;
+    const auto& regions = it->second.regions;
+    return std::find(regions.begin(), regions.end(), p.mem_id) != regions.end();
   };
   const size_t before = parts->size();
   parts->erase(
@@ -76,13 +102,97 @@ size_t RegionGrants::DropUngranted(const std::string& initiator_key,
   return before - parts->size();
 }
 
+void RegionGrants::SetGoneLocked(Holder& h, int64_t since_ns) {
+  if (h.gone_since_ns == 0 && since_ns != 0) gone_.fetch_add(1, std::memory_order_relaxed);
+  if (h.gone_since_ns != 0 && since_ns == 0) gone_.fetch_sub(1, std::memory_order_relaxed);
+  h.gone_since_ns = since_ns;
+}
+
+void RegionGrants::EraseLocked(Holders::iterator it, uint64_t mem_id) {
+  auto& regions = it->second.regions;
+  auto r = std::find(regions.begin(), regions.end(), mem_id);
+  if (r == regions.end()) return;
+  regions.erase(r);
+  --grants_;
+  auto n = holders_of_.find(mem_id);
+  if (n != holders_of_.end() && --n->second == 0) holders_of_.erase(n);
+  if (!regions.empty()) return;
+  SetGoneLocked(it->second, 0);
+  holders_.erase(it);
+}
+
 void RegionGrants::Forget(uint64_t mem_id, const std::string& initiator_key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = granted_.find(mem_id);
-  if (it == granted_.end()) return;
-  auto& keys = it->second;
-  keys.erase(std::remove(keys.begin(), keys.end(), initiator_key), keys.end());
-  if (keys.empty()) granted_.erase(it);
+  auto it = holders_.find(initiator_key);
+  if (it != holders_.end()) EraseLocked(it, mem_id);
+}
+
+void RegionGrants::ConnectionClosed(const std::string& initiator_key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool revoking = std::any_of(revoking_.begin(), revoking_.end(),
+                                      [&](const auto& r) { return r.first == initiator_key; });
+    if (!revoking && holders_.count(initiator_key) == 0) return;
+  }
+  if (engine_->channel().LiveInbound(initiator_key)) return;
+  const int64_t now = NowNs();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = holders_.find(initiator_key);
+  if (it != holders_.end()) SetGoneLocked(it->second, now);
+  const size_t before = revoking_.size();
+  revoking_.erase(std::remove_if(revoking_.begin(), revoking_.end(),
+                                 [&](const auto& r) { return r.first == initiator_key; }),
+                  revoking_.end());
+  if (revoking_.size() != before) cv_.notify_all();
+}
+
+void RegionGrants::DropGone() {
+  if (gone_.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::pair<std::string, int64_t>> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, h] : holders_) {
+      if (h.gone_since_ns != 0 && engine_->channel().HellosSettledSince(h.gone_since_ns)) {
+        due.emplace_back(key, h.gone_since_ns);
+      }
+    }
+  }
+  size_t holders = 0;
+  size_t dropped = 0;
+  for (const auto& [key, since] : due) {
+    const bool live = engine_->channel().LiveInbound(key) != nullptr;
+    // Announcements it made under its grants (a notice ring) count before they go.
+    if (!live) engine_->ForEachTransport([&](Transport& t) { t.DrainInbound(&key); });
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = holders_.find(key);
+    if (it == holders_.end() || it->second.gone_since_ns != since) continue;  // changed
+    if (live) {
+      SetGoneLocked(it->second, 0);  // connected again
+      continue;
+    }
+    const std::vector<uint64_t> regions = it->second.regions;
+    for (uint64_t id : regions) {
+      auto again = holders_.find(key);
+      if (again != holders_.end()) EraseLocked(again, id);
+    }
+    dropped_ += regions.size();
+    dropped += regions.size();
+    ++holders;
+  }
+  if (holders > 0) {
+    MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': dropped ", dropped, " grant(s) of ",
+                   holders, " initiator(s) with no connection left");
+  }
+}
+
+RegionGrants::Stats RegionGrants::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  s.holders = holders_.size();
+  s.grants = grants_;
+  s.refused = refused_;
+  s.dropped = dropped_;
+  return s;
 }
 
 // A grant of `mem_id` to `initiator_key`, for map and CMA grants: the region is checked,
@@ -91,17 +201,20 @@ void RegionGrants::Forget(uint64_t mem_id, const std::string& initiator_key) {
 // the grant, or the second check sees the withdrawal and the grant is refused.
 // Refused requests leave no record (a peer asking for many ids costs no memory).
 wire::WireStatus RegionGrants::RecordChecked(uint64_t mem_id, uint64_t capability,
-                                             const std::string& initiator_key, MemoryRegion* r) {
+                                             const std::string& initiator_key, MemoryRegion* r,
+                                             bool* added) {
+  *added = false;
   MemoryRegistry& memory = engine_->memory();
   if (!memory.FindNamed(mem_id, capability, r) ||
       r->use->withdrawn.load(std::memory_order_seq_cst)) {
     return wire::WireStatus::kUnknownMemory;
   }
   if (r->loc != MemoryLocationType::CPU) return wire::WireStatus::kNotHostMemory;
-  Record(mem_id, initiator_key);
+  if (!Record(mem_id, initiator_key, added)) return wire::WireStatus::kTooManyGrants;
   MemoryRegion again;
   if (!memory.Find(mem_id, &again)) {
-    Forget(mem_id, initiator_key);  // deregistered already: no revoke will come
+    if (*added) Forget(mem_id, initiator_key);  // deregistered already: no revoke will come
+    *added = false;
     return wire::WireStatus::kUnknownMemory;
   }
   // Withdrawn: the deregistration in progress revokes the record (and drops it).
@@ -113,9 +226,12 @@ void RegionGrants::Revoke(uint64_t id) {
   std::vector<std::string> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = granted_.find(id);
-    if (it == granted_.end()) return;
-    keys = it->second;
+    if (holders_of_.count(id) == 0) return;
+    for (const auto& [key, h] : holders_) {
+      if (std::find(h.regions.begin(), h.regions.end(), id) != h.regions.end()) {
+        keys.push_back(key);
+      }
+    }
   }
   std::vector<std::string> unreachable;
   for (const std::string& key : keys) {
@@ -132,11 +248,11 @@ void RegionGrants::Revoke(uint64_t id) {
     }
     PostOnConn(*conn, wire::MakeHeader(wire::MsgType::kP2pRevoke, id), nullptr);
   }
-  for (const std::string& key : unreachable) {
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': deregistering memory ", id, ": ",
-                  LogSafe(key),
-                  " holds a grant of it (P2P, shared-memory map or CMA) but has no connection "
-                  "left to be asked to let go of it");
+  if (!unreachable.empty()) {  // one line however many (DropGone drops them soon anyway)
+    MORI_LOG_WARN(
+        kIo, "engine '", engine_->key(), "': deregistering memory ", id, ": ", unreachable.size(),
+        " initiator(s) holding a grant of it (P2P, shared-memory ",
+        "map or CMA) have no connection left to be asked to let go of it: ", SomeKeys(unreachable));
   }
   std::unique_lock<std::mutex> lock(mu_);
   auto pending = [&] {
@@ -159,18 +275,13 @@ void RegionGrants::Revoke(uint64_t id) {
         ++it;
       }
     }
-    auto held = granted_.find(id);
-    std::string names;
     for (const std::string& key : late) {
-      names += (names.empty() ? "" : ", ") + LogSafe(key);
-      if (held != granted_.end()) {
-        auto& keys = held->second;
-        keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
-      }
+      auto held = holders_.find(key);
+      if (held != holders_.end()) EraseLocked(held, id);
     }
-    if (held != granted_.end() && held->second.empty()) granted_.erase(held);
     lock.unlock();
     for (const std::string& key : late) engine_->channel().CutOff(key);
+    const std::string names = SomeKeys(late);
     MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': deregistering memory ", id, ": ", names,
                   " did not confirm letting go of it within ", timeout_ms,
                   " ms; its connections were closed and its grant dropped");
@@ -180,7 +291,12 @@ void RegionGrants::Revoke(uint64_t id) {
                " ms; it stays registered for now, that holder's connections were closed and "
                "its grant dropped, and deregister_memory again completes");
   }
-  granted_.erase(id);
+  // Every holder let go (or has no connection left): the region's grants go.
+  for (auto it = holders_.begin(); it != holders_.end();) {
+    auto next = std::next(it);
+    EraseLocked(it, id);
+    it = next;
+  }
 }
 
 void RegionGrants::OnRevokeAck(const std::string& initiator_key, uint64_t mem_id) {

@@ -38,11 +38,17 @@ wire::WireStatus P2pTransport::Grant(uint64_t mem_id, uint64_t capability,
       r.use->withdrawn.load(std::memory_order_seq_cst)) {
     return wire::WireStatus::kUnknownMemory;
   }
-  engine_->grants().Record(mem_id, initiator_key);
   if (r.loc != MemoryLocationType::GPU) return wire::WireStatus::kNotGpuMemory;
+  // Recorded before the export leaves (a deregistration from then on revokes it);
+  // refused requests leave no record.
+  bool added = false;
+  if (!engine_->grants().Record(mem_id, initiator_key, &added)) {
+    return wire::WireStatus::kTooManyGrants;
+  }
   try {
     *payload = backend_->Export(r.id, r.addr, r.size, r.device_id);
   } catch (const std::exception& e) {
+    if (added) engine_->grants().Forget(mem_id, initiator_key);  // one held before stays
     *payload = e.what();
     MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': P2P export of memory ", mem_id,
                   " failed: ", e.what());

@@ -123,10 +123,13 @@ wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, uint64_t capability,
       !FindSharedHost(r.addr, r.size, &b)) {
     return wire::WireStatus::kNotShareable;
   }
-  wire::WireStatus st = engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r);
+  bool added = false;
+  wire::WireStatus st =
+      engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r, &added);
   if (st != wire::WireStatus::kOk) return st;
   if (!FindSharedHost(r.addr, r.size, &b)) {  // its block was freed meanwhile
-    engine_->grants().Forget(mem_id, initiator_key);
+    // Only the record this request made: one it held before (a CMA grant) stays.
+    if (added) engine_->grants().Forget(mem_id, initiator_key);
     return wire::WireStatus::kNotShareable;
   }
   ShmMapGrant g;
@@ -144,7 +147,9 @@ wire::WireStatus ShmTransport::CmaGrantFor(uint64_t mem_id, uint64_t capability,
                                            const std::string& initiator_key, std::string* payload) {
   if (!created()) return wire::WireStatus::kNoShm;
   MemoryRegion r;
-  wire::WireStatus st = engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r);
+  bool added = false;
+  wire::WireStatus st =
+      engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r, &added);
   if (st != wire::WireStatus::kOk) return st;
   CmaGrant g;
   g.pid = static_cast<int32_t>(::getpid());

@@ -154,9 +154,14 @@ std::shared_ptr<TransferState> ShmTransport::Submit(const TransferRequest& req) 
   if (options.cma_cache) {
     StatusDetail code = StatusDetail::SUCCESS;
     std::string error;
-    std::shared_ptr<CmaRemote> g = CmaRemoteFor(*req.peer, req.remote, &code, &error);
-    if (!g) return IoEngine::Finished(code, std::move(error));
-    return SubmitCma(req, std::move(g));
+    wire::WireStatus refusal = wire::WireStatus::kOk;
+    std::shared_ptr<CmaRemote> g = CmaRemoteFor(*req.peer, req.remote, &code, &error, &refusal);
+    if (g) return SubmitCma(req, std::move(g));
+    // The target holds as many region grants as it allows: a grant per part instead,
+    // which its connection holds only until the part is done.
+    if (refusal != wire::WireStatus::kTooManyGrants) {
+      return IoEngine::Finished(code, std::move(error));
+    }
   }
   // A grant per part, asked for on the control connections and answered in order.
   return engine_->tcp().PostParts(req, wire::MsgType::kShmWriteReq, wire::MsgType::kShmReadReq);
@@ -235,7 +240,8 @@ std::shared_ptr<const TargetLiveness> ShmTransport::LivenessOf(Peer& peer, int p
 }
 
 std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, const RemoteRegion& remote,
-                                                      StatusDetail* code, std::string* error) {
+                                                      StatusDetail* code, std::string* error,
+                                                      wire::WireStatus* status) {
   const uint64_t mem_id = remote.mem_id;
   PeerShm& s = StateOf(peer);
   std::lock_guard<std::mutex> lock(s.mu);
@@ -247,7 +253,8 @@ std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, const RemoteRe
                                   LogSafe(peer.key), ": ");
   std::string answer;
   if (!engine_->channel().SideRequest(peer, wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant,
-                                      mem_id, remote.capability, {}, &answer, code, error)) {
+                                      mem_id, remote.capability, {}, &answer, code, error,
+                                      status)) {
     *error = what + *error;
     return nullptr;
   }

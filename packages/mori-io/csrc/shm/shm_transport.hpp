@@ -114,8 +114,10 @@ class ShmTransport : public Transport {
                                          std::string* why_not = nullptr);
   std::shared_ptr<const TargetLiveness> LivenessOf(Peer& peer, int pid, const LivenessGrant& live,
                                                    std::string* error);
+  // The target's refusal, if it refused, into *status.
   std::shared_ptr<CmaRemote> CmaRemoteFor(Peer& peer, const RemoteRegion& remote,
-                                          StatusDetail* code, std::string* error);
+                                          StatusDetail* code, std::string* error,
+                                          wire::WireStatus* status);
   std::shared_ptr<TransferState> SubmitMapped(const TransferRequest& req,
                                               std::shared_ptr<ShmMapping> remote);
   std::shared_ptr<TransferState> SubmitCma(const TransferRequest& req,

@@ -139,6 +139,14 @@ bool ControlChannel::CredentialConflicts(const std::string& key, const std::stri
   return false;
 }
 
+bool ControlChannel::HellosSettledSince(int64_t t_ns) const {
+  if (reactors_.empty()) return false;
+  for (const auto& r : reactors_) {
+    if (!r->HellosSettledSince(t_ns)) return false;
+  }
+  return true;
+}
+
 std::string ControlChannel::HelloMessage(const Peer& peer) const {
   wire::Header hello = wire::MakeHeader(wire::MsgType::kHello);
   // A peer registered without a secret (an EngineDesc that carried none) gets zeros,

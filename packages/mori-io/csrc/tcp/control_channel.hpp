@@ -54,6 +54,9 @@ class ControlChannel {
   std::shared_ptr<Conn> LiveInbound(const std::string& key);
   // Whether an open inbound connection of `key` proved another credential.
   bool CredentialConflicts(const std::string& key, const std::string& credential);
+  // Whether every reactor scanned after `t_ns` and found no connection accepted by then
+  // still in its hello (Reactor::HellosSettledSince).
+  bool HellosSettledSince(int64_t t_ns) const;
 
   // Opens the peer's connections (each starting with a hello), runs `before_serving` on
   // them while no reactor reads them yet, then publishes them; null with *error when the

@@ -291,12 +291,14 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
   const int64_t idle_ns = int64_t{engine_->tcp_config().idle_timeout_ms} * 1000000;
   std::vector<std::pair<Conn*, std::string>> stuck;
   std::vector<std::pair<Conn*, std::string>> idle_candidates;  // inbound, idle_timeout_ms
+  int64_t oldest_hello = INT64_MAX;
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
     for (auto& kv : conns_) {
       Conn& c = *kv.second;
       std::lock_guard<std::mutex> clock(c.mu);
       if (c.dead) continue;
+      if (!c.outbound && !c.hello_done) oldest_hello = std::min(oldest_hello, c.opened_ns);
       RevokeLend(c);  // an answer nobody came to wait for is read by this reactor now
       if (!c.outbound && !c.hello_done && now - c.opened_ns >= hello_deadline_ns) {
         // Unauthenticated: a connection that never completes its hello (or trickles it)
@@ -326,6 +328,10 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
                                     timeout_ns / 1000000, "): the peer is alive but stuck"));
     }
   }
+  // Every connection accepted before `now` was in conns_ then (the accepting reactor adds
+  // it right after accept), so one still in its hello is counted here.
+  oldest_hello_ns_.store(oldest_hello, std::memory_order_release);
+  hello_scan_ns_.store(now, std::memory_order_release);
   for (auto& [c, why] : stuck) Close(*c, why, StatusDetail::ERR_TIMEOUT);
   for (auto& [c, key] : idle_candidates) {  // asked without the reactor's locks
     if (!engine_->InitiatorIdleClosable(key)) continue;
@@ -337,6 +343,7 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
     engine_->CountIdleClosed();
     Close(*c, StrCat("idle for idle_timeout_ms (", idle_ns / 1000000, " ms)"));
   }
+  engine_->grants().DropGone();
 }
 
 void Reactor::AcceptAll() {
@@ -938,6 +945,7 @@ void Reactor::Close(Conn& c, const std::string& reason, StatusDetail code) {
   } else {
     MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': inbound connection from ",
                    LogSafe(c.remote_key), " closed: ", reason);
+    if (c.hello_done) engine_->InboundClosed(c.remote_key);
   }
   c.in_payload = false;
   std::lock_guard<std::mutex> lock(conns_mu_);

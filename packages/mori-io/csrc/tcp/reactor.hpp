@@ -56,6 +56,12 @@ class Reactor {
   // only (or after Stop).
   void Close(Conn& c, const std::string& reason, StatusDetail code = StatusDetail::ERR_PEER_LOST);
   std::shared_ptr<Conn> SharedOf(Conn& c);
+  // Whether this reactor scanned its connections after `t_ns` and found none accepted
+  // at or before `t_ns` still in its hello (any thread).
+  bool HellosSettledSince(int64_t t_ns) const {
+    return hello_scan_ns_.load(std::memory_order_acquire) > t_ns &&
+           oldest_hello_ns_.load(std::memory_order_acquire) > t_ns;
+  }
 
   // For message handlers.
   IoEngine& engine() { return *engine_; }
@@ -133,6 +139,10 @@ class Reactor {
   uint64_t accept_unlogged_ = 0;
   int64_t refusal_logged_ns_ = INT64_MIN / 2;
   std::atomic<bool> stop_{false};
+  // The last scan's start, and the oldest accept time of an inbound connection then still
+  // in its hello (INT64_MAX: none); written by the reactor thread (HellosSettledSince).
+  std::atomic<int64_t> hello_scan_ns_{0};
+  std::atomic<int64_t> oldest_hello_ns_{INT64_MAX};
   std::promise<void> started_;
   std::future<void> started_future_;
   std::mutex tasks_mu_;

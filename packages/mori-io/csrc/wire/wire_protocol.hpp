@@ -106,6 +106,9 @@ enum class WireStatus : uint8_t {
   kExportFailed = 8,   // the region could not be exported (the payload says why)
   kNoRdma = 9,         // an RDMA request to an engine without the RDMA backend
   kNotShareable = 10,  // kShmMapReq for a region outside shared host memory (use CMA)
+  // A region grant past the target's bounds (MORI_IO_MAX_GRANT_HOLDERS, MORI_IO_MAX_GRANTS);
+  // a peer that predates it reads "unknown status".
+  kTooManyGrants = 11,
 };
 
 inline constexpr uint16_t kVersion = 10;  // 2: kShm*; 3: kP2p*, kRdma*; 4: kP2pWriteDone

@@ -30,6 +30,9 @@ const char* WireStatusText(WireStatus s) {
       return "the target engine has no RDMA backend";
     case WireStatus::kNotShareable:
       return "the region is not in shared host memory";
+    case WireStatus::kTooManyGrants:
+      return "the target holds as many region grants as it allows (MORI_IO_MAX_GRANT_HOLDERS "
+             "initiators, MORI_IO_MAX_GRANTS grants)";
   }
   return "unknown status";
 }
@@ -53,6 +56,8 @@ StatusDetail WireStatusCode(WireStatus s) {
       return StatusDetail::ERR_TRANSPORT;
     case WireStatus::kExportFailed:
       return StatusDetail::ERR_GPU_OP;
+    case WireStatus::kTooManyGrants:
+      return StatusDetail::ERR_BAD_STATE;
   }
   return StatusDetail::ERR_TRANSPORT;
 }
