@@ -2,10 +2,12 @@
 # Copyright (c) 2026 The mori authors
 """What a peer holding the target's EngineDesc can make the target keep is bounded, and
 goes with the peer: inbound statuses (by count and bytes; a refused request naming no
-region of the target records none) and region grants (by holders and pairs; dropped
-once their holder has no connection left). Spoken by hand on raw sockets where a real
-engine would not misbehave."""
+region of the target records none), region grants (by holders and pairs; dropped once
+their holder has no connection left), and the hold on an unregistered initiator's key
+(which ends with the squatter's connections, without re-registering). Spoken by hand
+on raw sockets where a real engine would not misbehave."""
 
+import os
 import socket
 import struct
 import threading
@@ -304,4 +306,74 @@ def test_grants_are_bounded_by_holders_and_pairs(monkeypatch):
         for s in socks.values():
             s.close()
         real.close()
+        target.close()
+
+
+# (C) An unregistered initiator's key held by a squatter.
+
+
+def test_a_refused_initiator_connects_once_the_squatter_left():
+    """A raw peer holding the target's EngineDesc connects first under the key of an
+    initiator the target did not register: the real initiator is refused while it stays
+    connected (the trust model's documented window). Once the squatter's connection
+    closed, the real initiator's next transfers succeed without registering the target
+    again (it was left 'unreachable' before). Registering the initiator at the target
+    closes a squatter's connections at once."""
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP, TcpBackendConfig(transfer_timeout_ms=2000))
+    buf = np.zeros(4096, np.uint8)
+    mem = target.register_array(buf)
+    port, secret = target._engine.port, target._engine.secret
+    victim, late = IOEngine("victim"), IOEngine("late")
+    src = np.full(64, 7, np.uint8)
+
+    def write(engine, fill):
+        src[:] = fill
+        st = engine.write(engine.register_array(src), 0, mem, 0, 64, engine.allocate_transfer_uid())
+        assert st.WaitFor(10000) != StatusCode.IN_PROGRESS, "write hung"
+        return st
+
+    def serves(s):
+        """The squatter's hello was accepted: a write of its own is answered."""
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 1, mem.id, 1024, 8, mem.capability) + bytes(8))
+        ack = _recv_header(s)
+        assert ack[0] == K_WRITE_ACK and ack[1] == 0, ack
+
+    try:
+        for e in (victim, late):
+            e.create_backend(BackendType.TCP)
+            e.register_remote_engine(target.get_engine_desc())
+        squatter = _hello(port, secret, b"victim", os.urandom(16))
+        serves(squatter)
+        refused = target._engine.hellos_refused
+        st = write(victim, 1)
+        assert st.Failed() and st.Detail() == StatusDetail.ERR_PEER_LOST, st.Message()
+        assert target._engine.hellos_refused > refused and not buf[:64].any()
+        squatter.close()
+        deadline = time.monotonic() + 5
+        attempts = 0
+        while not (st := write(victim, 2)).Succeeded():
+            attempts += 1
+            assert "register it again" not in st.Message(), st.Message()
+            assert time.monotonic() < deadline, f"still refused: {st.Message()}"
+            time.sleep(0.05)
+        print("succeeded after", attempts, "more failed attempt(s)")
+        assert (buf[:64] == 2).all()
+        assert write(victim, 3).Succeeded() and (buf[:64] == 3).all()
+        # Registering the initiator closes the squatter's connection and lets it in.
+        squatter = _hello(port, secret, b"late", os.urandom(16))
+        serves(squatter)
+        target.register_remote_engine(late.get_engine_desc())
+        squatter.settimeout(5)
+        try:
+            assert squatter.recv(1) == b"", "the squatter's connection stayed open"
+        except ConnectionResetError:
+            pass
+        squatter.close()
+        st = write(late, 4)
+        assert st.Succeeded(), st.Message()
+        assert (buf[:64] == 4).all()
+    finally:
+        victim.close()
+        late.close()
         target.close()

@@ -17,6 +17,7 @@
 #include "shm/shm_transport.hpp"
 #include "tcp/socket_io.hpp"
 #include "tcp/tcp_transport.hpp"
+#include "wire/log_safe.hpp"
 #include "wire/secret.hpp"
 
 namespace mori::io {
@@ -302,6 +303,16 @@ void IoEngine::RegisterRemoteEngine(const PeerDesc& desc) {
   static_cast<PeerDesc&>(*peer) = desc;
   ForEachTransport([&](Transport& t) { peer->state[t.slot()] = t.NewPeerState(); });
   std::shared_ptr<Peer> old = peers_.Put(peer);
+  if (!desc.secret.empty()) {
+    // From now on its hellos must prove this EngineDesc (InitiatorAccepted); connections
+    // that spoke for that key before without it (one that took the key of an initiator
+    // we had not registered) are closed too.
+    const std::string credential = InitiatorCredential(desc.secret, secret_, desc.key);
+    if (size_t n = channel_.CutOffOthers(desc.key, credential)) {
+      MORI_LOG_WARN(kIo, "engine '", key_, "': closed ", n, " inbound connection(s) of ",
+                    LogSafe(desc.key), " that did not prove the EngineDesc registered now");
+    }
+  }
   if (old) {
     ForEachTransport(
         [&](Transport& t) { t.PeerLost(desc.key, "the remote engine was registered again"); });

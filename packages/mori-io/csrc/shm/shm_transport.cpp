@@ -78,7 +78,7 @@ void ShmTransport::PeerConnecting(Peer& peer, PeerConnections& pc) {
   s.host_choice = ChooseBackend(in);
   if (s.host_choice.backend != BackendType::kShm) return;
   // The first use of CMA for this pair, before any transfer relies on it.
-  std::string why = ProbePeer(pc.conns[0]->fd, peer);
+  std::string why = ProbePeer(*pc.conns[0], peer);
   if (why.empty()) {
     s.probed = true;
     return;
@@ -90,8 +90,9 @@ void ShmTransport::PeerConnecting(Peer& peer, PeerConnections& pc) {
                 s.host_choice.reason);
 }
 
-std::string ShmTransport::ProbePeer(int fd, const Peer& peer) {
+std::string ShmTransport::ProbePeer(Conn& conn, const Peer& peer) {
   constexpr size_t kHdr = sizeof(wire::Header);
+  const int fd = conn.fd;
   const int timeout = engine_->tcp_config().peer_timeout_ms;
   wire::Header req = wire::MakeHeader(wire::MsgType::kShmProbe);
   std::string error;
@@ -101,6 +102,13 @@ std::string ShmTransport::ProbePeer(int fd, const Peer& peer) {
   wire::Header ack{};
   if (!RecvAll(fd, reinterpret_cast<char*>(&ack), kHdr, timeout, &error)) {
     return "the probe got no answer: " + error;
+  }
+  if (ack.type == static_cast<uint8_t>(wire::MsgType::kIdleClose) &&
+      ack.version == wire::kVersion) {
+    // The target refused our hello and closes: as the reactor would on reading this, the
+    // peer is replaced when the close comes, and the next transfer connects again.
+    conn.idle_closed = true;
+    return "the target refused this engine's hello";
   }
   if (ack.type != static_cast<uint8_t>(wire::MsgType::kShmProbeAck) ||
       ack.version != wire::kVersion) {

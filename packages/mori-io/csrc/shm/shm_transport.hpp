@@ -109,7 +109,8 @@ class ShmTransport : public Transport {
   struct CmaJob;
   PeerShm& StateOf(Peer& peer);
   // Initiator side (shm_transport.cpp).
-  std::string ProbePeer(int fd, const Peer& peer);
+  // The CMA probe on `conn` (not served yet); "" or why it failed.
+  std::string ProbePeer(Conn& conn, const Peer& peer);
   std::shared_ptr<ShmMapping> MappingFor(Peer& peer, const RemoteRegion& remote,
                                          std::string* why_not = nullptr);
   std::shared_ptr<const TargetLiveness> LivenessOf(Peer& peer, int pid, const LivenessGrant& live,

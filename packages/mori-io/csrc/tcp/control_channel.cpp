@@ -139,6 +139,22 @@ bool ControlChannel::CredentialConflicts(const std::string& key, const std::stri
   return false;
 }
 
+size_t ControlChannel::CutOffOthers(const std::string& key, const std::string& credential) {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  size_t n = 0;
+  auto range = inbound_by_key_.equal_range(key);
+  for (auto it = range.first; it != range.second; ++it) {
+    std::shared_ptr<Conn> c = it->second.lock();
+    if (!c) continue;
+    std::lock_guard<std::mutex> cl(c->mu);
+    if (!c->dead && !SecretEqual(c->credential, credential.data(), credential.size())) {
+      ::shutdown(c->fd, SHUT_RDWR);
+      ++n;
+    }
+  }
+  return n;
+}
+
 bool ControlChannel::HellosSettledSince(int64_t t_ns) const {
   if (reactors_.empty()) return false;
   for (const auto& r : reactors_) {
@@ -235,6 +251,11 @@ bool ControlChannel::SideRequest(const Peer& peer, wire::MsgType type, wire::Msg
   if (!SendAll(fd, msg.data(), msg.size(), timeout, &why) ||
       !RecvAll(fd, reinterpret_cast<char*>(&r), kHdr, timeout, &why)) {
     return fail(StatusDetail::ERR_PEER_LOST, why);
+  }
+  if (r.type == static_cast<uint8_t>(wire::MsgType::kIdleClose) && r.version == wire::kVersion) {
+    return fail(StatusDetail::ERR_PEER_LOST,
+                "the target refused this engine's hello (another connection holds this "
+                "engine's key there, or it registered another EngineDesc under it)");
   }
   if (r.type != static_cast<uint8_t>(answer_type) || r.version != wire::kVersion ||
       r.length > kMaxSideAnswerBytes) {

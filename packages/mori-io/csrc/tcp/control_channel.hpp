@@ -54,6 +54,10 @@ class ControlChannel {
   std::shared_ptr<Conn> LiveInbound(const std::string& key);
   // Whether an open inbound connection of `key` proved another credential.
   bool CredentialConflicts(const std::string& key, const std::string& credential);
+  // Shuts down the inbound connections of `key` that proved another credential than
+  // `credential` (the initiator was registered here: connections that spoke for it
+  // before without its EngineDesc's secret go); how many.
+  size_t CutOffOthers(const std::string& key, const std::string& credential);
   // Whether every reactor scanned after `t_ns` and found no connection accepted by then
   // still in its hello (Reactor::HellosSettledSince).
   bool HellosSettledSince(int64_t t_ns) const;

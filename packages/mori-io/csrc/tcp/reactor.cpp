@@ -512,6 +512,12 @@ bool Reactor::FinishHello(Conn& c) {
                     LogSafe(c.remote_key), ": ", why_not, " (", engine_->hellos_refused(),
                     " refused so far)");
     }
+    // It holds our EngineDesc: told that the close is ours (kIdleClose), so an initiator
+    // refused for now (its key held by other connections; a registration here that is
+    // not its current EngineDesc) tries again on its next transfer instead of staying
+    // failed until it registers us again. Nothing is sent to a hello without our secret.
+    std::lock_guard<std::mutex> lock(c.mu);
+    SendIdleClose(c);
     return false;
   }
   if (!trusted) {
@@ -782,7 +788,7 @@ bool Reactor::OnReadable(Conn& c) {
         c.rpos += k;
         c.payload_left -= k;
         if (c.payload_left == 0 && !FinishPayload(c)) {
-          Close(c, "hello without this engine's secret");
+          Close(c, "hello refused");
           return false;
         }
         continue;
@@ -796,7 +802,7 @@ bool Reactor::OnReadable(Conn& c) {
           if (c.payload_left == 0) {
             c.header_only = true;
             if (!FinishPayload(c)) {
-              Close(c, "hello without this engine's secret");
+              Close(c, "hello refused");
               return false;
             }
           }

@@ -85,7 +85,9 @@ enum class MsgType : uint8_t {
   // Revoked like P2P grants (kP2pRevoke) when the region is deregistered.
   kShmCmaReq = 29,    // mem_id; answered kShmCmaGrant
   kShmCmaGrant = 30,  // status; payload: CmaGrant (40 bytes)
-  // The target is about to close this connection: it carried nothing for idle_timeout_ms
+  // The target is about to close this connection: it carried nothing for idle_timeout_ms,
+  // or its hello held the target's secret but may not speak for its key now (another
+  // credential holds it, or the key is registered there with another EngineDesc)
   // (target -> initiator, answers nothing). The initiator connects again on its next
   // transfer instead of taking the close for a lost peer.
   kIdleClose = 31,
