@@ -221,4 +221,7 @@ def test_mori_cpp_names_resolve_to_mori_ep():
 
     assert mori.cpp.launch_local_expert_count is lec.launch_local_expert_count
     assert launch_local_expert_count is lec.launch_local_expert_count
+    from mori.ops import launch_local_expert_count as top_level  # MORI exports it there too
+
+    assert top_level is lec.launch_local_expert_count
     assert {"EpDispatchCombineConfig", "launch_local_expert_count"} <= set(mori.cpp.__all__)

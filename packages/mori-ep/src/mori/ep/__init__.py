@@ -5,7 +5,9 @@
 MORI's dispatch/combine API (:class:`EpDispatchCombineOp`) with the intra-node
 protocol implemented twice: on CPU over mori.core's host symmetric heap, and as CUDA
 kernels (sm_90, NVLink P2P) over a CUDA heap when the package is built with CUDA;
-and the routing layout step (:func:`get_dispatch_layout`) on CPU and CUDA.
+and the routing layout step (:func:`get_dispatch_layout`) on CPU and CUDA; MORI's raw
+local expert count (:func:`launch_local_expert_count`, config
+``mori.cpp.EpDispatchCombineConfig``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .dispatch_combine import (
     EpDispatchCombineQuantType,
 )
 from .layout import get_dispatch_layout
+from .local_expert_count import launch_local_expert_count
 from .routing import EpDispatchRoutingHandle
 
 __all__ = [
@@ -31,4 +34,5 @@ __all__ = [
     "EpDispatchRoutingHandle",
     "__version__",
     "get_dispatch_layout",
+    "launch_local_expert_count",
 ]
