@@ -16,11 +16,14 @@ namespace mori::python {
 constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;
 
 // The one conversion of a Python timeout in seconds: NaN, zero and negative are
-// refused naming the value; inf and anything above kMaxTimeoutS saturate.
+// refused naming the value; inf and anything above kMaxTimeoutS saturate; a positive
+// one below a nanosecond is a nanosecond (it truncated to 0, which read "timed out
+// after 0 ms", or "no timeout" where 0 means that).
 inline std::chrono::nanoseconds TimeoutFromSeconds(double seconds, const char* name) {
   MORI_CHECK_ARG(!std::isnan(seconds) && seconds > 0, name, " ", seconds,
                  " must be a positive number of seconds (inf means practically forever)");
-  return std::chrono::nanoseconds(static_cast<int64_t>(std::min(seconds, kMaxTimeoutS) * 1e9));
+  const double ns = std::ceil(std::min(seconds, kMaxTimeoutS) * 1e9);
+  return std::chrono::nanoseconds(std::max<int64_t>(1, static_cast<int64_t>(ns)));
 }
 
 // For the native APIs that take milliseconds; rounded up so a tiny positive

@@ -159,6 +159,17 @@ def test_huge_timeouts_mean_practically_forever(huge):
         shmem.finalize(force=True)
 
 
+@pytest.mark.parametrize("tiny", [1e-300, 1e-10, 1e-4])
+def test_tiny_positive_timeouts_round_up_to_a_millisecond(tiny, heap):
+    """A positive timeout below the millisecond the waits count in is one millisecond:
+    1e-300 s truncated to 0 ns and reported "timed out after 0 ms"."""
+    w = shmem.empty((1,), torch.int64)
+    w.zero_()
+    with pytest.raises(mc.MoriTimeoutError, match="timed out after 1 ms"):
+        shmem.wait_until(w, "eq", 1, timeout_s=tiny)
+    del w
+
+
 @pytest.mark.parametrize("bad", [math.nan, -1.0, 0.0, -math.inf])
 def test_nan_negative_and_zero_timeouts_are_refused_naming_the_value(bad, heap):
     text = {math.nan: "nan", -1.0: "-1", 0.0: "0"}.get(bad, "-inf") if bad == bad else "nan"
