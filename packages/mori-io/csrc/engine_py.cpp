@@ -445,8 +445,8 @@ every hello; without it the remote refuses the connections).)doc")
       .def("ledger_stats",
            [](IoEngine& e) {
              SubmissionLedger& l = e.ledger();
-             return py::dict(py::arg("capacity") = l.capacity(), py::arg("live") = l.live(),
-                             py::arg("window") = l.window(), py::arg("uses_map") = l.uses_map());
+             return py::dict(py::arg("admission_limit") = l.admission_limit(),
+                             py::arg("live") = l.live());
            })
       .def(
           "inbound_stats",
@@ -473,13 +473,10 @@ MORI_IO_MAX_GRANT_HOLDERS / MORI_IO_MAX_GRANTS bounds, and how many were dropped
 their holder had no connection left.)doc")
       .def_property_readonly("hot_path_options", [](IoEngine& e) {
         const HotPathOptions& o = e.options();
-        return py::dict(
-            py::arg("lockfree_endpoint") = o.lockfree_endpoint,
-            py::arg("epoch_snapshot") = o.epoch_snapshot, py::arg("ledger_ring") = o.ledger_ring,
-            py::arg("target_batching") = o.target_batching, py::arg("notice_ring") = o.notice_ring,
-            py::arg("notice_ring_slots") = o.notice_ring_slots,
-            py::arg("tcp_waiter_reads") = o.tcp_waiter_reads,
-            py::arg("tcp_busy_poll_us") = o.tcp_busy_poll_us);
+        return py::dict(py::arg("notice_ring") = o.notice_ring,
+                        py::arg("notice_ring_slots") = o.notice_ring_slots,
+                        py::arg("tcp_waiter_reads") = o.tcp_waiter_reads,
+                        py::arg("tcp_busy_poll_us") = o.tcp_busy_poll_us);
       });
 
   // The wire-level credential of hellos, for peers that speak the protocol by hand
@@ -661,11 +658,9 @@ their holder had no connection left.)doc")
 
   // The ledger alone, for tests of its boundary behaviour.
   py::class_<SubmissionLedger>(m, "SubmissionLedger")
-      .def(py::init<size_t, bool>(), py::arg("capacity"), py::arg("use_map") = false)
-      .def_property_readonly("capacity", &SubmissionLedger::capacity)
+      .def(py::init<size_t>(), py::arg("admission_limit"))
       .def_property_readonly("admission_limit", &SubmissionLedger::admission_limit)
       .def_property_readonly("live", &SubmissionLedger::live)
-      .def_property_readonly("window", &SubmissionLedger::window)
       .def("admit",
            [](SubmissionLedger& l) -> py::object {
              uint64_t id = l.Admit();

@@ -335,29 +335,33 @@ def test_ablation_verdicts_follow_the_maintainers_bar():
 
     results = {
         "tcp / a": {
-            DEFAULT: _runs(100), "ledger ring off": _runs(80), "epoch snapshot off": _runs(100, 1.5),
-            "lockfree endpoint off": _runs(97, 1.1), "target batching off": _runs(90),
+            DEFAULT: _runs(100), "TCP waiter reads off": _runs(80),
+            "TCP busy poll off": _runs(100, 1.5),
             "CMA grant cache off": _runs(88),  # cannot act over TCP: a 12 % noise floor
         },
         "shm-map / b": {
-            DEFAULT: _runs(100), "notice ring off": _runs(130), "CMA grant cache off": _runs(99),
+            DEFAULT: _runs(100), "notice ring off": _runs(130), "SHM mapping off": _runs(97, 1.1),
+            "CMA grant cache off": _runs(99),  # cannot act on mapped memory: 1 %
         },
         "shm-cma / c": {
             DEFAULT: _runs(100), "notice ring off": _runs(50),
             "liveness word off": _runs([50, 150, 50, 150, 50]),  # 3 of 5 agree: no verdict
+            "CMA grant cache off": _runs(90),
+            "SHM mapping off": _runs(88),  # cannot act on numpy buffers: a 12 % noise floor
         },
     }  # fmt: skip
     summary = summarize(results)
     assert summary["tcp / a"]["noise"] == pytest.approx(0.12)
+    assert summary["shm-cma / c"]["noise"] == pytest.approx(0.12)
     got = {v["env"]: v["verdict"] for v in verdicts(summary) if v["best"] is not None}
     assert got == {
-        "MORI_IO_LEDGER": "keep",  # +25 % transfers/s in one cell
-        "MORI_IO_EPOCH_SNAPSHOT": "keep",  # 33 % less CPU at equal transfers/s
-        "MORI_IO_LOCKFREE_ENDPOINT": "remove",  # 3 %, 9 % CPU: below the bar
-        "MORI_IO_TARGET_BATCHING": "remove",  # +11 %: under the cell's 12 % noise floor
+        "MORI_IO_TCP_WAITER_READS": "keep",  # +25 % transfers/s in one cell
+        "MORI_IO_TCP_BUSY_POLL_US": "keep",  # 33 % less CPU at equal transfers/s
+        "MORI_IO_SHM_MAP": "remove",  # 3 %, 9 % CPU: below the bar
+        "MORI_IO_CMA_CACHE": "remove",  # +11 %: under the cell's 12 % noise floor
         "MORI_IO_NOTICE_RING": "mixed",  # doubles one cell, costs 23 % in another
         "MORI_IO_SHM_LIVENESS_WORD": "remove",  # inconsistent across repetitions
-    }  # CMA grant cache: only cells where it cannot act, so no verdict
+    }
 
 
 def test_ablation_runs_and_verifies_bytes(tmp_path):
@@ -367,17 +371,17 @@ def test_ablation_runs_and_verifies_bytes(tmp_path):
     cmd = [
         sys.executable, "-m", "mori.io.bench", "--ablate", "--ablate-reps", "1",
         "--ablate-backends", "tcp", "--ablate-presets", "hi-iops",
-        "--ablate-switches", "MORI_IO_LEDGER", "--ablate-iters", "2", "--timeout-s", "60",
+        "--ablate-switches", "MORI_IO_TCP_WAITER_READS", "--ablate-iters", "2", "--timeout-s", "60",
         "--json", str(out),
     ]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(out.read_text())
     runs = doc["results"]["tcp / hi-iops"]
-    assert set(runs) == {"defaults", "ledger ring off", "all off"}
+    assert set(runs) == {"defaults", "TCP waiter reads off", "all off"}
     for name, rows in runs.items():
         (row,) = rows
         assert "error" not in row, (name, row)
         assert row["batch_size"] == 256 and row["msg_size"] == 512 and row["xfer_per_s"] > 0
-    assert [v["env"] for v in doc["verdicts"]] == ["MORI_IO_LEDGER"]
-    assert "| ledger ring | `MORI_IO_LEDGER` |" in p.stdout
+    assert [v["env"] for v in doc["verdicts"]] == ["MORI_IO_TCP_WAITER_READS"]
+    assert "| TCP waiter reads | `MORI_IO_TCP_WAITER_READS` |" in p.stdout

@@ -212,33 +212,44 @@ def test_dlpack_and_raw_pointer_registration(pair):
         a.register_array(np.zeros((4, 4))[:, ::2])
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {"MORI_IO_LEDGER": "map"},
-        {"MORI_IO_LOCKFREE_ENDPOINT": "0"},
-        {"MORI_IO_EPOCH_SNAPSHOT": "0"},
-    ],
-)
-def test_hot_path_ablation_switches_keep_results_exact(monkeypatch, env):
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    a, b = IOEngine("abl-a"), IOEngine("abl-b")
-    opts = a._engine.hot_path_options
-    assert (not opts["ledger_ring"]) == ("MORI_IO_LEDGER" in env)
-    assert (not opts["lockfree_endpoint"]) == ("MORI_IO_LOCKFREE_ENDPOINT" in env)
-    assert (not opts["epoch_snapshot"]) == ("MORI_IO_EPOCH_SNAPSHOT" in env)
-    assert a._engine.ledger_stats()["uses_map"] == ("MORI_IO_LEDGER" in env)
+def test_session_follows_its_peer_and_serves_several_threads():
+    """A session looks its remote engine up per operation: threads sharing one session
+    move exact bytes, a transfer after the engine was deregistered fails as for an
+    unknown engine, and one after it was registered again succeeds."""
+    import threading
+
+    a, b = IOEngine("sess-a"), IOEngine("sess-b")
     for e in (a, b):
-        e.create_backend(BackendType.TCP)
+        e.create_backend(BackendType.TCP, TcpBackendConfig(num_worker_threads=2))
     a.register_remote_engine(b.get_engine_desc())
     rng = _rng()
     x = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
     y = np.zeros_like(x)
     mx, my = a.register_array(x), b.register_array(y)
     sess = a.create_session(mx, my)
-    offs = list(range(0, 1 << 20, 4096))
-    _check(sess.batch_write(offs, offs, [4096] * len(offs), 1))
+    quarter = len(x) // 4
+    errors: list[str] = []
+
+    def write_quarter(q: int) -> None:
+        offs = list(range(q * quarter, (q + 1) * quarter, 4096))
+        for _ in range(5):
+            s = sess.batch_write(offs, offs, [4096] * len(offs), a.allocate_transfer_uid())
+            if s.WaitFor(20000) == StatusCode.IN_PROGRESS or not s.Succeeded():
+                errors.append(f"quarter {q}: {s.Message()}")
+
+    threads = [threading.Thread(target=write_quarter, args=(q,)) for q in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
     assert np.array_equal(x, y)
+    a.deregister_remote_engine(b.get_engine_desc())
+    s = sess.write(0, 0, 4096, a.allocate_transfer_uid())
+    assert s.Failed() and s.Detail() == StatusDetail.ERR_NOT_FOUND, s.Message()
+    a.register_remote_engine(b.get_engine_desc())
+    y[:] = 0
+    _check(sess.write(0, 0, 4096, a.allocate_transfer_uid()))
+    assert np.array_equal(x[:4096], y[:4096])
     a.close()
     b.close()

@@ -24,7 +24,8 @@ namespace mori::io {
 
 namespace {
 
-constexpr size_t kLedgerCapacity = 1 << 14;
+// Transfers in flight at most per engine (the submission ledger's admission limit).
+constexpr size_t kLedgerLimit = (1 << 14) - 1;
 
 bool EnvFlag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
@@ -60,11 +61,6 @@ void ShutDownConnections(Peer& peer) {
 
 HotPathOptions HotPathOptions::FromEnv() {
   HotPathOptions o;
-  o.lockfree_endpoint = EnvFlag("MORI_IO_LOCKFREE_ENDPOINT", true);
-  o.epoch_snapshot = EnvFlag("MORI_IO_EPOCH_SNAPSHOT", true);
-  const char* ledger = std::getenv("MORI_IO_LEDGER");
-  o.ledger_ring = !(ledger != nullptr && std::strcmp(ledger, "map") == 0);
-  o.target_batching = EnvFlag("MORI_IO_TARGET_BATCHING", true);
   o.shm_map = EnvFlag("MORI_IO_SHM_MAP", true);
   o.notice_ring = EnvFlag("MORI_IO_NOTICE_RING", true);
   o.cma_cache = EnvFlag("MORI_IO_CMA_CACHE", true);
@@ -125,7 +121,7 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
   MORI_CHECK_ARG(key_.size() <= 4096, "engine key of ", key_.size(), " bytes exceeds 4096");
   if (host_.empty()) host_ = "127.0.0.1";
   listen_fd_ = ListenOn(host_, port, key_, &port_);
-  ledger_ = std::make_unique<SubmissionLedger>(kLedgerCapacity, !options_.ledger_ring);
+  ledger_ = std::make_unique<SubmissionLedger>(kLedgerLimit);
   host_id_ = LocalHostIdentity();
   const char* forced = std::getenv("MORI_IO_BACKEND");
   override_ = ParseBackendOverride(forced != nullptr ? forced : "");
@@ -375,14 +371,12 @@ bool IoEngine::InitiatorAccepted(const std::string& key, const std::string& cred
 }
 
 PeerConnections* IoEngine::Connected(const std::shared_ptr<Peer>& peer, std::string* error) {
-  PeerConnections* pc;
-  if (options_.lockfree_endpoint) {
-    pc = peer->published.load(std::memory_order_acquire);
-  } else {
+  // Read under the peer's connect lock, uncontended once connected (a lock-free read of
+  // the published pointer measured no faster end to end: BENCHMARKS.md, ablation).
+  {
     std::lock_guard<std::mutex> lock(peer->connect_mu);
-    pc = peer->owned.get();
+    if (PeerConnections* pc = peer->owned.get()) return pc;
   }
-  if (pc != nullptr) return pc;
   return channel_.Connect(
       peer,
       [&](PeerConnections& conns) {
@@ -466,8 +460,8 @@ std::shared_ptr<TransferState> IoEngine::BeginTransfer(const MemoryRegion& local
   if (id == SubmissionLedger::kNoRecord) {
     if (use != nullptr) use->Leave();
     return Finished(StatusDetail::ERR_BAD_STATE,
-                    StrCat("too many transfers in flight: ", ledger_->window(),
-                           " records span the submission ledger's admission limit of ",
+                    StrCat("too many transfers in flight: ", ledger_->live(),
+                           " live records reach the submission ledger's admission limit of ",
                            ledger_->admission_limit(), "; wait for earlier transfers"));
   }
   auto state = std::make_shared<TransferState>();
@@ -559,18 +553,9 @@ Session::Session(IoEngine* engine, MemoryRegion local, RemoteRegion remote)
 BackendChoice Session::Backend() { return engine_->BackendFor(local_.loc, remote_); }
 
 std::shared_ptr<Peer> Session::CurrentPeer() {
-  if (!engine_->options().epoch_snapshot) return engine_->FindPeer(remote_.engine_key);
-  // The engine's peer table changes rarely; the cached peer is reused until its epoch
-  // moves, so the hot path takes no engine-wide lock. The session's own lock guards the
-  // cache (a session may be used from several threads; copying a shared_ptr that another
-  // thread assigns is a data race), uncontended in the common one-thread case.
-  const uint64_t epoch = engine_->peer_epoch();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (epoch != epoch_) {
-    peer_ = engine_->FindPeer(remote_.engine_key);
-    epoch_ = epoch;
-  }
-  return peer_;
+  // Looked up per operation: the session keeps no peer of its own, so it needs no lock
+  // of its own, and a peer registered again is used from the next operation on.
+  return engine_->FindPeer(remote_.engine_key);
 }
 
 std::shared_ptr<TransferState> Session::Transfer(Op op, const TransferSpan* spans, size_t n,

@@ -32,13 +32,8 @@ class TcpTransport;
 
 // Ablation switches, read once per engine from the environment.
 struct HotPathOptions {
-  bool lockfree_endpoint = true;      // MORI_IO_LOCKFREE_ENDPOINT=0: connections under a mutex
-  bool epoch_snapshot = true;         // MORI_IO_EPOCH_SNAPSHOT=0: sessions look the peer up per op
-  bool ledger_ring = true;            // MORI_IO_LEDGER=map: hash map records
   bool shm_map = true;                // MORI_IO_SHM_MAP=0: SHM always copies with CMA, even for
                                       // regions in the target's shared host memory
-  bool target_batching = true;        // MORI_IO_TARGET_BATCHING=0: the target looks the region
-                                      // up and records inbound parts under a lock per part
   bool notice_ring = true;            // MORI_IO_NOTICE_RING=0: same-host write announcements
                                       // go over TCP instead of a shared-memory ring
   uint32_t notice_ring_slots = 4096;  // MORI_IO_NOTICE_RING_SLOTS: slots of the rings this
@@ -65,8 +60,10 @@ struct HotPathOptions {
 
 class IoEngine;
 
-// A bound (local memory, remote memory) pair; caches the peer and revalidates it only
-// when the engine's peer epoch moves.
+// A bound (local memory, remote memory) pair. Each operation looks the remote engine up
+// in the engine's peer table (a shared lock), so a session follows a peer registered
+// again, or deregistered, from its next operation on; a session may be used from
+// several threads.
 class Session {
  public:
   Session(IoEngine* engine, MemoryRegion local, RemoteRegion remote);
@@ -77,11 +74,8 @@ class Session {
  private:
   std::shared_ptr<Peer> CurrentPeer();
   IoEngine* engine_;
-  MemoryRegion local_;
-  RemoteRegion remote_;
-  std::mutex mu_;  // guards epoch_ and peer_
-  uint64_t epoch_ = ~uint64_t{0};
-  std::shared_ptr<Peer> peer_;
+  const MemoryRegion local_;
+  const RemoteRegion remote_;
 };
 
 // The transfer engine: registries of local regions and remote engines, the inbound
@@ -162,7 +156,6 @@ class IoEngine {
   size_t inbound_held();
   uint64_t inbound_evicted() { return inbound_.evicted(); }
   InboundStatuses::Stats inbound_stats();
-  uint64_t peer_epoch() const { return peers_.epoch(); }
   // The target closed `old`'s connections as idle: a fresh peer of the same EngineDesc
   // replaces it (unless it was replaced already), so the next transfer connects again.
   void ReconnectLater(const std::shared_ptr<Peer>& old, const std::string& why);

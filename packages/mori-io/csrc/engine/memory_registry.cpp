@@ -29,7 +29,6 @@ MemoryRegion MemoryRegistry::Add(uintptr_t addr, uint64_t size, int device_id,
   on_add(r);  // may throw
   ++next_id_;
   regions_[r.id] = r;
-  epoch_.fetch_add(1, std::memory_order_release);
   return r;
 }
 
@@ -71,7 +70,6 @@ void MemoryRegistry::Remove(uint64_t id, const WithdrawalSteps& steps) {
     if (it == regions_.end()) return;  // a concurrent deregistration finished it
   }
   regions_.erase(it);
-  epoch_.fetch_add(1, std::memory_order_release);
   steps.withdrawn(id);
 }
 

@@ -91,15 +91,12 @@ class MemoryRegistry {
                      bool enter, bool allow_gpu) const;
   static RegionLookup CheckRegion(const MemoryRegion& r, uint64_t offset, uint64_t length,
                                   bool enter, bool allow_gpu);
-  // Moves on every register/deregister: a cached region is valid while it stays put.
-  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
 
  private:
   std::string engine_key_;
   mutable std::shared_mutex mu_;
   std::unordered_map<uint64_t, MemoryRegion> regions_;
   uint64_t next_id_ = 1;
-  std::atomic<uint64_t> epoch_{0};
 };
 
 }  // namespace mori::io

@@ -22,7 +22,6 @@ std::shared_ptr<Peer> PeerRegistry::Put(std::shared_ptr<Peer> peer) {
   auto& slot = peers_[peer->key];
   std::shared_ptr<Peer> old = std::move(slot);
   slot = std::move(peer);
-  epoch_.fetch_add(1, std::memory_order_release);
   return old;
 }
 
@@ -32,7 +31,6 @@ bool PeerRegistry::Replace(const std::shared_ptr<Peer>& old, std::shared_ptr<Pee
   if (it == peers_.end() || it->second != old) return false;
   fresh->generation = next_generation_++;
   it->second = std::move(fresh);
-  epoch_.fetch_add(1, std::memory_order_release);
   return true;
 }
 
@@ -42,7 +40,6 @@ std::shared_ptr<Peer> PeerRegistry::Take(const std::string& key) {
   if (it == peers_.end()) return nullptr;
   std::shared_ptr<Peer> old = std::move(it->second);
   peers_.erase(it);
-  epoch_.fetch_add(1, std::memory_order_release);
   return old;
 }
 

@@ -26,8 +26,8 @@ struct PeerState {
   virtual ~PeerState() = default;
 };
 
-// The control connections to one remote engine. Built once, then published with a
-// release store; submitters read it with an acquire load and take no lock.
+// The control connections to one remote engine. Built once under the peer's connect_mu
+// and kept in `owned`; submitters read `owned` under that lock.
 struct PeerConnections {
   std::vector<std::shared_ptr<Conn>> conns;
 };
@@ -47,10 +47,11 @@ struct PeerDesc {
 
 struct Peer : PeerDesc {
   uint64_t generation = 0;  // registration number: a re-registered peer is a new Peer
+  std::unique_ptr<PeerConnections> owned;  // guarded by connect_mu
+  std::mutex connect_mu;                   // serializes connecting; guards `owned`
+  // `owned` once connected, for readers that must not wait for a connect in progress
+  // (shutting a replaced peer's connections down).
   std::atomic<PeerConnections*> published{nullptr};
-  std::unique_ptr<PeerConnections> owned;
-  std::mutex connect_mu;  // serializes connecting; also guards `owned` when the
-                          // lock-free endpoint read is switched off
   std::atomic<bool> failed{false};
   std::string fail_reason;  // written once before `failed` is set
   std::mutex fail_mu;
@@ -84,13 +85,10 @@ class PeerRegistry {
   // Removes and returns the peer of `key` (null if none).
   std::shared_ptr<Peer> Take(const std::string& key);
   std::shared_ptr<Peer> Find(const std::string& key) const;
-  // Moves on every change: a cached peer is valid while it stays put.
-  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
 
  private:
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Peer>> peers_;
-  std::atomic<uint64_t> epoch_{0};
   uint64_t next_generation_ = 1;
 };
 

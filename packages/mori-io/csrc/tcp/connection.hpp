@@ -137,11 +137,8 @@ struct Conn {
   // (a short-lived connection carries one; more than kMaxSideAnswers is a protocol
   // violation).
   std::deque<std::string> side_answers;
-  std::string request_payload;             // inbound: a side request's payload
-  std::vector<SendItem> out_local;         // responses of one read pass, queued at its end
-  std::vector<InboundPart> inbound_local;  // parts of one read pass, recorded at its end
-  MemoryRegion region{};                   // the last region a request named...
-  uint64_t region_epoch = ~uint64_t{0};    // ...valid while the engine's memory epoch is this
+  std::string request_payload;      // inbound: a side request's payload
+  std::vector<SendItem> out_local;  // responses of one read pass, queued at its end
   // Inbound: the last kTransferExtent, which the following parts of its transfer need.
   bool extent_set = false;
   uint64_t extent_uid = 0;

@@ -208,7 +208,6 @@ PeerConnections* ControlChannel::Connect(
   before_serving(*pc);
   for (auto& c : pc->conns) Add(c);
   peer.owned = std::move(pc);
-  // Published once: readers load it with acquire and never take connect_mu.
   peer.published.store(peer.owned.get(), std::memory_order_release);
   MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "' connected to ", LogSafe(peer.key), " at ",
                  addr, " with ", config.qp_per_transfer, " connection(s)");

@@ -537,39 +537,16 @@ bool Reactor::FinishHello(Conn& c) {
   return true;
 }
 
-RegionLookup Reactor::Target(Conn& c, const wire::Header& h, bool enter, bool allow_gpu) {
-  MemoryRegistry& memory = engine_->memory();
-  if (!engine_->options().target_batching) {
-    return memory.Check(h.mem_id, h.capability, h.offset, h.length, enter, allow_gpu);
-  }
-  uint64_t epoch = memory.epoch();
-  // The cached region was found under its capability: a request naming another one
-  // looks it up again (and is refused).
-  if (c.region_epoch != epoch || c.region.id != h.mem_id || c.region.capability != h.capability) {
-    if (!memory.FindNamed(h.mem_id, h.capability, &c.region)) {
-      c.region_epoch = ~uint64_t{0};
-      return {wire::WireStatus::kUnknownMemory, nullptr};
-    }
-    c.region_epoch = epoch;
-  }
-  return MemoryRegistry::CheckRegion(c.region, h.offset, h.length, enter, allow_gpu);
+RegionLookup Reactor::Target(Conn&, const wire::Header& h, bool enter, bool allow_gpu) {
+  return engine_->memory().Check(h.mem_id, h.capability, h.offset, h.length, enter, allow_gpu);
 }
 
+// Recorded at once, before the part's answer leaves (answers are queued for the end of
+// the read pass): an initiator that saw its write acked may tell the target's
+// application, which then finds the inbound status.
 void Reactor::Account(Conn& c, const wire::Header& h, wire::WireStatus status) {
   InboundPart part{h.uid, h.num_parts, status, h.mem_id, h.offset, h.length};
-  if (engine_->options().target_batching) {
-    c.inbound_local.push_back(part);
-  } else {
-    engine_->inbound().Record(c.remote_key, &part, 1);
-  }
-}
-
-// Before the responses of the pass leave: an initiator that saw its write acked may
-// tell the target's application, which then finds the inbound status.
-void Reactor::FlushInbound(Conn& c) {
-  if (c.inbound_local.empty()) return;
-  engine_->inbound().Record(c.remote_key, c.inbound_local.data(), c.inbound_local.size());
-  c.inbound_local.clear();
+  engine_->inbound().Record(c.remote_key, &part, 1);
 }
 
 std::string Reactor::Refusal(const Conn& c, const Pending& p, wire::WireStatus s) {
@@ -861,7 +838,6 @@ bool Reactor::HandleRecvResult(Conn& c, ssize_t n) {
 }
 
 bool Reactor::FlushResponses(Conn& c) {
-  FlushInbound(c);
   if (c.out_local.empty() && !c.need_flush) return true;
   int err;
   {
@@ -899,7 +875,6 @@ void Reactor::OnWritable(Conn& c) {
 }
 
 void Reactor::Close(Conn& c, const std::string& reason, StatusDetail code) {
-  FlushInbound(c);             // those parts' data is in place
   if (c.cur_use != nullptr) {  // an inbound write cut short: nothing lands any more
     c.cur_use->Leave();
     c.cur_use = nullptr;

@@ -71,11 +71,9 @@ class Reactor {
   // runs the type's payload handler; false (with *why) when it is too large or the
   // connection carried too many side requests.
   bool ReceiveRequestPayload(Conn& c, uint64_t max, std::string* why);
-  // The target's check of request c.cur against its registry. With target batching the
-  // region is cached per connection and revalidated only when the engine's memory
-  // epoch moves, so a run of parts into one region takes no lock and no lookup.
-  // With `enter`, a kOk lookup has entered the region's use count (the caller leaves
-  // it once its bytes moved); a region being deregistered reads as unknown.
+  // The target's check of request c.cur against its registry (a lookup under the
+  // registry's shared lock per part). With `enter`, a kOk lookup has entered the region's use count
+  // (the caller leaves it once its bytes moved); a region being deregistered reads as unknown.
   RegionLookup Target(Conn& c, const wire::Header& h, bool enter, bool allow_gpu = false);
   // A part of a multi-part transfer is served only after its transfer's extent passed
   // the registry on this connection, so a transfer with one span out of bounds lands no
@@ -83,7 +81,7 @@ class Reactor {
   // *refused is the extent's verdict (kOk: the part is then checked itself).
   bool ExtentVerdict(const Conn& c, const wire::Header& h, wire::WireStatus* refused,
                      std::string* why);
-  // Accounts an inbound part (recorded at the end of the read pass with batching).
+  // Records an inbound part in the engine's inbound statuses.
   void Account(Conn& c, const wire::Header& h, wire::WireStatus status);
   // Queues an answer (header only, or a payload kept alive elsewhere) for the end of the
   // read pass.
@@ -111,7 +109,6 @@ class Reactor {
   std::string Unstage(Conn& c, uint64_t length);
   bool FinishPayload(Conn& c);
   bool FinishHello(Conn& c);
-  void FlushInbound(Conn& c);
   bool HandleHeader(Conn& c, std::string* why);
   bool HandleRequest(Conn& c, std::string* why);
   bool HandleResponse(Conn& c, std::string* why);
