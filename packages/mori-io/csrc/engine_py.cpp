@@ -380,6 +380,7 @@ every hello; without it the remote refuses the connections).)doc")
           "Write announcements to remote_key: 1 its notice ring; 0 not asked yet; -1 TCP.")
       .def_property_readonly("notice_rings_granted",
                              [](IoEngine& e) { return e.shm().notice_rings_granted(); })
+      .def_property_readonly("shm_split_copies", [](IoEngine& e) { return e.shm().split_copies(); })
       .def("create_rdma_backend", &IoEngine::CreateRdmaBackend, py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_static("p2p_unavailable", &P2pBackend::Unavailable,
@@ -475,6 +476,7 @@ their holder had no connection left.)doc")
         const HotPathOptions& o = e.options();
         return py::dict(py::arg("notice_ring") = o.notice_ring,
                         py::arg("notice_ring_slots") = o.notice_ring_slots,
+                        py::arg("shm_split_bytes") = o.shm_split_bytes,
                         py::arg("tcp_waiter_reads") = o.tcp_waiter_reads,
                         py::arg("tcp_busy_poll_us") = o.tcp_busy_poll_us);
       });

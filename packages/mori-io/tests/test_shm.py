@@ -307,23 +307,44 @@ def test_cma_grant_is_cached_and_revoked_on_deregistration(engine_pair):
     assert np.array_equal(dst, before), "a write landed in a deregistered region"
 
 
-def test_large_cma_transfers_are_copied_whole_by_two_threads(engine_pair):
-    """From 8 MiB a CMA transfer is cut in two shares (a span may be cut) copied by the
-    submitting thread and a reactor: every byte lands once, in its place, for one big
-    span and for a batch of uneven spans, writes and reads, and a write is announced
-    once."""
+@pytest.mark.parametrize("split", ["default", "64K", "off"])
+@pytest.mark.parametrize("mode", ["cma", "mapped"])
+def test_large_transfers_are_copied_whole_in_shares(monkeypatch, engine_pair, mode, split):
+    """A transfer of at least MORI_IO_SHM_SPLIT_BYTES (default 2 MiB) is cut into shares
+    (a span may be cut) copied at once by the submitting thread and reactors, with CMA
+    (numpy memory) or memcpy (shared host memory): every byte lands once, in its place,
+    for one big span and for a batch of uneven spans, writes and reads; a write is
+    announced once; small transfers and MORI_IO_SHM_SPLIT_BYTES=0 copy on one thread."""
+    from mori.io import TcpBackendConfig, allocate_shared_host_memory
+
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = np.random.default_rng(seed)
-    a, b = engine_pair(BackendType.TCP, BackendType.SHM)
+    threshold = {"default": 2 << 20, "64K": 65536, "off": 0}[split]
+    if split != "default":
+        monkeypatch.setenv("MORI_IO_SHM_SPLIT_BYTES", str(threshold))
+    configs = {BackendType.TCP: TcpBackendConfig(num_worker_threads=4)}
+    a, b = engine_pair(BackendType.TCP, BackendType.SHM, configs=configs)
+    assert a._engine.hot_path_options["shm_split_bytes"] == threshold
     size = 20 << 20
-    dst = np.zeros(size, np.uint8)
-    mb = b.register_array(dst)
+    block = allocate_shared_host_memory(size) if mode == "mapped" else np.zeros(size, np.uint8)
+    mb = b.register_array(block)
+    dst = np.asarray(block)  # a zero-copy view
     src = rng.integers(0, 256, size, dtype=np.uint8)
     ma = a.register_array(src)
-    uid = a.allocate_transfer_uid()
-    st = a.write(ma, 3, mb, 5, (9 << 20) + 7, uid)  # one span, cut in the middle
+    copy = "mapped memcpy" if mode == "mapped" else "CMA"
+    assert copy in a.backend_for(ma, mb)[1]
+    # Several threads can copy only where the process may run on several CPUs.
+    can_split = threshold > 0 and len(os.sched_getaffinity(0)) > 1
+    splits = a._engine.shm_split_copies
+    st = a.write(ma, 0, mb, 0, 4096, a.allocate_transfer_uid())  # below any threshold
     assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    assert a._engine.shm_split_copies == splits
+    dst[:4096] = 0
+    uid = a.allocate_transfer_uid()
+    st = a.write(ma, 3, mb, 5, (9 << 20) + 7, uid)  # one span, cut where shares end
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    assert a._engine.shm_split_copies == splits + can_split
     expect = np.zeros_like(dst)
     expect[5 : 5 + (9 << 20) + 7] = src[3 : 3 + (9 << 20) + 7]
     assert np.array_equal(dst, expect)
@@ -349,6 +370,8 @@ def test_large_cma_transfers_are_copied_whole_by_two_threads(engine_pair):
     st = a.read(mback, 0, mb, 0, pos, a.allocate_transfer_uid())
     assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(back[:pos], src[:pos]) and not back[pos:].any()
+    assert a._engine.shm_split_copies == splits + 3 * can_split
+    assert a._engine.ledger_stats()["live"] == 0
 
 
 def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_pair):

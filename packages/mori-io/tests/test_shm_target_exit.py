@@ -21,7 +21,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mori.io import BackendType, EngineDesc, IOEngine, MemoryDesc, StatusCode, StatusDetail
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    MemoryDesc,
+    StatusCode,
+    StatusDetail,
+    TcpBackendConfig,
+)
 
 WORKER = str(Path(__file__).with_name("shm_target_worker.py"))
 SIZE = 1 << 20  # the target's region (shm_target_worker.SIZE)
@@ -29,16 +37,27 @@ EXIT_TO_ERROR_S = 0.005
 
 
 @pytest.fixture(
-    params=[("mapped", "1"), ("mapped", "0"), ("cma", "1")],
-    ids=["mapped-word", "mapped-pidfd", "cma-word"],
+    params=[
+        ("mapped", "1", None),
+        ("mapped", "0", None),
+        ("cma", "1", None),
+        ("mapped", "1", "65536"),
+        ("cma", "1", "65536"),
+    ],
+    ids=["mapped-word", "mapped-pidfd", "cma-word", "mapped-word-shares", "cma-word-shares"],
 )
 def mapped_target(tmp_path, monkeypatch, request):
-    """(initiator engine, its local memory desc, the target's desc, target process):
-    the initiator writes into the target's memory itself, with memcpy into its shared
-    host memory (mapped) or process_vm_writev under a cached grant (cma), and learns of
-    the target's exit from its liveness word ("1") or by polling its pidfd ("0")."""
-    mode, word = request.param
+    """(initiator engine, its local array and memory desc, the target's desc, target
+    process, rendezvous folder, bytes per write): the initiator writes into the target's
+    memory itself, with memcpy into its shared host memory (mapped) or
+    process_vm_writev under a cached grant (cma), and learns of the target's exit from
+    its liveness word ("1") or by polling its pidfd ("0"). "-shares": writes of 128 KiB
+    with MORI_IO_SHM_SPLIT_BYTES=65536, each copied in shares by the submitting thread
+    and the reactors at once (where the process may use several CPUs); else 64 B."""
+    mode, word, split = request.param
     monkeypatch.setenv("MORI_IO_SHM_LIVENESS_WORD", word)
+    if split is not None:
+        monkeypatch.setenv("MORI_IO_SHM_SPLIT_BYTES", split)
     proc = subprocess.Popen(
         [sys.executable, WORKER, str(tmp_path), mode],
         stdout=subprocess.PIPE,
@@ -50,7 +69,7 @@ def mapped_target(tmp_path, monkeypatch, request):
         while not (tmp_path / "mem").exists():
             assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
             time.sleep(0.01)
-        eng.create_backend(BackendType.TCP)
+        eng.create_backend(BackendType.TCP, TcpBackendConfig(num_worker_threads=4))
         eng.create_backend(BackendType.SHM)
         eng.register_remote_engine(EngineDesc.unpack((tmp_path / "engine").read_bytes()))
         # Published by rename: the target must never read a partly written file.
@@ -72,7 +91,7 @@ def mapped_target(tmp_path, monkeypatch, request):
         assert eng._engine.shm_liveness("target") == ("word" if word == "1" else "pidfd")
         if mode == "cma":
             assert eng._engine.shm_cma_grant_state("target", remote.id) == 1
-        yield eng, ma, local, remote, proc, tmp_path
+        yield eng, ma, local, remote, proc, tmp_path, (64 if split is None else 128 << 10)
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
@@ -86,13 +105,13 @@ def _exited(pidfd, timeout_s=0.0):
 
 
 def test_no_write_succeeds_after_the_target_exited(mapped_target):
-    eng, ma, _, remote, proc, _ = mapped_target
+    eng, ma, _, remote, proc, _, n = mapped_target
     pidfd = os.pidfd_open(proc.pid)
     try:
         os.kill(proc.pid, signal.SIGKILL)
         assert _exited(pidfd, 10), "the killed target did not exit within 10 s"
         # The very next write, the target known to have exited:
-        st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
+        st = eng.write(ma, 0, remote, 0, n, eng.allocate_transfer_uid())
         assert st.WaitFor(1000) != StatusCode.IN_PROGRESS, (
             "a write to an exited target did not finish"
         )
@@ -107,7 +126,7 @@ def test_first_error_comes_within_5_ms_of_the_exit(mapped_target):
     """Writes in a loop through the kill; each iteration first checks (pidfd, no wait)
     whether the target has exited. Every write issued after that fails, and the first
     failure completes within 5 ms of the exit being visible."""
-    eng, ma, _, remote, proc, _ = mapped_target
+    eng, ma, _, remote, proc, _, n = mapped_target
     pidfd = os.pidfd_open(proc.pid)
     try:
         t_exit = first_fail = None
@@ -119,7 +138,7 @@ def test_first_error_comes_within_5_ms_of_the_exit(mapped_target):
             assert now - t_kill < 10, "no write failed within 10 s of the kill"
             if t_exit is None and _exited(pidfd):
                 t_exit = now
-            st = eng.write(ma, 0, remote, 0, 64, eng.allocate_transfer_uid())
+            st = eng.write(ma, 0, remote, 0, n, eng.allocate_transfer_uid())
             assert st.WaitFor(5000) != StatusCode.IN_PROGRESS, (
                 "a write to a dying target did not finish"
             )
@@ -152,20 +171,20 @@ def test_writes_land_in_a_stopped_target_and_it_finds_them_on_resuming(mapped_ta
     """One-sided: a stopped target's memory takes mapped writes (no target CPU needed)
     and they succeed; the announcements wait in its notice ring, so once resumed it pops
     every inbound status and sees every byte."""
-    eng, ma, local, remote, proc, d = mapped_target
+    eng, ma, local, remote, proc, d, size = mapped_target
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = np.random.default_rng(seed)
     image = np.zeros(SIZE, np.uint8)  # the target's region as the writes leave it
-    n, blk = 64, 4096 + 7
+    n, blk = 64, max(size, 4096) + 7
     os.kill(proc.pid, signal.SIGSTOP)
     deadline = time.monotonic() + 10
     while _state(proc.pid) != "T":
         assert time.monotonic() < deadline, "the target did not stop"
         time.sleep(0.001)
     uids = []
-    for i in range(n):
-        lo, ro = i * blk, int(rng.integers(0, SIZE - blk))
+    for _ in range(n):
+        lo, ro = int(rng.integers(0, SIZE - blk)), int(rng.integers(0, SIZE - blk))
         local[lo : lo + blk] = rng.integers(0, 256, blk, dtype=np.uint8)
         uid = eng.allocate_transfer_uid()
         st = eng.write(ma, lo, remote, ro, blk, uid)

@@ -75,6 +75,15 @@ HotPathOptions HotPathOptions::FromEnv() {
     }
     o.tcp_busy_poll_us = static_cast<uint32_t>(v);
   }
+  if (const char* split = std::getenv("MORI_IO_SHM_SPLIT_BYTES")) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(split, &end, 10);
+    if (end == split || *end != '\0' || (v != 0 && (v < 4096 || v > (1ull << 40)))) {
+      MORI_THROW(InvalidArgumentError, "MORI_IO_SHM_SPLIT_BYTES='", split,
+                 "': expected 0 (never split) or bytes in [4096, 2^40]");
+    }
+    o.shm_split_bytes = v;
+  }
   if (const char* slots = std::getenv("MORI_IO_NOTICE_RING_SLOTS")) {
     char* end = nullptr;
     unsigned long v = std::strtoul(slots, &end, 10);

@@ -55,6 +55,11 @@ struct HotPathOptions {
                                       // polls its sockets without sleeping this long (0: off),
                                       // so the next request of a burst finds it awake; at most
                                       // this much CPU per pass (BENCHMARKS.md)
+  // MORI_IO_SHM_SPLIT_BYTES: a same-host copy (mapped or cached CMA) of at least this many
+  // bytes is split into shares of at least half that, copied at once by the submitting
+  // thread and the reactors (one share per reactor at most, no more shares than CPUs);
+  // 0: one thread always.
+  uint64_t shm_split_bytes = 2 << 20;
   static HotPathOptions FromEnv();
 };
 

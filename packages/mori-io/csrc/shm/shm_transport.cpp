@@ -2,12 +2,15 @@
 // Copyright (c) 2026 The mori authors
 #include "shm/shm_transport.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/io_engine.hpp"
@@ -43,15 +46,6 @@ void ShmTransport::ProbeSelf() {
   if (!a.available) {
     MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': SHM backend created, but ", a.reason,
                   "; same-host transfers fall back to TCP");
-  }
-}
-
-void ShmTransport::ChannelStarting() {
-  try {
-    liveness_ = std::make_unique<LivenessPage>();
-  } catch (const std::exception& e) {
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': no liveness page (", e.what(),
-                  "); same-host initiators poll its pidfd per copy instead");
   }
 }
 
@@ -316,48 +310,89 @@ static_assert(sizeof(TransferSpan) == sizeof(CmaSpan) &&
               "TransferSpan and CmaSpan share one layout");
 
 namespace {
-// A CMA transfer of at least this many bytes is copied by two threads, the submitting
-// one and a reactor, half each: from about 8 MiB the copy leaves the caches and one
-// thread's process_vm_writev is bound by what it alone can pull from memory.
-constexpr uint64_t kCmaSplitBytes = 8 << 20;
-
-// Splits `spans` into two shares of about half the bytes each (a span may be cut).
-void SplitCmaSpans(const TransferSpan* spans, size_t n, uint64_t bytes, std::vector<CmaSpan>* a,
-                   std::vector<CmaSpan>* b) {
-  uint64_t left = bytes / 2;
+// Splits `spans` (`bytes` in all) into at most `k` shares of about bytes / k each, a span
+// cut where a share ends: share i is (*out)[(*begin)[i], (*begin)[i + 1]).
+void SplitSpans(const TransferSpan* spans, size_t n, uint64_t bytes, uint32_t k,
+                std::vector<CmaSpan>* out, std::vector<size_t>* begin) {
+  const uint64_t per = (bytes + k - 1) / k;
+  out->reserve(n + k);
+  begin->push_back(0);
+  uint64_t room = per;
   for (size_t i = 0; i < n; ++i) {
     CmaSpan s{spans[i].local_offset, spans[i].remote_offset, spans[i].size};
-    if (left >= s.size) {
-      a->push_back(s);
-      left -= s.size;
-      continue;
+    while (s.size > 0) {
+      if (room == 0) {
+        begin->push_back(out->size());
+        room = per;
+      }
+      const uint64_t take = std::min(room, s.size);
+      out->push_back({s.local_offset, s.remote_offset, take});
+      s = {s.local_offset + take, s.remote_offset + take, s.size - take};
+      room -= take;
     }
-    if (left > 0) {
-      a->push_back({s.local_offset, s.remote_offset, left});
-      s = {s.local_offset + left, s.remote_offset + left, s.size - left};
-      left = 0;
-    }
-    b->push_back(s);
   }
+  begin->push_back(out->size());
+}
+
+// The CPUs this process may run on (its affinity mask), at least 1.
+uint32_t UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<uint32_t>(n);
+  }
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? n : 1;
 }
 }  // namespace
 
-// One CMA transfer in flight: its shares (one, or two for large transfers) each copy
-// and complete one part of its ledger record; the last to finish checks the target's
-// liveness and announces the write before its part completes the record.
-struct ShmTransport::CmaJob {
-  std::shared_ptr<CmaRemote> remote;  // reset by the last share: a revoke may then be acked
+// One same-host transfer in flight, copied by one thread or, split into shares, by
+// several at once (the submitting thread and reactors): each share copies its spans and
+// completes one part of the transfer's ledger record; the share that finishes last
+// checks the target's liveness and announces a write before its part completes.
+struct ShmTransport::CopyJob {
+  // The target's region, mapped here (memcpy) or granted (CMA); reset by the last share:
+  // a revoke waiting for this copy may then be acknowledged.
+  std::shared_ptr<ShmMapping> map;
+  std::shared_ptr<CmaRemote> cma;
   std::shared_ptr<Peer> peer;
   std::shared_ptr<Conn> conn;  // for the announcement when the ring has no room
   char* local_base = nullptr;
+  int pid = 0;  // the target's
   uint64_t rid = 0;
   uint64_t uid = 0;
   uint64_t remote_mem = 0;
   uint64_t bytes = 0;
   bool write = false;
+  std::vector<CmaSpan> spans;  // split: the shares' spans, back to back
+  std::vector<size_t> begin;   // split: share i is spans[begin[i], begin[i + 1])
   std::atomic<uint32_t> shares_left{1};
   std::atomic<bool> failed{false};
+
+  bool TargetAlive() const { return map ? map->owner->Alive() : cma->owner->Alive(); }
 };
+
+void ShmTransport::ChannelStarting() {
+  try {
+    liveness_ = std::make_unique<LivenessPage>();
+  } catch (const std::exception& e) {
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': no liveness page (", e.what(),
+                  "); same-host initiators poll its pidfd per copy instead");
+  }
+  // The submitting thread and one share per reactor, no more than the CPUs we may use.
+  const uint32_t threads = static_cast<uint32_t>(engine_->tcp_config().num_worker_threads) + 1;
+  max_shares_.store(std::min(threads, UsableCpus()), std::memory_order_relaxed);
+}
+
+uint32_t ShmTransport::SharesFor(uint64_t bytes) const {
+  const uint64_t split = engine_->options().shm_split_bytes;
+  const uint32_t most = max_shares_.load(std::memory_order_relaxed);
+  if (split == 0 || bytes < split || most < 2) return 1;
+  // Shares of at least half the threshold: a transfer just past it goes in two.
+  const uint64_t k = bytes / std::max<uint64_t>(split / 2, 1);
+  return static_cast<uint32_t>(std::min<uint64_t>(k, most));
+}
 
 // Marks the peer failed; the message of a transfer that met its target gone.
 std::string ShmTransport::PeerGone(Peer& peer, int pid, uint64_t mem_id, bool write) {
@@ -367,52 +402,116 @@ std::string ShmTransport::PeerGone(Peer& peer, int pid, uint64_t mem_id, bool wr
   return StrCat(write ? "write" : "read", " failed: ", why, "; register it again to retry");
 }
 
-std::string ShmTransport::CmaLost(CmaJob& job) {
-  return PeerGone(*job.peer, job.remote->pid, job.remote_mem, job.write);
+std::string ShmTransport::CopyLost(CopyJob& job) {
+  return PeerGone(*job.peer, job.pid, job.remote_mem, job.write);
 }
 
-void ShmTransport::CopyCmaShare(CmaJob& job, const CmaSpan* spans, size_t n) {
-  int err;
-  {
-    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
-    err = CmaCopySpans(job.remote->pid, job.write, job.local_base, job.remote->addr, spans, n);
-  }
+void ShmTransport::CopyShare(CopyJob& job, const CmaSpan* spans, size_t n) {
   StatusDetail code = StatusDetail::SUCCESS;
   std::string error;
-  if (err == ESRCH) {
-    code = StatusDetail::ERR_PEER_LOST;
-    error = CmaLost(job);
-  } else if (err != 0) {
-    code = StatusDetail::ERR_TRANSPORT;
-    error =
-        StrCat(job.write ? "process_vm_writev" : "process_vm_readv", " of ", n,
-               " span(s) with pid ", job.remote->pid, " (remote engine ", LogSafe(job.peer->key),
-               ", memory ", job.remote_mem, ") failed: ", ErrnoText(err));
-    if (err == EPERM) {
-      // Allowed at connect, refused now: later transfers of this pair go over TCP.
-      StateOf(*job.peer).refused.store(true, std::memory_order_release);
-      MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", error,
-                    "; transfers to it fall back to TCP");
+  if (job.map) {
+    // Into or out of the target's pages mapped here; the mapping (held by the job)
+    // cannot be unmapped by a revoke meanwhile.
+    MORI_SCOPED_TIMER(kIo, "io.shm.memcpy_share");
+    char* l = job.local_base;
+    char* r = job.map->region;
+    for (size_t i = 0; i < n; ++i) {
+      if (job.write) {
+        std::memcpy(r + spans[i].remote_offset, l + spans[i].local_offset, spans[i].size);
+      } else {
+        std::memcpy(l + spans[i].local_offset, r + spans[i].remote_offset, spans[i].size);
+      }
+    }
+  } else {
+    int err;
+    {
+      MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+      err = CmaCopySpans(job.pid, job.write, job.local_base, job.cma->addr, spans, n);
+    }
+    if (err == ESRCH) {
+      code = StatusDetail::ERR_PEER_LOST;
+      error = CopyLost(job);
+    } else if (err != 0) {
+      code = StatusDetail::ERR_TRANSPORT;
+      error = StrCat(job.write ? "process_vm_writev" : "process_vm_readv", " of ", n,
+                     " span(s) with pid ", job.pid, " (remote engine ", LogSafe(job.peer->key),
+                     ", memory ", job.remote_mem, ") failed: ", ErrnoText(err));
+      if (err == EPERM) {
+        // Allowed at connect, refused now: later transfers of this pair go over TCP.
+        StateOf(*job.peer).refused.store(true, std::memory_order_release);
+        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", error,
+                      "; transfers to it fall back to TCP");
+      }
     }
   }
   if (code != StatusDetail::SUCCESS) job.failed.store(true, std::memory_order_release);
-  // The other share's copy happens before this decrement's acquire, so the last share's
+  // The other shares' copies happen before this decrement's acquire, so the last share's
   // liveness check below comes after every byte of the transfer was in place.
   if (job.shares_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     if (!job.failed.load(std::memory_order_acquire)) {
-      // As for mapped copies: success only if the target still ran after the bytes were
-      // in place (written) or taken (read).
-      if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
+      // A mapped copy "succeeds" even into a dead target (our mapping keeps its pages),
+      // and its TCP connections report the death only later; a CMA grant names a pid
+      // that a later process may get. Success only if the target's engine still ran
+      // after the bytes were in place (written) or taken (read): the check loads its
+      // liveness word after the copies (no syscall). A target that dies after it is one
+      // that died after receiving the write (as after a TCP write's acknowledgement).
+      if (MORI_UNLIKELY(!job.TargetAlive())) {
         code = StatusDetail::ERR_PEER_LOST;
-        error = CmaLost(job);
-      } else if (job.write) {  // announced before the status completes, as for mapped writes
-        job.remote.reset();
+        error = CopyLost(job);
+      } else if (job.write) {  // announced before the status completes, as for P2P
+        job.map.reset();
+        job.cma.reset();
         AnnounceWrite(*job.peer, job.conn, job.uid, job.remote_mem, job.bytes);
       }
     }
-    job.remote.reset();  // a revoke waiting for this copy may be acknowledged now
+    job.map.reset();  // a revoke waiting for this copy may be acknowledged now
+    job.cma.reset();
   }
   engine_->CompletePart(job.rid, code, error);
+}
+
+std::shared_ptr<TransferState> ShmTransport::SubmitInShares(const TransferRequest& req,
+                                                            std::shared_ptr<ShmMapping> map,
+                                                            std::shared_ptr<CmaRemote> cma,
+                                                            uint64_t bytes, uint32_t shares) {
+  auto job = std::make_shared<CopyJob>();
+  SplitSpans(req.spans, req.n, bytes, shares, &job->spans, &job->begin);
+  const auto parts = static_cast<uint32_t>(job->begin.size() - 1);
+  uint64_t rid = SubmissionLedger::kNoRecord;
+  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, parts, false, &rid);
+  if (rid == SubmissionLedger::kNoRecord) return state;
+  job->write = req.op == Op::kWrite;
+  job->peer = req.peer;
+  job->rid = rid;
+  job->uid = req.uid;
+  job->remote_mem = req.remote.mem_id;
+  job->bytes = bytes;
+  job->local_base = reinterpret_cast<char*>(req.local.addr);
+  if (job->write) job->conn = req.peer->NextConn(*req.conns);
+  job->pid = map ? map->owner->pid() : cma->pid;
+  job->map = std::move(map);
+  job->cma = std::move(cma);
+  // Copy only while the target's engine is known to run (one load), as for one share.
+  if (MORI_UNLIKELY(!job->TargetAlive())) {
+    const std::string error = CopyLost(*job);
+    job->map.reset();
+    job->cma.reset();
+    for (uint32_t p = 0; p < parts; ++p) {
+      engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, error);
+    }
+    return state;
+  }
+  job->shares_left.store(parts, std::memory_order_relaxed);
+  split_copies_.fetch_add(1, std::memory_order_relaxed);
+  // Share 0 on this thread, the others on reactors (round robin: one each while there
+  // are no more shares than reactors, which SharesFor keeps).
+  for (uint32_t i = 1; i < parts; ++i) {
+    engine_->channel().Post([this, job, i] {
+      CopyShare(*job, job->spans.data() + job->begin[i], job->begin[i + 1] - job->begin[i]);
+    });
+  }
+  CopyShare(*job, job->spans.data(), job->begin[1]);
+  return state;
 }
 
 std::shared_ptr<TransferState> ShmTransport::SubmitCma(const TransferRequest& req,
@@ -423,49 +522,35 @@ std::shared_ptr<TransferState> ShmTransport::SubmitCma(const TransferRequest& re
   if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
   uint64_t bytes = 0;
   for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
-  const bool split = bytes >= kCmaSplitBytes;
+  const bool write = req.op == Op::kWrite;
+  if (write) NoticeRingOf(*req.peer);  // asked before the copy, as the announcement needs it
+  if (const uint32_t shares = SharesFor(bytes); shares > 1) {
+    return SubmitInShares(req, nullptr, std::move(remote), bytes, shares);
+  }
   uint64_t rid = SubmissionLedger::kNoRecord;
-  std::shared_ptr<TransferState> state =
-      engine_->BeginTransfer(req.local, split ? 2 : 1, false, &rid);
+  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, false, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
-  CmaJob stack_job;
-  std::shared_ptr<CmaJob> shared_job = split ? std::make_shared<CmaJob>() : nullptr;
-  CmaJob& job = split ? *shared_job : stack_job;
-  job.write = req.op == Op::kWrite;
+  CopyJob job;  // one share, on this thread
+  job.write = write;
   job.peer = req.peer;
   job.rid = rid;
   job.uid = req.uid;
   job.remote_mem = req.remote.mem_id;
   job.bytes = bytes;
   job.local_base = reinterpret_cast<char*>(req.local.addr);
-  if (job.write) {
-    NoticeRingOf(*req.peer);  // asked before the copy, as the announcement needs it after
-    job.conn = req.peer->NextConn(*req.conns);
-  }
-  job.remote = std::move(remote);
+  if (write) job.conn = req.peer->NextConn(*req.conns);
+  job.pid = remote->pid;
+  job.cma = std::move(remote);
   // The grant names a pid, and a pid is reused once its process is gone: copy only while
   // the target's engine is known to run (one load), so a cached grant never reaches a
   // later process that got the same pid. (What remains is the time from this load to the
   // syscall: the pid would have to be freed and handed to a new process within it, as
   // between a per-transfer grant's arrival and its copy before.)
-  if (MORI_UNLIKELY(!job.remote->owner->Alive())) {
-    const std::string error = CmaLost(job);
-    for (uint32_t p = split ? 2 : 1; p > 0; --p) {
-      engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, error);
-    }
+  if (MORI_UNLIKELY(!job.cma->owner->Alive())) {
+    engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, CopyLost(job));
     return state;
   }
-  if (!split) {
-    CopyCmaShare(job, reinterpret_cast<const CmaSpan*>(req.spans), req.n);
-    return state;
-  }
-  auto first = std::make_shared<std::vector<CmaSpan>>();
-  std::vector<CmaSpan> second;
-  SplitCmaSpans(req.spans, req.n, bytes, first.get(), &second);
-  job.shares_left.store(2, std::memory_order_relaxed);
-  engine_->channel().Post(
-      [this, shared_job, first] { CopyCmaShare(*shared_job, first->data(), first->size()); });
-  CopyCmaShare(job, second.data(), second.size());
+  CopyShare(job, reinterpret_cast<const CmaSpan*>(req.spans), req.n);
   return state;
 }
 
@@ -475,13 +560,17 @@ std::shared_ptr<TransferState> ShmTransport::SubmitMapped(const TransferRequest&
   if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
   const bool write = req.op == Op::kWrite;
   if (write) NoticeRingOf(*req.peer);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
+  if (const uint32_t shares = SharesFor(bytes); shares > 1) {
+    return SubmitInShares(req, std::move(remote), nullptr, bytes, shares);
+  }
   uint64_t rid = SubmissionLedger::kNoRecord;
   std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, false, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
   // One copy, on this thread, into or out of the target's pages mapped here; the
   // mapping (held by `remote`) cannot be unmapped by a revoke meanwhile.
   char* l = reinterpret_cast<char*>(req.local.addr);
-  uint64_t bytes = 0;
   for (size_t i = 0; i < req.n; ++i) {
     const TransferSpan& s = req.spans[i];
     if (write) {
@@ -489,7 +578,6 @@ std::shared_ptr<TransferState> ShmTransport::SubmitMapped(const TransferRequest&
     } else {
       std::memcpy(l + s.local_offset, remote->region + s.remote_offset, s.size);
     }
-    bytes += s.size;
   }
   // The copy "succeeds" even into a dead target (our mapping keeps its pages), and its
   // TCP connections report the death only later: a copy that ends after the target

@@ -24,7 +24,9 @@ class Reactor;
 // Same host, host memory on both sides: a plain memcpy into the target's region mapped
 // here where it lies in the target's shared host memory, else CMA
 // (process_vm_readv/writev) with a grant of the region cached per region (or asked per
-// part, MORI_IO_CMA_CACHE=0). Also the notice rings, through which same-host writes (SHM
+// part, MORI_IO_CMA_CACHE=0). Either copy runs on the submitting thread, or for a
+// transfer of at least MORI_IO_SHM_SPLIT_BYTES in shares copied at once by it and the
+// reactors. Also the notice rings, through which same-host writes (SHM
 // and P2P) are announced to their target (shm_notices.cpp).
 // Initiator side in shm_transport.cpp, target side (grants, rings) in shm_target.cpp.
 class ShmTransport : public Transport {
@@ -75,6 +77,8 @@ class ShmTransport : public Transport {
   int NoticeRingState(const std::string& remote_key);
   // Rings this engine granted (one per initiator engine).
   size_t notice_rings_granted();
+  // Transfers copied in shares by several threads (MORI_IO_SHM_SPLIT_BYTES).
+  uint64_t split_copies() const { return split_copies_.load(std::memory_order_relaxed); }
   bool KeepsInitiator(const std::string& key) override;  // it holds a notice ring
 
  private:
@@ -106,7 +110,7 @@ class ShmTransport : public Transport {
     std::shared_ptr<ShmMapping> notice_ring;
     std::atomic<int> notice_state{0};
   };
-  struct CmaJob;
+  struct CopyJob;
   PeerShm& StateOf(Peer& peer);
   // Initiator side (shm_transport.cpp).
   // The CMA probe on `conn` (not served yet); "" or why it failed.
@@ -123,8 +127,16 @@ class ShmTransport : public Transport {
                                               std::shared_ptr<ShmMapping> remote);
   std::shared_ptr<TransferState> SubmitCma(const TransferRequest& req,
                                            std::shared_ptr<CmaRemote> remote);
-  void CopyCmaShare(CmaJob& job, const CmaSpan* spans, size_t n);
-  std::string CmaLost(CmaJob& job);
+  // How many threads copy a transfer of `bytes`: 1 below MORI_IO_SHM_SPLIT_BYTES, else
+  // shares of at least half that, at most max_shares_.
+  uint32_t SharesFor(uint64_t bytes) const;
+  // A mapped (map) or CMA (cma) transfer split into about `shares` shares.
+  std::shared_ptr<TransferState> SubmitInShares(const TransferRequest& req,
+                                                std::shared_ptr<ShmMapping> map,
+                                                std::shared_ptr<CmaRemote> cma, uint64_t bytes,
+                                                uint32_t shares);
+  void CopyShare(CopyJob& job, const CmaSpan* spans, size_t n);
+  std::string CopyLost(CopyJob& job);
   std::string PeerGone(Peer& peer, int pid, uint64_t mem_id, bool write);
   // The initiator's half of a per-part grant (MORI_IO_CMA_CACHE=0).
   bool OnGrant(Reactor& r, Conn& c, const Pending& p);
@@ -156,6 +168,10 @@ class ShmTransport : public Transport {
   // another one that happens to have our pid in its namespace.
   uint64_t cookie_ = 0;
   size_t conn_slot_ = 0;  // Conn::ext slot of the per-part grants a target holds
+  // Threads that may copy one transfer at once: the submitting thread and each reactor,
+  // no more than the CPUs this process may run on (set as the reactors start).
+  std::atomic<uint32_t> max_shares_{1};
+  std::atomic<uint64_t> split_copies_{0};
   // Held by the first reactor while it runs; freed after the reactors are joined.
   std::unique_ptr<LivenessPage> liveness_;
   // Rings granted to same-host initiators for their write announcements, by their key;

@@ -181,6 +181,7 @@ class Engine:
     idle_connections_closed: int
     announcements_refused: int
     answers_read_by_waiters: int
+    shm_split_copies: int
     hot_path_options: dict[str, bool | int]
     def __init__(self, key: str, host: str, port: int) -> None: ...
     def create_tcp_backend(self, config: TcpBackendConfig) -> None: ...

@@ -48,6 +48,7 @@ SWITCHES = [
     ("SHM mapping", "MORI_IO_SHM_MAP", "0"),
     ("notice ring", "MORI_IO_NOTICE_RING", "0"),
     ("CMA grant cache", "MORI_IO_CMA_CACHE", "0"),
+    ("SHM copy in shares", "MORI_IO_SHM_SPLIT_BYTES", "0"),
     ("liveness word", "MORI_IO_SHM_LIVENESS_WORD", "0"),
     ("TCP waiter reads", "MORI_IO_TCP_WAITER_READS", "0"),
     ("TCP busy poll", "MORI_IO_TCP_BUSY_POLL_US", "0"),
@@ -126,7 +127,7 @@ def run_one(argv: list[str], env_over: dict[str, str], timeout_s: float) -> dict
 # paired changes are the cell's noise floor.
 NULL_SWITCHES = {
     "tcp": {"MORI_IO_SHM_MAP", "MORI_IO_NOTICE_RING", "MORI_IO_CMA_CACHE",
-            "MORI_IO_SHM_LIVENESS_WORD"},
+            "MORI_IO_SHM_LIVENESS_WORD", "MORI_IO_SHM_SPLIT_BYTES"},
     "shm-cma": {"MORI_IO_SHM_MAP", "MORI_IO_TCP_WAITER_READS", "MORI_IO_TCP_BUSY_POLL_US"},
     "shm-map": {"MORI_IO_CMA_CACHE", "MORI_IO_TCP_WAITER_READS", "MORI_IO_TCP_BUSY_POLL_US"},
 }  # fmt: skip
