@@ -271,9 +271,9 @@ def _array_interface_region(array: Any) -> tuple[int, int]:
 
 
 class IOEngineSession:
-    """Transfers between one local and one remote region, with the lookups done once.
-
-    Used by one thread at a time."""
+    """Transfers between one local and one remote region, with the regions' lookups done
+    once. Several threads may share a session (each operation looks the remote engine
+    up, so it follows a re-registered or replaced peer)."""
 
     def __init__(self, native: Any, engine: Any):
         self._sess = native
