@@ -137,6 +137,44 @@ def test_refused_writes_naming_no_region_of_the_target_record_no_status():
         target.close()
 
 
+def test_a_write_whose_region_goes_between_its_parts_ends_as_a_failure():
+    """The first part of a two-part write lands and is recorded; the region is then
+    deregistered, so the second part is refused as naming no region. That refusal is
+    recorded (its transfer has a status already), so the status completes, as a
+    failure: a refusal that starts no status would have left it unfinished for good."""
+    K_EXTENT = 28  # wire::MsgType::kTransferExtent
+    target = IOEngine("target")
+    target.create_backend(BackendType.TCP)
+    buf = np.zeros(8192, np.uint8)
+    mem = target.register_array(buf)
+    port, secret = target._engine.port, target._engine.secret
+    s = _hello(port, secret, b"racer")
+    try:
+        s.sendall(HDR.pack(K_EXTENT, 0, VERSION, 2, 7, mem.id, 0, 8192, mem.capability))
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 7, mem.id, 0, 4096, mem.capability))
+        s.sendall(b"\x05" * 4096)
+        ack = _recv_header(s)
+        assert ack[0] == K_WRITE_ACK and ack[1] == 0, ack
+        _wait(lambda: target._engine.inbound_stats()["held"] == 1, 5, "part 1 not recorded")
+        assert target.pop_inbound_transfer_status("racer", 7) is None  # 1 of 2 parts in
+        target.deregister_memory(mem)
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 2, 7, mem.id, 4096, 4096, mem.capability))
+        s.sendall(b"\x06" * 4096)
+        ack = _recv_header(s)
+        assert ack[0] == K_WRITE_ACK and ack[1] == UNKNOWN_MEMORY, ack
+        st = None
+        deadline = time.monotonic() + 5
+        while st is None and time.monotonic() < deadline:
+            st = target.pop_inbound_transfer_status("racer", 7)
+            time.sleep(0.01)
+        assert st is not None, "the status of a write refused half-way never completed"
+        assert st.Failed() and st.Code() == StatusCode.ERR_NOT_FOUND, (st.Code(), st.Message())
+        assert (buf[:4096] == 5).all() and not buf[4096:].any()
+    finally:
+        s.close()
+        target.close()
+
+
 def test_unpopped_statuses_are_bounded_in_bytes_oldest_first():
     """Successful writes under 1000 distinct 4000-byte keys, never popped: within
     max_inbound_status_bytes (1 MiB here) the newest are kept, the oldest dropped and

@@ -30,7 +30,10 @@ void InboundStatuses::Record(const std::string& remote_key, const InboundPart* p
   uint64_t uid = 0;
   for (size_t i = 0; i < n; ++i) {
     const InboundPart& p = parts[i];
-    if (!Recorded(p.status)) {
+    if (!Recorded(p.status) && !HasEntryLocked(remote_key, p.uid)) {
+      // A refusal starts no status. One of a transfer whose earlier parts were recorded
+      // (a region withdrawn in the middle of a multi-part write reads as unknown) is
+      // recorded, so that status still completes, as a failure.
       ++unrecorded_;
       continue;
     }
@@ -66,6 +69,11 @@ void InboundStatuses::Record(const std::string& remote_key, const InboundPart* p
       e->length = p.length;
     }
   }
+}
+
+bool InboundStatuses::HasEntryLocked(const std::string& remote_key, uint64_t uid) const {
+  auto it = by_key_.find(remote_key);
+  return it != by_key_.end() && it->second.by_uid.count(uid) != 0;
 }
 
 std::shared_ptr<TransferState> InboundStatuses::Pop(const std::string& remote_key, uint64_t uid) {

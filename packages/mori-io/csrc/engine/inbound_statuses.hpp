@@ -14,7 +14,7 @@
 
 namespace mori::io {
 
-// One part a target received (write) or served (read), accounted per read pass.
+// One part a target received (write) or served (read).
 struct InboundPart {
   uint64_t uid;
   uint32_t num_parts;
@@ -29,9 +29,11 @@ struct InboundPart {
 // Bounded by `max_held` statuses and by `max_bytes` of what they hold (each initiator's
 // key once, plus a fixed cost per status): past either bound the oldest is dropped and
 // counted. A part refused because it named no region this engine holds under that
-// capability (or a backend it lacks) is not recorded, only counted: such a request is
-// about nothing this engine's application waits for, and recording it let a peer
-// holding only the EngineDesc grow the table.
+// capability (or a backend it lacks) starts no status, it is only counted: such a
+// request is about nothing this engine's application waits for, and recording it let a
+// peer holding only the EngineDesc grow the table. Such a refusal of a transfer whose
+// earlier parts were recorded (its region withdrawn meanwhile) is recorded, as its
+// failure.
 class InboundStatuses {
  public:
   // The least max_bytes accepted: one status under the longest key fits with room.
@@ -50,7 +52,8 @@ class InboundStatuses {
   // found under those bits too.
   void AlsoMatchUidBits(uint64_t mask) { uid_alias_mask_ = mask; }
 
-  // Accounts parts of one read pass under one lock (runs of one uid: one lookup).
+  // Accounts parts under one lock (a reactor records one part per call; the notice
+  // ring's drain several; runs of one uid: one lookup).
   void Record(const std::string& remote_key, const InboundPart* parts, size_t n);
   // The status once all parts are in (or one failed), removed; nullptr if not (yet).
   std::shared_ptr<TransferState> Pop(const std::string& remote_key, uint64_t uid);
@@ -100,7 +103,8 @@ class InboundStatuses {
   static constexpr uint64_t kInitiatorBytes = sizeof(ByKey::value_type) + 64;
 
   bool Live(const Order& o) const;
-  void EvictLocked();                   // with mu_ held
+  void EvictLocked();  // with mu_ held
+  bool HasEntryLocked(const std::string& remote_key, uint64_t uid) const;  // with mu_ held
   void EraseLocked(ByKey::iterator it,  // one status of initiator `it`; the initiator too
                    std::unordered_map<uint64_t, Entry>::iterator e);  // once it has none
 

@@ -170,13 +170,18 @@ void RegionGrants::DropGone() {
       SetGoneLocked(it->second, 0);  // connected again
       continue;
     }
-    const std::vector<uint64_t> regions = it->second.regions;
+    // The holder and all its grants in one pass (EraseLocked per region would be
+    // quadratic in a holder's grants, under mu_, on a reactor thread).
+    const std::vector<uint64_t>& regions = it->second.regions;
     for (uint64_t id : regions) {
-      auto again = holders_.find(key);
-      if (again != holders_.end()) EraseLocked(again, id);
+      auto n = holders_of_.find(id);
+      if (n != holders_of_.end() && --n->second == 0) holders_of_.erase(n);
     }
+    grants_ -= regions.size();
     dropped_ += regions.size();
     dropped += regions.size();
+    SetGoneLocked(it->second, 0);
+    holders_.erase(it);
     ++holders;
   }
   if (holders > 0) {

@@ -86,6 +86,10 @@ void ControlChannel::Add(std::shared_ptr<Conn> conn) {
 }
 
 void ControlChannel::Post(std::function<void()> task) {
+  if (reactors_.empty()) {  // stopped (the engine is shutting down): run here, as a
+    task();                 // stopped reactor does
+    return;
+  }
   reactors_[next_reactor_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]->Post(
       std::move(task));
 }

@@ -328,8 +328,9 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
                                     timeout_ns / 1000000, "): the peer is alive but stuck"));
     }
   }
-  // Every connection accepted before `now` was in conns_ then (the accepting reactor adds
-  // it right after accept), so one still in its hello is counted here.
+  // The accepting reactor hands each accepted connection to some reactor's conns_ (under
+  // that reactor's lock) right after accept, in accept order: a connection accepted
+  // before `now` and still in its hello is counted by the reactor holding it.
   oldest_hello_ns_.store(oldest_hello, std::memory_order_release);
   hello_scan_ns_.store(now, std::memory_order_release);
   for (auto& [c, why] : stuck) Close(*c, why, StatusDetail::ERR_TIMEOUT);
