@@ -304,7 +304,8 @@ def test_grants_are_bounded_by_holders_and_pairs(monkeypatch):
     """At MORI_IO_MAX_GRANT_HOLDERS initiators, or MORI_IO_MAX_GRANTS (initiator, region)
     pairs, a further grant is refused (kTooManyGrants) and counted; once a holder's
     connection is gone its room is free again. A real initiator meanwhile still writes:
-    refused a CMA grant for that reason, it asks for a grant per part."""
+    refused a CMA grant for that reason, it asks for a grant per part, and asks for the
+    grant again only after a while."""
     monkeypatch.setenv("MORI_IO_MAX_GRANT_HOLDERS", "3")
     monkeypatch.setenv("MORI_IO_MAX_GRANTS", "4")
     target = _shm_target()
@@ -336,6 +337,12 @@ def test_grants_are_bounded_by_holders_and_pairs(monkeypatch):
         assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
         assert np.array_equal(buf, src)
         assert target._engine.grant_stats()["refused"] == 3
+        # The refusal is remembered for a while: the next writes go a grant per part
+        # without asking again (each asked on a side connection before).
+        for _ in range(20):
+            st = sess.write(0, 0, 4096, real.allocate_transfer_uid())
+            assert st.WaitFor(10000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+        assert target._engine.grant_stats()["refused"] <= 4, target._engine.grant_stats()
         # h2 leaves: its room is free again.
         socks.pop(b"h2").close()
         _wait(lambda: target._engine.grant_stats()["holders"] == 2, 5, "h2's grant kept")

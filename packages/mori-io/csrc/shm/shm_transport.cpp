@@ -169,6 +169,24 @@ std::shared_ptr<TransferState> ShmTransport::Submit(const TransferRequest& req) 
   return engine_->tcp().PostParts(req, wire::MsgType::kShmWriteReq, wire::MsgType::kShmReadReq);
 }
 
+namespace {
+
+// How long a region the target refused at its grant bounds goes by a grant per part
+// before this engine asks for a mapping or a CMA grant of it again.
+constexpr int64_t kGrantRetryNs = 1'000'000'000;
+
+// Whether `mem_id` was refused at the target's grant bounds less than kGrantRetryNs ago
+// (an expired entry is erased).
+bool RefusedRecently(std::unordered_map<uint64_t, int64_t>& retry_ns, uint64_t mem_id) {
+  auto it = retry_ns.find(mem_id);
+  if (it == retry_ns.end()) return false;
+  if (NowNs() < it->second) return true;
+  retry_ns.erase(it);
+  return false;
+}
+
+}  // namespace
+
 std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, const RemoteRegion& remote,
                                                      std::string* why_not) {
   const uint64_t mem_id = remote.mem_id;
@@ -178,6 +196,10 @@ std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, const RemoteReg
   if (it != s.maps.end()) {
     if (!it->second && why_not != nullptr) *why_not = s.unmapped_why[mem_id];
     return it->second;
+  }
+  if (RefusedRecently(s.map_retry_ns, mem_id)) {
+    if (why_not != nullptr) *why_not = "no mapping granted: the target is at its grant bounds";
+    return nullptr;
   }
   std::string answer, error;
   StatusDetail code = StatusDetail::SUCCESS;
@@ -191,6 +213,8 @@ std::shared_ptr<ShmMapping> ShmTransport::MappingFor(Peer& peer, const RemoteReg
       error = "the target region is not in shared host memory (allocate_shared_host_memory)";
       s.maps.emplace(mem_id, nullptr);
       s.unmapped_why[mem_id] = error;
+    } else if (status == wire::WireStatus::kTooManyGrants) {
+      s.map_retry_ns[mem_id] = NowNs() + kGrantRetryNs;
     }
     if (why_not != nullptr) {
       *why_not = status == wire::WireStatus::kNotShareable ? error : "no mapping granted: " + error;
@@ -249,6 +273,10 @@ std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, const RemoteRe
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.cma_grants.find(mem_id);
   if (it != s.cma_grants.end()) return it->second;
+  if (RefusedRecently(s.cma_retry_ns, mem_id)) {
+    *status = wire::WireStatus::kTooManyGrants;
+    return nullptr;
+  }
   // Held across the request: a revoke of this region (RemoteRegionRevoked takes mu) that
   // the target sent after granting is handled only once the grant is cached here.
   const std::string what = StrCat("SHM: no CMA grant for memory ", mem_id, " of remote engine ",
@@ -257,6 +285,9 @@ std::shared_ptr<CmaRemote> ShmTransport::CmaRemoteFor(Peer& peer, const RemoteRe
   if (!engine_->channel().SideRequest(peer, wire::MsgType::kShmCmaReq, wire::MsgType::kShmCmaGrant,
                                       mem_id, remote.capability, {}, &answer, code, error,
                                       status)) {
+    if (*status == wire::WireStatus::kTooManyGrants) {
+      s.cma_retry_ns[mem_id] = NowNs() + kGrantRetryNs;
+    }
     *error = what + *error;
     return nullptr;
   }
@@ -292,6 +323,8 @@ void ShmTransport::RemoteRegionRevoked(Peer& peer, uint64_t mem_id,
       s.maps.erase(sit);
     }
     s.unmapped_why.erase(mem_id);
+    s.map_retry_ns.erase(mem_id);
+    s.cma_retry_ns.erase(mem_id);
     auto cit = s.cma_grants.find(mem_id);
     if (cit != s.cma_grants.end()) {
       cma = std::move(cit->second);

@@ -94,6 +94,10 @@ class ShmTransport : public Transport {
     // Its host regions this engine holds a CMA grant for, by its memory id; dropped on
     // its revoke.
     std::unordered_map<uint64_t, std::shared_ptr<CmaRemote>> cma_grants;
+    // Regions whose map or CMA grant the target refused at its grant bounds
+    // (kTooManyGrants), with when to ask again: meanwhile a grant per part, without a
+    // side request per transfer.
+    std::unordered_map<uint64_t, int64_t> map_retry_ns, cma_retry_ns;
     // Its liveness (liveness.hpp), opened from the first grant that carried it; every
     // mapping and CMA grant of it holds a reference.
     std::shared_ptr<const TargetLiveness> liveness;
