@@ -164,14 +164,4 @@ InboundStatuses::Stats InboundStatuses::stats() {
   return s;
 }
 
-size_t InboundStatuses::held() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return count_;
-}
-
-uint64_t InboundStatuses::evicted() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return evicted_;
-}
-
 }  // namespace mori::io

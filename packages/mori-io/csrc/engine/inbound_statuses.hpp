@@ -66,8 +66,6 @@ class InboundStatuses {
     uint64_t unrecorded = 0;  // refused parts not recorded (see above)
   };
   Stats stats();
-  size_t held();
-  uint64_t evicted();
 
   // Whether a part with this status is recorded: the target found the region it named
   // under its capability, or the initiator announced (or reported the failure of) a

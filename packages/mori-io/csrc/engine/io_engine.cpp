@@ -426,11 +426,6 @@ std::shared_ptr<TransferState> IoEngine::PopInboundTransferStatus(const std::str
   return inbound_.Pop(remote_key, uid);
 }
 
-size_t IoEngine::inbound_held() {
-  ForEachTransport([](Transport& t) { t.DrainInbound(nullptr); });
-  return inbound_.held();
-}
-
 InboundStatuses::Stats IoEngine::inbound_stats() {
   ForEachTransport([](Transport& t) { t.DrainInbound(nullptr); });
   return inbound_.stats();

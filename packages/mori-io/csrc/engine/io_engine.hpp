@@ -157,9 +157,7 @@ class IoEngine {
   std::shared_ptr<Session> CreateSession(uint64_t local_mem, const RemoteRegion& remote);
 
   SubmissionLedger& ledger() { return *ledger_; }
-  // Inbound statuses held (announcements drained first), and how many the cap dropped.
-  size_t inbound_held();
-  uint64_t inbound_evicted() { return inbound_.evicted(); }
+  // Inbound statuses (announcements drained first).
   InboundStatuses::Stats inbound_stats();
   // The target closed `old`'s connections as idle: a fresh peer of the same EngineDesc
   // replaces it (unless it was replaced already), so the next transfer connects again.

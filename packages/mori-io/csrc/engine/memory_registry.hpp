@@ -89,10 +89,10 @@ class MemoryRegistry {
   // `capability` must be the region's.
   RegionLookup Check(uint64_t mem_id, uint64_t capability, uint64_t offset, uint64_t length,
                      bool enter, bool allow_gpu) const;
-  static RegionLookup CheckRegion(const MemoryRegion& r, uint64_t offset, uint64_t length,
-                                  bool enter, bool allow_gpu);
 
  private:
+  static RegionLookup CheckRegion(const MemoryRegion& r, uint64_t offset, uint64_t length,
+                                  bool enter, bool allow_gpu);
   std::string engine_key_;
   mutable std::shared_mutex mu_;
   std::unordered_map<uint64_t, MemoryRegion> regions_;

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/inbound_statuses.hpp"
 #include "engine/memory_registry.hpp"
 #include "wire/wire_protocol.hpp"
 
