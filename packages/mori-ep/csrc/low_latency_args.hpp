@@ -73,6 +73,9 @@ struct LlCombineArgs {
   void* out = nullptr;           // [num_tokens][hidden_dim]
   float* out_weights = nullptr;  // token-major: [num_tokens][K] or nullptr
   bool fp8_cast = false;         // token-major bf16: MORI's fp8_direct_cast
+  // Expert-major: reduce per rank on the experts' pe with the weights the dispatch
+  // sent (low_latency_protocol.hpp); topk_weights is then not read.
+  bool pre_reduce = false;
 };
 
 // The wire tags a call posts in its flags (low_latency_protocol.hpp, LlTagName).
@@ -82,7 +85,7 @@ MORI_HOST_DEVICE inline uint32_t LlDispatchTag(const LlDispatchArgs& a) {
 }
 
 MORI_HOST_DEVICE inline uint32_t LlCombineTag(const LlCombineArgs& a) {
-  if (a.layout == LlLayout::kExpertMajor) return kLlTagExpertBf16;
+  if (a.layout == LlLayout::kExpertMajor) return a.pre_reduce ? kLlTagExpertPartial : kLlTagExpertBf16;
   return a.fp8_cast ? kLlTagBf16AsFp8 : CombineDtypeTag(a.dtype);
 }
 

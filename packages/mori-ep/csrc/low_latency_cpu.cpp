@@ -67,7 +67,8 @@ LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::mil
       layout_(MakeLlLayout(shape)),
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
-      timeout_(timeout) {
+      timeout_(timeout),
+      pre_reduce_(LlPreReduce(shape)) {
   LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);
@@ -273,6 +274,8 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
                " tokens, this rank ", LlTagName(dispatch_tag_),
                " (every rank must pass the same dtype and layout); no rows were received");
   }
+  recv_half_ = half;
+  recv_counts_ = count;
   const int64_t H = shape_.hidden_bytes, Sb = shape_.scale_bytes, Q = LlCastScales(hidden);
   const char* tokens_area = At<char>(layout_.disp_tokens) + half * layout_.half_tokens;
   const float* weights_area =
@@ -329,6 +332,7 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
     rows += begin;
   }
   const int64_t xb = fp8_cast_ ? hidden : token_row_bytes_;
+  int32_t* disp_pos = At<int32_t>(layout_.disp_pos);
   for (int s = 0; s < W; ++s) {
     for (int64_t j = 0; j < count[s]; ++j) {
       const int64_t slot = s * P + j;
@@ -341,6 +345,7 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
         std::memcpy(static_cast<char*>(o.packed_x) + r * xb, tokens_area + slot * H, xb);
         o.src_info[r] = static_cast<int32_t>(s * o.src_info_stride + src_area[slot]);
         o.slot_k[r] = k;
+        disp_pos[slot * K + k] = static_cast<int32_t>(r);
         if (fp8_cast_) {
           const float* sc = cast_area + slot * Q;
           for (int64_t q = 0; q < Q; ++q) {
@@ -414,6 +419,47 @@ void LowLatencyCpu::CombineSendExpertMajor(const LlCombineArgs& a, int half) {
   }
 }
 
+// Pre-reduced per rank (low_latency_protocol.hpp): per received token, the sum over
+// its slots k naming a local expert, ascending, of w * y in fp32 from -0.0 (the
+// weights its source sent with the dispatch), one fp32 row to the source's slot
+// [t][me]. Reads the dispatch area of the last received dispatch (recv_half_).
+void LowLatencyCpu::CombineSendPartials(int half) {
+  const LlCombineArgs& a = combine_;
+  const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
+  const int E = shape_.num_experts_per_rank;
+  const int64_t P = slots_, hidden = shape_.hidden_dim, Hp = LlPartialRowBytes(shape_);
+  const int64_t stride = a.input_row_stride / 2;  // bf16 elements between rows
+  char* partials = At<char>(layout_.comb_tokens) + half * layout_.half_comb_tokens;
+  const float* weights_area = reinterpret_cast<const float*>(At<char>(layout_.disp_weights) +
+                                                             recv_half_ * layout_.half_weights);
+  const int32_t* indices_area = reinterpret_cast<const int32_t*>(
+      At<char>(layout_.disp_indices) + recv_half_ * layout_.half_indices);
+  const int32_t* src_area =
+      reinterpret_cast<const int32_t*>(At<char>(layout_.disp_src) + recv_half_ * layout_.half_src);
+  const int32_t* disp_pos = At<int32_t>(layout_.disp_pos);
+  const uint16_t* input = static_cast<const uint16_t*>(a.input);
+  const int32_t lo = me * E;
+  std::vector<float> acc(hidden);
+  for (int s = 0; s < W; ++s) {
+    for (int64_t j = 0; j < recv_counts_[s]; ++j) {
+      const int64_t slot = s * P + j;
+      std::fill(acc.begin(), acc.end(), kSumStart);
+      for (int k = 0; k < K; ++k) {
+        const int32_t g = indices_area[slot * K + k];
+        if (g < lo || g >= lo + E) continue;
+        const float w = weights_area[slot * K + k];
+        const uint16_t* y = input + static_cast<int64_t>(disp_pos[slot * K + k]) * stride;
+        for (int64_t h = 0; h < hidden; ++h) {
+          volatile float p = w * Bf16BitsToFloat(y[h]);
+          acc[h] = acc[h] + p;
+        }
+      }
+      const int64_t t = src_area[slot];
+      hs::PutNbi(ctx_, partials + (t * W + me) * Hp, acc.data(), Hp, s);
+    }
+  }
+}
+
 void LowLatencyCpu::CombineSend(const LlCombineArgs& a) {
   if (combine_recv_pending_) {
     MORI_THROW(InvalidStateError, "combine_send while the previous combine (call ", combine_calls_,
@@ -434,16 +480,25 @@ void LowLatencyCpu::CombineSend(const LlCombineArgs& a) {
   } else if (a.num_tokens < 0 || a.num_tokens > shape_.max_tokens) {
     RejectCombine(StrCat("combine of ", a.num_tokens, " tokens exceeds max_num_inp_token_per_rank ",
                          shape_.max_tokens));
+  } else if (a.pre_reduce && !LlPartialsFit(shape_, layout_)) {
+    RejectCombine(StrCat("a combine pre-reduced per rank needs ", shape_.max_tokens, " x ",
+                         shape_.world_size, " fp32 rows of ", LlPartialRowBytes(shape_),
+                         " bytes, more than the combine area's ", layout_.half_comb_tokens,
+                         " (top_k ", shape_.top_k, " < 2 * world_size)"));
+  } else if (a.pre_reduce && dispatch_layout_ != LlLayout::kExpertMajor) {
+    RejectCombine("a combine pre-reduced per rank needs an expert-major dispatch before it");
   }
   const uint64_t call = ++combine_calls_;
   const int half = static_cast<int>(call & 1);
+  combine_ = a;
   if (a.layout == LlLayout::kTokenMajor) {
     CombineSendTokenMajor(a, half);
+  } else if (a.pre_reduce) {
+    CombineSendPartials(half);
   } else {
     CombineSendExpertMajor(a, half);
   }
   PostCombineFlags(call, false, LlCombineTag(a));
-  combine_ = a;
   combine_recv_pending_ = true;
 }
 
@@ -502,6 +557,24 @@ void LowLatencyCpu::CombineRecv() {
         CombineTokenWeights(
             parts, [&](int i) { return comb_weights + slots[i] * K; }, K, a.out_weights + t * K);
       }
+    }
+    return;
+  }
+  if (a.pre_reduce) {
+    // The partials of the pes each token went to, ascending pe, fp32 from -0.0, one
+    // rounding to bf16; no part: zeros.
+    const uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
+    const int64_t Hp = LlPartialRowBytes(shape_);
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+      bool any = false;
+      for (int d = 0; d < W; ++d) any |= token_ranks[t * W + d] != 0;
+      std::fill(acc.begin(), acc.end(), any ? kSumStart : 0.0f);
+      for (int d = 0; d < W; ++d) {
+        if (!token_ranks[t * W + d]) continue;
+        const float* part = reinterpret_cast<const float*>(comb_tokens + (t * W + d) * Hp);
+        for (int64_t h = 0; h < hidden; ++h) acc[h] = acc[h] + part[h];
+      }
+      StoreRow(acc, CombineDtype::kBFloat16, a.out, t);
     }
     return;
   }

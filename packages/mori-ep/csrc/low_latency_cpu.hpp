@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "low_latency_args.hpp"
 #include "mori/shmem/context.hpp"
@@ -46,6 +47,8 @@ class LowLatencyCpu {
   bool dispatch_recv_pending() const { return dispatch_recv_pending_; }
   bool combine_recv_pending() const { return combine_recv_pending_; }
   int64_t num_tokens() const { return num_tokens_; }
+  // Whether combine_standard_moe pre-reduces per rank (LlPreReduce).
+  bool pre_reduce() const { return pre_reduce_; }
 
  private:
   template <typename T>
@@ -59,6 +62,7 @@ class LowLatencyCpu {
   void PostCombineFlags(uint64_t call, bool rejected, uint32_t tag);
   void CombineSendTokenMajor(const LlCombineArgs& a, int half);
   void CombineSendExpertMajor(const LlCombineArgs& a, int half);
+  void CombineSendPartials(int half);
 
   EpShape shape_;
   int64_t slots_;  // receive slots per source pe (LlRecvSlots)
@@ -77,6 +81,11 @@ class LowLatencyCpu {
   int64_t token_row_bytes_ = 0;
   uint32_t dispatch_tag_ = 0;  // the last dispatch's wire tag (LlDispatchTag)
   int64_t num_tokens_ = 0;
+  bool pre_reduce_ = false;
+  // The last received dispatch: its half and its count per source pe (what a
+  // pre-reduced combine reads back from the dispatch area).
+  size_t recv_half_ = 0;
+  std::vector<int64_t> recv_counts_;
   LlCombineArgs combine_{};
 };
 

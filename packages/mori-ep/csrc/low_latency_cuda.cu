@@ -23,7 +23,8 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
       block_(static_cast<char*>(block)),
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
-      ctx_(shmem::GetDeviceContext()) {
+      ctx_(shmem::GetDeviceContext()),
+      pre_reduce_(LlPreReduce(shape)) {
   LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);
@@ -125,6 +126,16 @@ void LowLatencyCuda::RejectDispatch(const std::string& reason, uintptr_t stream)
 
 void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_recv, bool fuse,
                                  LaunchShape launch, uintptr_t stream) {
+  if (a.pre_reduce && !LlPartialsFit(shape_, layout_)) {
+    RejectCombine(StrCat("a combine pre-reduced per rank needs ", shape_.max_tokens, " x ",
+                         shape_.world_size, " fp32 rows of ", LlPartialRowBytes(shape_),
+                         " bytes, more than the combine area's ", layout_.half_comb_tokens,
+                         " (top_k ", shape_.top_k, " < 2 * world_size)"),
+                  stream);
+  }
+  if (a.pre_reduce && dispatch_.layout != LlLayout::kExpertMajor) {
+    RejectCombine("a combine pre-reduced per rank needs an expert-major dispatch before it", stream);
+  }
   combine_ = a;
   combine_total_ = total_recv;
   if (fuse) {

@@ -74,6 +74,8 @@ class LowLatencyCuda {
   [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream);
 
   int64_t num_tokens() const { return num_tokens_; }
+  // Whether combine_standard_moe pre-reduces per rank (LlPreReduce).
+  bool pre_reduce() const { return pre_reduce_; }
 
  private:
   kernels::LlParams Base() const;
@@ -94,6 +96,7 @@ class LowLatencyCuda {
   const int32_t* combine_total_ = nullptr;
   bool combine_deferred_ = false;
   int64_t num_tokens_ = 0;
+  bool pre_reduce_ = false;
 };
 
 }  // namespace mori::ep

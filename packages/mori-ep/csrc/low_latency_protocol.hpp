@@ -57,7 +57,21 @@
 //     ascending pe order (fp32, one rounding): the intra-node combine's numbers;
 //   * expert-major: the row of (token t, slot k) goes to slot [t][k]; the source
 //     computes sum over k ascending of w[t][k] * y[t][k] (fp32 products and sums, one
-//     rounding to bf16): DeepEP's weighted combine in a fixed order.
+//     rounding to bf16): DeepEP's weighted combine in a fixed order;
+//   * expert-major, pre-reduced per rank (MORI's combine_standard_moe, whose weights
+//     are the ones its dispatch sent along, so the expert's pe holds them): pe d sums
+//     its own experts' products for source token t first, sum over d's slots k
+//     ascending of w[t][k] * y[t][k] in fp32 from -0.0, and sends that one fp32 row
+//     to slot [t][d] (partial rows of 4 * hidden_dim bytes); the source adds the
+//     partials of the pes the token went to in ascending pe order, from -0.0, one
+//     rounding to bf16. A token with n experts on d sends 4 * hidden bytes instead of
+//     n * 2 * hidden: fewer from n = 3 on, equal at 2. LlPreReduce decides it per op
+//     (top_k >= 2 * world_size, where the partial rows fit the combine area and a
+//     token averages more than two experts per pe it reaches); the wire tag
+//     (kLlTagExpertPartial) keeps ranks that decided otherwise from mixing rows. The
+//     expert's pe finds its rows through disp_pos (written by the dispatch receive)
+//     and the weights, ids and source token in the dispatch area, which no peer
+//     rewrites before this pe sends its next dispatch (the double-buffering argument).
 //
 // Block layout (offsets from the block's start, identical on every pe; W = world,
 // M = max tokens per rank, P = receive slots per source (LlRecvSlots), K = top-k,
@@ -80,9 +94,12 @@
 //     comb_weights f32 [2][W*M][K]
 //   private to the pe
 //     token_ranks u8 [M][W]         1 where my token t went to pe d (last dispatch)
+//     disp_pos    i32 [W*P][K]      expert-major: the packed row (e * W*M + pos) of
+//                                   received slot [s][j]'s top-k slot k, if local
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "mori/core/error.hpp"
@@ -104,10 +121,11 @@ MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count, uint32_t 
 // its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32); token-major
 // combine: CombineDtypeTag (1, 2, 4), or kLlTagBf16AsFp8 with fp8_direct_cast;
 // expert-major dispatch: kLlTagExpertBf16 or, cast to e4m3, kLlTagExpertCast; expert-
-// major combine: kLlTagExpertBf16.
+// major combine: kLlTagExpertBf16, or kLlTagExpertPartial pre-reduced per rank.
 inline constexpr uint32_t kLlTagExpertBf16 = 5;
 inline constexpr uint32_t kLlTagExpertCast = 6;
 inline constexpr uint32_t kLlTagBf16AsFp8 = 7;
+inline constexpr uint32_t kLlTagExpertPartial = 8;
 
 MORI_HOST_DEVICE inline const char* LlTagName(uint32_t tag) {
   switch (tag) {
@@ -117,6 +135,8 @@ MORI_HOST_DEVICE inline const char* LlTagName(uint32_t tag) {
       return "expert-major bfloat16 cast to float8_e4m3fn";
     case kLlTagBf16AsFp8:
       return "bfloat16 sent as float8_e4m3fn (fp8_direct_cast)";
+    case kLlTagExpertPartial:
+      return "expert-major float32 per-rank partial";
     default:
       return DtypeTagName(tag);
   }
@@ -140,7 +160,7 @@ struct LlBufferLayout {
   size_t disp_flag, comb_flag, disp_over, state;
   size_t disp_tokens, disp_weights, disp_scales, disp_cast_scales, disp_indices, disp_src;
   size_t comb_tokens, comb_weights;
-  size_t token_ranks;
+  size_t token_ranks, disp_pos;
   size_t total_bytes;
   // Bytes of one half of each per-half region.
   size_t half_tokens, half_weights, half_scales, half_cast_scales, half_indices, half_src;
@@ -208,11 +228,33 @@ inline LlBufferLayout MakeLlLayout(const EpShape& s) {
   l.comb_tokens = take(2 * l.half_comb_tokens);
   l.comb_weights = take(2 * l.half_comb_weights);
   l.token_ranks = take(M * W);
+  l.disp_pos = take(slots * K * 4);
   l.total_bytes = off;
   return l;
 }
 
 inline size_t LlSignalBytes(const LlBufferLayout& l) { return l.disp_tokens; }
+
+// Bytes of one pre-reduced combine row (fp32).
+MORI_HOST_DEVICE inline int64_t LlPartialRowBytes(const EpShape& s) { return s.hidden_dim * 4; }
+
+// Whether the pre-reduced expert-major combine's M * W partial rows fit one half of
+// the combine area.
+inline bool LlPartialsFit(const EpShape& s, const LlBufferLayout& l) {
+  return static_cast<size_t>(s.max_tokens) * s.world_size * LlPartialRowBytes(s) <=
+         l.half_comb_tokens;
+}
+
+// The op's choice for combine_standard_moe (decided once, at construction): pre-reduce
+// per rank when top_k >= 2 * world_size (the partial rows then fit: M * W * 4 * hidden
+// <= M * top_k * 2 * hidden), unless MORI_EP_LL_PRE_REDUCE=0. The buffer layout does
+// not depend on it, so ranks that decide differently fail their combines by wire tag
+// instead of disagreeing on the heap.
+inline bool LlPreReduce(const EpShape& s) {
+  const char* v = std::getenv("MORI_EP_LL_PRE_REDUCE");
+  if (v != nullptr && std::atoi(v) == 0) return false;
+  return s.top_k >= 2 * s.world_size && LlPartialsFit(s, MakeLlLayout(s));
+}
 
 // How the receiver lays out dispatch's rows, and what dispatch's sender casts.
 enum class LlLayout : int { kTokenMajor = 0, kExpertMajor = 1 };

@@ -177,7 +177,7 @@ max_tokens).)doc");
           "combine_send_expert_major",
           [](LowLatencyCpu& self, uintptr_t input, int64_t input_row_stride, uintptr_t src_info,
              int64_t src_info_stride, uintptr_t layout_range, uintptr_t slot_k, uintptr_t topk_idx,
-             uintptr_t topk_weights, int64_t num_tokens, uintptr_t out) {
+             uintptr_t topk_weights, int64_t num_tokens, uintptr_t out, bool pre_reduce) {
             LlCombineArgs a{LlLayout::kExpertMajor,  P<const void>(input),
                             input_row_stride,        0,
                             CombineDtype::kBFloat16, nullptr};
@@ -189,13 +189,15 @@ max_tokens).)doc");
             a.topk_weights = P<const float>(topk_weights);
             a.num_tokens = num_tokens;
             a.out = P<void>(out);
+            a.pre_reduce = pre_reduce;
             self.CombineSend(a);
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("src_info"),
           py::arg("src_info_stride"), py::arg("layout_range"), py::arg("slot_k"),
           py::arg("topk_idx"), py::arg("topk_weights"), py::arg("num_tokens"), py::arg("out"),
-          py::call_guard<py::gil_scoped_release>(),
-          R"doc(Return every expert row to its source's (token, slot) and post the flags.)doc")
+          py::arg("pre_reduce") = false, py::call_guard<py::gil_scoped_release>(),
+          R"doc(Return every expert row to its source's (token, slot), or with pre_reduce one
+fp32 partial per (token, rank) weighted by the dispatched weights, and post the flags.)doc")
       .def(
           "reject_combine",
           [](LowLatencyCpu& self, const std::string& reason) { self.RejectCombine(reason); },
@@ -207,7 +209,9 @@ max_tokens).)doc");
       .def_property_readonly("combine_calls", &LowLatencyCpu::combine_calls)
       .def_property_readonly("dispatch_recv_pending", &LowLatencyCpu::dispatch_recv_pending)
       .def_property_readonly("combine_recv_pending", &LowLatencyCpu::combine_recv_pending)
-      .def_property_readonly("num_tokens", &LowLatencyCpu::num_tokens);
+      .def_property_readonly("num_tokens", &LowLatencyCpu::num_tokens)
+      .def_property_readonly("pre_reduce", &LowLatencyCpu::pre_reduce,
+                             "Whether combine_standard_moe pre-reduces per rank (LlPreReduce).");
 #if MORI_EP_WITH_CUDA
   py::class_<LowLatencyCuda>(
       m, "LowLatencyCuda",
@@ -323,7 +327,7 @@ max_tokens).)doc");
           [](LowLatencyCuda& self, uintptr_t input, int64_t input_row_stride, uintptr_t src_info,
              int64_t src_info_stride, uintptr_t layout_range, uintptr_t slot_k, uintptr_t topk_idx,
              uintptr_t topk_weights, int64_t num_tokens, uintptr_t out, bool fuse, int block_num,
-             int warp_per_block, uintptr_t stream) {
+             int warp_per_block, uintptr_t stream, bool pre_reduce) {
             LlCombineArgs a{LlLayout::kExpertMajor,  P<const void>(input),
                             input_row_stride,        0,
                             CombineDtype::kBFloat16, nullptr};
@@ -335,13 +339,14 @@ max_tokens).)doc");
             a.topk_weights = P<const float>(topk_weights);
             a.num_tokens = num_tokens;
             a.out = P<void>(out);
+            a.pre_reduce = pre_reduce;
             self.CombineSend(a, nullptr, fuse, LaunchShape{block_num, warp_per_block}, stream);
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("src_info"),
           py::arg("src_info_stride"), py::arg("layout_range"), py::arg("slot_k"),
           py::arg("topk_idx"), py::arg("topk_weights"), py::arg("num_tokens"), py::arg("out"),
           py::arg("fuse"), py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("pre_reduce") = false, py::call_guard<py::gil_scoped_release>())
       .def(
           "reject_combine",
           [](LowLatencyCuda& self, const std::string& reason, uintptr_t stream) {
@@ -355,7 +360,9 @@ max_tokens).)doc");
           },
           py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
           py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("num_tokens", &LowLatencyCuda::num_tokens);
+      .def_property_readonly("num_tokens", &LowLatencyCuda::num_tokens)
+      .def_property_readonly("pre_reduce", &LowLatencyCuda::pre_reduce,
+                             "Whether combine_standard_moe pre-reduces per rank (LlPreReduce).");
 #endif
 }
 

@@ -373,6 +373,7 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
 
   // Expert-major: warp per (local expert e, source s).
   const int32_t lo = p.me * E;
+  int32_t* disp_pos = reinterpret_cast<int32_t*>(c.Local(p.layout.disp_pos));
   const int64_t xb = p.recv_fp8 ? hidden : p.recv_row_bytes;
   auto slot_of = [&](int64_t slot, int e) -> int {  // the k naming e in that row, or -1
     int kk = -1;
@@ -404,6 +405,7 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
         if (lane == 0) {
           o.src_info[r] = static_cast<int32_t>(s * o.src_info_stride + src[slot]);
           o.slot_k[r] = kl;
+          disp_pos[slot * K + kl] = static_cast<int32_t>(r);
         }
         if (p.recv_fp8) {
           for (int64_t q = lane; q < Q; q += 32) {
@@ -464,6 +466,57 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
                                              lane, 32);
       if (a.weights != nullptr && lane < K) {
         reinterpret_cast<float*>(c.Peer(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+      }
+    }
+  } else if (a.pre_reduce) {
+    // Per received token of the last dispatch (its half and counts: no peer rewrites
+    // them before this pe's next dispatch), the sum over its local slots k ascending
+    // of w * y from -0.0, one fp32 row to the source's slot [t][me].
+    const uint64_t dcall = st->dispatch_calls;
+    const size_t dh = dcall & 1;
+    const int64_t P = p.recv_slots, hidden = p.hidden_dim, stride = a.input_row_stride / 2;
+    const uint64_t* dflags =
+        reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + dh * W;
+    __shared__ int64_t base[kMaxCudaWorldSize + 1];
+    if (threadIdx.x == 0) {
+      base[0] = 0;
+      for (int s = 0; s < W; ++s) base[s + 1] = base[s] + static_cast<int64_t>(CountOf(dflags[s]));
+    }
+    __syncthreads();
+    const float* weights = reinterpret_cast<const float*>(
+        c.Local(p.layout.disp_weights + dh * p.layout.half_weights));
+    const int32_t* indices = reinterpret_cast<const int32_t*>(
+        c.Local(p.layout.disp_indices + dh * p.layout.half_indices));
+    const int32_t* src =
+        reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_src + dh * p.layout.half_src));
+    const int32_t* disp_pos = reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_pos));
+    const uint16_t* y = reinterpret_cast<const uint16_t*>(a.input);
+    const int32_t lo = me * E;
+    const int64_t Hp = hidden * 4;
+    for (int64_t item = gwarp; item < base[W]; item += nwarps) {
+      int s = 0;
+      while (item >= base[s + 1]) ++s;
+      const int64_t slot = s * P + (item - base[s]);
+      // Lane k < K holds slot k's row (or -1 when not local) and weight.
+      int64_t row = -1;
+      float w = 0.0f;
+      if (lane < K) {
+        const int32_t g = indices[slot * K + lane];
+        if (g >= lo && g < lo + E) {
+          row = disp_pos[slot * K + lane];
+          w = weights[slot * K + lane];
+        }
+      }
+      float* dst = reinterpret_cast<float*>(c.Peer(ct_off, s) + (src[slot] * W + me) * Hp);
+      for (int64_t h = lane; h < hidden; h += 32) {
+        float acc = kSumStart;
+        for (int k = 0; k < K; ++k) {
+          const int64_t rk = __shfl_sync(kFull, row, k);
+          const float wk = __shfl_sync(kFull, w, k);
+          if (rk < 0) continue;
+          acc = __fadd_rn(acc, __fmul_rn(wk, Bf16BitsToFloat(y[rk * stride + h])));
+        }
+        dst[h] = acc;
       }
     }
   } else {
@@ -561,6 +614,23 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
           acc = parts == 1 ? w : __fadd_rn(acc, w);
         }
         a.out_weights[t * K + lane] = acc;
+      }
+    }
+    return;
+  }
+  if (a.pre_reduce) {
+    // The partials of the pes each token went to, ascending pe (low_latency_cpu.cpp).
+    const int64_t Hp = hidden * 4;
+    for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
+      bool any = false;
+      for (int d = 0; d < W; ++d) any |= token_ranks[t * W + d] != 0;
+      for (int64_t h = lane; h < hidden; h += 32) {
+        float acc = any ? kSumStart : 0.0f;
+        for (int d = 0; d < W; ++d) {
+          if (!token_ranks[t * W + d]) continue;
+          acc = __fadd_rn(acc, reinterpret_cast<const float*>(comb + (t * W + d) * Hp)[h]);
+        }
+        static_cast<uint16_t*>(a.out)[t * hidden + h] = FloatToBf16Bits(acc);
       }
     }
     return;

@@ -309,18 +309,75 @@ def run_expert(kind, base_seed, cap=0):
         ), f"{what}: combine differs from the ordered fp32 sum"
     run_standard_moe(op, base_seed)
     op.close()
+    if cap == 0:
+        # The other combine_standard_moe order: one row per (token, expert) where the
+        # op pre-reduces by default (top_k >= 2 * world_size), else per-rank partials
+        # cannot be forced (they would not fit), so the default path again.
+        os.environ["MORI_EP_LL_PRE_REDUCE"] = "0"
+        try:
+            op = make_op(kind)
+        finally:
+            del os.environ["MORI_EP_LL_PRE_REDUCE"]
+        run_standard_moe(op, base_seed + 1, expect_pre=False)
+        op.close()
 
 
-def run_standard_moe(op, base_seed):
+def standard_moe_want(x, w, idx, pre_reduce):
+    """combine_standard_moe's result: fp32 sums from -0.0 in the op's order (per rank
+    ascending, each rank's slots ascending, with pre_reduce; else slots ascending),
+    one rounding to bf16."""
+    n = x.size(0)
+    want = sum_start((idx >= 0).any(1), HIDDEN)
+    if not n:
+        return want.to(torch.bfloat16)
+    prods = []
+    for k in range(K):
+        g = idx[:, k]
+        part = torch.stack([expert_out(x[t : t + 1], int(g[t]))[0] for t in range(n)])
+        prods.append(w[:, k : k + 1] * part.float())
+    if not pre_reduce:
+        for k in range(K):
+            want = torch.where((idx[:, k] >= 0)[:, None], want + prods[k], want)
+        return want.to(torch.bfloat16)
+    for d in range(world):
+        partial = torch.full((n, HIDDEN), -0.0)
+        hit = torch.zeros(n, dtype=torch.bool)
+        for k in range(K):
+            on_d = (idx[:, k] >= 0) & (idx[:, k] // EPR == d)
+            partial = torch.where(on_d[:, None], partial + prods[k], partial)
+            hit |= on_d
+        want = torch.where(hit[:, None], want + partial, want)
+    return want.to(torch.bfloat16)
+
+
+def run_standard_moe(op, base_seed, expect_pre=None):
     slots = op.max_num_tokens_to_recv_per_rank()
-    for it in range(max(2, iters // 4)):
+    pre = op.standard_moe_pre_reduce
+    if expect_pre is None:
+        expect_pre = K >= 2 * world  # the default rule
+    assert pre == expect_pre, f"standard_moe_pre_reduce {pre} at top-{K}, world {world}"
+    for it in range(max(3, iters // 4)):
         rk = ["random", "one_expert", "zero", "max"][it % 4]
         gen = torch.Generator().manual_seed(base_seed * 31 + it + 100 * rank)
         n = min(REF.num_tokens(rk, gen, it), slots)
         x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)
         idx = REF.routing(rk, n, gen, it)
-        px, pc, psrc, prange = op.dispatch_standard_moe(x.to(DEV), w.to(DEV), None, idx.to(DEV))
+        # Every third call without weights (1 each); ranks differ, so a rank that
+        # weights another's tokens by its own choice fails.
+        unweighted = (it + rank) % 3 == 2
+        if unweighted:
+            w = torch.ones(n, K)
+        elif it == 0 and n:
+            # A token whose sum tells the orders apart: products 1.25 * 2^30, 1.5,
+            # -1.25 * 2^30, 1.625 (experts 0 and 2 on rank 0, 4 and 5 on rank 1): over k
+            # ascending 1.625 (1.5 is lost beside 2^30), per rank 0 + 3.125.
+            idx[0] = torch.tensor([0, 4, 2, 5] + [-1] * (K - 4), dtype=idx.dtype)
+            w[0] = torch.tensor([1.25 * 2**30, 1.0, -(2.0**30), 1.0] + [0.0] * (K - 4))
+            x[0] = 1.0
+        px, pc, psrc, prange = op.dispatch_standard_moe(
+            x.to(DEV), None if unweighted else w.to(DEV), None, idx.to(DEV)
+        )
         counts = all_counts(n)
         ax, ai = gathered(x, n), gathered(idx, n, -1)
         what = f"standard moe it {it} ({rk})"
@@ -335,15 +392,10 @@ def run_standard_moe(op, base_seed):
                 ys[e, : len(rows[e])] = expert_out(src, rank * EPR + e)
         cout, cw = op.combine_standard_moe(ys.to(DEV), None, idx.to(DEV))
         assert cw is None
-        want = sum_start((idx >= 0).any(1), HIDDEN)
-        for k in range(K):
-            g = idx[:, k]
-            if n:
-                part = torch.stack([expert_out(x[t : t + 1], int(g[t]))[0] for t in range(n)])
-                want = torch.where((g >= 0)[:, None], want + w[:, k : k + 1] * part.float(), want)
-        assert torch.equal(
-            cpu(cout).view(torch.int16), want.to(torch.bfloat16).view(torch.int16)
-        ), f"{what}: combine"
+        want = standard_moe_want(x, w, idx, pre)
+        assert torch.equal(cpu(cout).view(torch.int16), want.view(torch.int16)), (
+            f"{what}: combine (pre_reduce={pre})"
+        )
 
 
 def run_convert(base_seed):
@@ -533,6 +585,25 @@ def run_errors():
     expect(mc.NotSupportedError, "needs kernel_type IntraNodeLL or AsyncLL",
            op.low_latency_dispatch, x, idx, M, E)  # fmt: skip
     op.close()
+    if K >= 2 * world:
+        # Ranks that decided the standard-MoE combine order differently (rank 0 one row
+        # per expert, the others per-rank partials) fail that combine on every rank,
+        # naming both wire formats; the op works after.
+        if rank == 0:
+            os.environ["MORI_EP_LL_PRE_REDUCE"] = "0"
+        try:
+            op = make_op(EpDispatchCombineKernelType.AsyncLL)
+        finally:
+            os.environ.pop("MORI_EP_LL_PRE_REDUCE", None)
+        px, _, _, _ = op.dispatch_standard_moe(x, w, None, idx)
+        mine, theirs = "expert-major bfloat16", "expert-major float32 per-rank partial"
+        if rank != 0:
+            mine, theirs = theirs, mine
+        other = 1 if rank == 0 else 0
+        expect(mc.InvalidArgumentError, f"rank {other} returns {theirs} rows, this rank {mine}",
+               op.combine_standard_moe, px.clone(), None, idx)  # fmt: skip
+        op.dispatch_standard_moe(x, w, None, idx)
+        op.close()
 
 
 def run_graph(base_seed):

@@ -107,6 +107,8 @@ class LowLatencyMixin:
         self._combine_out: dict[torch.dtype, torch.Tensor] = {}
         self._combine_out_weights = torch.empty((m, k), dtype=torch.float32, device=dev)
         self._zero_weights = torch.zeros((m, k), dtype=torch.float32, device=dev)
+        self._one_weights = torch.ones((m, k), dtype=torch.float32, device=dev)
+        self._ll_pre_reduce = bool(self._impl.pre_reduce)
         self._registered_inputs: dict[tuple[torch.dtype, int], torch.Tensor] = {}
         self.local_expert_count = torch.zeros(c.num_experts_per_rank, dtype=torch.int32, device=dev)
         # Expert-major outputs: two sets (DeepEP's "at most two results held"),
@@ -422,8 +424,18 @@ class LowLatencyMixin:
             return f"topk_idx must be [{n}, {k}], got shape {tuple(topk_idx.shape)}"
         return self._int64_ids_problem(topk_idx)
 
+    @property
+    def standard_moe_pre_reduce(self) -> bool:
+        """Whether :meth:`combine_standard_moe` pre-reduces per rank: each rank sums its
+        own experts' weighted rows of a token into one fp32 row before sending it back
+        (fewer bytes when a token has three or more experts on a rank). Decided at
+        construction: on when ``num_experts_per_token >= 2 * world_size``, unless the
+        environment sets ``MORI_EP_LL_PRE_REDUCE=0``; every rank must decide alike."""
+        self._ll_require("standard_moe_pre_reduce")
+        return self._ll_pre_reduce
+
     def _ll_expert_dispatch(self, x, topk_idx, weights, fp8, round_scale, ue8m0, src_stride,
-                            problem, dtypes, what, fuse):  # fmt: skip
+                            problem, dtypes, what, fuse, unit_weights=False):  # fmt: skip
         self._impl_or_raise()
         self._ll_check_order(what)
         if problem is None:
@@ -438,7 +450,10 @@ class LowLatencyMixin:
                 idx = idx.clamp(-(2**31), 2**31 - 1).to(torch.int32)
             idx = idx.contiguous()
             n = x.size(0)
-            w = self._zero_weights[:n] if weights is None else weights.contiguous()
+            if weights is None:  # what a pre-reduced combine weights by: 1 (or unused 0)
+                w = (self._one_weights if unit_weights else self._zero_weights)[:n]
+            else:
+                w = weights.contiguous()
             parity = self._ll_parity
             bufs = self._ll_bufs(parity, x.dtype, fp8, ue8m0)
         except (RuntimeError, TypeError, ValueError) as e:
@@ -503,6 +518,7 @@ class LowLatencyMixin:
             sets of outputs alternate: a result stays valid until the dispatch after next.
         """
         self._ll_require("low_latency_dispatch")
+        self._ll_stdmoe = None  # combine_standard_moe combines a dispatch_standard_moe only
         c = self.config
         problem = None
         if num_max_dispatch_tokens_per_rank != c.max_num_inp_token_per_rank:
@@ -561,7 +577,8 @@ class LowLatencyMixin:
             return LowLatencyEvent(ev)
         return LowLatencyEvent()
 
-    def _ll_expert_combine(self, x, topk_idx, topk_weights, handle, out, what, fuse):
+    def _ll_expert_combine(self, x, topk_idx, topk_weights, handle, out, what, fuse,
+                           pre_reduce=False):  # fmt: skip
         self._impl_or_raise()
         self._ll_check_order(what)
         c = self.config
@@ -645,7 +662,7 @@ class LowLatencyMixin:
                 x.data_ptr(), x.stride(1) * 2, src_info.data_ptr(), handle.src_info_stride,
                 layout_range.data_ptr(), handle.slot_k.data_ptr(), idx.data_ptr(),
                 w.data_ptr() if w is not None else 0, n, out.data_ptr(),
-                *self._ll_send_launch(fuse, -1, -1),
+                *self._ll_send_launch(fuse, -1, -1), pre_reduce=pre_reduce,
             )  # fmt: skip
         self._ll_pending_combine = dict(block_num=-1, warp_per_block=-1)
         return out
@@ -754,9 +771,11 @@ class LowLatencyMixin:
             problem = f"weights must be float32 [num_tokens, {c.num_experts_per_token}] or None, got {_describe(weights)}"
         elif scales is not None and (not isinstance(scales, torch.Tensor) or scales.numel()):
             problem = "dispatch_standard_moe carries no scales (pass None)"
+        self._ll_stdmoe = None
         bufs = self._ll_expert_dispatch(
             input, indices, weights, False, False, False, c.max_num_tokens_to_send, problem,
             (torch.bfloat16, torch.float16, torch.float32, _FP8), "dispatch_standard_moe", True,
+            unit_weights=True,
         )  # fmt: skip
         self._ll_dispatch_recv()
         n = input.size(0)
@@ -783,18 +802,23 @@ class LowLatencyMixin:
     ):
         """MORI's standard-MoE combine: ``input`` bf16 ``[E, W*M, hidden]`` in the layout
         of the last :meth:`dispatch_standard_moe`; returns ``(out [num_tokens, hidden]
-        bf16, None)`` with ``out[t] = sum over k (ascending) of w[t, k] * y[t, k]``, w the
-        weights given to that dispatch (1 where it had None), fp32, one rounding.
-        ``weights`` is accepted for MORI's signature; ``indices`` must be this rank's
-        ``[num_tokens, k]`` routing."""
+        bf16, None)`` with ``out[t]`` the sum of ``w[t, k] * y[t, k]`` over the token's
+        valid slots, w the weights given to that dispatch (1 where it had None), fp32
+        products and sums from -0.0, one rounding to bf16 (zeros for a token with no
+        expert). The order: with :attr:`standard_moe_pre_reduce`, per rank d ascending
+        the partial ``sum over d's slots k ascending`` (computed on d, sent as fp32),
+        else over k ascending. ``weights`` is accepted for MORI's signature;
+        ``indices`` must be this rank's ``[num_tokens, k]`` routing."""
         self._ll_require("combine_standard_moe")
         del weights, block_num, rdma_block_num, warp_per_block, call_reset
         s = self._ll_stdmoe
         if s is None:
             raise InvalidStateError("combine_standard_moe needs a dispatch_standard_moe first")
+        pre = self._ll_pre_reduce
         out = self._ll_expert_combine(
-            input, indices, s["weights"], s["handle"], None, "combine_standard_moe", True
-        )
+            input, indices, None if pre else s["weights"], s["handle"], None,
+            "combine_standard_moe", True, pre_reduce=pre,
+        )  # fmt: skip
         self._ll_combine_recv()
         self._ll_stdmoe = None
         return out, None
