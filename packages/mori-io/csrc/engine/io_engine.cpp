@@ -10,6 +10,7 @@
 
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "mori/core/macros.hpp"
 #include "mori/core/telemetry.hpp"
 #include "p2p/p2p_transport.hpp"
 #include "rdma/loopback_backend.hpp"
@@ -432,9 +433,7 @@ InboundStatuses::Stats IoEngine::inbound_stats() {
 }
 
 std::shared_ptr<TransferState> IoEngine::Finished(StatusDetail code, std::string message) {
-  auto s = std::make_shared<TransferState>();
-  s->Finish(code, std::move(message));
-  return s;
+  return std::make_shared<TransferState>(code, std::move(message));
 }
 
 std::shared_ptr<TransferState> IoEngine::RemoteBoundsError(const TransferRequest& req,
@@ -454,12 +453,8 @@ std::shared_ptr<TransferState> IoEngine::RemoteBoundsError(const TransferRequest
 std::shared_ptr<TransferState> IoEngine::BeginTransfer(const MemoryRegion& local, uint32_t parts,
                                                        bool long_spin, uint64_t* rid) {
   *rid = SubmissionLedger::kNoRecord;
+  if (auto refused = EnterLocal(local)) return refused;
   RegionUse* use = local.use.get();
-  if (use != nullptr && !use->Enter()) {
-    return Finished(
-        StatusDetail::ERR_NOT_FOUND,
-        StrCat("local memory ", local.id, " was deregistered from engine '", key_, "'"));
-  }
   uint64_t id = ledger_->Admit();
   if (id == SubmissionLedger::kNoRecord) {
     if (use != nullptr) use->Leave();
@@ -477,6 +472,13 @@ std::shared_ptr<TransferState> IoEngine::BeginTransfer(const MemoryRegion& local
   rec->parts_left.store(parts, std::memory_order_release);
   *rid = id;
   return state;
+}
+
+std::shared_ptr<TransferState> IoEngine::EnterLocal(const MemoryRegion& local) {
+  RegionUse* use = local.use.get();
+  if (use == nullptr || MORI_LIKELY(use->Enter())) return nullptr;
+  return Finished(StatusDetail::ERR_NOT_FOUND,
+                  StrCat("local memory ", local.id, " was deregistered from engine '", key_, "'"));
 }
 
 std::shared_ptr<TransferState> IoEngine::Transfer(Op op, uint64_t local_mem,

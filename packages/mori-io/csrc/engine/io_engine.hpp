@@ -209,6 +209,10 @@ class IoEngine {
   // returned state is already finished with the reason.
   std::shared_ptr<TransferState> BeginTransfer(const MemoryRegion& local, uint32_t parts,
                                                bool long_spin, uint64_t* rid);
+  // Enters the local region for a transfer finished on the submitting thread (no ledger
+  // record; the caller leaves the region before making its status): nullptr, or a
+  // finished ERR_NOT_FOUND when the region was deregistered.
+  std::shared_ptr<TransferState> EnterLocal(const MemoryRegion& local);
   // A finished ERR_OUT_OF_BOUNDS naming the first span past `limit` bytes of the target's
   // region, or nullptr when every span fits.
   static std::shared_ptr<TransferState> RemoteBoundsError(const TransferRequest& req,

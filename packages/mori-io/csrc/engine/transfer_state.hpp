@@ -75,6 +75,10 @@ class TransferState {
  public:
   TransferState() = default;
   explicit TransferState(StatusDetail detail) : code_(static_cast<uint32_t>(detail)) {}
+  // Already finished (a later Finish is ignored): for a transfer that ended before its
+  // status was made, so nobody can be waiting on it yet.
+  TransferState(StatusDetail detail, std::string message)
+      : code_(static_cast<uint32_t>(detail)), finishing_(true), message_(std::move(message)) {}
 
   StatusDetail Detail() const noexcept {
     return static_cast<StatusDetail>(code_.load(std::memory_order_acquire));

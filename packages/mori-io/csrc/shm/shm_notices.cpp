@@ -165,8 +165,9 @@ wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
   return wire::WireStatus::kOk;
 }
 
-std::shared_ptr<ShmMapping> ShmTransport::NoticeRingOf(Peer& peer) {
-  if (!engine_->options().notice_ring) return nullptr;
+const std::shared_ptr<ShmMapping>& ShmTransport::NoticeRingOf(Peer& peer) {
+  static const std::shared_ptr<ShmMapping> kNone;
+  if (!engine_->options().notice_ring) return kNone;
   PeerShm& s = StateOf(peer);
   // Every write asks: after the first, one acquire load and no lock.
   if (s.notice_state.load(std::memory_order_acquire) != 0) return s.notice_ring;
@@ -190,11 +191,11 @@ std::shared_ptr<ShmMapping> ShmTransport::NoticeRingOf(Peer& peer) {
     MORI_LOG_INFO(kIo, "engine '", engine_->key(), "': write announcements to ", LogSafe(peer.key),
                   " go over TCP (no notice ring: ", error.empty() ? "not granted" : error, ")");
     s.notice_state.store(-1, std::memory_order_release);
-    return nullptr;
+    return s.notice_ring;  // null
   }
-  s.notice_ring = m;
+  s.notice_ring = std::move(m);
   s.notice_state.store(1, std::memory_order_release);
-  return m;
+  return s.notice_ring;
 }
 
 int ShmTransport::NoticeRingState(const std::string& remote_key) {
@@ -206,7 +207,7 @@ int ShmTransport::NoticeRingState(const std::string& remote_key) {
 
 void ShmTransport::AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid,
                                  uint64_t mem_id, uint64_t bytes) {
-  std::shared_ptr<ShmMapping> ring = NoticeRingOf(peer);
+  const std::shared_ptr<ShmMapping>& ring = NoticeRingOf(peer);
   if (ring && NoticeRing::Push(ring->region, NoticeRecord{uid, mem_id, bytes})) return;
   wire::Header d = wire::MakeHeader(wire::MsgType::kP2pWriteDone, mem_id);
   d.num_parts = 1;

@@ -380,10 +380,10 @@ uint32_t UsableCpus() {
 }
 }  // namespace
 
-// One same-host transfer in flight, copied by one thread or, split into shares, by
-// several at once (the submitting thread and reactors): each share copies its spans and
-// completes one part of the transfer's ledger record; the share that finishes last
-// checks the target's liveness and announces a write before its part completes.
+// One same-host transfer in flight, split into shares copied at once by several threads
+// (the submitting thread and reactors): each share copies its spans and completes one
+// part of the transfer's ledger record; the share that finishes last checks the
+// target's liveness and announces a write before its part completes.
 struct ShmTransport::CopyJob {
   // The target's region, mapped here (memcpy) or granted (CMA); reset by the last share:
   // a revoke waiting for this copy may then be acknowledged.
@@ -391,20 +391,24 @@ struct ShmTransport::CopyJob {
   std::shared_ptr<CmaRemote> cma;
   std::shared_ptr<Peer> peer;
   std::shared_ptr<Conn> conn;  // for the announcement when the ring has no room
-  char* local_base = nullptr;
-  int pid = 0;  // the target's
+  CopyView view;               // of the above, while they are held
   uint64_t rid = 0;
   uint64_t uid = 0;
-  uint64_t remote_mem = 0;
   uint64_t bytes = 0;
-  bool write = false;
-  std::vector<CmaSpan> spans;  // split: the shares' spans, back to back
-  std::vector<size_t> begin;   // split: share i is spans[begin[i], begin[i + 1])
+  std::vector<CmaSpan> spans;  // the shares' spans, back to back
+  std::vector<size_t> begin;   // share i is spans[begin[i], begin[i + 1])
   std::atomic<uint32_t> shares_left{1};
   std::atomic<bool> failed{false};
-
-  bool TargetAlive() const { return map ? map->owner->Alive() : cma->owner->Alive(); }
 };
+
+ShmTransport::CopyView::CopyView(const TransferRequest& req, ShmMapping* m, CmaRemote* c)
+    : map(m),
+      cma(c),
+      peer(req.peer.get()),
+      local_base(reinterpret_cast<char*>(req.local.addr)),
+      pid(m ? m->owner->pid() : c->pid),
+      remote_mem(req.remote.mem_id),
+      write(req.op == Op::kWrite) {}
 
 void ShmTransport::ChannelStarting() {
   try {
@@ -435,66 +439,65 @@ std::string ShmTransport::PeerGone(Peer& peer, int pid, uint64_t mem_id, bool wr
   return StrCat(write ? "write" : "read", " failed: ", why, "; register it again to retry");
 }
 
-std::string ShmTransport::CopyLost(CopyJob& job) {
-  return PeerGone(*job.peer, job.pid, job.remote_mem, job.write);
+std::string ShmTransport::CopyLost(const CopyView& v) {
+  return PeerGone(*v.peer, v.pid, v.remote_mem, v.write);
 }
 
-void ShmTransport::CopyShare(CopyJob& job, const CmaSpan* spans, size_t n) {
-  StatusDetail code = StatusDetail::SUCCESS;
-  std::string error;
-  if (job.map) {
-    // Into or out of the target's pages mapped here; the mapping (held by the job)
+StatusDetail ShmTransport::CopySpans(const CopyView& v, const CmaSpan* spans, size_t n,
+                                     std::string* error) {
+  if (v.map) {
+    // Into or out of the target's pages mapped here; the mapping (held by the caller)
     // cannot be unmapped by a revoke meanwhile.
     MORI_SCOPED_TIMER(kIo, "io.shm.memcpy_share");
-    char* l = job.local_base;
-    char* r = job.map->region;
+    char* l = v.local_base;
+    char* r = v.map->region;
     for (size_t i = 0; i < n; ++i) {
-      if (job.write) {
+      if (v.write) {
         std::memcpy(r + spans[i].remote_offset, l + spans[i].local_offset, spans[i].size);
       } else {
         std::memcpy(l + spans[i].local_offset, r + spans[i].remote_offset, spans[i].size);
       }
     }
-  } else {
-    int err;
-    {
-      MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
-      err = CmaCopySpans(job.pid, job.write, job.local_base, job.cma->addr, spans, n);
-    }
-    if (err == ESRCH) {
-      code = StatusDetail::ERR_PEER_LOST;
-      error = CopyLost(job);
-    } else if (err != 0) {
-      code = StatusDetail::ERR_TRANSPORT;
-      error = StrCat(job.write ? "process_vm_writev" : "process_vm_readv", " of ", n,
-                     " span(s) with pid ", job.pid, " (remote engine ", LogSafe(job.peer->key),
-                     ", memory ", job.remote_mem, ") failed: ", ErrnoText(err));
-      if (err == EPERM) {
-        // Allowed at connect, refused now: later transfers of this pair go over TCP.
-        StateOf(*job.peer).refused.store(true, std::memory_order_release);
-        MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", error,
-                      "; transfers to it fall back to TCP");
-      }
-    }
+    return StatusDetail::SUCCESS;
   }
+  int err;
+  {
+    MORI_SCOPED_TIMER(kIo, "io.shm.cma_copy");
+    err = CmaCopySpans(v.pid, v.write, v.local_base, v.cma->addr, spans, n);
+  }
+  if (MORI_LIKELY(err == 0)) return StatusDetail::SUCCESS;
+  if (err == ESRCH) {
+    *error = CopyLost(v);
+    return StatusDetail::ERR_PEER_LOST;
+  }
+  *error = StrCat(v.write ? "process_vm_writev" : "process_vm_readv", " of ", n,
+                  " span(s) with pid ", v.pid, " (remote engine ", LogSafe(v.peer->key),
+                  ", memory ", v.remote_mem, ") failed: ", ErrnoText(err));
+  if (err == EPERM) {
+    // Allowed at connect, refused now: later transfers of this pair go over TCP.
+    StateOf(*v.peer).refused.store(true, std::memory_order_release);
+    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': ", *error,
+                  "; transfers to it fall back to TCP");
+  }
+  return StatusDetail::ERR_TRANSPORT;
+}
+
+void ShmTransport::CopyShare(CopyJob& job, const CmaSpan* spans, size_t n) {
+  std::string error;
+  StatusDetail code = CopySpans(job.view, spans, n, &error);
   if (code != StatusDetail::SUCCESS) job.failed.store(true, std::memory_order_release);
   // The other shares' copies happen before this decrement's acquire, so the last share's
   // liveness check below comes after every byte of the transfer was in place.
   if (job.shares_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // As in CopyNow: success only if the target still ran after the last byte.
     if (!job.failed.load(std::memory_order_acquire)) {
-      // A mapped copy "succeeds" even into a dead target (our mapping keeps its pages),
-      // and its TCP connections report the death only later; a CMA grant names a pid
-      // that a later process may get. Success only if the target's engine still ran
-      // after the bytes were in place (written) or taken (read): the check loads its
-      // liveness word after the copies (no syscall). A target that dies after it is one
-      // that died after receiving the write (as after a TCP write's acknowledgement).
-      if (MORI_UNLIKELY(!job.TargetAlive())) {
+      if (MORI_UNLIKELY(!job.view.TargetAlive())) {
         code = StatusDetail::ERR_PEER_LOST;
-        error = CopyLost(job);
-      } else if (job.write) {  // announced before the status completes, as for P2P
+        error = CopyLost(job.view);
+      } else if (job.view.write) {  // announced before the status completes, as for P2P
         job.map.reset();
         job.cma.reset();
-        AnnounceWrite(*job.peer, job.conn, job.uid, job.remote_mem, job.bytes);
+        AnnounceWrite(*job.peer, job.conn, job.uid, job.view.remote_mem, job.bytes);
       }
     }
     job.map.reset();  // a revoke waiting for this copy may be acknowledged now
@@ -513,20 +516,17 @@ std::shared_ptr<TransferState> ShmTransport::SubmitInShares(const TransferReques
   uint64_t rid = SubmissionLedger::kNoRecord;
   std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, parts, false, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
-  job->write = req.op == Op::kWrite;
   job->peer = req.peer;
   job->rid = rid;
   job->uid = req.uid;
-  job->remote_mem = req.remote.mem_id;
   job->bytes = bytes;
-  job->local_base = reinterpret_cast<char*>(req.local.addr);
-  if (job->write) job->conn = req.peer->NextConn(*req.conns);
-  job->pid = map ? map->owner->pid() : cma->pid;
   job->map = std::move(map);
   job->cma = std::move(cma);
+  const CopyView& v = job->view = CopyView(req, job->map.get(), job->cma.get());
+  if (v.write) job->conn = req.peer->NextConn(*req.conns);
   // Copy only while the target's engine is known to run (one load), as for one share.
-  if (MORI_UNLIKELY(!job->TargetAlive())) {
-    const std::string error = CopyLost(*job);
+  if (MORI_UNLIKELY(!v.TargetAlive())) {
+    const std::string error = CopyLost(v);
     job->map.reset();
     job->cma.reset();
     for (uint32_t p = 0; p < parts; ++p) {
@@ -547,6 +547,46 @@ std::shared_ptr<TransferState> ShmTransport::SubmitInShares(const TransferReques
   return state;
 }
 
+std::shared_ptr<TransferState> ShmTransport::CopyNow(const TransferRequest& req,
+                                                     std::shared_ptr<ShmMapping> map,
+                                                     std::shared_ptr<CmaRemote> cma,
+                                                     uint64_t bytes) {
+  if (auto refused = engine_->EnterLocal(req.local)) return refused;
+  const CopyView v(req, map.get(), cma.get());
+  std::string error;
+  StatusDetail code = StatusDetail::SUCCESS;
+  // A CMA grant names a pid, and a pid is reused once its process is gone: copy only
+  // while the target's engine is known to run (one load), so a cached grant never
+  // reaches a later process that got the same pid. (What remains is the time from this
+  // load to the syscall: the pid would have to be freed and handed to a new process
+  // within it, as between a per-transfer grant's arrival and its copy before.) A mapping
+  // reaches only the target's pages: it is checked after the copy alone.
+  if (MORI_UNLIKELY(cma && !v.TargetAlive())) {
+    code = StatusDetail::ERR_PEER_LOST;
+    error = CopyLost(v);
+  } else {
+    code = CopySpans(v, reinterpret_cast<const CmaSpan*>(req.spans), req.n, &error);
+  }
+  // A mapped copy "succeeds" even into a dead target (our mapping keeps its pages), and
+  // its TCP connections report the death only later; a CMA grant names a pid that a
+  // later process may get. Success only if the target's engine still ran after the bytes
+  // were in place (written) or taken (read): its liveness word is loaded after the copy
+  // (no syscall). A target that dies after that is one that died after receiving the
+  // write (as after a TCP write's acknowledgement).
+  if (code == StatusDetail::SUCCESS && MORI_UNLIKELY(!v.TargetAlive())) {
+    code = StatusDetail::ERR_PEER_LOST;
+    error = CopyLost(v);
+  }
+  map.reset();  // a revoke waiting for this copy may be acknowledged now
+  cma.reset();
+  if (code == StatusDetail::SUCCESS && v.write) {  // announced before the status exists
+    AnnounceWrite(*req.peer, req.peer->NextConn(*req.conns), req.uid, req.remote.mem_id, bytes);
+  }
+  // Left before the status is final: a caller that saw it may deregister its memory.
+  if (RegionUse* use = req.local.use.get()) use->Leave();
+  return IoEngine::Finished(code, std::move(error));
+}
+
 std::shared_ptr<TransferState> ShmTransport::SubmitCma(const TransferRequest& req,
                                                        std::shared_ptr<CmaRemote> remote) {
   MORI_SCOPED_TIMER(kIo, "io.shm.cma_direct");
@@ -555,81 +595,25 @@ std::shared_ptr<TransferState> ShmTransport::SubmitCma(const TransferRequest& re
   if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
   uint64_t bytes = 0;
   for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
-  const bool write = req.op == Op::kWrite;
-  if (write) NoticeRingOf(*req.peer);  // asked before the copy, as the announcement needs it
+  // Asked before the copy, as the announcement needs it.
+  if (req.op == Op::kWrite) NoticeRingOf(*req.peer);
   if (const uint32_t shares = SharesFor(bytes); shares > 1) {
     return SubmitInShares(req, nullptr, std::move(remote), bytes, shares);
   }
-  uint64_t rid = SubmissionLedger::kNoRecord;
-  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, false, &rid);
-  if (rid == SubmissionLedger::kNoRecord) return state;
-  CopyJob job;  // one share, on this thread
-  job.write = write;
-  job.peer = req.peer;
-  job.rid = rid;
-  job.uid = req.uid;
-  job.remote_mem = req.remote.mem_id;
-  job.bytes = bytes;
-  job.local_base = reinterpret_cast<char*>(req.local.addr);
-  if (write) job.conn = req.peer->NextConn(*req.conns);
-  job.pid = remote->pid;
-  job.cma = std::move(remote);
-  // The grant names a pid, and a pid is reused once its process is gone: copy only while
-  // the target's engine is known to run (one load), so a cached grant never reaches a
-  // later process that got the same pid. (What remains is the time from this load to the
-  // syscall: the pid would have to be freed and handed to a new process within it, as
-  // between a per-transfer grant's arrival and its copy before.)
-  if (MORI_UNLIKELY(!job.cma->owner->Alive())) {
-    engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, CopyLost(job));
-    return state;
-  }
-  CopyShare(job, reinterpret_cast<const CmaSpan*>(req.spans), req.n);
-  return state;
+  return CopyNow(req, nullptr, std::move(remote), bytes);
 }
 
 std::shared_ptr<TransferState> ShmTransport::SubmitMapped(const TransferRequest& req,
                                                           std::shared_ptr<ShmMapping> remote) {
   MORI_SCOPED_TIMER(kIo, "io.shm.memcpy");
   if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
-  const bool write = req.op == Op::kWrite;
-  if (write) NoticeRingOf(*req.peer);
+  if (req.op == Op::kWrite) NoticeRingOf(*req.peer);
   uint64_t bytes = 0;
   for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
   if (const uint32_t shares = SharesFor(bytes); shares > 1) {
     return SubmitInShares(req, std::move(remote), nullptr, bytes, shares);
   }
-  uint64_t rid = SubmissionLedger::kNoRecord;
-  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, false, &rid);
-  if (rid == SubmissionLedger::kNoRecord) return state;
-  // One copy, on this thread, into or out of the target's pages mapped here; the
-  // mapping (held by `remote`) cannot be unmapped by a revoke meanwhile.
-  char* l = reinterpret_cast<char*>(req.local.addr);
-  for (size_t i = 0; i < req.n; ++i) {
-    const TransferSpan& s = req.spans[i];
-    if (write) {
-      std::memcpy(remote->region + s.remote_offset, l + s.local_offset, s.size);
-    } else {
-      std::memcpy(l + s.local_offset, remote->region + s.remote_offset, s.size);
-    }
-  }
-  // The copy "succeeds" even into a dead target (our mapping keeps its pages), and its
-  // TCP connections report the death only later: a copy that ends after the target
-  // exited fails, and so does every later transfer. Alive() orders the copy before its
-  // load of the target's liveness word (no syscall), so success means the bytes were in
-  // place while the target's engine still ran; a target that dies after that check is
-  // one that died after receiving the write (as after a TCP write's acknowledgement).
-  if (MORI_UNLIKELY(!remote->owner->Alive())) {
-    const std::string error = PeerGone(*req.peer, remote->owner->pid(), req.remote.mem_id, write);
-    remote.reset();
-    engine_->CompletePart(rid, StatusDetail::ERR_PEER_LOST, error);
-    return state;
-  }
-  remote.reset();
-  if (write) {  // announced before the status completes, as for P2P
-    AnnounceWrite(*req.peer, req.peer->NextConn(*req.conns), req.uid, req.remote.mem_id, bytes);
-  }
-  engine_->CompletePart(rid, StatusDetail::SUCCESS, {});
-  return state;
+  return CopyNow(req, std::move(remote), nullptr, bytes);
 }
 
 void ShmTransport::RegisterInitiatorHandlers() {

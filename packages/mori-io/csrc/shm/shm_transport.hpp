@@ -62,8 +62,9 @@ class ShmTransport : public Transport {
   // the transfer itself already succeeded.
   void AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
                      uint64_t bytes);
-  // The ring `peer` granted for our announcements, asked for once; nullptr: over TCP.
-  std::shared_ptr<ShmMapping> NoticeRingOf(Peer& peer);
+  // The ring `peer` granted for our announcements, asked for once; null: over TCP. The
+  // reference stays valid while `peer` lives (decided once, never replaced).
+  const std::shared_ptr<ShmMapping>& NoticeRingOf(Peer& peer);
 
   // Test hooks. Remote host region `mem_id` of `remote_key`: -1 not asked yet, 0 not
   // shareable (CMA), 1 mapped here (memcpy).
@@ -115,6 +116,20 @@ class ShmTransport : public Transport {
     std::atomic<int> notice_state{0};
   };
   struct CopyJob;
+  // What one copy of a same-host transfer reads, owning nothing: whoever builds it keeps
+  // the mapping or grant, the peer and the local region alive while the copy runs.
+  struct CopyView {
+    CopyView() = default;
+    CopyView(const TransferRequest& req, ShmMapping* m, CmaRemote* c);
+    ShmMapping* map = nullptr;  // the target's region mapped here (memcpy), or
+    CmaRemote* cma = nullptr;   // its CMA grant
+    Peer* peer = nullptr;
+    char* local_base = nullptr;
+    int pid = 0;  // the target's
+    uint64_t remote_mem = 0;
+    bool write = false;
+    bool TargetAlive() const { return map ? map->owner->Alive() : cma->owner->Alive(); }
+  };
   PeerShm& StateOf(Peer& peer);
   // Initiator side (shm_transport.cpp).
   // The CMA probe on `conn` (not served yet); "" or why it failed.
@@ -140,7 +155,15 @@ class ShmTransport : public Transport {
                                                 std::shared_ptr<CmaRemote> cma, uint64_t bytes,
                                                 uint32_t shares);
   void CopyShare(CopyJob& job, const CmaSpan* spans, size_t n);
-  std::string CopyLost(CopyJob& job);
+  // Copies `spans` (memcpy or CMA); SUCCESS, or the failure with *error set.
+  StatusDetail CopySpans(const CopyView& v, const CmaSpan* spans, size_t n, std::string* error);
+  // A transfer of one share: copied on this thread before the call returns, so it takes
+  // no ledger record (no other thread completes it) and its status is made final.
+  // `map` or `cma` is the target's region, released before a write is announced.
+  std::shared_ptr<TransferState> CopyNow(const TransferRequest& req,
+                                         std::shared_ptr<ShmMapping> map,
+                                         std::shared_ptr<CmaRemote> cma, uint64_t bytes);
+  std::string CopyLost(const CopyView& v);
   std::string PeerGone(Peer& peer, int pid, uint64_t mem_id, bool write);
   // The initiator's half of a per-part grant (MORI_IO_CMA_CACHE=0).
   bool OnGrant(Reactor& r, Conn& c, const Pending& p);
