@@ -44,7 +44,7 @@ def test_bench_smoke(tmp_path):
         "--hidden-dim",
         "256",
         "--num-experts-per-token",
-        "2",
+        "4",  # = 2 x world: standard-moe pre-reduces per rank, standard-moe-rows does not
         "--num-experts-per-rank",
         "4",
         "--dtype",
@@ -61,7 +61,9 @@ def test_bench_smoke(tmp_path):
         str(out),
         "--kernel-type",
         # On a GPU the low-latency kernels' bench run is test_low_latency_gpu.py's.
-        "IntraNode,IntraNodeLL,AsyncLL,standard-moe,deepep-ll" if device == "cpu" else "IntraNode",
+        "IntraNode,IntraNodeLL,AsyncLL,standard-moe,standard-moe-rows,deepep-ll"
+        if device == "cpu"
+        else "IntraNode",
     ] + (["--overlap"] if device == "cpu" else [])
     # The ranks directly (what `python -m mori.ep.bench` spawns), saving a torch import.
     stdout = launch_local(cmd, 2, timeout_s=90, env=NO_MULTICAST_ENV)[0].output
@@ -97,6 +99,20 @@ def test_bench_smoke(tmp_path):
                     for impl in ("mori standard-moe", "mori deepep-ll")
                 }
                 assert pairs["mori standard-moe"] == pairs["mori deepep-ll"], pairs
+                # What combine sends back: one bf16 row per (token, expert), or with the
+                # per-rank pre-reduction one fp32 row per received token, never more at
+                # top-k = 2 x world (a token's n >= 2 rows on a rank become one).
+                sent = {
+                    impl: {r["rank"]: r for r in case if r["impl"] == impl}
+                    for impl in ("mori standard-moe", "mori standard-moe-rows")
+                }
+                for rank in (0, 1):
+                    part, rows = sent["mori standard-moe"][rank], sent["mori standard-moe-rows"][rank]
+                    assert part["pre_reduce"] and not rows["pre_reduce"]
+                    assert rows["combine_wire_bytes"] == rows["recv_rows"] * 256 * 2
+                    assert part["combine_wire_bytes"] % (256 * 4) == 0
+                    assert part["combine_wire_bytes"] <= rows["combine_wire_bytes"]
+                    assert (part["combine_wire_bytes"] > 0) == (tokens > 0)
                 overlap = [
                     r for r in data["meta"]["overlap"]
                     if r["tokens"] == tokens and r["dtype"] == dtype

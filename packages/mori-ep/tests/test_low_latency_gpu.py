@@ -59,7 +59,7 @@ def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):
         "--max-tokens", "128", "--tokens", "1,128", "--hidden-dim", "7168",
         "--num-experts-per-token", "8", "--num-experts-per-rank", "8", "--dtype", "bf16,fp8",
         "--block-num", "24", "--iters", "3", "--reps", "3", "--no-baseline", "--json", str(out),
-        "--kernel-type", "IntraNode,IntraNodeLL,AsyncLL,deepep-ll",
+        "--kernel-type", "IntraNode,IntraNodeLL,AsyncLL,deepep-ll,standard-moe,standard-moe-rows",
     ]  # fmt: skip
     stdout = launch_local(cmd, world, timeout_s=240, env=dict(NO_MULTICAST_ENV))[0].output
     print(stdout[-6000:])
@@ -67,3 +67,13 @@ def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):
     recs = json.loads(out.read_text())["records"]
     impls = {r["impl"] for r in recs}
     assert {"mori", "mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll"} <= impls
+    # top-8 on 2 ranks: standard-moe's combine sends per-rank fp32 partials, fewer
+    # bytes than the bf16 expert rows of standard-moe-rows.
+    for n in (1, 128):
+        for dt in ("bf16", "fp8"):
+            for rank in range(world):
+                sel = {r["impl"]: r for r in recs
+                       if r["tokens"] == n and r["dtype"] == dt and r["rank"] == rank}  # fmt: skip
+                part, rows = sel["mori standard-moe"], sel["mori standard-moe-rows"]
+                assert part["pre_reduce"] and not rows["pre_reduce"]
+                assert part["combine_wire_bytes"] < rows["combine_wire_bytes"] or n == 1, sel

@@ -430,6 +430,92 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
 }
 
 // -------------------------------------------------------------- combine send
+// Pre-reduced expert-major combine send (low_latency_protocol.hpp). Not inlined: its
+// 8-column accumulators would otherwise raise the register pressure of every phase.
+__device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct_off) {
+  const Ctx c{p};
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k, E = p.experts_per_rank, me = p.me;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  LlDeviceState* st = c.State();
+  // Per received token of the last dispatch (its half and counts: no peer rewrites
+  // them before this pe's next dispatch), the sum over its local slots k ascending
+  // of w * y from -0.0, one fp32 row to the source's slot [t][me].
+  const uint64_t dcall = st->dispatch_calls;
+  const size_t dh = dcall & 1;
+  const int64_t P = p.recv_slots, hidden = p.hidden_dim, stride = a.input_row_stride / 2;
+  const uint64_t* dflags =
+      reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + dh * W;
+  __shared__ int64_t base[kMaxCudaWorldSize + 1];
+  if (threadIdx.x == 0) {
+    base[0] = 0;
+    for (int s = 0; s < W; ++s) base[s + 1] = base[s] + static_cast<int64_t>(CountOf(dflags[s]));
+  }
+  __syncthreads();
+  const float* weights = reinterpret_cast<const float*>(
+      c.Local(p.layout.disp_weights + dh * p.layout.half_weights));
+  const int32_t* indices = reinterpret_cast<const int32_t*>(
+      c.Local(p.layout.disp_indices + dh * p.layout.half_indices));
+  const int32_t* src =
+      reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_src + dh * p.layout.half_src));
+  const int32_t* disp_pos = reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_pos));
+  const uint16_t* y = reinterpret_cast<const uint16_t*>(a.input);
+  const int32_t lo = me * E;
+  const int64_t Hp = hidden * 4;
+  // Items are (received token, 256 columns): a lane sums 8 columns over the token's
+  // local slots (16-byte loads where rows allow, independent across k so several are
+  // in flight) and stores 32 bytes of the fp32 partial into the source.
+  const int64_t chunks = (hidden + 255) / 256;
+  const bool vec = hidden % 8 == 0 && stride % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  for (int64_t item = gwarp; item < base[W] * chunks; item += nwarps) {
+    const int64_t tok = item / chunks, h0 = (item % chunks) * 256 + lane * 8;
+    int s = 0;
+    while (tok >= base[s + 1]) ++s;
+    const int64_t slot = s * P + (tok - base[s]);
+    // Lane k < K holds slot k's packed row (or -1 when its expert is not here) and weight.
+    int32_t row = -1;
+    float w = 0.0f;
+    if (lane < K) {
+      const int32_t g = indices[slot * K + lane];
+      if (g >= lo && g < lo + E) {
+        row = disp_pos[slot * K + lane];
+        w = weights[slot * K + lane];
+      }
+    }
+    float acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = kSumStart;
+#pragma unroll 4
+    for (int k = 0; k < K; ++k) {
+      const int32_t rk = __shfl_sync(kFull, row, k);
+      const float wk = __shfl_sync(kFull, w, k);
+      if (rk < 0 || h0 >= hidden) continue;
+      const uint16_t* yr = y + static_cast<int64_t>(rk) * stride + h0;
+      uint16_t v[8];
+      if (vec) {
+        *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(yr);
+      } else {
+        for (int i = 0; i < 8; ++i) v[i] = h0 + i < hidden ? yr[i] : 0;
+      }
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, Bf16BitsToFloat(v[i])));
+    }
+    if (h0 >= hidden) continue;
+    float* dst = reinterpret_cast<float*>(c.Peer(ct_off, s) + (src[slot] * W + me) * Hp) + h0;
+    if (vec) {
+      reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    } else {
+      for (int i = 0; i < 8 && h0 + i < hidden; ++i) dst[i] = acc[i];
+    }
+  }
+}
+
+// kPartials: the pre-reduced expert-major combine (LlCombineArgs::pre_reduce), a kernel
+// of its own so that its accumulators do not raise the other phases' register use.
+template <bool kPartials>
 __device__ void CombineSend(const LlParams& p, uint64_t call) {
   const Ctx c{p};
   const LlCombineArgs& a = p.c;
@@ -468,57 +554,8 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
         reinterpret_cast<float*>(c.Peer(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
       }
     }
-  } else if (a.pre_reduce) {
-    // Per received token of the last dispatch (its half and counts: no peer rewrites
-    // them before this pe's next dispatch), the sum over its local slots k ascending
-    // of w * y from -0.0, one fp32 row to the source's slot [t][me].
-    const uint64_t dcall = st->dispatch_calls;
-    const size_t dh = dcall & 1;
-    const int64_t P = p.recv_slots, hidden = p.hidden_dim, stride = a.input_row_stride / 2;
-    const uint64_t* dflags =
-        reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + dh * W;
-    __shared__ int64_t base[kMaxCudaWorldSize + 1];
-    if (threadIdx.x == 0) {
-      base[0] = 0;
-      for (int s = 0; s < W; ++s) base[s + 1] = base[s] + static_cast<int64_t>(CountOf(dflags[s]));
-    }
-    __syncthreads();
-    const float* weights = reinterpret_cast<const float*>(
-        c.Local(p.layout.disp_weights + dh * p.layout.half_weights));
-    const int32_t* indices = reinterpret_cast<const int32_t*>(
-        c.Local(p.layout.disp_indices + dh * p.layout.half_indices));
-    const int32_t* src =
-        reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_src + dh * p.layout.half_src));
-    const int32_t* disp_pos = reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_pos));
-    const uint16_t* y = reinterpret_cast<const uint16_t*>(a.input);
-    const int32_t lo = me * E;
-    const int64_t Hp = hidden * 4;
-    for (int64_t item = gwarp; item < base[W]; item += nwarps) {
-      int s = 0;
-      while (item >= base[s + 1]) ++s;
-      const int64_t slot = s * P + (item - base[s]);
-      // Lane k < K holds slot k's row (or -1 when not local) and weight.
-      int64_t row = -1;
-      float w = 0.0f;
-      if (lane < K) {
-        const int32_t g = indices[slot * K + lane];
-        if (g >= lo && g < lo + E) {
-          row = disp_pos[slot * K + lane];
-          w = weights[slot * K + lane];
-        }
-      }
-      float* dst = reinterpret_cast<float*>(c.Peer(ct_off, s) + (src[slot] * W + me) * Hp);
-      for (int64_t h = lane; h < hidden; h += 32) {
-        float acc = kSumStart;
-        for (int k = 0; k < K; ++k) {
-          const int64_t rk = __shfl_sync(kFull, row, k);
-          const float wk = __shfl_sync(kFull, w, k);
-          if (rk < 0) continue;
-          acc = __fadd_rn(acc, __fmul_rn(wk, Bf16BitsToFloat(y[rk * stride + h])));
-        }
-        dst[h] = acc;
-      }
-    }
+  } else if constexpr (kPartials) {
+    CombineSendPartials(p, ct_off);
   } else {
     for (int64_t item = gwarp; item < static_cast<int64_t>(E) * WM; item += nwarps) {
       const int e = static_cast<int>(item / WM);
@@ -562,6 +599,7 @@ __device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, Combin
 }
 
 // ----------------------------------------------------------- combine receive
+template <bool kPartials>
 __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   const Ctx c{p};
   const LlCombineArgs& a = p.c;
@@ -618,20 +656,32 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     }
     return;
   }
-  if (a.pre_reduce) {
-    // The partials of the pes each token went to, ascending pe (low_latency_cpu.cpp).
+  if constexpr (kPartials) {
+    // The partials of the pes each token went to, ascending pe (low_latency_cpu.cpp);
+    // items are (token, 128 columns), 4 per lane (16-byte loads where rows allow).
     const int64_t Hp = hidden * 4;
-    for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
+    const int64_t chunks = (hidden + 127) / 128;
+    const bool vec = hidden % 4 == 0;
+    uint16_t* out = static_cast<uint16_t*>(a.out);
+    for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
+      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      if (h0 >= hidden) continue;
       bool any = false;
       for (int d = 0; d < W; ++d) any |= token_ranks[t * W + d] != 0;
-      for (int64_t h = lane; h < hidden; h += 32) {
-        float acc = any ? kSumStart : 0.0f;
-        for (int d = 0; d < W; ++d) {
-          if (!token_ranks[t * W + d]) continue;
-          acc = __fadd_rn(acc, reinterpret_cast<const float*>(comb + (t * W + d) * Hp)[h]);
+      float acc[4];
+      for (int i = 0; i < 4; ++i) acc[i] = any ? kSumStart : 0.0f;
+      for (int d = 0; d < W; ++d) {
+        if (!token_ranks[t * W + d]) continue;
+        const float* part = reinterpret_cast<const float*>(comb + (t * W + d) * Hp) + h0;
+        float v[4];
+        if (vec) {
+          *reinterpret_cast<float4*>(v) = *reinterpret_cast<const float4*>(part);
+        } else {
+          for (int i = 0; i < 4; ++i) v[i] = h0 + i < hidden ? part[i] : 0.0f;
         }
-        static_cast<uint16_t*>(a.out)[t * hidden + h] = FloatToBf16Bits(acc);
+        for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], v[i]);
       }
+      for (int i = 0; i < 4 && h0 + i < hidden; ++i) out[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
     }
     return;
   }
@@ -672,6 +722,7 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   }
 }
 
+template <bool kPartials>
 __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
     LowLatencyKernel(const __grid_constant__ LlParams p) {
   extern __shared__ uint32_t masks[];
@@ -686,19 +737,23 @@ __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
   __syncthreads();
   if (p.phases & kLlDispatchSend) DispatchSend(p, dcall, masks);
   if (p.phases & kLlDispatchRecv) DispatchRecv(p, dcall);
-  if (p.phases & kLlCombineSend) CombineSend(p, ccall);
-  if (p.phases & kLlCombineRecv) CombineRecv(p, ccall);
+  if (p.phases & kLlCombineSend) CombineSend<kPartials>(p, ccall);
+  if (p.phases & kLlCombineRecv) CombineRecv<kPartials>(p, ccall);
 }
 
 }  // namespace
 
 void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stream) {
   const size_t smem = (p.phases & kLlDispatchSend) ? static_cast<size_t>(p.max_tokens) * 4 : 0;
+  const bool partials =
+      p.c.pre_reduce && (p.phases & (kLlCombineSend | kLlCombineRecv)) != 0 &&
+      (p.phases & (kLlDispatchSend | kLlDispatchRecv | kLlRejectDispatch | kLlRejectCombine)) == 0;
+  auto kernel = partials ? LowLatencyKernel<true> : LowLatencyKernel<false>;
   if (smem > 48 * 1024) {
-    MORI_CUDA_CHECK(cudaFuncSetAttribute(
-        LowLatencyKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    MORI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
   }
-  LowLatencyKernel<<<blocks, threads, smem, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  kernel<<<blocks, threads, smem, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 

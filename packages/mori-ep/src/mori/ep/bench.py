@@ -70,9 +70,15 @@ def _str_list(text: str) -> list[str]:
     return vals
 
 
-KERNEL_TYPES = ("IntraNode", "IntraNodeLL", "AsyncLL", "standard-moe", "deepep-ll")
+KERNEL_TYPES = (
+    "IntraNode", "IntraNodeLL", "AsyncLL", "standard-moe", "standard-moe-rows", "deepep-ll",
+)  # fmt: skip
 # The expert-major entry points run on an op of this kernel type.
-_OP_KERNEL_TYPE = {"standard-moe": "IntraNodeLL", "deepep-ll": "IntraNodeLL"}
+_OP_KERNEL_TYPE = {
+    "standard-moe": "IntraNodeLL", "standard-moe-rows": "IntraNodeLL", "deepep-ll": "IntraNodeLL",
+}  # fmt: skip
+# Environment set while the op of a kernel type is constructed.
+_OP_ENV = {"standard-moe-rows": {"MORI_EP_LL_PRE_REDUCE": "0"}}
 
 
 def _kernel_list(text: str) -> list[str]:
@@ -140,7 +146,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--kernel-type", type=_kernel_list, default=["IntraNode"],
         help="comma-separated: IntraNode, IntraNodeLL, AsyncLL (MORI's token-major calls; "
         "AsyncLL as send + recv), standard-moe (MORI's dispatch_standard_moe / "
-        "combine_standard_moe on an IntraNodeLL op), deepep-ll (low_latency_dispatch/combine "
+        "combine_standard_moe on an IntraNodeLL op, per-rank partials where the op decides "
+        "so), standard-moe-rows (the same with one row per (token, expert) sent back: "
+        "MORI_EP_LL_PRE_REDUCE=0), deepep-ll (low_latency_dispatch/combine "
         "on an IntraNodeLL op; fp8 = the cast inside dispatch)",
     )  # fmt: skip
     p.add_argument(
@@ -398,7 +406,16 @@ def worker(args: argparse.Namespace) -> None:
             data_type=fp8 if dt == "fp8" else torch.bfloat16,
             kernel_type=EpDispatchCombineKernelType[_OP_KERNEL_TYPE.get(kt, kt)],
         )
-        ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+        saved = {v: os.environ.get(v) for v in _OP_ENV.get(kt, {})}
+        os.environ.update(_OP_ENV.get(kt, {}))
+        try:
+            ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+        finally:
+            for v, old in saved.items():
+                if old is None:
+                    os.environ.pop(v, None)
+                else:
+                    os.environ[v] = old
 
     peer_copy_gbps = None
     if cuda and world > 1:
@@ -454,8 +471,8 @@ def worker(args: argparse.Namespace) -> None:
                 if kt == "deepep-ll":
                     bf = x32.to(torch.bfloat16).to(device)
                     records += _measure_deepep(args, ctx, ops[kt, dt], case, bf)
-                elif kt == "standard-moe":
-                    records += _measure_standard_moe(args, ctx, ops[kt, dt], case)
+                elif kt in ("standard-moe", "standard-moe-rows"):
+                    records += _measure_standard_moe(args, ctx, ops[kt, dt], case, kt)
                 else:
                     records += _measure(args, ctx, ops[kt, dt], case, kt, baseline=i == 0)
                 if kt == "AsyncLL" and args.overlap:
@@ -567,11 +584,28 @@ def _expert_major_volume(ctx, pairs, local, row_bytes) -> dict:
     }
 
 
-def _measure_standard_moe(args, ctx, op, case: _Case) -> list[dict]:
+def _received_tokens(ctx, idx) -> tuple[int, int]:
+    """Tokens this rank receives in a dispatch (one per (source token, this rank) with
+    an expert here), and how many of them come from other ranks."""
+    import torch
+    import torch.distributed as dist
+
+    ranks = idx.to(torch.int64).cpu() // ctx.epr
+    valid = idx.cpu() >= 0
+    to = [int(((ranks == d) & valid).any(1).sum()) for d in range(ctx.world)]
+    every = [None] * ctx.world
+    dist.all_gather_object(every, to)
+    total = sum(every[s][ctx.rank] for s in range(ctx.world))
+    return total, total - every[ctx.rank][ctx.rank]
+
+
+def _measure_standard_moe(args, ctx, op, case: _Case, kt="standard-moe") -> list[dict]:
     """MORI's dispatch_standard_moe / combine_standard_moe (the expert-major layout, on
     an IntraNodeLL op) on one case: the rows as given (bf16, or fp8 without scales, as
     MORI's standard-MoE dispatch carries none), a bf16 combine weighted by the
-    dispatch's weights."""
+    dispatch's weights. Bandwidth in DeepEP's definition (the expert rows, whatever
+    crosses); ``combine_wire_bytes``: what this rank sends back (bf16 expert rows, or
+    one fp32 partial per received token when the op pre-reduces)."""
     import torch
 
     n, dt, x, w, idx = case.tokens, case.dtype, case.x, case.weights, case.indices
@@ -593,9 +627,16 @@ def _measure_standard_moe(args, ctx, op, case: _Case) -> list[dict]:
     vol = _expert_major_volume(ctx, pairs, local, ctx.hidden * x.element_size())
     blocks = op.config.block_num if ctx.cuda else 0
     d_us, c_us, kernel_us = _graph_times(args, ctx, d_fn, c_fn)
-    rec = _record(_impl_name("standard-moe"), n, dt, blocks, ctx.rank, pairs, local, vol, d_us,
-                  c_us)  # fmt: skip
+    rec = _record(_impl_name(kt), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
     rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+    rec["pre_reduce"] = op.standard_moe_pre_reduce
+    if rec["pre_reduce"]:
+        tokens, cross = _received_tokens(ctx, idx)
+        rec["combine_wire_bytes"] = tokens * ctx.hidden * 4
+        rec["combine_wire_cross_bytes"] = cross * ctx.hidden * 4
+    else:
+        rec["combine_wire_bytes"] = vol["combine"]
+        rec["combine_wire_cross_bytes"] = vol["combine_cross"]
     return [rec]
 
 
@@ -960,6 +1001,18 @@ def _report(args, meta, records) -> None:
              for r in sorted(meta["overlap"], key=lambda r: (r["tokens"], r["dtype"],
                                                              r["phase"], r["rank"]))],
             ["tokens", "dtype", "phase", "rank", "T us", "GEMM n", "G us", "O us", "hidden"],
+        ))  # fmt: skip
+    wire = [r for r in records if "combine_wire_bytes" in r]
+    if wire:
+        print("standard-moe combine, bytes each rank sends back (cross-rank in brackets; "
+              "partials: one fp32 row per received token, rows: one bf16 row per expert):")
+        print(_table(
+            [[r["tokens"], r["dtype"], r["impl"], r["rank"],
+              "partials" if r["pre_reduce"] else "rows",
+              f"{r['combine_wire_bytes'] / 1e6:.3f} ({r['combine_wire_cross_bytes'] / 1e6:.3f})",
+              r["combine_us"], _or_dash(r.get("combine_kernel_us"))]
+             for r in sorted(wire, key=lambda r: (r["tokens"], r["dtype"], r["impl"], r["rank"]))],
+            ["tokens", "dtype", "impl", "rank", "sends", "MB sent", "comb us", "comb kern us"],
         ))  # fmt: skip
     same = [r.get("matches_intranode") for r in records if "matches_intranode" in r]
     if len({r["impl"] for r in records if "matches_intranode" in r}) > 1:
