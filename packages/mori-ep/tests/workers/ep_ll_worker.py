@@ -322,7 +322,7 @@ def run_expert(kind, base_seed, cap=0):
         op.close()
 
 
-def standard_moe_want(x, w, idx, pre_reduce):
+def standard_moe_want(x, w, idx, pre_reduce, out_fn=None):
     """combine_standard_moe's result: fp32 sums from -0.0 in the op's order (per rank
     ascending, each rank's slots ascending, with pre_reduce; else slots ascending),
     one rounding to bf16."""
@@ -330,10 +330,11 @@ def standard_moe_want(x, w, idx, pre_reduce):
     want = sum_start((idx >= 0).any(1), HIDDEN)
     if not n:
         return want.to(torch.bfloat16)
+    out_fn = out_fn or expert_out
     prods = []
     for k in range(K):
         g = idx[:, k]
-        part = torch.stack([expert_out(x[t : t + 1], int(g[t]))[0] for t in range(n)])
+        part = torch.stack([out_fn(x[t : t + 1], int(g[t]))[0] for t in range(n)])
         prods.append(w[:, k : k + 1] * part.float())
     if not pre_reduce:
         for k in range(K):
@@ -621,7 +622,11 @@ def run_graph(base_seed):
         recv_x, _, handle, _, _ = op.low_latency_dispatch(x_s, idx_s, M, E, use_fp8=False)
         return op.low_latency_combine(recv_x * 2, idx_s, w_s, handle)[0]
 
-    for step in (token_step, expert_step):
+    def stdmoe_step():  # per-rank partials where the op pre-reduces (top-k >= 2 x world)
+        px, _, _, _ = op.dispatch_standard_moe(x_s, w_s, None, idx_s)
+        return op.combine_standard_moe(px * 2, None, idx_s)[0]
+
+    for step in (token_step, expert_step, stdmoe_step):
         step()  # eager once (and torch's lazy set-up) before the capture
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -644,6 +649,12 @@ def run_graph(base_seed):
                 want = sum_start(m > 0, HIDDEN) + x.float() * 2 * m[:, None].float()
                 want = want.to(torch.bfloat16)
                 got = cpu(res[0])
+            elif step is stdmoe_step:
+                want = standard_moe_want(
+                    x, w, idx, op.standard_moe_pre_reduce,
+                    lambda rows, g: (rows.float() * 2).to(torch.bfloat16),
+                )  # fmt: skip
+                got = cpu(res)
             else:
                 want = sum_start((idx >= 0).any(1), HIDDEN)
                 for k in range(K):
