@@ -205,15 +205,27 @@ int ShmTransport::NoticeRingState(const std::string& remote_key) {
   return StateOf(*peer).notice_state.load(std::memory_order_acquire);
 }
 
-void ShmTransport::AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid,
-                                 uint64_t mem_id, uint64_t bytes) {
+bool ShmTransport::PushNotice(Peer& peer, uint64_t uid, uint64_t mem_id, uint64_t bytes) {
   const std::shared_ptr<ShmMapping>& ring = NoticeRingOf(peer);
-  if (ring && NoticeRing::Push(ring->region, NoticeRecord{uid, mem_id, bytes})) return;
+  return ring && NoticeRing::Push(ring->region, NoticeRecord{uid, mem_id, bytes});
+}
+
+void ShmTransport::PostNotice(Conn& conn, uint64_t uid, uint64_t mem_id, uint64_t bytes) {
   wire::Header d = wire::MakeHeader(wire::MsgType::kP2pWriteDone, mem_id);
   d.num_parts = 1;
   d.uid = uid;
   d.length = bytes;
-  PostOnConn(*conn, d, nullptr);  // not answered
+  PostOnConn(conn, d, nullptr);  // not answered
+}
+
+void ShmTransport::AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid,
+                                 uint64_t mem_id, uint64_t bytes) {
+  if (!PushNotice(peer, uid, mem_id, bytes)) PostNotice(*conn, uid, mem_id, bytes);
+}
+
+void ShmTransport::AnnounceWrite(Peer& peer, const PeerConnections& conns, uint64_t uid,
+                                 uint64_t mem_id, uint64_t bytes) {
+  if (!PushNotice(peer, uid, mem_id, bytes)) PostNotice(*peer.NextConn(conns), uid, mem_id, bytes);
 }
 
 }  // namespace mori::io

@@ -580,7 +580,7 @@ std::shared_ptr<TransferState> ShmTransport::CopyNow(const TransferRequest& req,
   map.reset();  // a revoke waiting for this copy may be acknowledged now
   cma.reset();
   if (code == StatusDetail::SUCCESS && v.write) {  // announced before the status exists
-    AnnounceWrite(*req.peer, req.peer->NextConn(*req.conns), req.uid, req.remote.mem_id, bytes);
+    AnnounceWrite(*req.peer, *req.conns, req.uid, req.remote.mem_id, bytes);
   }
   // Left before the status is final: a caller that saw it may deregister its memory.
   if (RegionUse* use = req.local.use.get()) use->Leave();

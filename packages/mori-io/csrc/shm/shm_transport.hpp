@@ -62,6 +62,9 @@ class ShmTransport : public Transport {
   // the transfer itself already succeeded.
   void AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
                      uint64_t bytes);
+  // The same, choosing a connection of `conns` only when the ring has no room.
+  void AnnounceWrite(Peer& peer, const PeerConnections& conns, uint64_t uid, uint64_t mem_id,
+                     uint64_t bytes);
   // The ring `peer` granted for our announcements, asked for once; null: over TCP. The
   // reference stays valid while `peer` lives (decided once, never replaced).
   const std::shared_ptr<ShmMapping>& NoticeRingOf(Peer& peer);
@@ -181,6 +184,9 @@ class ShmTransport : public Transport {
     uint64_t head = 0;  // the consumer's position: ours, not in shared memory
   };
   void RegisterNoticeHandlers();
+  // An announcement into `peer`'s ring; false when there is none or it has no room.
+  bool PushNotice(Peer& peer, uint64_t uid, uint64_t mem_id, uint64_t bytes);
+  static void PostNotice(Conn& conn, uint64_t uid, uint64_t mem_id, uint64_t bytes);
   wire::WireStatus NoticeRingFor(const std::string& initiator_key, std::string* payload);
   void RefuseAnnouncements(const std::string& key, uint64_t mem_id, size_t n);
   void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
