@@ -47,6 +47,12 @@ be installed or run here gets a row saying why.
 Each cell: the median over rounds of each round's median (p99: of each round's p99),
 with the min-max over rounds; ``×r`` is the ratio to the like-for-like mori path
 (NIXL UCX to mori SHM CMA, NIXL tcp and Mooncake to mori TCP): above 1, mori is faster.
+
+A CPU whose speed shifts between rounds moves the single write with it. Each initiator
+times a fixed pure-Python loop (the calibration) just before and just after its single
+writes; a second table gives each system's single-write median over the rounds whose
+calibration was within 1.25x of that system's quickest ("fast") and over the others
+("slow"), so that systems are compared in the same state.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ import json
 import os
 import pickle
 import platform
+import queue
+import signal
 import socket
 import statistics
 import struct
@@ -68,6 +76,7 @@ import time
 
 HERE = os.path.abspath(__file__)
 POISON = 0xA5
+BLOCK_WARMUP = 30  # untimed single writes at the start of each alternated block
 BUF_BYTES = 32 << 20  # the largest region: 2 x 256 x 64 KiB
 
 # (key, label, blocks, block bytes, timed iterations, warm-up iterations)
@@ -124,6 +133,25 @@ class Channel:
     def recv(self):
         (n,) = struct.unpack("<I", self._exact(4))
         return pickle.loads(self._exact(n))
+
+
+def _calibrate(reps: int = 5, calls: int = 2000) -> float:
+    """ns per call of a fixed pure-Python loop, the best of `reps` blocks of `calls` calls
+    (about 1 µs each): how fast this process's CPU ran just then."""
+
+    def spin():
+        x = 0
+        for i in range(20):
+            x += i
+        return x
+
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            spin()
+        best = min(best, (time.perf_counter_ns() - t0) / calls)
+    return best
 
 
 def _cpu_s() -> float:
@@ -381,7 +409,11 @@ def _verify(buf, n: int, size: int, seed: int) -> str | None:
     return f"{len(bad)} bytes differ, the first at target offset {int(bad[0])}"
 
 
-def run_initiator(system: str, port: int, seed: int, scale: float) -> int:
+def run_initiator(system: str, port: int, seed: int, scale: float, phase: str, blocks: int) -> int:
+    """Runs the workloads of `phase` ("all", "batches": all but the single write,
+    "single": only the single write, timed in `blocks` blocks, each started by a "go"
+    line on stdin and ended by a "BLOCK" line on stdout; a "finish" line then lets it
+    check the target's bytes and report)."""
     import numpy as np
 
     side = _side(system, "initiator")
@@ -393,6 +425,8 @@ def run_initiator(system: str, port: int, seed: int, scale: float) -> int:
     ch.recv()
     out = {"system": system, "route": route, "seed": seed, "workloads": {}}
     for wi, (key, _, n, size, iters, warmup) in enumerate(WORKLOADS):
+        if (phase == "batches" and key == "s4k") or (phase == "single" and key != "s4k"):
+            continue
         iters = max(3, int(iters * scale))
         wseed = seed * 16 + wi
         local, remote = _layout(n, size, wseed)
@@ -406,13 +440,37 @@ def run_initiator(system: str, port: int, seed: int, scale: float) -> int:
             go()
         ch.send(("start",))
         ch.recv()
+        calib = [_calibrate()] if key == "s4k" else []
         lat = []
         cpu0 = _cpu_s()
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            go()
-            lat.append(time.perf_counter() - t0)
+        if phase == "single":
+            print("READY", flush=True)
+            per = -(-iters // blocks)
+            block_stats = []  # per block: median µs, calibration ns
+            for b in range(blocks):
+                if sys.stdin.readline().strip() != "go":
+                    raise RuntimeError("the driver ended the single writes early")
+                block_calib = _calibrate(3, 500)
+                for _ in range(BLOCK_WARMUP):
+                    go()
+                first = len(lat)
+                for _ in range(min(per, iters - b * per)):
+                    t0 = time.perf_counter()
+                    go()
+                    lat.append(time.perf_counter() - t0)
+                block_stats.append([float(np.median(lat[first:])) * 1e6, block_calib])
+                print("BLOCK", flush=True)
+            # Nothing runs here while other systems time their blocks.
+            if sys.stdin.readline().strip() != "finish":
+                raise RuntimeError("the driver ended the single writes early")
+        else:
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                go()
+                lat.append(time.perf_counter() - t0)
         cpu = _cpu_s() - cpu0
+        if calib:
+            calib.append(_calibrate())
         ch.send(("stop", n, size, wseed))
         reply = ch.recv()
         if reply["problem"]:
@@ -425,6 +483,10 @@ def run_initiator(system: str, port: int, seed: int, scale: float) -> int:
             "cpu_init_us": cpu / (iters * n) * 1e6,
             "cpu_target_us": reply["cpu_s"] / (iters * n) * 1e6,
         }
+        if calib:
+            out["workloads"][key]["calib_ns"] = calib
+        if phase == "single":
+            out["workloads"][key]["blocks"] = block_stats
     ch.send(("end",))
     ch.recv()
     side.close()
@@ -486,11 +548,12 @@ def _ctl_port(stream, timeout: float) -> str | None:
     return box[0] if box else None
 
 
-def run_pair(system: str, python: str, seed: int, scale: float, timeout: float) -> dict:
-    """One round of one system: both processes, all workloads. The initiator's result,
-    or {"error": why}."""
+def run_pair(system: str, python: str, seed: int, scale: float, timeout: float,
+             phase: str = "all") -> dict:  # fmt: skip
+    """One round of one system: both processes, the workloads of `phase`. The
+    initiator's result, or {"error": why}."""
     env = {**os.environ, **SYSTEMS[system][3], "PYTHONUNBUFFERED": "1"}
-    base = [python, HERE, "--worker", system]
+    base = [python, HERE, "--worker", system, "--phase", phase]
     with tempfile.TemporaryFile("w+") as tgt_err:
         tgt = subprocess.Popen(
             [*base, "--role", "target"], env=env, stdout=subprocess.PIPE, stderr=tgt_err,
@@ -526,6 +589,134 @@ def run_pair(system: str, python: str, seed: int, scale: float, timeout: float) 
             if tgt.poll() is None:
                 tgt.kill()
                 tgt.wait()
+
+
+class SinglePair:
+    """One system's pair for the single writes alternated across systems: started with
+    `start`, then each `block` runs one block of timed writes, `finish` collects the
+    result. Every wait is bounded by `timeout` seconds."""
+
+    def __init__(self, system: str, python: str, seed: int, scale: float, blocks: int,
+                 timeout: float):  # fmt: skip
+        self.system, self.timeout, self.error = system, timeout, None
+        env = {**os.environ, **SYSTEMS[system][3], "PYTHONUNBUFFERED": "1"}
+        base = [python, HERE, "--worker", system, "--phase", "single"]
+        self.tgt_err = tempfile.TemporaryFile("w+")
+        self.init_err = tempfile.TemporaryFile("w+")
+        self.tgt = subprocess.Popen([*base, "--role", "target"], env=env,
+                                    stdout=subprocess.PIPE, stderr=self.tgt_err, text=True)  # fmt: skip
+        self.init = None
+        self.lines: queue.Queue = queue.Queue()
+        port = _ctl_port(self.tgt.stdout, timeout)
+        if port is None:
+            self.error = "target did not start: " + self._err(self.tgt_err)
+            return
+        self.init = subprocess.Popen(
+            [*base, "--role", "initiator", "--ctl", port, "--seed", str(seed),
+             "--scale", str(scale), "--single-blocks", str(blocks)],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.init_err,
+            text=True,
+        )  # fmt: skip
+        threading.Thread(target=self._read, daemon=True).start()
+        self._expect("READY")
+
+    def _read(self):
+        for line in self.init.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    @staticmethod
+    def _err(f) -> str:
+        f.seek(0)
+        return _tail(f.read())
+
+    def _expect(self, prefix: str) -> str | None:
+        """The initiator's next line starting with `prefix`, or None (self.error set)."""
+        deadline = time.monotonic() + self.timeout
+        while self.error is None:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.error = f"initiator sent no {prefix} within {self.timeout:.0f} s"
+                break
+            if line is None:
+                self.init.wait(30)
+                self.error = f"initiator exit {self.init.returncode}: {self._err(self.init_err)}"
+                break
+            if line.startswith(prefix):
+                return line
+        return None
+
+    def block(self) -> None:
+        if self.error is None:
+            self.init.stdin.write("go\n")
+            self.init.stdin.flush()
+            self._expect("BLOCK")
+
+    def pause(self, stop: bool) -> None:
+        """Stops (SIGSTOP) or resumes (SIGCONT) both processes: a waiting pair uses no CPU
+        while another system times its block (NIXL's pairs poll while idle)."""
+        for proc in (self.tgt, self.init):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGSTOP if stop else signal.SIGCONT)
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of both processes so far (0 where gone)."""
+        total = 0.0
+        for proc in (self.tgt, self.init):
+            try:
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (AttributeError, OSError, IndexError, ValueError):
+                pass
+        return total
+
+    def finish(self) -> dict:
+        out = {"error": self.error} if self.error else None
+        if out is None:
+            self.init.stdin.write("finish\n")
+            self.init.stdin.flush()
+            line = self._expect("RESULT ")
+            out = json.loads(line[7:]) if line else {"error": self.error}
+        for proc in (self.init, self.tgt):
+            if proc is None:
+                continue
+            try:
+                proc.wait(30 if out.get("error") is None else 0.1)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.tgt_err.close()
+        self.init_err.close()
+        return out
+
+
+def run_single_phase(order: list[str], pythons: dict[str, str], seed: int, scale: float,
+                     blocks: int, timeout: float) -> tuple[dict[str, dict], float]:  # fmt: skip
+    """The single writes of every system in `order`, one pair each, their blocks
+    alternated (block b of each system in turn). Per system the initiator's result or
+    {"error": why}, and the CPU the waiting pairs used meanwhile as a share of one CPU."""
+    pairs = []
+    try:
+        for s in order:  # each started (and warmed up) while the others are stopped
+            pairs.append(SinglePair(s, pythons[s], seed, scale, blocks, timeout))
+            pairs[-1].pause(True)
+        idle_cpu = wall = 0.0
+        for _ in range(blocks):
+            for p in pairs:
+                others = [q for q in pairs if q is not p]
+                p.pause(False)
+                c0, t0 = sum(q.cpu_s() for q in others), time.monotonic()
+                p.block()
+                wall += time.monotonic() - t0
+                idle_cpu += sum(q.cpu_s() for q in others) - c0
+                p.pause(True)
+    finally:
+        for p in pairs:
+            p.pause(False)
+        results = {p.system: p.finish() for p in pairs}
+    return results, idle_cpu / wall if wall > 0 else 0.0
 
 
 def _tail(text: str) -> str:
@@ -572,6 +763,55 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
         out[system] = {"figures": fig, "rounds_ok": len(ok), "errors": errors,
                        "route": ok[0]["route"] if ok else None}  # fmt: skip
     return out
+
+
+FAST_STATE = 1.25  # a round's calibration within this factor of the system's quickest
+
+
+def state_split(results: dict[str, list[dict]]) -> dict[str, dict[str, list[tuple]]]:
+    """Per system, (single-write median µs, calibration ns) of its alternated blocks (or,
+    without blocks, of its rounds, with the slower of the two calibrations taken around
+    the writes) split into "fast" and "slow" CPU state; the threshold is relative to that
+    system's own quickest block or round."""
+    out = {}
+    for system, rounds in results.items():
+        rows = []
+        for r in rounds:
+            w = r.get("workloads", {}).get("s4k", {}) if "error" not in r else {}
+            if "blocks" in w:
+                rows += [tuple(b) for b in w["blocks"]]
+            elif "calib_ns" in w:
+                rows.append((w["median_s"] * 1e6, max(w["calib_ns"])))
+        if not rows:
+            continue
+        quickest = min(c for _, c in rows)
+        out[system] = {
+            "fast": [x for x in rows if x[1] <= FAST_STATE * quickest],
+            "slow": [x for x in rows if x[1] > FAST_STATE * quickest],
+        }
+    return out
+
+
+def format_state_table(split: dict) -> str:
+    head = ["system", "fast-state units", "single 4K µs median, fast", "calibration ns, fast",
+            "slow-state units", "single 4K µs median, slow", "calibration ns, slow"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system, (label, *_) in SYSTEMS.items():
+        if system not in split:
+            continue
+        cells = [label]
+        for state in ("fast", "slow"):
+            rows = split[system][state]
+            cells.append(str(len(rows)))
+            if rows:
+                lat = [x[0] for x in rows]
+                cal = [x[1] for x in rows]
+                cells.append(f"{statistics.median(lat):.2f} ({min(lat):.2f}–{max(lat):.2f})")
+                cells.append(f"{statistics.median(cal):.0f}")
+            else:
+                cells += ["–", "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _cell(figs, key, ref, digits=2) -> str:
@@ -628,6 +868,11 @@ def main(argv=None) -> int:
     p.add_argument("--pair-timeout", type=float, default=300.0, help="seconds per round")
     p.add_argument("--seed", type=int, default=None, help="first round's seed (default: random)")
     p.add_argument("--json", help="write every round's figures and the conditions here")
+    p.add_argument("--single-blocks", type=int, default=10,
+                   help="the single writes of all systems alternate in this many blocks "
+                        "per round (0: each system's run straight through after its "
+                        "batches)")  # fmt: skip
+    p.add_argument("--phase", default="all", help=argparse.SUPPRESS)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--role", help=argparse.SUPPRESS)
     p.add_argument("--ctl", type=int, help=argparse.SUPPRESS)
@@ -635,7 +880,8 @@ def main(argv=None) -> int:
     if args.worker:
         if args.role == "target":
             return run_target(args.worker)
-        return run_initiator(args.worker, args.ctl, args.seed, args.scale)
+        return run_initiator(args.worker, args.ctl, args.seed, args.scale, args.phase,
+                             args.single_blocks)  # fmt: skip
 
     systems = [s for s in args.systems.split(",") if s]
     for s in systems:
@@ -655,11 +901,26 @@ def main(argv=None) -> int:
           f"{before['cpu']}, {before['cores']} cores, load {before['loadavg'][0]:.2f}, "
           f"compilers running {before['compilers_running']}", flush=True)  # fmt: skip
     results: dict[str, list[dict]] = {s: [] for s in run}
+    pythons = {s: sys.executable if SYSTEMS[s][1] == "mori" else args.peers_python for s in run}
+    blocks = args.single_blocks
+    phase = "batches" if blocks > 0 else "all"
+    idle_shares = []
     for r in range(args.rounds):
         order = run[r % len(run) :] + run[: r % len(run)] if run else []
+        round_res = {s: run_pair(s, pythons[s], seed + r, args.scale, args.pair_timeout, phase)
+                     for s in order}  # fmt: skip
+        if blocks > 0:
+            single, idle = run_single_phase(order, pythons, seed + r, args.scale, blocks,
+                                            args.pair_timeout)  # fmt: skip
+            idle_shares.append(idle)
+            for s in order:
+                res = round_res[s]
+                if "error" in single[s] and "error" not in res:
+                    round_res[s] = {"error": "single writes: " + single[s]["error"]}
+                elif "error" not in res:
+                    res["workloads"]["s4k"] = single[s]["workloads"]["s4k"]
         for s in order:
-            python = sys.executable if SYSTEMS[s][1] == "mori" else args.peers_python
-            res = run_pair(s, python, seed + r, args.scale, args.pair_timeout)
+            res = round_res[s]
             results[s].append(res)
             tag = res.get("error") or " ".join(
                 f"{k}={w['median_s'] * (1e6 if k == 's4k' else 1e3):.3g}"
@@ -672,15 +933,28 @@ def main(argv=None) -> int:
     print(f"Conditions: {before['date']} – {after['date']}; load average "
           f"{before['loadavg'][0]:.2f} → {after['loadavg'][0]:.2f}; compiler processes "
           f"{before['compilers_running']} → {after['compilers_running']}")  # fmt: skip
+    if idle_shares:
+        print(f"Single writes: {blocks} blocks per system and round, alternated; the waiting "
+              f"pairs used {statistics.median(idle_shares) * 100:.1f} % of a CPU meanwhile "
+              f"(median over rounds, max {max(idle_shares) * 100:.1f} %)")  # fmt: skip
     for s in run:
         if summary[s]["route"]:
             print(f"{s}: {summary[s]['route']}")
     print()
     print(format_table(summary, unavailable))
+    split = state_split(results)
+    if split:
+        print()
+        unit = "alternated block" if blocks > 0 else "round"
+        print(f"Single 4 KiB writes by CPU state, per {unit} (its median; calibration "
+              f"within {FAST_STATE}x of the system's quickest {unit}: fast):")  # fmt: skip
+        print()
+        print(format_state_table(split))
     if args.json:
         doc = {"benchmark": "compare_peers", "conditions": [before, after], "seed": seed,
                "rounds": args.rounds, "scale": args.scale, "unavailable": unavailable,
-               "results": results,
+               "results": results, "state_split": split, "single_blocks": blocks,
+               "idle_cpu_shares": idle_shares,
                "summary": {s: {**v, "figures": {k: list(t) for k, t in v["figures"].items()}}
                            for s, v in summary.items()}}  # fmt: skip
         with open(args.json, "w") as f:
