@@ -48,11 +48,17 @@ Each cell: the median over rounds of each round's median (p99: of each round's p
 with the min-max over rounds; ``×r`` is the ratio to the like-for-like mori path
 (NIXL UCX to mori SHM CMA, NIXL tcp and Mooncake to mori TCP): above 1, mori is faster.
 
-A CPU whose speed shifts between rounds moves the single write with it. Each initiator
-times a fixed pure-Python loop (the calibration) just before and just after its single
-writes; a second table gives each system's single-write median over the rounds whose
-calibration was within 1.25x of that system's quickest ("fast") and over the others
-("slow"), so that systems are compared in the same state.
+The single writes run apart from the batches: each round, after every system's batches
+(one pair per system in turn), one fresh pair per system times its single writes in
+``--single-blocks`` blocks (30 untimed writes, then a tenth of the timed ones), block b
+of every system in turn, the waiting pairs stopped with SIGSTOP (NIXL's idle pairs poll).
+This VM's CPU runs at one of two speeds for seconds at a time, longer than one system's
+3000 writes take, so alternating short blocks lets every system meet the same states.
+Each block also times a fixed pure-Python loop (the calibration) first; a second table
+gives each system's single-write median over the blocks whose calibration was within
+1.25x of that system's quickest block ("fast") and over the others ("slow"), so that
+systems are also compared within one state. ``--single-blocks 0``: the former method,
+the single writes after each system's batches in its one pair.
 """
 
 from __future__ import annotations
