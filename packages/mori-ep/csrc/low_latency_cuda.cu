@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
@@ -52,9 +53,28 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
   }
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  if (const char* v = std::getenv("MORI_EP_LL_COPY_ENGINE"); v != nullptr && std::atoi(v) != 0) {
+    copy_engine_ = true;
+    stage_span_ = layout_.disp_src + layout_.half_src - layout_.disp_tokens;
+    MORI_CUDA_CHECK(cudaMalloc(&stage_, stage_span_ + shape.world_size * sizeof(uint64_t)));
+    MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    MORI_CUDA_CHECK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
+    MORI_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  }
   MORI_CUDA_CHECK(cudaMemset(block_, 0, LlSignalBytes(layout_)));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   shmem::BarrierAll();
+}
+
+LowLatencyCuda::~LowLatencyCuda() {
+  if (!copy_engine_) return;
+  mori::cuda::ScopedDevice guard(device_);
+  // Errors ignored: a destructor may run after the context failed (a trap).
+  cudaStreamSynchronize(side_);
+  cudaEventDestroy(sent_);
+  cudaEventDestroy(copied_);
+  cudaStreamDestroy(side_);
+  cudaFree(stage_);
 }
 
 kernels::LlParams LowLatencyCuda::Base() const {
@@ -73,6 +93,9 @@ kernels::LlParams LowLatencyCuda::Base() const {
   p.scale_bytes = shape_.scale_bytes;
   p.recv_slots = LlRecvSlots(shape_);
   p.timeout_ns = timeout_ns_;
+  p.copy_engine = copy_engine_;
+  p.stage = stage_;
+  p.stage_flags = copy_engine_ ? reinterpret_cast<uint64_t*>(stage_ + stage_span_) : nullptr;
   return p;
 }
 
@@ -93,7 +116,7 @@ void LowLatencyCuda::DispatchSend(const LlDispatchArgs& a, bool fuse, LaunchShap
                  " bytes exceed ", shape_.hidden_bytes);
   dispatch_ = a;
   num_tokens_ = a.num_tokens;
-  if (fuse) {
+  if (fuse && !copy_engine_) {
     dispatch_deferred_ = true;
     return;
   }
@@ -101,9 +124,54 @@ void LowLatencyCuda::DispatchSend(const LlDispatchArgs& a, bool fuse, LaunchShap
   p.phases = kernels::kLlDispatchSend;
   p.d = a;
   Launch(p, launch, stream);
+  if (copy_engine_) CopyDispatch(a, stream);
+}
+
+void LowLatencyCuda::CopyDispatch(const LlDispatchArgs& a, uintptr_t stream) {
+  const int W = shape_.world_size, me = shape_.rank;
+  const int64_t P = LlRecvSlots(shape_), K = shape_.top_k;
+  struct Array {
+    size_t off;
+    int64_t row_bytes;
+  };
+  // The arrays this dispatch wrote (DispatchSend in kernels/low_latency.cu).
+  const Array arrays[] = {
+      {layout_.disp_tokens, shape_.hidden_bytes},
+      {layout_.disp_weights, K * 4},
+      {layout_.disp_indices, K * 4},
+      {layout_.disp_src, 4},
+      {layout_.disp_scales, a.scales != nullptr ? shape_.scale_bytes : 0},
+      {layout_.disp_cast_scales, a.fp8_cast ? LlCastScales(shape_.hidden_dim) * 4 : 0},
+  };
+  mori::cuda::ScopedDevice guard(device_);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  MORI_CUDA_CHECK(cudaEventRecord(sent_, s));
+  MORI_CUDA_CHECK(cudaStreamWaitEvent(side_, sent_, 0));
+  const auto* flags = reinterpret_cast<const uint64_t*>(stage_ + stage_span_);
+  for (int d = 0; d < W; ++d) {
+    if (d == me) continue;
+    for (const Array& arr : arrays) {
+      const size_t bytes = static_cast<size_t>(P * arr.row_bytes);
+      if (bytes == 0) continue;
+      char* dst = static_cast<char*>(shmem::Ptr(block_ + arr.off, d)) + me * bytes;
+      const char* src = stage_ + (arr.off - layout_.disp_tokens) + d * bytes;
+      MORI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, side_));
+    }
+    // After the rows, in stream order: a pe that sees the flag sees them.
+    auto* flag = static_cast<uint64_t*>(shmem::Ptr(block_ + layout_.disp_flag, d)) + me;
+    MORI_CUDA_CHECK(
+        cudaMemcpyAsync(flag, flags + d, sizeof(uint64_t), cudaMemcpyDeviceToDevice, side_));
+  }
+  MORI_CUDA_CHECK(cudaEventRecord(copied_, side_));
+  copies_pending_ = true;
 }
 
 void LowLatencyCuda::DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uintptr_t stream) {
+  if (copies_pending_) {
+    mori::cuda::ScopedDevice guard(device_);
+    MORI_CUDA_CHECK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), copied_, 0));
+    copies_pending_ = false;
+  }
   kernels::LlParams p = Base();
   p.phases = kernels::kLlDispatchRecv;
   if (dispatch_deferred_) p.phases |= kernels::kLlDispatchSend;

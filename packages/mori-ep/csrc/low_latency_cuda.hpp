@@ -8,6 +8,8 @@
 // private state, so CUDA-graph replays advance them. IntraNodeLL fuses send and
 // receive into one kernel; AsyncLL launches the send kernel, then the receive one.
 
+#include <cuda_runtime.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -32,6 +34,12 @@ inline constexpr int kLlDispatchSend = 1, kLlDispatchRecv = 2, kLlCombineSend = 
 struct LlParams {
   shmem::DeviceContext ctx;
   char* block;
+  // Copy-engine dispatch (LowLatencyCuda): rows for other pes go to `stage` (laid out
+  // as half 0 of the dispatch arrays, offsets from layout.disp_tokens; slot [d][j]) and
+  // their flags to stage_flags[d]; the host copies both after the send kernel.
+  bool copy_engine;
+  char* stage;
+  uint64_t* stage_flags;
   LlBufferLayout layout;
   int world, me, top_k, experts_per_rank;
   int64_t max_tokens, hidden_dim, hidden_bytes, combine_row_bytes, scale_bytes;
@@ -57,6 +65,9 @@ class LowLatencyCuda {
   // Collective: zeroes this pe's signal words and state, synchronises the device,
   // then a heap barrier.
   LowLatencyCuda(const EpShape& shape, void* block, int device, std::chrono::milliseconds timeout);
+  ~LowLatencyCuda();
+  LowLatencyCuda(const LowLatencyCuda&) = delete;
+  LowLatencyCuda& operator=(const LowLatencyCuda&) = delete;
 
   // Expert ids are checked in the kernel: a bad id (or, expert-major, a repeated
   // one) posts the call as rejected to every pe, prints the token, slot and value,
@@ -76,10 +87,16 @@ class LowLatencyCuda {
   int64_t num_tokens() const { return num_tokens_; }
   // Whether combine_standard_moe pre-reduces per rank (LlPreReduce).
   bool pre_reduce() const { return pre_reduce_; }
+  // Whether dispatches move their rows to other pes with the copy engines
+  // (MORI_EP_LL_COPY_ENGINE, read at construction; low_latency_protocol.hpp).
+  bool copy_engine() const { return copy_engine_; }
 
  private:
   kernels::LlParams Base() const;
   void Launch(const kernels::LlParams& p, LaunchShape launch, uintptr_t stream);
+  // After a copy-engine send kernel on `stream`: on the side stream, each other pe's
+  // slot range of every array the dispatch wrote, then its flag.
+  void CopyDispatch(const LlDispatchArgs& a, uintptr_t stream);
 
   EpShape shape_;
   LlBufferLayout layout_;
@@ -97,6 +114,12 @@ class LowLatencyCuda {
   bool combine_deferred_ = false;
   int64_t num_tokens_ = 0;
   bool pre_reduce_ = false;
+  bool copy_engine_ = false;
+  char* stage_ = nullptr;  // private device memory: half 0 of the dispatch arrays + W flags
+  size_t stage_span_ = 0;  // bytes of the arrays part
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t sent_ = nullptr, copied_ = nullptr;
+  bool copies_pending_ = false;  // the receive must wait for `copied_`
 };
 
 }  // namespace mori::ep

@@ -362,7 +362,10 @@ fp32 partial per (token, rank) weighted by the dispatched weights, and post the 
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("num_tokens", &LowLatencyCuda::num_tokens)
       .def_property_readonly("pre_reduce", &LowLatencyCuda::pre_reduce,
-                             "Whether combine_standard_moe pre-reduces per rank (LlPreReduce).");
+                             "Whether combine_standard_moe pre-reduces per rank (LlPreReduce).")
+      .def_property_readonly("copy_engine", &LowLatencyCuda::copy_engine,
+                             "Whether dispatches move rows with the copy engines "
+                             "(MORI_EP_LL_COPY_ENGINE).");
 #endif
 }
 

@@ -18,12 +18,12 @@ from mori.core.launch import NO_MULTICAST_ENV, launch_local
 WORKER = str(Path(__file__).parent / "workers" / "ep_ll_worker.py")
 
 
-def _run(mode, placement, world, iters, timeout_s=240):
+def _run(mode, placement, world, iters, timeout_s=240, env=None):
     seed = random.randrange(1 << 30)
     print(f"seed={seed}")
     results = launch_local(
         [WORKER, mode, str(seed), str(iters), placement], world, timeout_s=timeout_s,
-        env=dict(NO_MULTICAST_ENV),
+        env={**NO_MULTICAST_ENV, **(env or {})},
     )  # fmt: skip
     for r in results:
         print(f"----- rank {r.rank} -----\n{r.output}")
@@ -33,6 +33,14 @@ def _run(mode, placement, world, iters, timeout_s=240):
 @pytest.mark.parametrize("mode", ["token", "expert", "graph", "cap"])
 def test_two_processes_one_gpu(mode, cuda_gpus):
     _run(mode, "shared", 2, 8)
+
+
+# MORI_EP_LL_COPY_ENGINE=1: every dispatch of the worker's ops moves its rows to the
+# other rank with copy-engine copies (single-buffered area, consumed words): the same
+# references bit for bit, eager, with receive hooks, and replayed in CUDA graphs.
+@pytest.mark.parametrize("mode", ["token", "expert", "graph"])
+def test_copy_engine_dispatch_two_processes_one_gpu(mode, cuda_gpus):
+    _run(mode, "shared", 2, 8, env={"MORI_EP_LL_COPY_ENGINE": "1"})
 
 
 # "cap": max_total_recv_tokens at, above and below the worst case (at capacity and every
@@ -59,14 +67,17 @@ def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):
         "--max-tokens", "128", "--tokens", "1,128", "--hidden-dim", "7168",
         "--num-experts-per-token", "8", "--num-experts-per-rank", "8", "--dtype", "bf16,fp8",
         "--block-num", "24", "--iters", "3", "--reps", "3", "--no-baseline", "--json", str(out),
-        "--kernel-type", "IntraNode,IntraNodeLL,AsyncLL,deepep-ll,standard-moe,standard-moe-rows",
+        "--kernel-type",
+        "IntraNode,IntraNodeLL,AsyncLL,AsyncLL-ce,deepep-ll,standard-moe,standard-moe-rows",
+        "--overlap",
     ]  # fmt: skip
-    stdout = launch_local(cmd, world, timeout_s=240, env=dict(NO_MULTICAST_ENV))[0].output
+    stdout = launch_local(cmd, world, timeout_s=420, env=dict(NO_MULTICAST_ENV))[0].output
     print(stdout[-6000:])
     assert "token-major kernel types' combine outputs identical: yes" in stdout
     recs = json.loads(out.read_text())["records"]
     impls = {r["impl"] for r in recs}
-    assert {"mori", "mori IntraNodeLL", "mori AsyncLL", "mori deepep-ll"} <= impls
+    assert {"mori", "mori IntraNodeLL", "mori AsyncLL", "mori AsyncLL-ce", "mori deepep-ll"} <= impls
+    assert all(r["matches_intranode"] for r in recs if r["impl"] == "mori AsyncLL-ce")
     # top-8 on 2 ranks: standard-moe's combine sends per-rank fp32 partials, fewer
     # bytes than the bf16 expert rows of standard-moe-rows.
     for n in (1, 128):

@@ -86,6 +86,16 @@ __device__ void TrapRejected(const LlParams& p, int from, const char* what, cons
   dev::TrapAfterReport();
 }
 
+// The half of the dispatch area a call uses: call & 1, or with the copy engines always
+// half 0 (single-buffered; the consumed words stand in for the second half).
+__device__ __forceinline__ size_t DispHalf(const LlParams& p, uint64_t call) {
+  return p.copy_engine ? 0 : (call & 1);
+}
+template <bool kCe>
+__device__ __forceinline__ size_t DispHalf(uint64_t call) {
+  return kCe ? 0 : (call & 1);
+}
+
 // Release every store of the block, then count it; true in the last block.
 __device__ bool FinishBlock(uint32_t* blocks_done) {
   __shared__ bool last;
@@ -159,6 +169,8 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
 }
 
 // ------------------------------------------------------------- dispatch send
+// kCe: the copy-engine variant (LlParams::copy_engine), a kernel of its own.
+template <bool kCe>
 __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) {
   const Ctx c{p};
   const LlDispatchArgs& a = p.d;
@@ -196,8 +208,13 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   }
   __syncthreads();
 
-  const size_t half = call & 1;
+  const size_t half = DispHalf<kCe>(call);
   const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, Q = LlCastScales(hidden);
+  // Where the rows for pe d go: its area (slot [me][j]), or with the copy engines for
+  // d != me this pe's staging (slot [d][j], the host copies it after the kernel).
+  const auto area = [&](size_t off, int d) -> char* {
+    return kCe && d != me ? p.stage + (off - p.layout.disp_tokens) : c.Peer(off, d);
+  };
   const size_t tok_off = p.layout.disp_tokens + half * p.layout.half_tokens;
   const size_t w_off = p.layout.disp_weights + half * p.layout.half_weights;
   const size_t s_off = p.layout.disp_scales + half * p.layout.half_scales;
@@ -224,11 +241,11 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     for (int d = 0; d < W; ++d) {
       // Past the receive slots: no row (the last block rejects the call).
       if (!((mask >> d) & 1) || before[d] >= P) continue;
-      const int64_t slot = me * P + before[d];
+      const int64_t slot = (kCe && d != me ? d : me) * P + before[d];
       if (a.fp8_cast) {
         const uint16_t* x = reinterpret_cast<const uint16_t*>(row);
-        uint8_t* dst = reinterpret_cast<uint8_t*>(c.Peer(tok_off, d)) + slot * H;
-        float* dsc = reinterpret_cast<float*>(c.Peer(cs_off, d)) + slot * Q;
+        uint8_t* dst = reinterpret_cast<uint8_t*>(area(tok_off, d)) + slot * H;
+        float* dsc = reinterpret_cast<float*>(area(cs_off, d)) + slot * Q;
         for (int64_t g = 0; g < Q; ++g) {
           float v[4];
           float amax = kLlCastMargin;
@@ -247,21 +264,21 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
           if (lane == 0) dsc[g] = inv;
         }
       } else {
-        char* dst = c.Peer(tok_off, d) + slot * H;
+        char* dst = area(tok_off, d) + slot * H;
         mori::shmem::device::detail::CopyBytes(dst, row, a.token_row_bytes, lane, 32);
       }
-      float* dw = reinterpret_cast<float*>(c.Peer(w_off, d)) + slot * K;
-      int32_t* di = reinterpret_cast<int32_t*>(c.Peer(i_off, d)) + slot * K;
+      float* dw = reinterpret_cast<float*>(area(w_off, d)) + slot * K;
+      int32_t* di = reinterpret_cast<int32_t*>(area(i_off, d)) + slot * K;
       if (lane < K) {
         dw[lane] = a.weights != nullptr ? a.weights[t * K + lane] : 0.0f;
         di[lane] = a.indices[t * K + lane];
       }
       if (Sb > 0 && a.scales != nullptr) {
-        mori::shmem::device::detail::CopyBytes(c.Peer(s_off, d) + slot * Sb,
+        mori::shmem::device::detail::CopyBytes(area(s_off, d) + slot * Sb,
                                                static_cast<const char*>(a.scales) + t * Sb, Sb,
                                                lane, 32);
       }
-      if (lane == 0) reinterpret_cast<int32_t*>(c.Peer(src_off, d))[slot] = static_cast<int32_t>(t);
+      if (lane == 0) reinterpret_cast<int32_t*>(area(src_off, d))[slot] = static_cast<int32_t>(t);
     }
   }
   if (FinishBlock(&st->blocks_done)) {
@@ -290,8 +307,16 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
         note->dest = static_cast<uint64_t>(over);
       }
       uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
-      dev::SignalSet(p.ctx, &flags[me],
-                     LlWord(call, rejected ? kLlRejected : sent[d], LlDispatchTag(a)), d);
+      const uint64_t word = LlWord(call, rejected ? kLlRejected : sent[d], LlDispatchTag(a));
+      if (kCe && d != me && !rejected) {
+        // The host copies it after the rows. d's area is single-buffered: wait until d
+        // consumed this pe's previous call (its receive posts that) before the copies.
+        p.stage_flags[d] = word;
+        const uint64_t* consumed = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_consumed));
+        dev::WaitUntil(&consumed[d], Cmp::kGe, LlWord(call - 1, 0), p.timeout_ns);
+      } else {
+        dev::SignalSet(p.ctx, &flags[me], word, d);
+      }
     }
     __syncthreads();
     if (threadIdx.x == 0) st->dispatch_calls = call;
@@ -312,13 +337,26 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   }
 }
 
+// With the copy engines: once every block has read the single-buffered area, tell
+// every source pe that this pe consumed `call` (its next copies wait for it).
+template <bool kCe>
+__device__ void PostConsumed(const LlParams& p, uint64_t call) {
+  if (!kCe) return;
+  const Ctx c{p};
+  if (FinishBlock(&c.State()->blocks_done) && threadIdx.x < p.world && threadIdx.x != p.me) {
+    uint64_t* consumed = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_consumed));
+    dev::SignalSet(p.ctx, &consumed[p.me], LlWord(call, 0), threadIdx.x);
+  }
+}
+
 // ---------------------------------------------------------- dispatch receive
+template <bool kCe>
 __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
   const Ctx c{p};
   const LlRecvArgs& o = p.r;
   const int W = p.world, K = p.top_k, E = p.experts_per_rank;
   const int64_t M = p.max_tokens, P = p.recv_slots, WM = W * M, hidden = p.hidden_dim;
-  const size_t half = call & 1;
+  const size_t half = DispHalf<kCe>(call);
   __shared__ int64_t counts[kMaxCudaWorldSize];
   __shared__ int64_t base[kMaxCudaWorldSize + 1];
   __shared__ int rejected_by;
@@ -368,6 +406,7 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
       if (lane == 0) o.out_src_pos[row] = EncodeSrcPos(s, src[slot], M);
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) *o.total_recv = static_cast<int32_t>(base[W]);
+    PostConsumed<kCe>(p, call);
     return;
   }
 
@@ -427,6 +466,7 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
       if (s == W - 1) o.packed_count[e] = static_cast<int32_t>(pos);
     }
   }
+  PostConsumed<kCe>(p, call);
 }
 
 // -------------------------------------------------------------- combine send
@@ -445,7 +485,7 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   // them before this pe's next dispatch), the sum over its local slots k ascending
   // of w * y from -0.0, one fp32 row to the source's slot [t][me].
   const uint64_t dcall = st->dispatch_calls;
-  const size_t dh = dcall & 1;
+  const size_t dh = DispHalf(p, dcall);
   const int64_t P = p.recv_slots, hidden = p.hidden_dim, stride = a.input_row_stride / 2;
   const uint64_t* dflags =
       reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + dh * W;
@@ -701,18 +741,20 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   }
 }
 
+template <bool kCe>
 __device__ void Reject(const LlParams& p, bool dispatch) {
   const Ctx c{p};
   LlDeviceState* st = c.State();
   const int W = p.world;
   const uint64_t call = (dispatch ? st->dispatch_calls : st->combine_calls) + 1;
-  const size_t half = call & 1;
+  const size_t half = dispatch ? DispHalf<kCe>(call) : (call & 1);
   uint64_t* flags =
       reinterpret_cast<uint64_t*>(c.Local(dispatch ? p.layout.disp_flag : p.layout.comb_flag)) +
       half * W;
   if (threadIdx.x < W) dev::SignalSet(p.ctx, &flags[p.me], LlWord(call, kLlRejected), threadIdx.x);
   if (threadIdx.x < W) dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
   __syncthreads();
+  if (dispatch) PostConsumed<kCe>(p, call);  // received (as rejected): the next copies may come
   if (threadIdx.x == 0) {
     if (dispatch) {
       st->dispatch_calls = call;
@@ -722,21 +764,27 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   }
 }
 
-template <bool kPartials>
+// One kernel per variant: kLlDefault, kLlPartials (LlCombineArgs::pre_reduce
+// combines) and kLlCopyEngine (dispatches of a copy-engine op), so that neither
+// variant's code raises the others' register use.
+constexpr int kLlDefault = 0, kLlPartials = 1, kLlCopyEngine = 2;
+
+template <int kVariant>
 __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
     LowLatencyKernel(const __grid_constant__ LlParams p) {
+  constexpr bool kPartials = kVariant == kLlPartials, kCe = kVariant == kLlCopyEngine;
   extern __shared__ uint32_t masks[];
   const Ctx c{p};
   LlDeviceState* st = c.State();
-  if (p.phases & kLlRejectDispatch) return Reject(p, true);
-  if (p.phases & kLlRejectCombine) return Reject(p, false);
+  if (p.phases & kLlRejectDispatch) return Reject<kCe>(p, true);
+  if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
   // Every block reads the counters before any block can advance them (the last
   // block of a send phase does, after every block arrived there).
   const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
   const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
   __syncthreads();
-  if (p.phases & kLlDispatchSend) DispatchSend(p, dcall, masks);
-  if (p.phases & kLlDispatchRecv) DispatchRecv(p, dcall);
+  if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
+  if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
   if (p.phases & kLlCombineSend) CombineSend<kPartials>(p, ccall);
   if (p.phases & kLlCombineRecv) CombineRecv<kPartials>(p, ccall);
 }
@@ -745,10 +793,14 @@ __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
 
 void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stream) {
   const size_t smem = (p.phases & kLlDispatchSend) ? static_cast<size_t>(p.max_tokens) * 4 : 0;
-  const bool partials =
-      p.c.pre_reduce && (p.phases & (kLlCombineSend | kLlCombineRecv)) != 0 &&
-      (p.phases & (kLlDispatchSend | kLlDispatchRecv | kLlRejectDispatch | kLlRejectCombine)) == 0;
-  auto kernel = partials ? LowLatencyKernel<true> : LowLatencyKernel<false>;
+  const bool dispatch = (p.phases & (kLlDispatchSend | kLlDispatchRecv | kLlRejectDispatch)) != 0;
+  const bool combine = (p.phases & (kLlCombineSend | kLlCombineRecv)) != 0;
+  auto kernel = LowLatencyKernel<kLlDefault>;
+  if (p.copy_engine && dispatch && !combine) {
+    kernel = LowLatencyKernel<kLlCopyEngine>;
+  } else if (p.c.pre_reduce && combine && !dispatch && (p.phases & kLlRejectCombine) == 0) {
+    kernel = LowLatencyKernel<kLlPartials>;
+  }
   if (smem > 48 * 1024) {
     MORI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));

@@ -609,6 +609,7 @@ def run_errors():
 
 def run_graph(base_seed):
     op = make_op(EpDispatchCombineKernelType.IntraNodeLL)
+    assert op._impl.copy_engine == (os.environ.get("MORI_EP_LL_COPY_ENGINE") == "1")
     n = M
     x_s = torch.zeros(n, HIDDEN, dtype=torch.bfloat16, device=DEV)
     w_s = torch.zeros(n, K, device=DEV)

@@ -71,14 +71,19 @@ def _str_list(text: str) -> list[str]:
 
 
 KERNEL_TYPES = (
-    "IntraNode", "IntraNodeLL", "AsyncLL", "standard-moe", "standard-moe-rows", "deepep-ll",
+    "IntraNode", "IntraNodeLL", "AsyncLL", "AsyncLL-ce", "standard-moe", "standard-moe-rows",
+    "deepep-ll",
 )  # fmt: skip
 # The expert-major entry points run on an op of this kernel type.
 _OP_KERNEL_TYPE = {
     "standard-moe": "IntraNodeLL", "standard-moe-rows": "IntraNodeLL", "deepep-ll": "IntraNodeLL",
+    "AsyncLL-ce": "AsyncLL",
 }  # fmt: skip
 # Environment set while the op of a kernel type is constructed.
-_OP_ENV = {"standard-moe-rows": {"MORI_EP_LL_PRE_REDUCE": "0"}}
+_OP_ENV = {
+    "standard-moe-rows": {"MORI_EP_LL_PRE_REDUCE": "0"},
+    "AsyncLL-ce": {"MORI_EP_LL_COPY_ENGINE": "1"},  # CUDA: dispatch rows by copy engine
+}
 
 
 def _kernel_list(text: str) -> list[str]:
@@ -145,7 +150,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--kernel-type", type=_kernel_list, default=["IntraNode"],
         help="comma-separated: IntraNode, IntraNodeLL, AsyncLL (MORI's token-major calls; "
-        "AsyncLL as send + recv), standard-moe (MORI's dispatch_standard_moe / "
+        "AsyncLL as send + recv; AsyncLL-ce: its dispatch's rows moved by the copy engines, "
+        "MORI_EP_LL_COPY_ENGINE=1), standard-moe (MORI's dispatch_standard_moe / "
         "combine_standard_moe on an IntraNodeLL op, per-rank partials where the op decides "
         "so), standard-moe-rows (the same with one row per (token, expert) sent back: "
         "MORI_EP_LL_PRE_REDUCE=0), deepep-ll (low_latency_dispatch/combine "
@@ -475,8 +481,8 @@ def worker(args: argparse.Namespace) -> None:
                     records += _measure_standard_moe(args, ctx, ops[kt, dt], case, kt)
                 else:
                     records += _measure(args, ctx, ops[kt, dt], case, kt, baseline=i == 0)
-                if kt == "AsyncLL" and args.overlap:
-                    overlaps += _measure_overlap(args, ctx, ops[kt, dt], case)
+                if kt in ("AsyncLL", "AsyncLL-ce") and args.overlap:
+                    overlaps += _measure_overlap(args, ctx, ops[kt, dt], case, kt)
 
     gathered, gathered_overlaps = [None] * world, [None] * world
     dist.all_gather_object(gathered, records)
@@ -716,7 +722,7 @@ def _gemm_for(ctx, target_us: float):
     return make(int(agreed)), int(agreed)
 
 
-def _measure_overlap(args, ctx, op, case: _Case) -> list[dict]:
+def _measure_overlap(args, ctx, op, case: _Case, kt="AsyncLL") -> list[dict]:
     """AsyncLL's send/receive split, per phase: the transfer alone (send + recv, T), a
     GEMM of ``--overlap-ratio`` x T alone (G), and send + the GEMM + recv on the same
     stream (O), each phase a CUDA graph, dispatch and combine replayed alternately.
@@ -763,7 +769,8 @@ def _measure_overlap(args, ctx, op, case: _Case) -> list[dict]:
     for phase, t, g, o, size in (("dispatch", t_d, g_d, o_d, size_d),
                                  ("combine", t_c, g_c, o_c, size_c)):  # fmt: skip
         rows.append({
-            "tokens": case.tokens, "dtype": case.dtype, "rank": ctx.rank, "phase": phase,
+            "impl": _impl_name(kt), "tokens": case.tokens, "dtype": case.dtype, "rank": ctx.rank,
+            "phase": phase,
             "transfer_us": t, "gemm_us": g, "gemm_size": size, "overlapped_us": o,
             "hidden": min(1.0, max(0.0, 1.0 - (o - g) / t)) if t > 0 else float("nan"),
         })  # fmt: skip
@@ -781,7 +788,7 @@ def _measure(args, ctx, op, case: _Case, kt="IntraNode", baseline=True) -> list[
     cuda, device, timer, scale_dim = ctx.cuda, ctx.device, ctx.timer, ctx.scale_dim
     records = []
     # Eager pass: routing counts, and the combine input (rows as bf16).
-    async_ll = kt == "AsyncLL"
+    async_ll = kt in ("AsyncLL", "AsyncLL-ce")
     out, out_w, _, _, total_t = op.dispatch(x, w, s, idx)
     if async_ll:
         op.dispatch_recv()
@@ -996,11 +1003,12 @@ def _report(args, meta, records) -> None:
         print("AsyncLL overlap (per phase: transfer alone T, GEMM alone G, send + GEMM + recv "
               "O; hidden = 1 - (O - G) / T):")  # fmt: skip
         print(_table(
-            [[r["tokens"], r["dtype"], r["phase"], r["rank"], r["transfer_us"], r["gemm_size"],
-              r["gemm_us"], r["overlapped_us"], f"{100 * r['hidden']:.0f} %"]
-             for r in sorted(meta["overlap"], key=lambda r: (r["tokens"], r["dtype"],
+            [[r["tokens"], r["dtype"], r["impl"], r["phase"], r["rank"], r["transfer_us"],
+              r["gemm_size"], r["gemm_us"], r["overlapped_us"], f"{100 * r['hidden']:.0f} %"]
+             for r in sorted(meta["overlap"], key=lambda r: (r["tokens"], r["dtype"], r["impl"],
                                                              r["phase"], r["rank"]))],
-            ["tokens", "dtype", "phase", "rank", "T us", "GEMM n", "G us", "O us", "hidden"],
+            ["tokens", "dtype", "impl", "phase", "rank", "T us", "GEMM n", "G us", "O us",
+             "hidden"],
         ))  # fmt: skip
     wire = [r for r in records if "combine_wire_bytes" in r]
     if wire:
