@@ -55,11 +55,15 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   if (const char* v = std::getenv("MORI_EP_LL_COPY_ENGINE"); v != nullptr && std::atoi(v) != 0) {
     copy_engine_ = true;
+    const size_t flags = AlignUp(shape.world_size * sizeof(uint64_t), 256);
     stage_span_ = layout_.disp_src + layout_.half_src - layout_.disp_tokens;
-    MORI_CUDA_CHECK(cudaMalloc(&stage_, stage_span_ + shape.world_size * sizeof(uint64_t)));
+    comb_stage_at_ = AlignUp(stage_span_ + flags, 256);
+    comb_stage_span_ = layout_.comb_weights + layout_.half_comb_weights - layout_.comb_tokens;
+    MORI_CUDA_CHECK(cudaMalloc(&stage_, comb_stage_at_ + comb_stage_span_ + flags));
     MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
     MORI_CUDA_CHECK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
     MORI_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    MORI_CUDA_CHECK(cudaEventCreateWithFlags(&comb_copied_, cudaEventDisableTiming));
   }
   MORI_CUDA_CHECK(cudaMemset(block_, 0, LlSignalBytes(layout_)));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
@@ -73,6 +77,7 @@ LowLatencyCuda::~LowLatencyCuda() {
   cudaStreamSynchronize(side_);
   cudaEventDestroy(sent_);
   cudaEventDestroy(copied_);
+  cudaEventDestroy(comb_copied_);
   cudaStreamDestroy(side_);
   cudaFree(stage_);
 }
@@ -96,6 +101,10 @@ kernels::LlParams LowLatencyCuda::Base() const {
   p.copy_engine = copy_engine_;
   p.stage = stage_;
   p.stage_flags = copy_engine_ ? reinterpret_cast<uint64_t*>(stage_ + stage_span_) : nullptr;
+  p.stage_comb = copy_engine_ ? stage_ + comb_stage_at_ : nullptr;
+  p.stage_comb_flags =
+      copy_engine_ ? reinterpret_cast<uint64_t*>(stage_ + comb_stage_at_ + comb_stage_span_)
+                   : nullptr;
   return p;
 }
 
@@ -127,43 +136,59 @@ void LowLatencyCuda::DispatchSend(const LlDispatchArgs& a, bool fuse, LaunchShap
   if (copy_engine_) CopyDispatch(a, stream);
 }
 
-void LowLatencyCuda::CopyDispatch(const LlDispatchArgs& a, uintptr_t stream) {
+void LowLatencyCuda::CopyToPeers(const PeerCopy* copies, int n, size_t flag_off,
+                                 const uint64_t* flags, uintptr_t stream, cudaEvent_t done) {
   const int W = shape_.world_size, me = shape_.rank;
-  const int64_t P = LlRecvSlots(shape_), K = shape_.top_k;
-  struct Array {
-    size_t off;
-    int64_t row_bytes;
-  };
-  // The arrays this dispatch wrote (DispatchSend in kernels/low_latency.cu).
-  const Array arrays[] = {
-      {layout_.disp_tokens, shape_.hidden_bytes},
-      {layout_.disp_weights, K * 4},
-      {layout_.disp_indices, K * 4},
-      {layout_.disp_src, 4},
-      {layout_.disp_scales, a.scales != nullptr ? shape_.scale_bytes : 0},
-      {layout_.disp_cast_scales, a.fp8_cast ? LlCastScales(shape_.hidden_dim) * 4 : 0},
-  };
   mori::cuda::ScopedDevice guard(device_);
-  auto s = reinterpret_cast<cudaStream_t>(stream);
-  MORI_CUDA_CHECK(cudaEventRecord(sent_, s));
+  MORI_CUDA_CHECK(cudaEventRecord(sent_, reinterpret_cast<cudaStream_t>(stream)));
   MORI_CUDA_CHECK(cudaStreamWaitEvent(side_, sent_, 0));
-  const auto* flags = reinterpret_cast<const uint64_t*>(stage_ + stage_span_);
   for (int d = 0; d < W; ++d) {
     if (d == me) continue;
-    for (const Array& arr : arrays) {
-      const size_t bytes = static_cast<size_t>(P * arr.row_bytes);
+    for (int i = 0; i < n; ++i) {
+      const size_t bytes = static_cast<size_t>(copies[i].bytes);
       if (bytes == 0) continue;
-      char* dst = static_cast<char*>(shmem::Ptr(block_ + arr.off, d)) + me * bytes;
-      const char* src = stage_ + (arr.off - layout_.disp_tokens) + d * bytes;
-      MORI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, side_));
+      char* dst = static_cast<char*>(shmem::Ptr(block_ + copies[i].off, d)) + me * bytes;
+      MORI_CUDA_CHECK(cudaMemcpyAsync(dst, copies[i].src + d * bytes, bytes,
+                                      cudaMemcpyDeviceToDevice, side_));
     }
     // After the rows, in stream order: a pe that sees the flag sees them.
-    auto* flag = static_cast<uint64_t*>(shmem::Ptr(block_ + layout_.disp_flag, d)) + me;
+    auto* flag = static_cast<uint64_t*>(shmem::Ptr(block_ + flag_off, d)) + me;
     MORI_CUDA_CHECK(
         cudaMemcpyAsync(flag, flags + d, sizeof(uint64_t), cudaMemcpyDeviceToDevice, side_));
   }
-  MORI_CUDA_CHECK(cudaEventRecord(copied_, side_));
+  MORI_CUDA_CHECK(cudaEventRecord(done, side_));
+}
+
+void LowLatencyCuda::CopyDispatch(const LlDispatchArgs& a, uintptr_t stream) {
+  const int64_t P = LlRecvSlots(shape_), K = shape_.top_k;
+  auto at = [&](size_t off) { return stage_ + (off - layout_.disp_tokens); };
+  // The arrays this dispatch wrote (DispatchSend in kernels/low_latency.cu), P rows each.
+  const int64_t cast = a.fp8_cast ? LlCastScales(shape_.hidden_dim) * 4 : 0;
+  const int64_t scales = a.scales != nullptr ? shape_.scale_bytes : 0;
+  const PeerCopy copies[] = {
+      {layout_.disp_tokens, P * shape_.hidden_bytes, at(layout_.disp_tokens)},
+      {layout_.disp_weights, P * K * 4, at(layout_.disp_weights)},
+      {layout_.disp_indices, P * K * 4, at(layout_.disp_indices)},
+      {layout_.disp_src, P * 4, at(layout_.disp_src)},
+      {layout_.disp_scales, P * scales, at(layout_.disp_scales)},
+      {layout_.disp_cast_scales, P * cast, at(layout_.disp_cast_scales)},
+  };
+  CopyToPeers(copies, 6, layout_.disp_flag, reinterpret_cast<uint64_t*>(stage_ + stage_span_),
+              stream, copied_);
   copies_pending_ = true;
+}
+
+void LowLatencyCuda::CopyCombine(const LlCombineArgs& a, uintptr_t stream) {
+  const int64_t M = shape_.max_tokens, K = shape_.top_k;
+  char* base = stage_ + comb_stage_at_;
+  auto at = [&](size_t off) { return base + (off - layout_.comb_tokens); };
+  const PeerCopy copies[] = {
+      {layout_.comb_tokens, M * shape_.combine_row_bytes, at(layout_.comb_tokens)},
+      {layout_.comb_weights, a.weights != nullptr ? M * K * 4 : 0, at(layout_.comb_weights)},
+  };
+  CopyToPeers(copies, 2, layout_.comb_flag,
+              reinterpret_cast<uint64_t*>(base + comb_stage_span_), stream, comb_copied_);
+  comb_copies_pending_ = true;
 }
 
 void LowLatencyCuda::DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uintptr_t stream) {
@@ -206,7 +231,7 @@ void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_re
   }
   combine_ = a;
   combine_total_ = total_recv;
-  if (fuse) {
+  if (fuse && !copy_engine_) {
     combine_deferred_ = true;
     return;
   }
@@ -216,9 +241,15 @@ void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_re
   p.total_recv = total_recv;
   p.combine_tokens = num_tokens_;
   Launch(p, launch, stream);
+  if (copy_engine_ && a.layout == LlLayout::kTokenMajor) CopyCombine(a, stream);
 }
 
 void LowLatencyCuda::CombineRecv(LaunchShape launch, uintptr_t stream) {
+  if (comb_copies_pending_) {
+    mori::cuda::ScopedDevice guard(device_);
+    MORI_CUDA_CHECK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), comb_copied_, 0));
+    comb_copies_pending_ = false;
+  }
   kernels::LlParams p = Base();
   p.phases = kernels::kLlCombineRecv;
   if (combine_deferred_) p.phases |= kernels::kLlCombineSend;

@@ -40,6 +40,10 @@ struct LlParams {
   bool copy_engine;
   char* stage;
   uint64_t* stage_flags;
+  // The same for a combine's token-major rows: half 0 of the combine arrays, offsets
+  // from layout.comb_tokens; slot [s][t].
+  char* stage_comb;
+  uint64_t* stage_comb_flags;
   LlBufferLayout layout;
   int world, me, top_k, experts_per_rank;
   int64_t max_tokens, hidden_dim, hidden_bytes, combine_row_bytes, scale_bytes;
@@ -97,6 +101,18 @@ class LowLatencyCuda {
   // After a copy-engine send kernel on `stream`: on the side stream, each other pe's
   // slot range of every array the dispatch wrote, then its flag.
   void CopyDispatch(const LlDispatchArgs& a, uintptr_t stream);
+  // The same after a token-major combine send: each other pe's M combine rows (and
+  // weights), then its flag.
+  void CopyCombine(const LlCombineArgs& a, uintptr_t stream);
+  // Copies `n` (dst on pe d, src in the staging) on the side stream after `stream`'s
+  // work so far; the flags last (in stream order after the rows).
+  struct PeerCopy {
+    size_t off;       // the symmetric array's offset in the block
+    int64_t bytes;    // per pe
+    const char* src;  // the staging of pe 0's range (pe d's at src + d * bytes)
+  };
+  void CopyToPeers(const PeerCopy* copies, int n, size_t flag_off, const uint64_t* flags,
+                   uintptr_t stream, cudaEvent_t done);
 
   EpShape shape_;
   LlBufferLayout layout_;
@@ -115,11 +131,14 @@ class LowLatencyCuda {
   int64_t num_tokens_ = 0;
   bool pre_reduce_ = false;
   bool copy_engine_ = false;
-  char* stage_ = nullptr;  // private device memory: half 0 of the dispatch arrays + W flags
-  size_t stage_span_ = 0;  // bytes of the arrays part
+  char* stage_ = nullptr;  // private device memory: half 0 of the dispatch arrays + W flags,
+                           // then half 0 of the combine arrays + W flags
+  size_t stage_span_ = 0;  // bytes of the dispatch arrays part
+  size_t comb_stage_at_ = 0, comb_stage_span_ = 0;
   cudaStream_t side_ = nullptr;
-  cudaEvent_t sent_ = nullptr, copied_ = nullptr;
-  bool copies_pending_ = false;  // the receive must wait for `copied_`
+  cudaEvent_t sent_ = nullptr, copied_ = nullptr, comb_copied_ = nullptr;
+  bool copies_pending_ = false;       // the dispatch receive must wait for `copied_`
+  bool comb_copies_pending_ = false;  // the combine receive for `comb_copied_`
 };
 
 }  // namespace mori::ep

@@ -34,15 +34,18 @@
 //     c: the op's call order; a pe that rejects a call still receives its flags),
 //     so d no longer reads half p. Combine keeps its own counter and halves with the
 //     same argument.
-//   * Copy-engine dispatch (CUDA, MORI_EP_LL_COPY_ENGINE=1 on an op; every rank alike):
-//     the send kernel writes the rows for other pes into a private staging area laid
-//     out as their slots and the host then has the copy engines copy each pe's whole
-//     slot range (P rows: the count is known on the device only) and, after it, the
-//     flag. Host-issued copies have fixed destinations, so these dispatches use half 0
-//     alone; instead of the second half, a receiver posts disp_consumed[d] = Word(call)
-//     into every source once all its blocks read the call, and a sender's kernel waits
-//     for Word(call - 1) from each pe before it ends (its copies follow it). Ranks that
-//     differ in the setting stop at the timeout, never mix rows of different calls.
+//   * Copy-engine op (CUDA, MORI_EP_LL_COPY_ENGINE=1; every rank alike): a dispatch's
+//     (and a token-major combine's) send kernel writes the rows for other pes into a
+//     private staging area laid out as their slots and the host then has the copy
+//     engines copy each pe's whole slot range (P dispatch rows, M combine rows: the
+//     count is known on the device only) and, after it, the flag. Host-issued copies
+//     have fixed destinations, so every call of such an op uses half 0 alone; instead
+//     of the second half, a receiver posts disp_consumed[d] / comb_consumed[d] =
+//     Word(call) into every source once all its blocks read the call, and a sender
+//     waits for Word(call - 1) from each pe before its rows can land (a dispatch send
+//     kernel before it ends, its copies follow it; a combine before its first row, as
+//     expert-major combines still store directly). Ranks that differ in the setting
+//     stop at the timeout, never mix rows of different calls.
 //   * Flags are compared with >= on words nobody zeroes again (the call number sits
 //     in the high bits, so a stale flag of call c - 2 is smaller), and a rejected
 //     call (a pe whose inputs failed the host-side checks) carries kLlRejected as its
@@ -91,8 +94,8 @@
 //     disp_flag   u64 [2][W]
 //     comb_flag   u64 [2][W]
 //     disp_over   u64 [2][W][2]    over-the-cap note of source s: Word(call, count), d
-//     disp_consumed u64 [W]        copy-engine dispatch: Word(call) once pe d consumed
-//                                  this pe's rows of that call (below)
+//     disp_consumed u64 [W]        copy-engine op: Word(call) once pe d consumed this
+//     comb_consumed u64 [W]        pe's rows of that dispatch / combine call (below)
 //     state       LlDeviceState
 //   per half h (written by peers)
 //     disp_tokens u8  [2][W*P][H]
@@ -168,7 +171,7 @@ struct LlDeviceState {
 };
 
 struct LlBufferLayout {
-  size_t disp_flag, comb_flag, disp_over, disp_consumed, state;
+  size_t disp_flag, comb_flag, disp_over, disp_consumed, comb_consumed, state;
   size_t disp_tokens, disp_weights, disp_scales, disp_cast_scales, disp_indices, disp_src;
   size_t comb_tokens, comb_weights;
   size_t token_ranks, disp_pos;
@@ -230,6 +233,7 @@ inline LlBufferLayout MakeLlLayout(const EpShape& s) {
   l.comb_flag = take(2 * W * 8);
   l.disp_over = take(2 * W * sizeof(LlOverNote));
   l.disp_consumed = take(W * 8);
+  l.comb_consumed = take(W * 8);
   l.state = take(sizeof(LlDeviceState));
   l.disp_tokens = take(2 * l.half_tokens);
   l.disp_weights = take(2 * l.half_weights);

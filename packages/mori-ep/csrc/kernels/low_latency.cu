@@ -86,6 +86,19 @@ __device__ void TrapRejected(const LlParams& p, int from, const char* what, cons
   dev::TrapAfterReport();
 }
 
+// One kernel per variant: kLlDefault, kLlPartials (LlCombineArgs::pre_reduce
+// combines), kLlCopyEngine (the other calls of a copy-engine op) and kLlPartialsCe
+// (pre-reduced combines of a copy-engine op), so that no variant's code raises the
+// others' register use.
+constexpr int kLlDefault = 0, kLlPartials = 1, kLlCopyEngine = 2, kLlPartialsCe = 3;
+
+// Whether a combine of variant kVariant is a copy-engine op's (single-buffered combine
+// area with consumed words), and whether it is pre-reduced.
+template <int kVariant>
+constexpr bool CombineCe = kVariant == kLlCopyEngine || kVariant == kLlPartialsCe;
+template <int kVariant>
+constexpr bool CombinePartials = kVariant == kLlPartials || kVariant == kLlPartialsCe;
+
 // The half of the dispatch area a call uses: call & 1, or with the copy engines always
 // half 0 (single-buffered; the consumed words stand in for the second half).
 __device__ __forceinline__ size_t DispHalf(const LlParams& p, uint64_t call) {
@@ -340,13 +353,25 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
 // With the copy engines: once every block has read the single-buffered area, tell
 // every source pe that this pe consumed `call` (its next copies wait for it).
 template <bool kCe>
-__device__ void PostConsumed(const LlParams& p, uint64_t call) {
+__device__ void PostConsumed(const LlParams& p, uint64_t call, bool combine = false) {
   if (!kCe) return;
   const Ctx c{p};
   if (FinishBlock(&c.State()->blocks_done) && threadIdx.x < p.world && threadIdx.x != p.me) {
-    uint64_t* consumed = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_consumed));
+    uint64_t* consumed = reinterpret_cast<uint64_t*>(
+        c.Local(combine ? p.layout.comb_consumed : p.layout.disp_consumed));
     dev::SignalSet(p.ctx, &consumed[p.me], LlWord(call, 0), threadIdx.x);
   }
+}
+
+// A copy-engine op's combine writes a single-buffered area: before any row, every
+// block waits until each other pe consumed this pe's previous combine.
+__device__ void WaitCombConsumed(const LlParams& p, uint64_t call) {
+  const uint64_t* consumed =
+      reinterpret_cast<const uint64_t*>(p.block + p.layout.comb_consumed);
+  if (threadIdx.x < p.world && threadIdx.x != p.me) {
+    dev::WaitUntil(&consumed[threadIdx.x], Cmp::kGe, LlWord(call - 1, 0), p.timeout_ns);
+  }
+  __syncthreads();
 }
 
 // ---------------------------------------------------------- dispatch receive
@@ -553,15 +578,19 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   }
 }
 
-// kPartials: the pre-reduced expert-major combine (LlCombineArgs::pre_reduce), a kernel
-// of its own so that its accumulators do not raise the other phases' register use.
-template <bool kPartials>
+// kLlPartials: the pre-reduced expert-major combine (LlCombineArgs::pre_reduce);
+// kLlCopyEngine: a copy-engine op's combine (token-major rows for other pes go to the
+// staging, the host copies them; every combine of such an op uses half 0).
+template <int kVariant>
 __device__ void CombineSend(const LlParams& p, uint64_t call) {
+  constexpr bool kPartials = CombinePartials<kVariant>, kCe = kVariant == kLlCopyEngine;
+  constexpr bool ce = CombineCe<kVariant>;
   const Ctx c{p};
   const LlCombineArgs& a = p.c;
   const int W = p.world, K = p.top_k, E = p.experts_per_rank, me = p.me;
   const int64_t M = p.max_tokens, WM = W * M, Hc = p.combine_row_bytes;
-  const size_t half = call & 1;
+  const size_t half = ce ? 0 : (call & 1);
+  if constexpr (ce) WaitCombConsumed(p, call);
   const size_t ct_off = p.layout.comb_tokens + half * p.layout.half_comb_tokens;
   const size_t cw_off = p.layout.comb_weights + half * p.layout.half_comb_weights;
   const int lane = threadIdx.x & 31;
@@ -583,15 +612,19 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
       dev::TrapAfterReport();
     }
     const int64_t eb = CombineElementBytes(a.dtype);
+    // Copy engines: rows for other pes into the staging (slot [s][t]), copied after.
+    const auto area = [&](size_t off, int s) -> char* {
+      return kCe && s != me ? p.stage_comb + (off - p.layout.comb_tokens) : c.Peer(off, s);
+    };
     for (int64_t i = gwarp; i < total; i += nwarps) {
       const int s = static_cast<int>(a.src_pos[i] / M);
       const int64_t t = a.src_pos[i] % M;
-      const int64_t slot = me * M + t;
-      mori::shmem::device::detail::CopyBytes(c.Peer(ct_off, s) + slot * Hc,
+      const int64_t slot = (kCe && s != me ? s : me) * M + t;
+      mori::shmem::device::detail::CopyBytes(area(ct_off, s) + slot * Hc,
                                              input + i * a.input_row_stride, p.hidden_dim * eb,
                                              lane, 32);
       if (a.weights != nullptr && lane < K) {
-        reinterpret_cast<float*>(c.Peer(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+        reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
       }
     }
   } else if constexpr (kPartials) {
@@ -618,7 +651,12 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
   if (FinishBlock(&st->blocks_done)) {
     if (threadIdx.x < W) {
       uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
-      dev::SignalSet(p.ctx, &flags[me], LlWord(call, 0, LlCombineTag(p.c)), threadIdx.x);
+      const uint64_t word = LlWord(call, 0, LlCombineTag(p.c));
+      if (kCe && a.layout == LlLayout::kTokenMajor && threadIdx.x != me) {
+        p.stage_comb_flags[threadIdx.x] = word;  // the host copies it after the rows
+      } else {
+        dev::SignalSet(p.ctx, &flags[me], word, threadIdx.x);
+      }
     }
     if (threadIdx.x == 0) st->combine_calls = call;
   }
@@ -639,13 +677,15 @@ __device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, Combin
 }
 
 // ----------------------------------------------------------- combine receive
-template <bool kPartials>
+template <int kVariant>
 __device__ void CombineRecv(const LlParams& p, uint64_t call) {
+  constexpr bool kPartials = CombinePartials<kVariant>;
+  constexpr bool ce = CombineCe<kVariant>;
   const Ctx c{p};
   const LlCombineArgs& a = p.c;
   const int W = p.world, K = p.top_k;
   const int64_t M = p.max_tokens, hidden = p.hidden_dim, Hc = p.combine_row_bytes;
-  const size_t half = call & 1;
+  const size_t half = ce ? 0 : (call & 1);
   __shared__ int64_t counts[kMaxCudaWorldSize];
   __shared__ int rejected_by;
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
@@ -694,6 +734,7 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         a.out_weights[t * K + lane] = acc;
       }
     }
+    PostConsumed<ce>(p, call, true);  // every block gets here
     return;
   }
   if constexpr (kPartials) {
@@ -723,21 +764,23 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
       }
       for (int i = 0; i < 4 && h0 + i < hidden; ++i) out[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
     }
-    return;
-  }
-  for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
-    bool any = false;  // no part: zeros; else a sum from -0.0 (low_latency_cpu.cpp)
-    for (int k = 0; k < K; ++k) any |= a.topk_idx[t * K + k] >= 0;
-    for (int64_t h = lane; h < hidden; h += 32) {
-      float acc = any ? kSumStart : 0.0f;
-      for (int k = 0; k < K; ++k) {
-        if (a.topk_idx[t * K + k] < 0) continue;
-        const float w = a.topk_weights != nullptr ? a.topk_weights[t * K + k] : 1.0f;
-        const uint16_t y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc)[h];
-        acc = __fadd_rn(acc, __fmul_rn(w, Bf16BitsToFloat(y)));
+    PostConsumed<ce>(p, call, true);  // every block gets here
+  } else {
+    for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
+      bool any = false;  // no part: zeros; else a sum from -0.0 (low_latency_cpu.cpp)
+      for (int k = 0; k < K; ++k) any |= a.topk_idx[t * K + k] >= 0;
+      for (int64_t h = lane; h < hidden; h += 32) {
+        float acc = any ? kSumStart : 0.0f;
+        for (int k = 0; k < K; ++k) {
+          if (a.topk_idx[t * K + k] < 0) continue;
+          const float w = a.topk_weights != nullptr ? a.topk_weights[t * K + k] : 1.0f;
+          const uint16_t y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc)[h];
+          acc = __fadd_rn(acc, __fmul_rn(w, Bf16BitsToFloat(y)));
+        }
+        static_cast<uint16_t*>(a.out)[t * hidden + h] = FloatToBf16Bits(acc);
       }
-      static_cast<uint16_t*>(a.out)[t * hidden + h] = FloatToBf16Bits(acc);
     }
+    PostConsumed<ce>(p, call, true);
   }
 }
 
@@ -747,14 +790,19 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   LlDeviceState* st = c.State();
   const int W = p.world;
   const uint64_t call = (dispatch ? st->dispatch_calls : st->combine_calls) + 1;
-  const size_t half = dispatch ? DispHalf<kCe>(call) : (call & 1);
+  const size_t half = DispHalf<kCe>(call);  // combines of a copy-engine op use half 0 too
   uint64_t* flags =
       reinterpret_cast<uint64_t*>(c.Local(dispatch ? p.layout.disp_flag : p.layout.comb_flag)) +
       half * W;
   if (threadIdx.x < W) dev::SignalSet(p.ctx, &flags[p.me], LlWord(call, kLlRejected), threadIdx.x);
   if (threadIdx.x < W) dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
   __syncthreads();
-  if (dispatch) PostConsumed<kCe>(p, call);  // received (as rejected): the next copies may come
+  // Received (as rejected): the next copies may come.
+  if (dispatch) {
+    PostConsumed<kCe>(p, call);
+  } else {
+    PostConsumed<kCe>(p, call, true);
+  }
   if (threadIdx.x == 0) {
     if (dispatch) {
       st->dispatch_calls = call;
@@ -764,15 +812,10 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   }
 }
 
-// One kernel per variant: kLlDefault, kLlPartials (LlCombineArgs::pre_reduce
-// combines) and kLlCopyEngine (dispatches of a copy-engine op), so that neither
-// variant's code raises the others' register use.
-constexpr int kLlDefault = 0, kLlPartials = 1, kLlCopyEngine = 2;
-
 template <int kVariant>
 __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
     LowLatencyKernel(const __grid_constant__ LlParams p) {
-  constexpr bool kPartials = kVariant == kLlPartials, kCe = kVariant == kLlCopyEngine;
+  constexpr bool kCe = kVariant == kLlCopyEngine;
   extern __shared__ uint32_t masks[];
   const Ctx c{p};
   LlDeviceState* st = c.State();
@@ -785,8 +828,8 @@ __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
   __syncthreads();
   if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
   if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
-  if (p.phases & kLlCombineSend) CombineSend<kPartials>(p, ccall);
-  if (p.phases & kLlCombineRecv) CombineRecv<kPartials>(p, ccall);
+  if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
+  if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
 }
 
 }  // namespace
@@ -796,10 +839,10 @@ void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stre
   const bool dispatch = (p.phases & (kLlDispatchSend | kLlDispatchRecv | kLlRejectDispatch)) != 0;
   const bool combine = (p.phases & (kLlCombineSend | kLlCombineRecv)) != 0;
   auto kernel = LowLatencyKernel<kLlDefault>;
-  if (p.copy_engine && dispatch && !combine) {
+  if (p.c.pre_reduce && combine && !dispatch && (p.phases & kLlRejectCombine) == 0) {
+    kernel = p.copy_engine ? LowLatencyKernel<kLlPartialsCe> : LowLatencyKernel<kLlPartials>;
+  } else if (p.copy_engine) {
     kernel = LowLatencyKernel<kLlCopyEngine>;
-  } else if (p.c.pre_reduce && combine && !dispatch && (p.phases & kLlRejectCombine) == 0) {
-    kernel = LowLatencyKernel<kLlPartials>;
   }
   if (smem > 48 * 1024) {
     MORI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
