@@ -464,7 +464,8 @@ def run_initiator(system: str, port: int, seed: int, scale: float, phase: str, b
                     t0 = time.perf_counter()
                     go()
                     lat.append(time.perf_counter() - t0)
-                block_stats.append([float(np.median(lat[first:])) * 1e6, block_calib])
+                if len(lat) > first:  # a small --scale leaves the last blocks empty
+                    block_stats.append([float(np.median(lat[first:])) * 1e6, block_calib])
                 print("BLOCK", flush=True)
             # Nothing runs here while other systems time their blocks.
             if sys.stdin.readline().strip() != "finish":
