@@ -39,6 +39,10 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
     MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take top-k up to 32, got ",
                shape.top_k);
   }
+  if (shape.num_experts_per_rank > kernels::kLlMaxScanExperts) {
+    MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take up to ",
+               kernels::kLlMaxScanExperts, " experts per rank, got ", shape.num_experts_per_rank);
+  }
   if (shape.max_tokens > 8192) {
     MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take up to 8192 tokens per rank ",
                "(max_num_inp_token_per_rank), got ", shape.max_tokens);

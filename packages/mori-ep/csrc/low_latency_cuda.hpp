@@ -26,6 +26,9 @@ namespace kernels {
 // compiled for blocks of that size (__launch_bounds__), so that ptxas keeps its
 // registers within what such a block may hold (at most 128 per thread).
 inline constexpr int kLlMaxWarps = 16;
+// Most local experts per rank (the expert-major combine scans their row counts in
+// shared memory).
+inline constexpr int kLlMaxScanExperts = 1024;
 
 // Phases one launch runs, in this order.
 inline constexpr int kLlDispatchSend = 1, kLlDispatchRecv = 2, kLlCombineSend = 4,

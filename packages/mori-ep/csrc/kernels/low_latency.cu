@@ -630,9 +630,42 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
   } else if constexpr (kPartials) {
     CombineSendPartials(p, ct_off);
   } else {
-    for (int64_t item = gwarp; item < static_cast<int64_t>(E) * WM; item += nwarps) {
-      const int e = static_cast<int>(item / WM);
-      const int64_t pos = item % WM;
+    // Only the rows that exist: each block sums every expert's rows over the sources
+    // (layout_range) and a warp scans them into prefix[], then a warp per row finds its
+    // expert by bisection and its source among W ranges.
+    __shared__ int64_t prefix[kLlMaxScanExperts + 1];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      int64_t total = 0;
+      for (int s2 = 0; s2 < W; ++s2) total += a.layout_range[e * W + s2] & 0xFFFFFFFF;
+      prefix[e + 1] = total;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      int64_t carry = 0;
+      for (int b0 = 0; b0 < E; b0 += 32) {
+        int64_t v = b0 + lane < E ? prefix[b0 + lane + 1] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int64_t u = __shfl_up_sync(kFull, v, o);
+          if (lane >= o) v += u;
+        }
+        if (b0 + lane < E) prefix[b0 + lane + 1] = v + carry;
+        carry += __shfl_sync(kFull, v, 31);
+      }
+      if (lane == 0) prefix[0] = 0;
+    }
+    __syncthreads();
+    for (int64_t item = gwarp; item < prefix[E]; item += nwarps) {
+      int lo = 0, hi = E;  // the expert e with prefix[e] <= item < prefix[e + 1]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (prefix[mid] <= item) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+      const int e = lo;
+      const int64_t pos = item - prefix[e];
       int s = -1;
       for (int s2 = 0; s2 < W; ++s2) {
         const int64_t range = a.layout_range[e * W + s2];
@@ -660,6 +693,26 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     }
     if (threadIdx.x == 0) st->combine_calls = call;
   }
+}
+
+// Up to 32 bytes by one thread: 16-, 8- or 4-byte accesses where both ends allow.
+__device__ __forceinline__ void CopySmall(char* dst, const char* src, int64_t n) {
+  const uintptr_t both = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
+  int64_t i = 0;
+  if ((both & 15) == 0) {
+    for (; i + 16 <= n; i += 16) {
+      *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+    }
+  } else if ((both & 7) == 0) {
+    for (; i + 8 <= n; i += 8) {
+      *reinterpret_cast<uint2*>(dst + i) = *reinterpret_cast<const uint2*>(src + i);
+    }
+  } else if ((both & 3) == 0) {
+    for (; i + 4 <= n; i += 4) {
+      *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
+    }
+  }
+  for (; i < n; ++i) dst[i] = src[i];
 }
 
 __device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, CombineDtype dtype) {
@@ -701,30 +754,39 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
   if (a.layout == LlLayout::kTokenMajor) {
     const int64_t n = p.combine_tokens;
-    const int64_t row_bytes = hidden * CombineElementBytes(a.dtype);
-    for (int64_t t = gwarp; t < n; t += nwarps) {
+    const int64_t eb = CombineElementBytes(a.dtype), row_bytes = hidden * eb;
+    // Items are (token, 128 columns), 4 per lane, so that a few tokens still spread
+    // over many warps (a warp per token walked a 7168-column row alone).
+    const int64_t chunks = (hidden + 127) / 128;
+    for (int64_t item = gwarp; item < n * chunks; item += nwarps) {
+      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
       // As CombineTokenRow / CombineTokenWeights (numeric.hpp): no part: zeros; one
       // part: its bytes; else an fp32 sum from -0.0 in ascending pe order.
       int parts = 0, only = 0;
       for (int d = 0; d < W; ++d) {
         if (token_ranks[t * W + d]) ++parts, only = d;
       }
-      if (parts == 0 || CopiesSinglePart(parts, a.fp8_cast)) {
-        const char* row = comb + (only * M + t) * Hc;
-        char* o = static_cast<char*>(a.out) + t * row_bytes;
-        for (int64_t i = lane; i < row_bytes; i += 32) o[i] = parts ? row[i] : 0;
-      } else {
-        for (int64_t h = lane; h < hidden; h += 32) {
-          float acc = kSumStart;
+      if (h0 < hidden) {
+        const int64_t cols = hidden - h0 < 4 ? hidden - h0 : 4;
+        char* o = static_cast<char*>(a.out) + t * row_bytes + h0 * eb;
+        if (parts == 0) {
+          for (int64_t i = 0; i < cols * eb; ++i) o[i] = 0;
+        } else if (CopiesSinglePart(parts, a.fp8_cast)) {
+          CopySmall(o, comb + (only * M + t) * Hc + h0 * eb, cols * eb);
+        } else {
+          float acc[4];
+          for (int i = 0; i < 4; ++i) acc[i] = kSumStart;
           for (int d = 0; d < W; ++d) {
             if (!token_ranks[t * W + d]) continue;
-            acc = __fadd_rn(acc,
-                            CombineElementValue(comb + (d * M + t) * Hc, h, a.dtype, a.fp8_cast));
+            const char* row = comb + (d * M + t) * Hc;
+            for (int i = 0; i < cols; ++i) {
+              acc[i] = __fadd_rn(acc[i], CombineElementValue(row, h0 + i, a.dtype, a.fp8_cast));
+            }
           }
-          StoreValue(a.out, t * hidden + h, acc, a.dtype);
+          for (int i = 0; i < cols; ++i) StoreValue(a.out, t * hidden + h0 + i, acc[i], a.dtype);
         }
       }
-      if (a.out_weights != nullptr && lane < K) {
+      if (item % chunks == 0 && a.out_weights != nullptr && lane < K) {
         float acc = parts == 0 ? 0.0f : kSumStart;
         for (int d = 0; d < W; ++d) {
           if (!token_ranks[t * W + d]) continue;
@@ -766,18 +828,38 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     }
     PostConsumed<ce>(p, call, true);  // every block gets here
   } else {
-    for (int64_t t = gwarp; t < a.num_tokens; t += nwarps) {
-      bool any = false;  // no part: zeros; else a sum from -0.0 (low_latency_cpu.cpp)
-      for (int k = 0; k < K; ++k) any |= a.topk_idx[t * K + k] >= 0;
-      for (int64_t h = lane; h < hidden; h += 32) {
-        float acc = any ? kSumStart : 0.0f;
-        for (int k = 0; k < K; ++k) {
-          if (a.topk_idx[t * K + k] < 0) continue;
-          const float w = a.topk_weights != nullptr ? a.topk_weights[t * K + k] : 1.0f;
-          const uint16_t y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc)[h];
-          acc = __fadd_rn(acc, __fmul_rn(w, Bf16BitsToFloat(y)));
+    // Items are (token, 128 columns), 4 per lane; lane k < K holds slot k's id and
+    // weight. No part: zeros; else a sum from -0.0 over k ascending (low_latency_cpu.cpp).
+    const int64_t chunks = (hidden + 127) / 128;
+    const bool vec = hidden % 4 == 0 && Hc % 8 == 0;
+    for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
+      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      int32_t g = -1;
+      float w = 1.0f;
+      if (lane < K) {
+        g = a.topk_idx[t * K + lane];
+        if (a.topk_weights != nullptr) w = a.topk_weights[t * K + lane];
+      }
+      const bool any = __any_sync(kFull, lane < K && g >= 0);
+      float acc[4];
+      for (int i = 0; i < 4; ++i) acc[i] = any ? kSumStart : 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const int32_t gk = __shfl_sync(kFull, g, k);
+        const float wk = __shfl_sync(kFull, w, k);
+        if (gk < 0 || h0 >= hidden) continue;
+        const uint16_t* y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc) + h0;
+        uint16_t v[4];
+        if (vec) {
+          *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(y);
+        } else {
+          for (int i = 0; i < 4; ++i) v[i] = h0 + i < hidden ? y[i] : 0;
         }
-        static_cast<uint16_t*>(a.out)[t * hidden + h] = FloatToBf16Bits(acc);
+        for (int i = 0; i < 4; ++i) {
+          acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, Bf16BitsToFloat(v[i])));
+        }
+      }
+      for (int i = 0; i < 4 && h0 + i < hidden; ++i) {
+        static_cast<uint16_t*>(a.out)[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
       }
     }
     PostConsumed<ce>(p, call, true);
@@ -812,24 +894,30 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   }
 }
 
-template <int kVariant>
+// kDispatch: the kernel runs dispatch phases (send, receive, reject), else combine
+// phases; a launch never mixes them, and each kernel's registers are its own.
+template <int kVariant, bool kDispatch>
 __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
     LowLatencyKernel(const __grid_constant__ LlParams p) {
   constexpr bool kCe = kVariant == kLlCopyEngine;
   extern __shared__ uint32_t masks[];
   const Ctx c{p};
   LlDeviceState* st = c.State();
-  if (p.phases & kLlRejectDispatch) return Reject<kCe>(p, true);
-  if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
-  // Every block reads the counters before any block can advance them (the last
-  // block of a send phase does, after every block arrived there).
-  const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
-  const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
-  __syncthreads();
-  if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
-  if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
-  if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
-  if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
+  if constexpr (kDispatch) {
+    if (p.phases & kLlRejectDispatch) return Reject<kCe>(p, true);
+    // Every block reads the counter before any block can advance it (the last block
+    // of the send phase does, after every block arrived there).
+    const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
+    __syncthreads();
+    if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
+    if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
+  } else {
+    if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
+    const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
+    __syncthreads();
+    if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
+    if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
+  }
 }
 
 }  // namespace
@@ -838,11 +926,15 @@ void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stre
   const size_t smem = (p.phases & kLlDispatchSend) ? static_cast<size_t>(p.max_tokens) * 4 : 0;
   const bool dispatch = (p.phases & (kLlDispatchSend | kLlDispatchRecv | kLlRejectDispatch)) != 0;
   const bool combine = (p.phases & (kLlCombineSend | kLlCombineRecv)) != 0;
-  auto kernel = LowLatencyKernel<kLlDefault>;
-  if (p.c.pre_reduce && combine && !dispatch && (p.phases & kLlRejectCombine) == 0) {
-    kernel = p.copy_engine ? LowLatencyKernel<kLlPartialsCe> : LowLatencyKernel<kLlPartials>;
+  MORI_CHECK(!(dispatch && combine), "a low-latency launch mixes dispatch and combine phases");
+  auto kernel = LowLatencyKernel<kLlDefault, false>;
+  if (dispatch) {
+    kernel = p.copy_engine ? LowLatencyKernel<kLlCopyEngine, true> : LowLatencyKernel<kLlDefault, true>;
+  } else if (p.c.pre_reduce && (p.phases & kLlRejectCombine) == 0) {
+    kernel = p.copy_engine ? LowLatencyKernel<kLlPartialsCe, false>
+                           : LowLatencyKernel<kLlPartials, false>;
   } else if (p.copy_engine) {
-    kernel = LowLatencyKernel<kLlCopyEngine>;
+    kernel = LowLatencyKernel<kLlCopyEngine, false>;
   }
   if (smem > 48 * 1024) {
     MORI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
