@@ -894,30 +894,34 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   }
 }
 
-// kDispatch: the kernel runs dispatch phases (send, receive, reject), else combine
-// phases; a launch never mixes them, and each kernel's registers are its own.
-template <int kVariant, bool kDispatch>
+// A dispatch kernel runs dispatch phases (send, receive, reject), a combine kernel
+// combine phases; a launch never mixes them, and each kernel's registers are its own.
+// (The names carry "DispatchKernel" / "CombineKernel": the bench's profiler reads them.)
+template <int kVariant>
 __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
-    LowLatencyKernel(const __grid_constant__ LlParams p) {
+    LowLatencyDispatchKernel(const __grid_constant__ LlParams p) {
   constexpr bool kCe = kVariant == kLlCopyEngine;
   extern __shared__ uint32_t masks[];
-  const Ctx c{p};
-  LlDeviceState* st = c.State();
-  if constexpr (kDispatch) {
-    if (p.phases & kLlRejectDispatch) return Reject<kCe>(p, true);
-    // Every block reads the counter before any block can advance it (the last block
-    // of the send phase does, after every block arrived there).
-    const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
-    __syncthreads();
-    if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
-    if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
-  } else {
-    if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
-    const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
-    __syncthreads();
-    if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
-    if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
-  }
+  LlDeviceState* st = Ctx{p}.State();
+  if (p.phases & kLlRejectDispatch) return Reject<kCe>(p, true);
+  // Every block reads the counter before any block can advance it (the last block of
+  // the send phase does, after every block arrived there).
+  const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
+  __syncthreads();
+  if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
+  if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
+}
+
+template <int kVariant>
+__global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
+    LowLatencyCombineKernel(const __grid_constant__ LlParams p) {
+  constexpr bool kCe = kVariant == kLlCopyEngine;
+  LlDeviceState* st = Ctx{p}.State();
+  if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
+  const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
+  __syncthreads();
+  if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
+  if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
 }
 
 }  // namespace
@@ -927,14 +931,15 @@ void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stre
   const bool dispatch = (p.phases & (kLlDispatchSend | kLlDispatchRecv | kLlRejectDispatch)) != 0;
   const bool combine = (p.phases & (kLlCombineSend | kLlCombineRecv)) != 0;
   MORI_CHECK(!(dispatch && combine), "a low-latency launch mixes dispatch and combine phases");
-  auto kernel = LowLatencyKernel<kLlDefault, false>;
+  auto kernel = LowLatencyCombineKernel<kLlDefault>;
   if (dispatch) {
-    kernel = p.copy_engine ? LowLatencyKernel<kLlCopyEngine, true> : LowLatencyKernel<kLlDefault, true>;
+    kernel = p.copy_engine ? LowLatencyDispatchKernel<kLlCopyEngine>
+                           : LowLatencyDispatchKernel<kLlDefault>;
   } else if (p.c.pre_reduce && (p.phases & kLlRejectCombine) == 0) {
-    kernel = p.copy_engine ? LowLatencyKernel<kLlPartialsCe, false>
-                           : LowLatencyKernel<kLlPartials, false>;
+    kernel = p.copy_engine ? LowLatencyCombineKernel<kLlPartialsCe>
+                           : LowLatencyCombineKernel<kLlPartials>;
   } else if (p.copy_engine) {
-    kernel = LowLatencyKernel<kLlCopyEngine, false>;
+    kernel = LowLatencyCombineKernel<kLlCopyEngine>;
   }
   if (smem > 48 * 1024) {
     MORI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
