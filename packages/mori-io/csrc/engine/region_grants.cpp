@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <utility>
 
 #include "engine/io_engine.hpp"
 #include "mori/core/error.hpp"
@@ -240,16 +241,23 @@ void RegionGrants::Revoke(uint64_t id) {
   }
   std::vector<std::string> unreachable;
   for (const std::string& key : keys) {
+    // Recorded before the liveness check: a connection that closes after it finds the
+    // record (ConnectionClosed clears it), one closed before it fails the check. The
+    // other order let a close in between leave a record nobody clears, and this
+    // deregistration waited out the transfer timeout for an acknowledgement.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      revoking_.emplace_back(key, id);
+    }
     std::shared_ptr<Conn> conn = engine_->channel().LiveInbound(key);
     if (!conn) {
       // No connection from it is left: its engine is gone or disconnected, and its
       // transfers to us have failed; a process that died holds no mapping.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = std::find(revoking_.begin(), revoking_.end(), std::make_pair(key, id));
+      if (it != revoking_.end()) revoking_.erase(it);
       unreachable.push_back(key);
       continue;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      revoking_.emplace_back(key, id);
     }
     PostOnConn(*conn, wire::MakeHeader(wire::MsgType::kP2pRevoke, id), nullptr);
   }
