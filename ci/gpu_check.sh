@@ -75,13 +75,19 @@ echo "=== pytest: ${#paths[@]} path(s), failed: ${failed[*]:-none}" | tee -a "$O
 
 # Benchmarks: MORI_GPU_CHECK_BENCH holds shell commands (run after the tests, output
 # in $OUT/bench.log), e.g. "python3 -m mori.io.bench --backend p2p --all --json $OUT/p2p.json".
-# Unset: mori-ep's bench at the machine's world size (every visible GPU: 2, 4 or 8) over
-# the EP8 table's token counts, and the symmetric heap's; set to "" for none.
+# Unset: at the machine's world size (every visible GPU: 2, 4 or 8) mori-ep's bench over
+# the EP8 table's token counts, its low-latency kernel types over decode's token counts
+# (with the AsyncLL overlap), mori-ccl's collectives and the symmetric heap's bench, each
+# writing its JSON as it ends (a run cut off at the device's time limit keeps the ones
+# done; pick fewer with this variable); set to "" for none.
 if [ -z "${MORI_GPU_CHECK_BENCH+x}" ]; then
   ngpu="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
   MORI_GPU_CHECK_BENCH=""
   if [ "$ngpu" -ge 2 ]; then
-    MORI_GPU_CHECK_BENCH="$PY -m mori.ep.bench --world-size $ngpu --tokens 128,512,1024,2048,4096 --json $OUT/ep_bench.json; $PY -m mori.core.bench_shmem --max-size 256M --json $OUT/shmem_bench.json"
+    MORI_GPU_CHECK_BENCH="$PY -m mori.ep.bench --world-size $ngpu --tokens 128,512,1024,2048,4096 --json $OUT/ep_bench.json; \
+$PY -m mori.ep.bench --world-size $ngpu --max-tokens 256 --tokens 1,8,32,128,256 --kernel-type IntraNode,IntraNodeLL,AsyncLL,AsyncLL-ce,standard-moe,standard-moe-rows,deepep-ll --overlap --json $OUT/ep_ll_bench.json; \
+$PY -m mori.ccl.bench --world-size $ngpu --json $OUT/ccl_bench.json; \
+$PY -m mori.core.bench_shmem --max-size 256M --json $OUT/shmem_bench.json"
   fi
 fi
 if [ -n "${MORI_GPU_CHECK_BENCH:-}" ]; then
