@@ -63,3 +63,17 @@ def peer_target(tmp_path):
         os.kill(proc.pid, signal.SIGCONT)
         proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture
+def rss_bytes():
+    """() -> this process's resident set size in bytes (VmRSS)."""
+
+    def read():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS in /proc/self/status")
+
+    return read

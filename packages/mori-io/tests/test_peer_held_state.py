@@ -70,14 +70,6 @@ def _wait(cond, timeout_s, what):
         time.sleep(0.02)
 
 
-def _rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
-
-
 # (A) Inbound statuses.
 
 
@@ -175,7 +167,7 @@ def test_a_write_whose_region_goes_between_its_parts_ends_as_a_failure():
         target.close()
 
 
-def test_unpopped_statuses_are_bounded_in_bytes_oldest_first():
+def test_unpopped_statuses_are_bounded_in_bytes_oldest_first(rss_bytes):
     """Successful writes under 1000 distinct 4000-byte keys, never popped: within
     max_inbound_status_bytes (1 MiB here) the newest are kept, the oldest dropped and
     counted; popping the rest frees every key. Before, only the 65,536-status cap held,
@@ -186,7 +178,7 @@ def test_unpopped_statuses_are_bounded_in_bytes_oldest_first():
     mem = target.register_array(np.zeros(4096, np.uint8))
     port, secret = target._engine.port, target._engine.secret
     n = 1000
-    rss0 = _rss_bytes()
+    rss0 = rss_bytes()
     try:
         for i in range(n):
             s = _hello(port, secret, _key(i))
@@ -204,7 +196,7 @@ def test_unpopped_statuses_are_bounded_in_bytes_oldest_first():
 
         _wait(accounted, 5, "not every write was accounted")
         stats = target._engine.inbound_stats()
-        grown = _rss_bytes() - rss0
+        grown = rss_bytes() - rss0
         print(f"{n} keys of {LONG} bytes: {stats}, +{grown / 2**20:.1f} MiB RSS")
         assert stats["bytes"] <= bound, stats
         assert stats["held"] >= bound // (2 * LONG) and stats["evicted"] > 0, stats

@@ -291,15 +291,7 @@ def test_a_write_that_trickles_its_payload_cannot_hold_its_region():
         target.close()
 
 
-def _rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
-
-
-def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
+def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key(rss_bytes):
     """A target whose application does not pop keeps up to max_inbound_statuses
     (65,536) statuses; announced under a 4000-byte key (the hello allows 4096), each one
     held a copy of the key (+256 MiB). The key is now shared by its statuses."""
@@ -316,13 +308,13 @@ def test_unpopped_statuses_of_a_long_key_cost_memory_by_entry_not_by_key():
         grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
         assert grant[0] == 30 and grant[1] == 0, grant
         s.recv(grant[7], socket.MSG_WAITALL)
-        rss0 = _rss_bytes()
+        rss0 = rss_bytes()
         s.sendall(frames)  # kP2pWriteDone for uids 1..n: unanswered
         deadline = time.monotonic() + 60
         while target._engine.inbound_stats()["held"] < n:
             assert time.monotonic() < deadline, target._engine.inbound_stats()
             time.sleep(0.01)
-        grown = _rss_bytes() - rss0
+        grown = rss_bytes() - rss0
         print(f"{n} statuses under a {len(key)}-byte key: +{grown / 2**20:.1f} MiB")
         assert grown < 64 << 20, f"+{grown / 2**20:.0f} MiB for {n} statuses"
         st = target.pop_inbound_transfer_status(key.decode(), 77)
@@ -383,7 +375,7 @@ def test_notice_rings_are_bounded_and_a_gone_initiator_gives_its_ring_up(monkeyp
         tcp_only.close()
 
 
-def test_a_peer_that_floods_reads_and_never_takes_the_answers_is_bounded():
+def test_a_peer_that_floods_reads_and_never_takes_the_answers_is_bounded(rss_bytes):
     """A peer sending read requests without ever reading the answers kept the target
     reading them (each request refreshed the stuck clock) and queueing answers without
     bound, each answer holding the region (deregistration refused throughout). The target
@@ -413,7 +405,7 @@ def test_a_peer_that_floods_reads_and_never_takes_the_answers_is_bounded():
             except OSError:
                 return  # closed by the target
 
-    rss0 = _rss_bytes()
+    rss0 = rss_bytes()
     flooder = threading.Thread(target=flood)
     flooder.start()
     try:
@@ -426,7 +418,7 @@ def test_a_peer_that_floods_reads_and_never_takes_the_answers_is_bounded():
         took = None
         peak = 0
         while time.monotonic() - t0 < BOUND_S + 3:
-            peak = max(peak, _rss_bytes() - rss0)
+            peak = max(peak, rss_bytes() - rss0)
             try:
                 target.deregister_memory(mem)
                 took = time.monotonic() - t0
