@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mori/bootstrap/bootstrap.hpp"
+#include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 
@@ -181,21 +182,15 @@ addrinfo* Resolve(const std::string& host, int port, bool passive) {
 }
 
 int EnvInt(const char* name, bool required, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') {
+  const auto v = env::Get(name);
+  if (!v) {
     if (required) {
       MORI_THROW(InvalidArgumentError, "bootstrap: environment variable ", name,
                  " is not set (expected torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
     }
     return fallback;
   }
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || x < 0 || x > (1L << 30)) {
-    MORI_THROW(InvalidArgumentError, "bootstrap: ", name, "='", v,
-               "' is not a non-negative integer");
-  }
-  return static_cast<int>(x);
+  return static_cast<int>(env::ParseInt(name, *v, 0, int64_t{1} << 30));
 }
 
 }  // namespace
@@ -476,11 +471,11 @@ TcpBootstrapOptions TcpBootstrap::OptionsFromEnv() {
   TcpBootstrapOptions o;
   o.rank = EnvInt("RANK", true, 0);
   o.world_size = EnvInt("WORLD_SIZE", true, 1);
-  const char* addr = std::getenv("MASTER_ADDR");
-  if (addr == nullptr || *addr == '\0') {
+  const auto addr = env::Get("MASTER_ADDR");
+  if (!addr) {
     MORI_THROW(InvalidArgumentError, "bootstrap: environment variable MASTER_ADDR is not set");
   }
-  o.host = addr;
+  o.host = *addr;
   int master_port = EnvInt("MASTER_PORT", true, 0);
   o.port = EnvInt("MORI_BOOTSTRAP_PORT", false, master_port + 1);
   int timeout_s = EnvInt("MORI_BOOTSTRAP_TIMEOUT_S", false, 120);

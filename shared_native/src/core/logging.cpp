@@ -12,6 +12,7 @@
 #include <ctime>
 #include <string>
 
+#include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 
 namespace mori::log {
@@ -34,10 +35,10 @@ std::string Upper(std::string s) {
 // A bad value in the environment must not stop the library from loading: it is
 // reported on stderr and the default kept.
 void ApplyEnv(const char* var, int first, int last) {
-  const char* value = std::getenv(var);
-  if (value == nullptr || *value == '\0') return;
+  const auto value = env::Get(var);
+  if (!value) return;
   try {
-    int level = static_cast<int>(ParseLevel(value));
+    int level = static_cast<int>(ParseLevel(*value));
     for (int m = first; m < last; ++m) g_thresholds[m].store(level, std::memory_order_relaxed);
   } catch (const Error& e) {
     std::string line = StrCat("[mori] ignoring ", var, ": ", e.what(), "\n");

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 
 namespace mori::telemetry {
@@ -36,9 +37,9 @@ void AtomicMax(std::atomic<uint64_t>& slot, uint64_t v) noexcept {
 
 struct EnvTelemetry {
   EnvTelemetry() {
-    const char* value = std::getenv("MORI_TELEMETRY");
-    if (value == nullptr) return;
-    std::stringstream ss(value);
+    const auto value = env::Get("MORI_TELEMETRY");
+    if (!value) return;
+    std::stringstream ss(*value);
     std::string item;
     while (std::getline(ss, item, ',')) {
       if (item.empty() || item == "0" || item == "off") continue;

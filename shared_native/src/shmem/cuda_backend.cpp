@@ -6,6 +6,7 @@
 // into one reserved VA range (local index i at base + i * stride), readable and
 // writable by this pe's GPU. Driver calls go through DriverEntryPoint (nothing
 // links libcuda); cudart (static) is used directly.
+#include "mori/core/env.hpp"
 #include "mori/core/version.hpp"
 #include "shmem/heap_backend.hpp"
 
@@ -290,9 +291,8 @@ class CudaBackend final : public HeapBackend {
 
   HandleType ResolveRequested() const {
     if (options_.handle_type != HandleType::kAuto) return options_.handle_type;
-    const char* env = std::getenv("MORI_SHMEM_HANDLE");
-    if (env == nullptr || *env == '\0') return HandleType::kAuto;
-    return ParseHandleType(env);
+    const auto name = env::Get("MORI_SHMEM_HANDLE");
+    return name ? ParseHandleType(*name) : HandleType::kAuto;
   }
 
   // Tries each handle type in order: cuMemCreate with it, then an export (a

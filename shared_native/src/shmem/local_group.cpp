@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 
@@ -17,9 +18,7 @@ namespace mori::shmem::internal {
 namespace {
 
 std::string NodeKey() {
-  if (const char* id = std::getenv("MORI_SHMEM_NODE_ID"); id != nullptr && *id != '\0') {
-    return StrCat("env:", id);
-  }
+  if (const auto id = env::Get("MORI_SHMEM_NODE_ID")) return StrCat("env:", *id);
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   std::string boot_id;

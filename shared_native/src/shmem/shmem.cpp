@@ -11,6 +11,7 @@
 #include "allocator.hpp"
 #include "heap_backend.hpp"
 #include "local_group.hpp"
+#include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/shmem/host_ops.hpp"
@@ -173,8 +174,7 @@ void CheckLocalRange(const void* p, size_t nbytes, const char* what) {
 size_t HeapSizeFrom(const InitOptions& o) {
   size_t size = o.heap_size;
   if (size == 0) {
-    const char* env = std::getenv("MORI_SHMEM_HEAP_SIZE");
-    size = (env != nullptr && *env != '\0') ? ParseSize(env) : kDefaultHeapSize;
+    size = env::Size("MORI_SHMEM_HEAP_SIZE", kDefaultHeapSize, 4096, kMaxHeapSize);
   }
   MORI_CHECK_ARG(size >= 4096, "heap size ", size, " bytes is too small (minimum 4096)");
   // Backends add offsets of up to local_pes * size to a pointer and size files
@@ -186,8 +186,8 @@ size_t HeapSizeFrom(const InitOptions& o) {
 
 HandleType HandleTypeFrom(const InitOptions& o) {
   if (o.handle_type != HandleType::kAuto) return o.handle_type;
-  const char* env = std::getenv("MORI_SHMEM_HANDLE");
-  return (env != nullptr && *env != '\0') ? ParseHandleType(env) : HandleType::kAuto;
+  const auto name = env::Get("MORI_SHMEM_HANDLE");
+  return name ? ParseHandleType(*name) : HandleType::kAuto;
 }
 
 }  // namespace
@@ -215,28 +215,7 @@ HandleType ParseHandleType(const std::string& name) {
 }
 
 size_t ParseSize(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  MORI_CHECK_ARG(i > 0, "size '", text, "' does not start with a number");
-  unsigned long long value = std::strtoull(text.substr(0, i).c_str(), nullptr, 10);
-  std::string unit = text.substr(i);
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();
-  int shift = 0;
-  if (unit == "K") {
-    shift = 10;
-  } else if (unit == "M") {
-    shift = 20;
-  } else if (unit == "G") {
-    shift = 30;
-  } else if (unit == "T") {
-    shift = 40;
-  } else if (!unit.empty()) {
-    MORI_THROW(InvalidArgumentError, "size '", text, "' has an unknown unit (use K, M, G or T)");
-  }
-  MORI_CHECK_ARG(value <= (~0ULL >> shift), "size '", text, "' overflows");
-  return static_cast<size_t>(value << shift);
+  return static_cast<size_t>(env::ParseSize("size", text, 0, SIZE_MAX));
 }
 
 void Init(std::shared_ptr<bootstrap::Bootstrap> boot, const InitOptions& options) {

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from mori.core import (
     InvalidStateError,
     MoriTimeoutError,
     NotSupportedError,
+    env,
     shmem,
 )
 
@@ -47,12 +47,7 @@ ZERO_COPY_ENV = "MORI_CCL_ZERO_COPY"
 
 
 def _zero_copy_default() -> bool:
-    value = os.environ.get(ZERO_COPY_ENV, "1").strip().lower()
-    if value in ("1", "true", "on", "yes", ""):
-        return True
-    if value in ("0", "false", "off", "no"):
-        return False
-    raise InvalidArgumentError(f"{ZERO_COPY_ENV}={value!r}: expected 0 or 1")
+    return env.get_bool(ZERO_COPY_ENV, True)
 
 
 def _describe(x: Any) -> str:

@@ -14,11 +14,10 @@ Nothing here imports torch until a function that needs it is called.
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 
-from mori.core import _C
+from mori.core import _C, env
 from mori.core import shmem as _shmem
 from mori.core.errors import InvalidArgumentError, InvalidStateError, NotSupportedError
 
@@ -78,10 +77,10 @@ def _route_address() -> str:
     """This host's address as other hosts see it: MORI_BOOTSTRAP_HOST if set, else
     the source address of the route towards MASTER_ADDR (or any outside address),
     else loopback."""
-    host = os.environ.get("MORI_BOOTSTRAP_HOST")
+    host = env.get("MORI_BOOTSTRAP_HOST")
     if host:
         return host
-    target = os.environ.get("MASTER_ADDR") or "192.0.2.1"  # TEST-NET-1: a route lookup only
+    target = env.get("MASTER_ADDR") or "192.0.2.1"  # TEST-NET-1: a route lookup only
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect((target, 9))  # UDP connect sends nothing; it picks the source address
@@ -162,7 +161,7 @@ def shmem_init_attr(flags: int, rank: int, nranks: int, unique_id: bytes) -> int
             f"{MORI_SHMEM_INIT_WITH_UNIQUEID})"
         )
     host, port = _decode_unique_id(unique_id)
-    timeout_s = float(os.environ.get("MORI_BOOTSTRAP_TIMEOUT_S", "120"))
+    timeout_s = env.get_int("MORI_BOOTSTRAP_TIMEOUT_S", 120, 1, 1 << 30)
     boot = _C.TcpBootstrap(int(rank), int(nranks), host, port, timeout_s)
     _shmem.init(bootstrap=boot, timeout_s=timeout_s)
     return 0
