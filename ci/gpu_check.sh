@@ -2,13 +2,25 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 #
-# One call on a GPU machine (H200, via the device tool): build the four packages in
-# place with CUDA for sm_90, print the topology, run every test (GPU tests included)
-# and write logs/JSON under $OUT. The machine has no network: a newer
-# scikit-build-core can be carried as a wheel in .whl/ (see BENCHMARKS/README).
+# The GPU check (H200, via the device tool): build the four packages in place with CUDA
+# for sm_90, print the topology, run the tests (GPU tests included) and the benchmarks,
+# with logs/JSON under $OUT. The machine has no network: a newer scikit-build-core can be
+# carried as a wheel in .whl/ (see BENCHMARKS/README).
 #
-#   ci/gpu_check.sh            # everything
-#   MORI_GPU_CHECK_PACKAGES=mori-core MORI_GPU_CHECK_TESTS="packages/mori-core/tests" ci/gpu_check.sh
+# One device call runs at most 10 minutes, and the whole check takes longer on a fresh
+# 1 x H200 (build ~4 min, tests ~14). So it runs in named parts; each part first builds
+# whatever changed since the last build on this machine (nothing, on a warm machine that
+# ran an earlier part of the same tree), so consecutive calls go:
+#
+#   ci/gpu_check.sh build core io      # build (~4 min), topology, mori-core and mori-io tests
+#   ci/gpu_check.sh ep                 # mori-ep tests (the longest part)
+#   ci/gpu_check.sh ccl integration bench   # mori-ccl tests, tests_integration, the benchmarks
+#
+#   ci/gpu_check.sh all                # every part in one call (a machine with more time)
+#   MORI_GPU_CHECK_TESTS="packages/mori-ep/tests/test_low_latency_gpu.py -k graph" ci/gpu_check.sh tests
+#
+# Parts: build, core, io, ep, ccl, integration, tests (the paths in MORI_GPU_CHECK_TESTS),
+# bench (the commands in MORI_GPU_CHECK_BENCH, default below), all. No part: all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # At most 8 files come back from the device tool: keep the outputs few.
@@ -26,76 +38,126 @@ if [ -x /usr/bin/g++ ]; then
   export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 fi
 PY="${PYTHON:-python3}"
+PACKAGES="${MORI_GPU_CHECK_PACKAGES:-mori-core mori-io mori-ep mori-ccl}"
+
+parts=("$@")
+[ "${#parts[@]}" -eq 0 ] && parts=(all)
+for p in "${parts[@]}"; do
+  case "$p" in
+    build | core | io | ep | ccl | integration | tests | bench | all) ;;
+    *) echo "gpu_check: unknown part '$p' (build core io ep ccl integration tests bench all)"; exit 2 ;;
+  esac
+done
+[ "${parts[*]}" = all ] && parts=(build core io ep ccl integration bench)
 
 status=0
 step() { echo; echo "=== $*"; }
 
-step "machine"
-{ nvidia-smi; nvidia-smi topo -m; "$PY" -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
-
 if compgen -G ".whl/*.whl" >/dev/null; then
-  step "carried wheels"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/mori-site .whl/*.whl
   export PYTHONPATH="/tmp/mori-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
-for pkg in ${MORI_GPU_CHECK_PACKAGES:-mori-core mori-io mori-ep mori-ccl}; do
-  if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
-      "./packages/$pkg" >"$OUT/build-$pkg.log.tmp" 2>&1; then
-    echo "BUILD FAILED: $pkg"; tail -40 "$OUT/build-$pkg.log.tmp"; cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"
-    exit 1
+# What a build depends on: every file the wheels are made of (not the tests).
+tree_hash() {
+  find shared_native packages/*/csrc packages/*/src packages/*/CMakeLists.txt \
+    packages/*/pyproject.toml -type f ! -path '*/__pycache__/*' -print0 |
+    sort -z | xargs -0 sha1sum | sha1sum | cut -d' ' -f1
+}
+
+# Builds and installs the packages unless this machine installed this very tree already.
+ensure_built() {
+  local stamp=build/gpu/.installed want
+  want="$(tree_hash) ${MORI_CUDA_ARCHS} ${PACKAGES}"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "build: up to date ($stamp)"
+    return 0
   fi
-  cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"; rm -f "$OUT/build-$pkg.log.tmp"
-  echo "built $pkg"
-done
+  step "machine"
+  { nvidia-smi; nvidia-smi topo -m; "$PY" -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
+  step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
+  local t0=$SECONDS
+  for pkg in $PACKAGES; do
+    # Test builds: mori-io's test hooks (mori.io._testing) are compiled in.
+    if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
+        -C cmake.define.MORI_IO_TESTING=ON "./packages/$pkg" >"$OUT/build-$pkg.log.tmp" 2>&1; then
+      echo "BUILD FAILED: $pkg"; tail -40 "$OUT/build-$pkg.log.tmp"; cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"
+      exit 1
+    fi
+    cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"; rm -f "$OUT/build-$pkg.log.tmp"
+    echo "built $pkg ($((SECONDS - t0)) s)"
+  done
+  mkdir -p build/gpu && echo "$want" >"$stamp"
+  step "topology"
+  "$PY" -m mori.core.topology 2>&1 | tee "$OUT/topology.txt" || status=1
+  "$PY" -c 'import json,mori.core as m; print(json.dumps(m.build_info()))' | tee "$OUT/build_info.json"
+}
 
-step "topology"
-"$PY" -m mori.core.topology 2>&1 | tee "$OUT/topology.txt" || status=1
-"$PY" -m mori.core.topology --json >"$OUT/topology.json" || status=1
-"$PY" -c 'import json,mori.core as m; print(json.dumps(m.build_info()))' | tee "$OUT/build_info.json"
-
-step "tests"
-tests="${MORI_GPU_CHECK_TESTS:-packages/mori-core/tests packages/mori-io/tests packages/mori-ep/tests packages/mori-ccl/tests tests_integration}"
 # One pytest per path (words starting with "-" are options for every run): a call cut
 # off at the device's time limit then loses only the running file's failure details,
 # not those of every file before it (pytest prints them at the end of its run).
-opts=() paths=() failed=()
-for w in $tests; do case "$w" in -*) opts+=("$w") ;; *) paths+=("$w") ;; esac; done
-: >"$OUT/pytest.log"
-for path in "${paths[@]}"; do
-  echo "=== pytest $path" | tee -a "$OUT/pytest.log"
-  "$PY" -m pytest -ra --import-mode=importlib -p no:cacheprovider --timeout=600 "${opts[@]}" \
-    "$path" 2>&1 | tee -a "$OUT/pytest.log"
-  rc="${PIPESTATUS[0]}"
-  # 5: nothing collected (e.g. a directory whose every test is for another machine).
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; failed+=("$path (rc $rc)"); fi
-done
-echo "=== pytest: ${#paths[@]} path(s), failed: ${failed[*]:-none}" | tee -a "$OUT/pytest.log"
+failed=()
+run_tests() {
+  local opts=() paths=() w path rc t0
+  for w in "$@"; do case "$w" in -*) opts+=("$w") ;; *) paths+=("$w") ;; esac; done
+  for path in "${paths[@]}"; do
+    echo "=== pytest $path" | tee -a "$OUT/pytest.log"
+    t0=$SECONDS
+    "$PY" -m pytest -ra --durations=10 --import-mode=importlib -p no:cacheprovider --timeout=600 "${opts[@]}" \
+      "$path" 2>&1 | tee -a "$OUT/pytest.log"
+    rc="${PIPESTATUS[0]}"
+    echo "=== $path: rc $rc, $((SECONDS - t0)) s" | tee -a "$OUT/pytest.log"
+    # 5: nothing collected (e.g. a directory whose every test is for another machine).
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; failed+=("$path (rc $rc)"); fi
+  done
+}
 
-# Benchmarks: MORI_GPU_CHECK_BENCH holds shell commands (run after the tests, output
-# in $OUT/bench.log), e.g. "python3 -m mori.io.bench --backend p2p --all --json $OUT/p2p.json".
-# Unset: at the machine's world size (every visible GPU: 2, 4 or 8) mori-ep's bench over
-# the EP8 table's token counts, its low-latency kernel types over decode's token counts
-# (with the AsyncLL overlap), mori-ccl's collectives and the symmetric heap's bench, each
-# writing its JSON as it ends (a run cut off at the device's time limit keeps the ones
-# done; pick fewer with this variable); set to "" for none.
-if [ -z "${MORI_GPU_CHECK_BENCH+x}" ]; then
-  ngpu="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
-  MORI_GPU_CHECK_BENCH=""
-  if [ "$ngpu" -ge 2 ]; then
-    MORI_GPU_CHECK_BENCH="$PY -m mori.ep.bench --world-size $ngpu --tokens 128,512,1024,2048,4096 --json $OUT/ep_bench.json; \
+# Benchmarks: MORI_GPU_CHECK_BENCH holds shell commands (output in $OUT/bench.log), e.g.
+# "python3 -m mori.io.bench --backend p2p --all --json $OUT/p2p.json". Unset: at the
+# machine's world size (every visible GPU: 2, 4 or 8) mori-ep's bench over the EP8 table's
+# token counts, its low-latency kernel types over decode's token counts (with the AsyncLL
+# overlap), mori-ccl's collectives and the symmetric heap's bench, each writing its JSON as
+# it ends (a run cut off at the device's time limit keeps the ones done); on one GPU, the
+# one-rank mori-ep bench of every kernel type (fixed costs and local work).
+run_bench() {
+  local ngpu
+  if [ -z "${MORI_GPU_CHECK_BENCH+x}" ]; then
+    ngpu="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+    MORI_GPU_CHECK_BENCH=""
+    if [ "$ngpu" -ge 2 ]; then
+      MORI_GPU_CHECK_BENCH="$PY -m mori.ep.bench --world-size $ngpu --tokens 128,512,1024,2048,4096 --json $OUT/ep_bench.json; \
 $PY -m mori.ep.bench --world-size $ngpu --max-tokens 256 --tokens 1,8,32,128,256 --kernel-type IntraNode,IntraNodeLL,AsyncLL,AsyncLL-ce,standard-moe,standard-moe-rows,deepep-ll --overlap --json $OUT/ep_ll_bench.json; \
 $PY -m mori.ccl.bench --world-size $ngpu --json $OUT/ccl_bench.json; \
 $PY -m mori.core.bench_shmem --max-size 256M --json $OUT/shmem_bench.json"
+    elif [ "$ngpu" -eq 1 ]; then
+      MORI_GPU_CHECK_BENCH="$PY -m mori.ep.bench --world-size 1 --max-tokens 128 --tokens 1,128 \
+--hidden-dim 7168 --num-experts-per-token 8 --num-experts-per-rank 256 --dtype bf16,fp8 --block-num 24 \
+--iters 10 --reps 5 --no-baseline --kernel-type IntraNode,IntraNodeLL,AsyncLL,standard-moe,standard-moe-rows,deepep-ll \
+--json $OUT/ep_1rank_bench.json"
+    fi
   fi
-fi
-if [ -n "${MORI_GPU_CHECK_BENCH:-}" ]; then
+  [ -n "$MORI_GPU_CHECK_BENCH" ] || return 0
   step "benchmarks"
-  bash -c "$MORI_GPU_CHECK_BENCH" 2>&1 | tee "$OUT/bench.log"
+  bash -c "$MORI_GPU_CHECK_BENCH" 2>&1 | tee -a "$OUT/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-fi
+}
+
+ensure_built
+for p in "${parts[@]}"; do
+  case "$p" in
+    build) ;;
+    core) run_tests packages/mori-core/tests ;;
+    io) run_tests packages/mori-io/tests ;;
+    ep) run_tests packages/mori-ep/tests ;;
+    ccl) run_tests packages/mori-ccl/tests ;;
+    integration) run_tests tests_integration ;;
+    tests)
+      # shellcheck disable=SC2086
+      run_tests ${MORI_GPU_CHECK_TESTS:?MORI_GPU_CHECK_TESTS names the test paths of part tests} ;;
+    bench) run_bench ;;
+  esac
+done
 
 step "summary"
-tail -3 "$OUT/pytest.log"
+echo "parts: ${parts[*]}; failed: ${failed[*]:-none}" | tee -a "$OUT/pytest.log"
 exit $status
