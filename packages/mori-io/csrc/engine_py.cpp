@@ -15,7 +15,7 @@
 #include "engine_py.hpp"
 #include "mori/core/error.hpp"
 #include "p2p/p2p_transport.hpp"
-#include "shm/notice_ring.hpp"
+#include "samehost/notice_ring.hpp"
 #include "shm/shm_transport.hpp"
 #include "wire/secret.hpp"
 
