@@ -13,7 +13,6 @@
 #include "mori/core/macros.hpp"
 #include "mori/core/telemetry.hpp"
 #include "p2p/p2p_transport.hpp"
-#include "rdma/loopback_backend.hpp"
 #include "rdma/rdma_transport.hpp"
 #include "shm/shm_transport.hpp"
 #include "tcp/socket_io.hpp"
@@ -214,9 +213,7 @@ void IoEngine::CreateP2pBackend(const P2pBackendConfig& config) {
 
 void IoEngine::CreateRdmaBackend(const rdma::RdmaBackendConfig& config) {
   MORI_CHECK_ARG(!rdma_->created(), "engine '", key_, "' already has an RDMA backend");
-  std::unique_ptr<rdma::RdmaBackend> backend = rdma::LoopbackBackendRequested()
-                                                   ? rdma::CreateLoopbackBackend(config)
-                                                   : rdma::RdmaBackend::Create(config);
+  std::unique_ptr<rdma::RdmaBackend> backend = rdma::RdmaBackend::Create(config);
   if (!channel_.running()) CreateTcpBackend(TcpBackendConfig{});
   rdma_->Adopt(std::move(backend));
   backends_epoch_.fetch_add(1, std::memory_order_release);

@@ -125,7 +125,8 @@ class IoEngine {
   bool HasShmBackend() const;
   // Throws NotSupportedError where CUDA or a device is missing.
   void CreateP2pBackend(const P2pBackendConfig& config);
-  // MORI_IO_RDMA_LOOPBACK=1 substitutes the in-process test double.
+  // rdma::RdmaBackend::Create(config): NotSupportedError where RDMA cannot run (a test
+  // build may substitute its double there).
   void CreateRdmaBackend(const rdma::RdmaBackendConfig& config);
 
   void SetBackendOverride(BackendOverride o) { override_.store(o, std::memory_order_relaxed); }
