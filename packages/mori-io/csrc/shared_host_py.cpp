@@ -10,7 +10,7 @@
 
 #include "mori/core/error.hpp"
 #include "mori/core/str.hpp"
-#include "shm/shared_host.hpp"
+#include "samehost/shared_host.hpp"
 
 namespace py = pybind11;
 

@@ -59,24 +59,6 @@ BackendAvailability ProbeIbverbs() {
 
 }  // namespace
 
-const char* BackendTypeName(BackendType type) noexcept {
-  switch (type) {
-    case BackendType::kUnknown:
-      return "Unknown";
-    case BackendType::kFabric:
-      return "FABRIC";
-    case BackendType::kTcp:
-      return "TCP";
-    case BackendType::kShm:
-      return "SHM";
-    case BackendType::kP2P:
-      return "P2P";
-    case BackendType::kRdma:
-      return "RDMA";
-  }
-  return "?";
-}
-
 BackendAvailability ProbeBackend(BackendType type) {
   BackendAvailability result{false, ""};
   switch (type) {

@@ -4,14 +4,9 @@
 
 #include <string>
 
+#include "registry/backend_select.hpp"
+
 namespace mori::io {
-
-// MORI's backend names; XGMI (AMD's GPU link) is accepted in Python as an alias of P2P.
-// MORI's numbers (Unknown 0, XGMI 1, RDMA 2, TCP 3, FABRIC 4); P2P is MORI's XGMI slot
-// (same-host GPU memory), SHM is mori's own. FABRIC is named but not implemented.
-enum class BackendType : int { kUnknown = 0, kP2P = 1, kRdma = 2, kTcp = 3, kFabric = 4, kShm = 5 };
-
-const char* BackendTypeName(BackendType type) noexcept;
 
 struct BackendAvailability {
   bool available;

@@ -15,7 +15,7 @@
 #include "p2p/p2p_transport.hpp"
 #include "rdma/rdma_transport.hpp"
 #include "shm/shm_transport.hpp"
-#include "tcp/socket_io.hpp"
+#include "control/socket_io.hpp"
 #include "tcp/tcp_transport.hpp"
 #include "wire/log_safe.hpp"
 #include "wire/secret.hpp"

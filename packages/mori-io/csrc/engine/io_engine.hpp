@@ -10,18 +10,18 @@
 #include <mutex>
 #include <string>
 
-#include "engine/backend_select.hpp"
-#include "engine/inbound_statuses.hpp"
-#include "engine/memory_registry.hpp"
-#include "engine/peer_registry.hpp"
-#include "engine/region_grants.hpp"
-#include "engine/submission_ledger.hpp"
-#include "engine/transfer_state.hpp"
-#include "engine/transport.hpp"
+#include "registry/backend_select.hpp"
+#include "registry/inbound_statuses.hpp"
+#include "registry/memory_registry.hpp"
+#include "registry/peer_registry.hpp"
+#include "grants/region_grants.hpp"
+#include "ledger/submission_ledger.hpp"
+#include "ledger/transfer_state.hpp"
+#include "host/transport.hpp"
 #include "p2p/p2p_backend.hpp"
 #include "rdma/rdma_backend.hpp"
-#include "tcp/control_channel.hpp"
-#include "tcp/tcp_config.hpp"
+#include "control/control_channel.hpp"
+#include "control/tcp_config.hpp"
 
 namespace mori::io {
 

@@ -27,7 +27,7 @@
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/telemetry.hpp"
 #include "p2p/p2p_kernels.hpp"
-#include "shm/shared_host.hpp"
+#include "samehost/shared_host.hpp"
 #endif
 
 namespace mori::io {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/transfer_state.hpp"
+#include "ledger/transfer_state.hpp"
 
 namespace mori::io {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/transport.hpp"
+#include "host/transport.hpp"
 #include "p2p/p2p_backend.hpp"
 #include "wire/wire_protocol.hpp"
 

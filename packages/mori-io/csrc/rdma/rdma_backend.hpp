@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/transfer_state.hpp"
+#include "ledger/transfer_state.hpp"
 #include "rdma/endpoint_codec.hpp"
 #include "rdma/qp_attributes.hpp"
 #include "rdma/work_request_plan.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "engine/transport.hpp"
+#include "host/transport.hpp"
 #include "rdma/rdma_backend.hpp"
 #include "wire/wire_protocol.hpp"
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "shm/shared_host.hpp"
+#include "samehost/shared_host.hpp"
 
 namespace mori::io {
 

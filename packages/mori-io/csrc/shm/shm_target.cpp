@@ -8,8 +8,8 @@
 
 #include "engine/io_engine.hpp"
 #include "shm/shm_transport.hpp"
-#include "tcp/control_handlers.hpp"
-#include "tcp/reactor.hpp"
+#include "control/control_handlers.hpp"
+#include "control/reactor.hpp"
 
 namespace mori::io {
 

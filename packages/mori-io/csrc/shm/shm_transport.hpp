@@ -9,11 +9,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "engine/transport.hpp"
+#include "host/transport.hpp"
 #include "shm/cma_copy.hpp"
-#include "shm/liveness.hpp"
-#include "shm/shared_host.hpp"
-#include "tcp/connection.hpp"
+#include "samehost/liveness.hpp"
+#include "samehost/shared_host.hpp"
+#include "control/connection.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io {

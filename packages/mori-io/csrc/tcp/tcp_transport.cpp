@@ -8,9 +8,9 @@
 
 #include "engine/io_engine.hpp"
 #include "mori/core/telemetry.hpp"
-#include "tcp/answer_reader.hpp"
-#include "tcp/gpu_staging.hpp"
-#include "tcp/reactor.hpp"
+#include "control/answer_reader.hpp"
+#include "registry/gpu_staging.hpp"
+#include "control/reactor.hpp"
 
 namespace mori::io {
 

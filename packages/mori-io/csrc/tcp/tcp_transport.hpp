@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "engine/transport.hpp"
+#include "host/transport.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io {

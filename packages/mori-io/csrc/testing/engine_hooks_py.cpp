@@ -13,12 +13,11 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/backend_probe.hpp"
-#include "engine/backend_select.hpp"
-#include "engine/submission_ledger.hpp"
+#include "ledger/submission_ledger.hpp"
 #include "mori/core/error.hpp"
 #include "p2p/p2p_backend.hpp"
-#include "shm/notice_ring.hpp"
+#include "registry/backend_select.hpp"
+#include "samehost/notice_ring.hpp"
 #include "testing/testing_py.hpp"
 #include "wire/secret.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/transfer_state.hpp"
+#include "ledger/transfer_state.hpp"
 #include "mori/core/error.hpp"
 #include "wire/wire_protocol.hpp"
 
