@@ -12,7 +12,10 @@
 #include "engine/io_engine.hpp"
 #include "engine_py.hpp"
 #include "mori/core/error.hpp"
+#include "p2p/p2p_backend.hpp"
 #include "p2p/p2p_transport.hpp"
+#include "rdma/rdma_backend.hpp"
+#include "samehost/same_host.hpp"
 #include "shm/shm_transport.hpp"
 
 namespace py = pybind11;
@@ -347,36 +350,41 @@ every hello; without it the remote refuses the connections).)doc")
       .def(
           "p2p_mapping_kind",
           [](IoEngine& e, const std::string& key, uint64_t mem_id) {
-            return e.p2p().MappingKind(key, mem_id);
+            return e.transports().p2p().MappingKind(key, mem_id);
           },
           py::arg("remote_key"), py::arg("mem_id"),
           "-1: not mapped; 0: same process; 1: legacy CUDA IPC handle; 2: cuMem POSIX fds.")
       .def(
           "shm_mapping_state",
           [](IoEngine& e, const std::string& key, uint64_t mem_id) {
-            return e.shm().MappingState(key, mem_id);
+            return e.transports().shm().MappingState(key, mem_id);
           },
           py::arg("remote_key"), py::arg("mem_id"),
           "-1: not asked yet; 0: not shareable (CMA); 1: mapped (memcpy).")
       .def(
           "shm_cma_grant_state",
           [](IoEngine& e, const std::string& key, uint64_t mem_id) {
-            return e.shm().CmaGrantState(key, mem_id);
+            return e.transports().shm().CmaGrantState(key, mem_id);
           },
           py::arg("remote_key"), py::arg("mem_id"),
           "1: a CMA grant of the remote region is held here; 0: none.")
       .def(
-          "shm_liveness", [](IoEngine& e, const std::string& key) { return e.shm().Liveness(key); },
+          "shm_liveness",
+          [](IoEngine& e, const std::string& key) { return e.transports().shm().Liveness(key); },
           py::arg("remote_key"),
           "How same-host copies learn that remote_key's engine is gone: 'word', 'pidfd', ''.")
       .def(
           "notice_ring_state",
-          [](IoEngine& e, const std::string& key) { return e.shm().NoticeRingState(key); },
+          [](IoEngine& e, const std::string& key) {
+            return e.transports().same_host().NoticeRingState(key);
+          },
           py::arg("remote_key"),
           "Write announcements to remote_key: 1 its notice ring; 0 not asked yet; -1 TCP.")
-      .def_property_readonly("notice_rings_granted",
-                             [](IoEngine& e) { return e.shm().notice_rings_granted(); })
-      .def_property_readonly("shm_split_copies", [](IoEngine& e) { return e.shm().split_copies(); })
+      .def_property_readonly(
+          "notice_rings_granted",
+          [](IoEngine& e) { return e.transports().same_host().notice_rings_granted(); })
+      .def_property_readonly("shm_split_copies",
+                             [](IoEngine& e) { return e.transports().shm().split_copies(); })
       .def("create_rdma_backend", &IoEngine::CreateRdmaBackend, py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_static("p2p_unavailable", &P2pBackend::Unavailable,

@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/io_engine.hpp"
-#include "mori/core/telemetry.hpp"
 #include "control/connection.hpp"
+#include "control/control_host.hpp"
 #include "control/reactor.hpp"
+#include "mori/core/telemetry.hpp"
 #include "wire/wire_status.hpp"
 
 namespace mori::io {
@@ -73,7 +73,7 @@ void ReadAnswersWhileWaiting(const std::shared_ptr<void>& conn, TransferState& s
       reactor->ArmOut(c, c.out_armed);
     }
   }
-  IoEngine& engine = reactor->engine();
+  ControlHost& host = reactor->host();
   const int64_t busy_until = NowNs() + WaitPollNs();
   while (state.InProgress()) {
     bool hand_back = false;
@@ -96,10 +96,10 @@ void ReadAnswersWhileWaiting(const std::shared_ptr<void>& conn, TransferState& s
         c.pending.pop_front();
       }
       c.rpos += kHdr;
-      engine.CountAnswerReadByWaiter();
+      host.CountAnswerReadByWaiter();
       auto status = static_cast<wire::WireStatus>(h.status);
-      engine.CompletePart(p.record_id, wire::WireStatusCode(status),
-                          status == wire::WireStatus::kOk ? "" : Reactor::Refusal(c, p, status));
+      host.CompletePart(p.record_id, wire::WireStatusCode(status),
+                        status == wire::WireStatus::kOk ? "" : Reactor::Refusal(c, p, status));
     }
     if (hand_back || !state.InProgress()) break;
     if (c.rpos == c.rlen) {

@@ -5,11 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine/io_engine.hpp"
-#include "mori/core/logging.hpp"
 #include "control/answer_reader.hpp"
+#include "control/control_host.hpp"
 #include "control/reactor.hpp"
 #include "control/socket_io.hpp"
+#include "mori/core/logging.hpp"
 #include "wire/log_safe.hpp"
 #include "wire/secret.hpp"
 #include "wire/wire_status.hpp"
@@ -50,7 +50,7 @@ void ControlHandlers::OnSideRequest(wire::MsgType type, wire::MsgType answer_typ
   });
 }
 
-ControlChannel::ControlChannel(IoEngine* engine) : engine_(engine) {
+ControlChannel::ControlChannel(ControlHost* host) : host_(host) {
   handlers_.OnNotice(wire::MsgType::kIdleClose, [](Reactor&, Conn& c, std::string*) {
     c.idle_closed = true;  // the close that follows is the target's, not a lost peer
     return true;
@@ -70,8 +70,9 @@ ControlChannel::~ControlChannel() { Stop(); }
 void ControlChannel::Start(const TcpBackendConfig& config, int listen_fd,
                            std::function<void()> on_start, std::function<void()> on_stop) {
   for (int i = 0; i < config.num_worker_threads; ++i) {
-    reactors_.push_back(std::make_unique<Reactor>(
-        engine_, i == 0 ? listen_fd : -1, i == 0 ? on_start : nullptr, i == 0 ? on_stop : nullptr));
+    reactors_.push_back(std::make_unique<Reactor>(host_, this, i == 0 ? listen_fd : -1,
+                                                  i == 0 ? on_start : nullptr,
+                                                  i == 0 ? on_stop : nullptr));
   }
   reactors_[0]->WaitStarted();
 }
@@ -173,11 +174,11 @@ std::string ControlChannel::HelloMessage(const Peer& peer) const {
   // which it refuses: the hello keeps its layout.
   std::string secret = peer.secret;
   secret.resize(wire::kSecretBytes, '\0');
-  const std::string& key = engine_->key();
+  const std::string& key = host_->key();
   hello.num_parts = static_cast<uint32_t>(key.size());
   hello.length = 2 * wire::kSecretBytes + key.size();
   return std::string(reinterpret_cast<const char*>(&hello), kHdr) + secret + key +
-         InitiatorCredential(engine_->secret(), secret, key);
+         InitiatorCredential(host_->secret(), secret, key);
 }
 
 PeerConnections* ControlChannel::Connect(
@@ -186,7 +187,7 @@ PeerConnections* ControlChannel::Connect(
   Peer& peer = *peer_ptr;
   std::lock_guard<std::mutex> lock(peer.connect_mu);
   if (PeerConnections* pc = peer.published.load(std::memory_order_acquire)) return pc;
-  const TcpBackendConfig& config = engine_->tcp_config();
+  const TcpBackendConfig& config = host_->tcp_config();
   auto pc = std::make_unique<PeerConnections>();
   int timeout = config.peer_timeout_ms;
   std::string addr = StrCat(peer.host, ":", peer.port);
@@ -213,13 +214,13 @@ PeerConnections* ControlChannel::Connect(
   for (auto& c : pc->conns) Add(c);
   peer.owned = std::move(pc);
   peer.published.store(peer.owned.get(), std::memory_order_release);
-  MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "' connected to ", LogSafe(peer.key), " at ",
-                 addr, " with ", config.qp_per_transfer, " connection(s)");
+  MORI_LOG_DEBUG(kIo, "engine '", host_->key(), "' connected to ", LogSafe(peer.key), " at ", addr,
+                 " with ", config.qp_per_transfer, " connection(s)");
   return peer.owned.get();
 }
 
 std::string ControlChannel::Exchange(int fd, wire::MsgType type, wire::Header* answer) {
-  const int timeout = engine_->tcp_config().peer_timeout_ms;
+  const int timeout = host_->tcp_config().peer_timeout_ms;
   wire::Header req = wire::MakeHeader(type);
   std::string error;
   if (!SendAll(fd, reinterpret_cast<const char*>(&req), kHdr, timeout, &error)) {
@@ -235,7 +236,7 @@ bool ControlChannel::SideRequest(const Peer& peer, wire::MsgType type, wire::Msg
                                  uint64_t mem_id, uint64_t capability, const std::string& payload,
                                  std::string* answer, StatusDetail* code, std::string* error,
                                  wire::WireStatus* status_out) {
-  const int timeout = engine_->tcp_config().peer_timeout_ms;
+  const int timeout = host_->tcp_config().peer_timeout_ms;
   std::string why;
   int fd = ConnectTo(peer.host, peer.port, timeout, &why);
   auto fail = [&](StatusDetail c, const std::string& text) {

@@ -11,22 +11,22 @@
 #include <unordered_map>
 #include <vector>
 
-#include "registry/peer_registry.hpp"
-#include "ledger/transfer_state.hpp"
 #include "control/control_handlers.hpp"
 #include "control/tcp_config.hpp"
+#include "ledger/transfer_state.hpp"
+#include "registry/peer_registry.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io {
 
-class IoEngine;
+class ControlHost;
 class Reactor;
 
 // The TCP connections between engines and the epoll reactors serving them: TCP's own
 // data path and every other transport's control messages (ControlHandlers).
 class ControlChannel {
  public:
-  explicit ControlChannel(IoEngine* engine);
+  explicit ControlChannel(ControlHost* host);
   ~ControlChannel();
 
   ControlHandlers& handlers() { return handlers_; }
@@ -82,7 +82,7 @@ class ControlChannel {
   // The first message on every connection this engine opens: a hello presenting the
   // peer's secret and naming our key.
   std::string HelloMessage(const Peer& peer) const;
-  IoEngine* engine_;
+  ControlHost* host_;
   ControlHandlers handlers_;
   std::vector<std::unique_ptr<Reactor>> reactors_;
   std::atomic<uint32_t> next_reactor_{0};

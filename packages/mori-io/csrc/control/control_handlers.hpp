@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "mori/core/error.hpp"
 #include "control/connection.hpp"
+#include "mori/core/error.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io {

@@ -13,14 +13,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "registry/memory_registry.hpp"
-#include "ledger/transfer_state.hpp"
 #include "control/connection.hpp"
+#include "ledger/transfer_state.hpp"
+#include "registry/memory_registry.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io {
 
-class IoEngine;
+class ControlChannel;
+class ControlHost;
 class ControlHandlers;
 
 // One epoll loop over some of the engine's TCP connections: the hello, TCP's own
@@ -30,7 +31,7 @@ class ControlHandlers;
 class Reactor {
  public:
   // `listen_fd` >= 0: this reactor accepts; `on_start`/`on_stop` run on its thread.
-  Reactor(IoEngine* engine, int listen_fd, std::function<void()> on_start,
+  Reactor(ControlHost* host, ControlChannel* channel, int listen_fd, std::function<void()> on_start,
           std::function<void()> on_stop);
   ~Reactor();
 
@@ -64,7 +65,7 @@ class Reactor {
   }
 
   // For message handlers.
-  IoEngine& engine() { return *engine_; }
+  ControlHost& host() { return *host_; }
   // Receives the next `length` payload bytes into dst (null: discarded).
   void StartPayload(Conn& c, uint64_t length, char* dst);
   // Receives the request's payload (at most `max` bytes) into c.request_payload, then
@@ -118,7 +119,8 @@ class Reactor {
   void OnWritable(Conn& c);
   void CloseAll(const std::string& reason);
 
-  IoEngine* engine_;
+  ControlHost* host_;
+  ControlChannel* channel_;
   const ControlHandlers& handlers_;
   int epfd_ = -1;
   int wake_fd_ = -1;

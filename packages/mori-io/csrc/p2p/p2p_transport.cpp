@@ -5,11 +5,11 @@
 #include <cstddef>
 #include <vector>
 
-#include "engine/io_engine.hpp"
-#include "mori/core/logging.hpp"
-#include "shm/shm_transport.hpp"
 #include "control/control_handlers.hpp"
 #include "control/reactor.hpp"
+#include "host/transport_host.hpp"
+#include "mori/core/logging.hpp"
+#include "samehost/same_host.hpp"
 #include "wire/log_safe.hpp"
 
 namespace mori::io {
@@ -20,8 +20,9 @@ static_assert(sizeof(TransferSpan) == sizeof(P2pSpan) &&
                   offsetof(TransferSpan, size) == offsetof(P2pSpan, size),
               "TransferSpan and P2pSpan share one layout");
 
-P2pTransport::P2pTransport(IoEngine* engine) : engine_(engine) {
-  engine->channel().handlers().OnSideRequest(
+P2pTransport::P2pTransport(TransportHost* host, SameHost* same_host)
+    : host_(host), same_host_(same_host) {
+  host->channel().handlers().OnSideRequest(
       wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant, [this](Conn& c, std::string* payload) {
         return Grant(c.cur.mem_id, c.cur.capability, c.remote_key, payload);
       });
@@ -32,7 +33,7 @@ std::unique_ptr<PeerState> P2pTransport::NewPeerState() { return std::make_uniqu
 wire::WireStatus P2pTransport::Grant(uint64_t mem_id, uint64_t capability,
                                      const std::string& initiator_key, std::string* payload) {
   if (!backend_) return wire::WireStatus::kNoP2p;
-  MemoryRegistry& memory = engine_->memory();
+  MemoryRegistry& memory = host_->memory();
   MemoryRegion r;
   if (!memory.FindNamed(mem_id, capability, &r) ||
       r.use->withdrawn.load(std::memory_order_seq_cst)) {
@@ -42,15 +43,15 @@ wire::WireStatus P2pTransport::Grant(uint64_t mem_id, uint64_t capability,
   // Recorded before the export leaves (a deregistration from then on revokes it);
   // refused requests leave no record.
   bool added = false;
-  if (!engine_->grants().Record(mem_id, initiator_key, &added)) {
+  if (!host_->grants().Record(mem_id, initiator_key, &added)) {
     return wire::WireStatus::kTooManyGrants;
   }
   try {
     *payload = backend_->Export(r.id, r.addr, r.size, r.device_id);
   } catch (const std::exception& e) {
-    if (added) engine_->grants().Forget(mem_id, initiator_key);  // one held before stays
+    if (added) host_->grants().Forget(mem_id, initiator_key);  // one held before stays
     *payload = e.what();
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': P2P export of memory ", mem_id,
+    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': P2P export of memory ", mem_id,
                   " failed: ", e.what());
     return wire::WireStatus::kExportFailed;
   }
@@ -78,8 +79,8 @@ std::shared_ptr<P2pMapping> P2pTransport::MappingFor(Peer& peer, const RemoteReg
   const std::string what =
       StrCat("P2P: cannot map memory ", mem_id, " of remote engine ", LogSafe(peer.key), ": ");
   std::string payload;
-  if (!engine_->channel().SideRequest(peer, wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant,
-                                      mem_id, remote.capability, {}, &payload, code, error)) {
+  if (!host_->channel().SideRequest(peer, wire::MsgType::kP2pOpenReq, wire::MsgType::kP2pGrant,
+                                    mem_id, remote.capability, {}, &payload, code, error)) {
     *error = what + *error;
     return nullptr;
   }
@@ -115,7 +116,7 @@ void P2pTransport::RemoteRegionRevoked(Peer& peer, uint64_t mem_id,
 }
 
 int P2pTransport::MappingKind(const std::string& remote_key, uint64_t mem_id) {
-  std::shared_ptr<Peer> peer = engine_->FindPeer(remote_key);
+  std::shared_ptr<Peer> peer = host_->FindPeer(remote_key);
   if (!peer) return -1;
   PeerP2p& s = peer->StateOf<PeerP2p>(kP2pSlot);
   std::lock_guard<std::mutex> lock(s.mu);
@@ -130,22 +131,22 @@ std::shared_ptr<TransferState> P2pTransport::Submit(const TransferRequest& req) 
   std::string error;
   std::shared_ptr<P2pMapping> remote =
       MappingFor(*req.peer, req.remote, req.local.device_id, &code, &error);
-  if (!remote) return IoEngine::Finished(code, std::move(error));
+  if (!remote) return ControlHost::Finished(code, std::move(error));
   // The target's registered size, not the caller's MemoryDesc, bounds the copy: a
   // forged or stale descriptor cannot reach past what the target exported.
-  if (auto err = IoEngine::RemoteBoundsError(req, remote->size)) return err;
+  if (auto err = ControlHost::RemoteBoundsError(req, remote->size)) return err;
   uint64_t bytes = 0;
   for (size_t i = 0; i < req.n; ++i) bytes += req.spans[i].size;
-  if (bytes == 0) return IoEngine::Finished(StatusDetail::SUCCESS, {});
+  if (bytes == 0) return ControlHost::Finished(StatusDetail::SUCCESS, {});
   uint64_t rid = SubmissionLedger::kNoRecord;
-  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, true, &rid);
+  std::shared_ptr<TransferState> state = host_->BeginTransfer(req.local, 1, true, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
   std::shared_ptr<Conn> conn;
   std::shared_ptr<Peer> peer;
   if (req.op == Op::kWrite) {
     conn = req.peer->NextConn(*req.conns);
     peer = req.peer;
-    engine_->shm().NoticeRingOf(*peer);  // asked here, not on the completion thread
+    same_host_->NoticeRingOf(*peer);  // asked here, not on the completion thread
   }
   const uint64_t uid = req.uid;
   const uint64_t remote_mem = req.remote.mem_id;
@@ -157,9 +158,9 @@ std::shared_ptr<TransferState> P2pTransport::Submit(const TransferRequest& req) 
                      // target finds it (when the ring took it; a TCP announcement follows
                      // shortly).
                      if (conn && c == StatusDetail::SUCCESS) {
-                       engine_->shm().AnnounceWrite(*peer, conn, uid, remote_mem, bytes);
+                       same_host_->AnnounceWrite(*peer, conn, uid, remote_mem, bytes);
                      }
-                     engine_->CompletePart(rid, c, m);
+                     host_->CompletePart(rid, c, m);
                    });
   return state;
 }

@@ -14,7 +14,8 @@
 
 namespace mori::io {
 
-class IoEngine;
+class SameHost;
+class TransportHost;
 
 // Same host, GPU memory on both sides (CUDA IPC): the target exports a region once per
 // initiator (kP2pOpenReq on a short-lived connection), the initiator maps it and its GPU
@@ -22,7 +23,7 @@ class IoEngine;
 // AnnounceWrite), exports revoked through RegionGrants on deregistration.
 class P2pTransport : public Transport {
  public:
-  explicit P2pTransport(IoEngine* engine);
+  P2pTransport(TransportHost* host, SameHost* same_host);
   BackendType type() const override { return BackendType::kP2P; }
   TransportSlot slot() const override { return kP2pSlot; }
   bool created() const override { return backend_ != nullptr; }
@@ -56,7 +57,8 @@ class P2pTransport : public Transport {
   std::shared_ptr<P2pMapping> MappingFor(Peer& peer, const RemoteRegion& remote, int device,
                                          StatusDetail* code, std::string* error);
 
-  IoEngine* engine_;
+  TransportHost* host_;
+  SameHost* same_host_;  // announces writes (notice rings, shared with SHM)
   std::unique_ptr<P2pBackend> backend_;
 };
 

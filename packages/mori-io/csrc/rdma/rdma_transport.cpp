@@ -2,16 +2,16 @@
 // Copyright (c) 2026 The mori authors
 #include "rdma/rdma_transport.hpp"
 
-#include "engine/io_engine.hpp"
-#include "mori/core/logging.hpp"
 #include "control/control_handlers.hpp"
 #include "control/reactor.hpp"
+#include "host/transport_host.hpp"
+#include "mori/core/logging.hpp"
 #include "wire/log_safe.hpp"
 
 namespace mori::io {
 
-RdmaTransport::RdmaTransport(IoEngine* engine) : engine_(engine) {
-  ControlHandlers& handlers = engine->channel().handlers();
+RdmaTransport::RdmaTransport(TransportHost* host) : host_(host) {
+  ControlHandlers& handlers = host->channel().handlers();
   handlers.OnRequest(
       wire::MsgType::kRdmaConnect,
       [](Reactor& r, Conn& c, std::string* why) {
@@ -32,19 +32,19 @@ std::unique_ptr<PeerState> RdmaTransport::NewPeerState() { return std::make_uniq
 
 void RdmaTransport::Adopt(std::unique_ptr<rdma::RdmaBackend> backend) {
   // Completed inbound RDMA transfers: `parts` notifications per (peer, uid & 24 bits).
-  InboundStatuses& inbound = engine_->inbound();
+  InboundStatuses& inbound = host_->inbound();
   inbound.AlsoMatchUidBits(rdma::kImmUidMask);
   backend->SetInboundHandler(
       [&inbound](const std::string& peer_key, uint32_t uid24, uint32_t parts, bool) {
         InboundPart part{uid24, parts, wire::WireStatus::kOk, 0, 0, 0};
         inbound.Record(peer_key, &part, 1);
       });
-  engine_->memory().WithAllExclusive([&](const auto& regions) {
+  host_->memory().WithAllExclusive([&](const auto& regions) {
     std::lock_guard<std::mutex> lock(keys_mu_);
     for (const auto& [id, r] : regions) keys_[id] = backend->RegisterRegion(id, r.addr, r.size);
     backend_ = std::move(backend);
   });
-  MORI_LOG_INFO(kIo, "engine '", engine_->key(), "': RDMA backend on ", backend_->Describe());
+  MORI_LOG_INFO(kIo, "engine '", host_->key(), "': RDMA backend on ", backend_->Describe());
 }
 
 void RdmaTransport::RegionRegistered(const MemoryRegion& r) {
@@ -79,7 +79,7 @@ wire::WireStatus RdmaTransport::Accept(const std::string& initiator_key, const s
     *answer = backend_->AcceptInitiator(initiator_key, request);
   } catch (const std::exception& e) {
     *answer = e.what();
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': RDMA connect from ", LogSafe(initiator_key),
+    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': RDMA connect from ", LogSafe(initiator_key),
                   " refused: ", e.what());
     return wire::WireStatus::kExportFailed;
   }
@@ -90,7 +90,7 @@ wire::WireStatus RdmaTransport::RegionKey(uint64_t mem_id, uint64_t capability,
                                           std::string* answer) {
   if (!backend_) return wire::WireStatus::kNoRdma;
   MemoryRegion r;
-  if (!engine_->memory().FindNamed(mem_id, capability, &r)) return wire::WireStatus::kUnknownMemory;
+  if (!host_->memory().FindNamed(mem_id, capability, &r)) return wire::WireStatus::kUnknownMemory;
   std::lock_guard<std::mutex> lock(keys_mu_);
   auto it = keys_.find(mem_id);
   if (it == keys_.end()) return wire::WireStatus::kUnknownMemory;
@@ -101,7 +101,7 @@ wire::WireStatus RdmaTransport::RegionKey(uint64_t mem_id, uint64_t capability,
 std::shared_ptr<TransferState> RdmaTransport::Submit(const TransferRequest& req) {
   Peer& peer = *req.peer;
   const uint64_t remote_mem = req.remote.mem_id;
-  ControlChannel& channel = engine_->channel();
+  ControlChannel& channel = host_->channel();
   rdma::RegionKey key;
   {
     PeerRdma& s = peer.StateOf<PeerRdma>(kRdmaSlot);
@@ -114,12 +114,12 @@ std::shared_ptr<TransferState> RdmaTransport::Submit(const TransferRequest& req)
         std::string request = backend_->OpenInitiator(peer.key);
         if (!channel.SideRequest(peer, wire::MsgType::kRdmaConnect, wire::MsgType::kRdmaConnectAck,
                                  0, 0, request, &reply, &code, &error)) {
-          return IoEngine::Finished(code, StrCat("RDMA: cannot connect to remote engine ",
-                                                 LogSafe(peer.key), ": ", error));
+          return ControlHost::Finished(code, StrCat("RDMA: cannot connect to remote engine ",
+                                                    LogSafe(peer.key), ": ", error));
         }
         backend_->CompleteInitiator(peer.key, reply);
       } catch (const std::exception& e) {
-        return IoEngine::Finished(
+        return ControlHost::Finished(
             StatusDetail::ERR_TRANSPORT,
             StrCat("RDMA: cannot connect to remote engine ", LogSafe(peer.key), ": ", e.what()));
       }
@@ -130,23 +130,23 @@ std::shared_ptr<TransferState> RdmaTransport::Submit(const TransferRequest& req)
       std::string blob;
       if (!channel.SideRequest(peer, wire::MsgType::kRdmaRegionReq, wire::MsgType::kRdmaRegionKey,
                                remote_mem, req.remote.capability, {}, &blob, &code, &error)) {
-        return IoEngine::Finished(
+        return ControlHost::Finished(
             code, StrCat("RDMA: no key for memory ", remote_mem, " of remote engine ",
                          LogSafe(peer.key), ": ", error));
       }
       try {
         it = s.keys.emplace(remote_mem, rdma::DecodeRegionKey(blob)).first;
       } catch (const std::exception& e) {
-        return IoEngine::Finished(StatusDetail::ERR_TRANSPORT, e.what());
+        return ControlHost::Finished(StatusDetail::ERR_TRANSPORT, e.what());
       }
     }
     key = it->second;
   }
   // The target's registered length (from its key) bounds the transfer, not the
   // caller's MemoryDesc; the NIC enforces it again (remote access error).
-  if (auto err = IoEngine::RemoteBoundsError(req, key.length)) return err;
+  if (auto err = ControlHost::RemoteBoundsError(req, key.length)) return err;
   uint64_t rid = SubmissionLedger::kNoRecord;
-  std::shared_ptr<TransferState> state = engine_->BeginTransfer(req.local, 1, false, &rid);
+  std::shared_ptr<TransferState> state = host_->BeginTransfer(req.local, 1, false, &rid);
   if (rid == SubmissionLedger::kNoRecord) return state;
   static_assert(sizeof(TransferSpan) == sizeof(rdma::PlanSpan), "one span layout");
   try {
@@ -166,10 +166,10 @@ std::shared_ptr<TransferState> RdmaTransport::Submit(const TransferRequest& req)
               s.keys.clear();
             }
           }
-          engine_->CompletePart(rid, c, m);
+          host_->CompletePart(rid, c, m);
         });
   } catch (const std::exception& e) {
-    engine_->CompletePart(rid, StatusDetail::ERR_INVALID_ARGS, StrCat("RDMA: ", e.what()));
+    host_->CompletePart(rid, StatusDetail::ERR_INVALID_ARGS, StrCat("RDMA: ", e.what()));
   }
   return state;
 }

@@ -13,7 +13,7 @@
 
 namespace mori::io {
 
-class IoEngine;
+class TransportHost;
 
 // One-sided verbs between engines with an RDMA NIC each (rdma_backend.hpp; never run on
 // a NIC here): the QPs are connected and each remote region's key fetched with one
@@ -21,7 +21,7 @@ class IoEngine;
 // completed inbound transfers are announced by WRITE_WITH_IMM.
 class RdmaTransport : public Transport {
  public:
-  explicit RdmaTransport(IoEngine* engine);
+  explicit RdmaTransport(TransportHost* host);
   BackendType type() const override { return BackendType::kRdma; }
   TransportSlot slot() const override { return kRdmaSlot; }
   bool created() const override { return backend_ != nullptr; }
@@ -50,7 +50,7 @@ class RdmaTransport : public Transport {
                           std::string* answer);
   wire::WireStatus RegionKey(uint64_t mem_id, uint64_t capability, std::string* answer);
 
-  IoEngine* engine_;
+  TransportHost* host_;
   std::unique_ptr<rdma::RdmaBackend> backend_;
   std::mutex keys_mu_;
   std::unordered_map<uint64_t, std::string> keys_;  // local region id -> its key blob

@@ -101,7 +101,7 @@ class InboundStatuses {
   static constexpr uint64_t kInitiatorBytes = sizeof(ByKey::value_type) + 64;
 
   bool Live(const Order& o) const;
-  void EvictLocked();  // with mu_ held
+  void EvictLocked();                                                      // with mu_ held
   bool HasEntryLocked(const std::string& remote_key, uint64_t uid) const;  // with mu_ held
   void EraseLocked(ByKey::iterator it,  // one status of initiator `it`; the initiator too
                    std::unordered_map<uint64_t, Entry>::iterator e);  // once it has none

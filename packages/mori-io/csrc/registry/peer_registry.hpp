@@ -17,6 +17,7 @@
 namespace mori::io {
 
 struct Conn;
+struct ShmMapping;
 
 // The transports an engine routes over, in the order of their state slots.
 enum TransportSlot : size_t { kTcpSlot = 0, kShmSlot, kP2pSlot, kRdmaSlot, kTransportSlots };
@@ -45,6 +46,16 @@ struct PeerDesc {
   std::string secret;        // presented in our hellos
 };
 
+// The ring a same-host target granted for this engine's write announcements
+// (samehost/same_host.hpp). Decided once under `mu`: `ring` is set before `state` leaves
+// 0 (release) and never changes after, so writers read both without the lock. 0: not
+// asked yet, 1: mapped, -1: none (announcements over TCP).
+struct PeerNoticeRing {
+  std::mutex mu;
+  std::shared_ptr<ShmMapping> ring;
+  std::atomic<int> state{0};
+};
+
 struct Peer : PeerDesc {
   uint64_t generation = 0;  // registration number: a re-registered peer is a new Peer
   std::unique_ptr<PeerConnections> owned;  // guarded by connect_mu
@@ -62,6 +73,8 @@ struct Peer : PeerDesc {
   mutable std::atomic<uint64_t> routes{0};
   // Each transport's state of this peer (null where it keeps none), made at registration.
   std::array<std::unique_ptr<PeerState>, kTransportSlots> state;
+  // Where SHM and P2P announce their writes into it.
+  PeerNoticeRing notice;
 
   template <class T>
   T& StateOf(TransportSlot slot) const {

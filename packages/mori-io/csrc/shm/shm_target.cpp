@@ -6,10 +6,11 @@
 
 #include <deque>
 
-#include "engine/io_engine.hpp"
-#include "shm/shm_transport.hpp"
 #include "control/control_handlers.hpp"
 #include "control/reactor.hpp"
+#include "host/transport_host.hpp"
+#include "samehost/same_host.hpp"
+#include "shm/shm_transport.hpp"
 
 namespace mori::io {
 
@@ -36,7 +37,7 @@ struct ShmGrantsHeld : ConnExtension {
 }  // namespace
 
 void ShmTransport::RegisterTargetHandlers() {
-  ControlHandlers& handlers = engine_->channel().handlers();
+  ControlHandlers& handlers = host_->channel().handlers();
   auto held = [slot = conn_slot_](Conn& c) -> ShmGrantsHeld& {
     if (!c.ext[slot]) c.ext[slot] = std::make_unique<ShmGrantsHeld>();
     return static_cast<ShmGrantsHeld&>(*c.ext[slot]);
@@ -119,17 +120,17 @@ wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, uint64_t capability,
   if (!created()) return wire::WireStatus::kNoShm;
   MemoryRegion r;
   SharedHostBlock b;
-  if (engine_->memory().FindNamed(mem_id, capability, &r) && r.loc == MemoryLocationType::CPU &&
+  if (host_->memory().FindNamed(mem_id, capability, &r) && r.loc == MemoryLocationType::CPU &&
       !FindSharedHost(r.addr, r.size, &b)) {
     return wire::WireStatus::kNotShareable;
   }
   bool added = false;
   wire::WireStatus st =
-      engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r, &added);
+      host_->grants().RecordChecked(mem_id, capability, initiator_key, &r, &added);
   if (st != wire::WireStatus::kOk) return st;
   if (!FindSharedHost(r.addr, r.size, &b)) {  // its block was freed meanwhile
     // Only the record this request made: one it held before (a CMA grant) stays.
-    if (added) engine_->grants().Forget(mem_id, initiator_key);
+    if (added) host_->grants().Forget(mem_id, initiator_key);
     return wire::WireStatus::kNotShareable;
   }
   ShmMapGrant g;
@@ -138,7 +139,7 @@ wire::WireStatus ShmTransport::MapGrantFor(uint64_t mem_id, uint64_t capability,
   g.block_size = b.size;
   g.region_offset = r.addr - b.addr;
   g.region_size = r.size;
-  if (liveness_) g.live = liveness_->Grant();
+  same_host_->GrantLiveness(&g.live);
   *payload = PackShmMapGrant(g);
   return wire::WireStatus::kOk;
 }
@@ -149,13 +150,13 @@ wire::WireStatus ShmTransport::CmaGrantFor(uint64_t mem_id, uint64_t capability,
   MemoryRegion r;
   bool added = false;
   wire::WireStatus st =
-      engine_->grants().RecordChecked(mem_id, capability, initiator_key, &r, &added);
+      host_->grants().RecordChecked(mem_id, capability, initiator_key, &r, &added);
   if (st != wire::WireStatus::kOk) return st;
   CmaGrant g;
   g.pid = static_cast<int32_t>(::getpid());
   g.addr = r.addr;
   g.size = r.size;
-  if (liveness_) g.live = liveness_->Grant();
+  same_host_->GrantLiveness(&g.live);
   *payload = PackCmaGrant(g);
   return wire::WireStatus::kOk;
 }

@@ -9,35 +9,38 @@
 #include <string>
 #include <unordered_map>
 
+#include "control/connection.hpp"
 #include "host/transport.hpp"
-#include "shm/cma_copy.hpp"
 #include "samehost/liveness.hpp"
 #include "samehost/shared_host.hpp"
-#include "control/connection.hpp"
+#include "shm/cma_copy.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io {
 
-class IoEngine;
 class Reactor;
+class SameHost;
+class TransportHost;
 
 // Same host, host memory on both sides: a plain memcpy into the target's region mapped
 // here where it lies in the target's shared host memory, else CMA
 // (process_vm_readv/writev) with a grant of the region cached per region (or asked per
 // part, MORI_IO_CMA_CACHE=0). Either copy runs on the submitting thread, or for a
 // transfer of at least MORI_IO_SHM_SPLIT_BYTES in shares copied at once by it and the
-// reactors. Also the notice rings, through which same-host writes (SHM
-// and P2P) are announced to their target (shm_notices.cpp).
-// Initiator side in shm_transport.cpp, target side (grants, rings) in shm_target.cpp.
+// reactors. Writes are announced to their target through the same-host services SHM
+// shares with P2P (samehost/same_host.hpp), whose channel and inbound events SHM relays.
+// Initiator side in shm_transport.cpp (routes, mappings, grants) and shm_copy.cpp (the
+// copies), target side (grants) in shm_target.cpp.
 class ShmTransport : public Transport {
  public:
-  explicit ShmTransport(IoEngine* engine);
+  ShmTransport(TransportHost* host, SameHost* same_host);
   ~ShmTransport() override;
   BackendType type() const override { return BackendType::kShm; }
   TransportSlot slot() const override { return kShmSlot; }
   bool created() const override { return created_.load(std::memory_order_acquire); }
-  // The local CMA probe, at create_backend (its result feeds the rule's cma_ok).
-  void ProbeSelf();
+  // The local CMA probe's result (ProbeBackend(kShm)), at create_backend: it feeds the
+  // rule's cma_ok.
+  void SetSelfProbe(bool available, const std::string& reason);
   void MarkCreated() { created_.store(true, std::memory_order_release); }
   bool self_probe_ok() const { return self_ok_; }
   const std::string& self_probe_reason() const { return self_reason_; }
@@ -56,19 +59,6 @@ class ShmTransport : public Transport {
   void OnControlThread(bool starting) override;
   void ChannelStopped() override;
 
-  // Announces a completed same-host write (SHM or P2P) to its target: through the ring
-  // the target granted for this engine's announcements when it has room, else as a
-  // kP2pWriteDone on `conn` (sent by its reactor). Dropped if the connection is gone, as
-  // the transfer itself already succeeded.
-  void AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid, uint64_t mem_id,
-                     uint64_t bytes);
-  // The same, choosing a connection of `conns` only when the ring has no room.
-  void AnnounceWrite(Peer& peer, const PeerConnections& conns, uint64_t uid, uint64_t mem_id,
-                     uint64_t bytes);
-  // The ring `peer` granted for our announcements, asked for once; null: over TCP. The
-  // reference stays valid while `peer` lives (decided once, never replaced).
-  const std::shared_ptr<ShmMapping>& NoticeRingOf(Peer& peer);
-
   // Test hooks. Remote host region `mem_id` of `remote_key`: -1 not asked yet, 0 not
   // shareable (CMA), 1 mapped here (memcpy).
   int MappingState(const std::string& remote_key, uint64_t mem_id);
@@ -77,13 +67,10 @@ class ShmTransport : public Transport {
   // How same-host copies learn that `remote_key`'s engine is gone: "word" (its liveness
   // word, a load), "pidfd" (a poll per copy), "" (no grant of it yet).
   std::string Liveness(const std::string& remote_key);
-  // 1: announcements to `remote_key` go through its ring; 0: not asked yet; -1: TCP.
-  int NoticeRingState(const std::string& remote_key);
-  // Rings this engine granted (one per initiator engine).
-  size_t notice_rings_granted();
   // Transfers copied in shares by several threads (MORI_IO_SHM_SPLIT_BYTES).
   uint64_t split_copies() const { return split_copies_.load(std::memory_order_relaxed); }
   bool KeepsInitiator(const std::string& key) override;  // it holds a notice ring
+  SameHost& same_host() { return *same_host_; }
 
  private:
   // What this engine keeps of one same-host peer. `mu` guards the regions mapped or
@@ -110,13 +97,6 @@ class ShmTransport : public Transport {
     BackendChoice host_choice{BackendType::kTcp, ""};
     bool probed = false;               // host_choice is SHM
     std::atomic<bool> refused{false};  // a CMA copy met EPERM: TCP from then on
-    // The ring it granted for this engine's write announcements, mapped here. Decided
-    // once under notice_mu: notice_ring is set before notice_state leaves 0 (release) and
-    // never changes after, so writers read both without the lock. 0: not asked yet, 1:
-    // mapped, -1: none (TCP announcements).
-    std::mutex notice_mu;
-    std::shared_ptr<ShmMapping> notice_ring;
-    std::atomic<int> notice_state{0};
   };
   struct CopyJob;
   // What one copy of a same-host transfer reads, owning nothing: whoever builds it keeps
@@ -177,22 +157,9 @@ class ShmTransport : public Transport {
                                const std::string& initiator_key, std::string* payload);
   wire::WireStatus CmaGrantFor(uint64_t mem_id, uint64_t capability,
                                const std::string& initiator_key, std::string* payload);
-  // Notice rings (shm_notices.cpp).
-  struct GrantedRing {
-    uintptr_t addr = 0;  // AllocateSharedHost'd
-    uint32_t capacity = 0;
-    uint64_t head = 0;  // the consumer's position: ours, not in shared memory
-  };
-  void RegisterNoticeHandlers();
-  // An announcement into `peer`'s ring; false when there is none or it has no room.
-  bool PushNotice(Peer& peer, uint64_t uid, uint64_t mem_id, uint64_t bytes);
-  static void PostNotice(Conn& conn, uint64_t uid, uint64_t mem_id, uint64_t bytes);
-  wire::WireStatus NoticeRingFor(const std::string& initiator_key, std::string* payload);
-  void RefuseAnnouncements(const std::string& key, uint64_t mem_id, size_t n);
-  void DrainNoticesLocked(const std::string& key, GrantedRing& ring);  // notice_mu_ held
-  void FreeNoticeRings();
 
-  IoEngine* engine_;
+  TransportHost* host_;
+  SameHost* same_host_;
   std::atomic<bool> created_{false};
   bool self_ok_ = false;     // the local CMA probe passed at create_backend
   std::string self_reason_;  // its reason
@@ -205,12 +172,6 @@ class ShmTransport : public Transport {
   // no more than the CPUs this process may run on (set as the reactors start).
   std::atomic<uint32_t> max_shares_{1};
   std::atomic<uint64_t> split_copies_{0};
-  // Held by the first reactor while it runs; freed after the reactors are joined.
-  std::unique_ptr<LivenessPage> liveness_;
-  // Rings granted to same-host initiators for their write announcements, by their key;
-  // drained into the inbound statuses when the application asks for them.
-  std::mutex notice_mu_;
-  std::unordered_map<std::string, GrantedRing> notice_rings_;
 };
 
 }  // namespace mori::io

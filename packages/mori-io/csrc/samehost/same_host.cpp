@@ -1,26 +1,51 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-// Write announcements of same-host transfers (SHM and P2P writes, which move no message
-// the target would see): through a ring in shared host memory the target granted for
-// this engine (notice_ring.hpp), else as a kP2pWriteDone message.
+#include "samehost/same_host.hpp"
+
 #include <unistd.h>
 
 #include <vector>
 
-#include "engine/io_engine.hpp"
-#include "mori/core/logging.hpp"
-#include "p2p/p2p_transport.hpp"
-#include "samehost/notice_ring.hpp"
-#include "shm/shm_transport.hpp"
 #include "control/control_handlers.hpp"
 #include "control/reactor.hpp"
+#include "host/transport_host.hpp"
+#include "mori/core/logging.hpp"
+#include "samehost/notice_ring.hpp"
 #include "wire/log_safe.hpp"
 #include "wire/wire_status.hpp"
 
 namespace mori::io {
 
-void ShmTransport::RegisterNoticeHandlers() {
-  ControlHandlers& handlers = engine_->channel().handlers();
+SameHost::SameHost(TransportHost* host) : host_(host) { RegisterHandlers(); }
+
+SameHost::~SameHost() { FreeNoticeRings(); }
+
+void SameHost::ChannelStarting() {
+  try {
+    liveness_ = std::make_unique<LivenessPage>();
+  } catch (const std::exception& e) {
+    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no liveness page (", e.what(),
+                  "); same-host initiators poll its pidfd per copy instead");
+  }
+}
+
+void SameHost::OnControlThread(bool starting) {
+  if (liveness_ == nullptr) return;
+  // Released before the thread ends, while the page is still mapped (liveness.hpp).
+  starting ? liveness_->Hold() : liveness_->Release();
+}
+
+void SameHost::ChannelStopped() {
+  liveness_.reset();  // its holder, the first reactor, has released it and ended
+  FreeNoticeRings();
+}
+
+void SameHost::GrantLiveness(LivenessGrant* live) const {
+  if (liveness_) *live = liveness_->Grant();
+}
+
+void SameHost::RegisterHandlers() {
+  ControlHandlers& handlers = host_->channel().handlers();
   handlers.OnSideRequest(
       wire::MsgType::kNoticeRingReq, wire::MsgType::kNoticeRingGrant,
       [this](Conn& c, std::string* payload) { return NoticeRingFor(c.remote_key, payload); });
@@ -33,7 +58,7 @@ void ShmTransport::RegisterNoticeHandlers() {
     DrainInbound(&c.remote_key);
     const wire::Header& h = c.cur;
     std::vector<InboundPart> part{{h.uid, h.num_parts, wire::WireStatus::kOk, h.mem_id, 0, 0}};
-    if (engine_->grants().DropUngranted(c.remote_key, &part) != 0) {
+    if (host_->grants().DropUngranted(c.remote_key, &part) != 0) {
       RefuseAnnouncements(c.remote_key, h.mem_id, 1);
       return true;  // not recorded; the connection stays (a revocation may have crossed it)
     }
@@ -42,7 +67,7 @@ void ShmTransport::RegisterNoticeHandlers() {
   });
 }
 
-void ShmTransport::DrainNoticesLocked(const std::string& key, GrantedRing& ring) {
+void SameHost::DrainNoticesLocked(const std::string& key, GrantedRing& ring) {
   std::vector<NoticeRecord> records;
   while (NoticeRing::Drain(reinterpret_cast<void*>(ring.addr), ring.capacity, &ring.head, 4096,
                            &records) > 0) {
@@ -52,10 +77,10 @@ void ShmTransport::DrainNoticesLocked(const std::string& key, GrantedRing& ring)
       parts.push_back({r.uid, 1, wire::WireStatus::kOk, r.mem_id, 0, r.bytes});
     }
     const uint64_t first_mem = parts.front().mem_id;
-    if (size_t n = engine_->grants().DropUngranted(key, &parts)) {
+    if (size_t n = host_->grants().DropUngranted(key, &parts)) {
       RefuseAnnouncements(key, first_mem, n);
     }
-    engine_->inbound().Record(key, parts.data(), parts.size());
+    host_->inbound().Record(key, parts.data(), parts.size());
     records.clear();
   }
 }
@@ -63,13 +88,13 @@ void ShmTransport::DrainNoticesLocked(const std::string& key, GrantedRing& ring)
 // Announcements of writes into regions the initiator holds no grant of: it cannot have
 // made them (a forged or stale announcement would make pop_inbound_transfer_status
 // report a write that did not happen). Counted, logged at debug level, not recorded.
-void ShmTransport::RefuseAnnouncements(const std::string& key, uint64_t mem_id, size_t n) {
-  engine_->CountRefusedAnnouncements(n);
-  MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': refused ", n, " write announcement(s) of ",
+void SameHost::RefuseAnnouncements(const std::string& key, uint64_t mem_id, size_t n) {
+  host_->CountRefusedAnnouncements(n);
+  MORI_LOG_DEBUG(kIo, "engine '", host_->key(), "': refused ", n, " write announcement(s) of ",
                  LogSafe(key), " (into memory ", mem_id, " among others): it holds no grant");
 }
 
-void ShmTransport::DrainInbound(const std::string* key) {
+void SameHost::DrainInbound(const std::string* key) {
   std::lock_guard<std::mutex> lock(notice_mu_);
   if (notice_rings_.empty()) return;
   if (key != nullptr) {
@@ -80,28 +105,27 @@ void ShmTransport::DrainInbound(const std::string* key) {
   for (auto& [k, ring] : notice_rings_) DrainNoticesLocked(k, ring);
 }
 
-void ShmTransport::FreeNoticeRings() {
+void SameHost::FreeNoticeRings() {
   std::lock_guard<std::mutex> lock(notice_mu_);
   for (auto& [k, ring] : notice_rings_) FreeSharedHost(ring.addr);  // peers keep their pages
   notice_rings_.clear();
 }
 
-bool ShmTransport::KeepsInitiator(const std::string& key) {
+bool SameHost::KeepsInitiator(const std::string& key) {
   std::lock_guard<std::mutex> lock(notice_mu_);
   return notice_rings_.count(key) != 0;
 }
 
-size_t ShmTransport::notice_rings_granted() {
+size_t SameHost::notice_rings_granted() {
   std::lock_guard<std::mutex> lock(notice_mu_);
   return notice_rings_.size();
 }
 
-wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
-                                             std::string* payload) {
-  const HotPathOptions& options = engine_->options();
+wire::WireStatus SameHost::NoticeRingFor(const std::string& initiator_key, std::string* payload) {
+  const HotPathOptions& options = host_->options();
   const uint32_t slots = options.notice_ring_slots;
   // Rings carry announcements of one-sided same-host writes, which only SHM and P2P make.
-  if (slots == 0 || (!created() && !engine_->p2p().created())) {
+  if (slots == 0 || (!host_->Created(kShmSlot) && !host_->Created(kP2pSlot))) {
     return wire::WireStatus::kNotShareable;
   }
   const size_t cap = options.max_notice_rings;
@@ -117,7 +141,7 @@ wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
       }
     }
     for (const std::string& k : others) {
-      if (!engine_->channel().LiveInbound(k)) gone.push_back(k);
+      if (!host_->channel().LiveInbound(k)) gone.push_back(k);
     }
   }
   const uint64_t bytes = NoticeRing::BytesFor(slots);
@@ -125,7 +149,7 @@ wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
   try {
     b = AllocateSharedHost(bytes);
   } catch (const std::exception& e) {
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': no notice ring for ", LogSafe(initiator_key),
+    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
                   " (", e.what(), "): its announcements come over TCP");
     return wire::WireStatus::kNotShareable;
   }
@@ -136,7 +160,7 @@ wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
   g.block_size = b.size;
   g.region_offset = 0;
   g.region_size = b.size;
-  if (liveness_) g.live = liveness_->Grant();
+  GrantLiveness(&g.live);
   std::lock_guard<std::mutex> lock(notice_mu_);
   for (const std::string& k : gone) {
     auto it = notice_rings_.find(k);
@@ -148,7 +172,7 @@ wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
   auto it = notice_rings_.find(initiator_key);
   if (it == notice_rings_.end() && notice_rings_.size() >= cap) {
     FreeSharedHost(b.addr);
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': no notice ring for ", LogSafe(initiator_key),
+    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
                   " (", notice_rings_.size(), " granted, MORI_IO_MAX_NOTICE_RINGS ", cap,
                   "): its announcements come over TCP");
     return wire::WireStatus::kNotShareable;
@@ -165,21 +189,21 @@ wire::WireStatus ShmTransport::NoticeRingFor(const std::string& initiator_key,
   return wire::WireStatus::kOk;
 }
 
-const std::shared_ptr<ShmMapping>& ShmTransport::NoticeRingOf(Peer& peer) {
+const std::shared_ptr<ShmMapping>& SameHost::NoticeRingOf(Peer& peer) {
   static const std::shared_ptr<ShmMapping> kNone;
-  if (!engine_->options().notice_ring) return kNone;
-  PeerShm& s = StateOf(peer);
+  if (!host_->options().notice_ring) return kNone;
+  PeerNoticeRing& s = peer.notice;
   // Every write asks: after the first, one acquire load and no lock.
-  if (s.notice_state.load(std::memory_order_acquire) != 0) return s.notice_ring;
-  std::lock_guard<std::mutex> lock(s.notice_mu);
-  if (s.notice_state.load(std::memory_order_relaxed) != 0) return s.notice_ring;
+  if (s.state.load(std::memory_order_acquire) != 0) return s.ring;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.state.load(std::memory_order_relaxed) != 0) return s.ring;
   std::string answer, error;
   StatusDetail code = StatusDetail::SUCCESS;
   wire::WireStatus status = wire::WireStatus::kOk;
   std::shared_ptr<ShmMapping> m;
-  if (engine_->channel().SideRequest(peer, wire::MsgType::kNoticeRingReq,
-                                     wire::MsgType::kNoticeRingGrant, 0, 0, {}, &answer, &code,
-                                     &error, &status)) {
+  if (host_->channel().SideRequest(peer, wire::MsgType::kNoticeRingReq,
+                                   wire::MsgType::kNoticeRingGrant, 0, 0, {}, &answer, &code,
+                                   &error, &status)) {
     try {
       m = MapPeerRegion(UnpackShmMapGrant(answer), &error);
     } catch (const std::exception& e) {
@@ -188,29 +212,29 @@ const std::shared_ptr<ShmMapping>& ShmTransport::NoticeRingOf(Peer& peer) {
     if (m && !NoticeRing::Check(m->region, m->size, &error)) m.reset();
   }
   if (!m) {
-    MORI_LOG_INFO(kIo, "engine '", engine_->key(), "': write announcements to ", LogSafe(peer.key),
+    MORI_LOG_INFO(kIo, "engine '", host_->key(), "': write announcements to ", LogSafe(peer.key),
                   " go over TCP (no notice ring: ", error.empty() ? "not granted" : error, ")");
-    s.notice_state.store(-1, std::memory_order_release);
-    return s.notice_ring;  // null
+    s.state.store(-1, std::memory_order_release);
+    return s.ring;  // null
   }
-  s.notice_ring = std::move(m);
-  s.notice_state.store(1, std::memory_order_release);
-  return s.notice_ring;
+  s.ring = std::move(m);
+  s.state.store(1, std::memory_order_release);
+  return s.ring;
 }
 
-int ShmTransport::NoticeRingState(const std::string& remote_key) {
-  if (!engine_->options().notice_ring) return -1;
-  std::shared_ptr<Peer> peer = engine_->FindPeer(remote_key);
+int SameHost::NoticeRingState(const std::string& remote_key) {
+  if (!host_->options().notice_ring) return -1;
+  std::shared_ptr<Peer> peer = host_->FindPeer(remote_key);
   if (!peer) return 0;
-  return StateOf(*peer).notice_state.load(std::memory_order_acquire);
+  return peer->notice.state.load(std::memory_order_acquire);
 }
 
-bool ShmTransport::PushNotice(Peer& peer, uint64_t uid, uint64_t mem_id, uint64_t bytes) {
+bool SameHost::PushNotice(Peer& peer, uint64_t uid, uint64_t mem_id, uint64_t bytes) {
   const std::shared_ptr<ShmMapping>& ring = NoticeRingOf(peer);
   return ring && NoticeRing::Push(ring->region, NoticeRecord{uid, mem_id, bytes});
 }
 
-void ShmTransport::PostNotice(Conn& conn, uint64_t uid, uint64_t mem_id, uint64_t bytes) {
+void SameHost::PostNotice(Conn& conn, uint64_t uid, uint64_t mem_id, uint64_t bytes) {
   wire::Header d = wire::MakeHeader(wire::MsgType::kP2pWriteDone, mem_id);
   d.num_parts = 1;
   d.uid = uid;
@@ -218,13 +242,13 @@ void ShmTransport::PostNotice(Conn& conn, uint64_t uid, uint64_t mem_id, uint64_
   PostOnConn(conn, d, nullptr);  // not answered
 }
 
-void ShmTransport::AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid,
-                                 uint64_t mem_id, uint64_t bytes) {
+void SameHost::AnnounceWrite(Peer& peer, const std::shared_ptr<Conn>& conn, uint64_t uid,
+                             uint64_t mem_id, uint64_t bytes) {
   if (!PushNotice(peer, uid, mem_id, bytes)) PostNotice(*conn, uid, mem_id, bytes);
 }
 
-void ShmTransport::AnnounceWrite(Peer& peer, const PeerConnections& conns, uint64_t uid,
-                                 uint64_t mem_id, uint64_t bytes) {
+void SameHost::AnnounceWrite(Peer& peer, const PeerConnections& conns, uint64_t uid,
+                             uint64_t mem_id, uint64_t bytes) {
   if (!PushNotice(peer, uid, mem_id, bytes)) PostNotice(*peer.NextConn(conns), uid, mem_id, bytes);
 }
 

@@ -17,7 +17,7 @@
 
 namespace mori::io {
 
-class IoEngine;
+class TransportHost;
 class ControlHandlers;
 
 // Which initiators hold a mapping or grant of which local region (P2P exports, shared
@@ -34,7 +34,7 @@ class ControlHandlers;
 // connection it may have opened before is still in its hello (DropGone).
 class RegionGrants {
  public:
-  explicit RegionGrants(IoEngine* engine) : engine_(engine) {}
+  explicit RegionGrants(TransportHost* host) : host_(host) {}
   // kP2pRevokeAck (target side) and kP2pRevoke (initiator side).
   void RegisterHandlers(ControlHandlers& handlers);
   // MORI_IO_MAX_GRANT_HOLDERS and MORI_IO_MAX_GRANTS (before use).
@@ -95,7 +95,7 @@ class RegionGrants {
   void EraseLocked(Holders::iterator it, uint64_t mem_id);
   void SetGoneLocked(Holder& h, int64_t since_ns);
 
-  IoEngine* engine_;
+  TransportHost* host_;
   uint32_t max_holders_ = 1024;
   uint32_t max_grants_ = 1 << 16;
   std::mutex mu_;

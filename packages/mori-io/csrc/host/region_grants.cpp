@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "grants/region_grants.hpp"
+#include "host/region_grants.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
 
-#include "engine/io_engine.hpp"
-#include "mori/core/error.hpp"
-#include "mori/core/logging.hpp"
 #include "control/control_handlers.hpp"
 #include "control/reactor.hpp"
+#include "host/transport_host.hpp"
+#include "mori/core/error.hpp"
+#include "mori/core/logging.hpp"
 #include "wire/log_safe.hpp"
 #include "wire/wire_status.hpp"
 
@@ -33,8 +33,8 @@ void RegionGrants::RegisterHandlers(ControlHandlers& handlers) {
         PostOnConn(*live, wire::MakeHeader(wire::MsgType::kP2pRevokeAck, mem_id), nullptr);
       }
     });
-    if (std::shared_ptr<Peer> peer = engine_->FindPeer(c.remote_key)) {
-      engine_->ForEachTransport(
+    if (std::shared_ptr<Peer> peer = host_->FindPeer(c.remote_key)) {
+      host_->ForEachTransport(
           [&](Transport& t) { t.RemoteRegionRevoked(*peer, mem_id, released); });
     }
     return true;
@@ -135,7 +135,7 @@ void RegionGrants::ConnectionClosed(const std::string& initiator_key) {
                                       [&](const auto& r) { return r.first == initiator_key; });
     if (!revoking && holders_.count(initiator_key) == 0) return;
   }
-  if (engine_->channel().LiveInbound(initiator_key)) return;
+  if (host_->channel().LiveInbound(initiator_key)) return;
   const int64_t now = NowNs();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = holders_.find(initiator_key);
@@ -153,7 +153,7 @@ void RegionGrants::DropGone() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, h] : holders_) {
-      if (h.gone_since_ns != 0 && engine_->channel().HellosSettledSince(h.gone_since_ns)) {
+      if (h.gone_since_ns != 0 && host_->channel().HellosSettledSince(h.gone_since_ns)) {
         due.emplace_back(key, h.gone_since_ns);
       }
     }
@@ -161,9 +161,9 @@ void RegionGrants::DropGone() {
   size_t holders = 0;
   size_t dropped = 0;
   for (const auto& [key, since] : due) {
-    const bool live = engine_->channel().LiveInbound(key) != nullptr;
+    const bool live = host_->channel().LiveInbound(key) != nullptr;
     // Announcements it made under its grants (a notice ring) count before they go.
-    if (!live) engine_->ForEachTransport([&](Transport& t) { t.DrainInbound(&key); });
+    if (!live) host_->ForEachTransport([&](Transport& t) { t.DrainInbound(&key); });
     std::lock_guard<std::mutex> lock(mu_);
     auto it = holders_.find(key);
     if (it == holders_.end() || it->second.gone_since_ns != since) continue;  // changed
@@ -186,8 +186,8 @@ void RegionGrants::DropGone() {
     ++holders;
   }
   if (holders > 0) {
-    MORI_LOG_DEBUG(kIo, "engine '", engine_->key(), "': dropped ", dropped, " grant(s) of ",
-                   holders, " initiator(s) with no connection left");
+    MORI_LOG_DEBUG(kIo, "engine '", host_->key(), "': dropped ", dropped, " grant(s) of ", holders,
+                   " initiator(s) with no connection left");
   }
 }
 
@@ -210,7 +210,7 @@ wire::WireStatus RegionGrants::RecordChecked(uint64_t mem_id, uint64_t capabilit
                                              const std::string& initiator_key, MemoryRegion* r,
                                              bool* added) {
   *added = false;
-  MemoryRegistry& memory = engine_->memory();
+  MemoryRegistry& memory = host_->memory();
   if (!memory.FindNamed(mem_id, capability, r) ||
       r->use->withdrawn.load(std::memory_order_seq_cst)) {
     return wire::WireStatus::kUnknownMemory;
@@ -249,7 +249,7 @@ void RegionGrants::Revoke(uint64_t id) {
       std::lock_guard<std::mutex> lock(mu_);
       revoking_.emplace_back(key, id);
     }
-    std::shared_ptr<Conn> conn = engine_->channel().LiveInbound(key);
+    std::shared_ptr<Conn> conn = host_->channel().LiveInbound(key);
     if (!conn) {
       // No connection from it is left: its engine is gone or disconnected, and its
       // transfers to us have failed; a process that died holds no mapping.
@@ -263,7 +263,7 @@ void RegionGrants::Revoke(uint64_t id) {
   }
   if (!unreachable.empty()) {  // one line however many (DropGone drops them soon anyway)
     MORI_LOG_WARN(
-        kIo, "engine '", engine_->key(), "': deregistering memory ", id, ": ", unreachable.size(),
+        kIo, "engine '", host_->key(), "': deregistering memory ", id, ": ", unreachable.size(),
         " initiator(s) holding a grant of it (P2P, shared-memory ",
         "map or CMA) have no connection left to be asked to let go of it: ", SomeKeys(unreachable));
   }
@@ -272,7 +272,7 @@ void RegionGrants::Revoke(uint64_t id) {
     return std::any_of(revoking_.begin(), revoking_.end(),
                        [&](const auto& r) { return r.second == id; });
   };
-  const int timeout_ms = engine_->tcp_config().transfer_timeout_ms;
+  const int timeout_ms = host_->tcp_config().transfer_timeout_ms;
   if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !pending(); })) {
     // A holder that does not confirm is cut off: its connections are closed (its
     // transfers to us fail, it is a lost peer until it registers us again) and its grant
@@ -293,12 +293,12 @@ void RegionGrants::Revoke(uint64_t id) {
       if (held != holders_.end()) EraseLocked(held, id);
     }
     lock.unlock();
-    for (const std::string& key : late) engine_->channel().CutOff(key);
+    for (const std::string& key : late) host_->channel().CutOff(key);
     const std::string names = SomeKeys(late);
-    MORI_LOG_WARN(kIo, "engine '", engine_->key(), "': deregistering memory ", id, ": ", names,
+    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': deregistering memory ", id, ": ", names,
                   " did not confirm letting go of it within ", timeout_ms,
                   " ms; its connections were closed and its grant dropped");
-    MORI_THROW(TimeoutError, "deregister_memory: memory ", id, " of engine '", engine_->key(),
+    MORI_THROW(TimeoutError, "deregister_memory: memory ", id, " of engine '", host_->key(),
                "' is still held (a P2P or shared-memory mapping, or a CMA grant) by ", names,
                ", which did not confirm letting go of it within ", timeout_ms,
                " ms; it stays registered for now, that holder's connections were closed and "

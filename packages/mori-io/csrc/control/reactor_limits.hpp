@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+// The reactor's limits, shared by its files (reactor.cpp: the loop, sends, closes;
+// reactor_read.cpp: the read path; reactor_hello.cpp: accepts and hellos).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wire/wire_protocol.hpp"
+
+namespace mori::io::reactor_limits {
+
+inline constexpr size_t kHdr = sizeof(wire::Header);
+// Payloads at least this large, with nothing buffered, are received straight into
+// their destination (no staging copy).
+inline constexpr uint64_t kDirectRecvMin = 32 << 10;
+// Bytes one connection may consume per readiness event before the reactor serves the
+// others (level-triggered epoll brings it back).
+inline constexpr size_t kReadBudget = 8 << 20;
+inline constexpr int kMaxIov = 512;
+inline constexpr size_t kMaxSideAnswers = 16;
+// The slowest an inbound write's payload may arrive once it holds its region (beyond
+// transfer_timeout_ms): a peer trickling bytes resets the stuck clock with each one,
+// and would otherwise keep the region from being deregistered for as long as it likes.
+inline constexpr uint64_t kMinPayloadBytesPerS = 1 << 20;
+// A target stops reading requests from a connection whose answers pile up unsent (the
+// initiator does not read them), and reads again once they drained: so a peer that
+// floods requests cannot grow the queue without bound, and its stalled connection is
+// then closed as stuck (it otherwise kept the stuck clock fresh by sending).
+inline constexpr size_t kPauseQueuedItems = 4096;
+inline constexpr uint64_t kPauseQueuedBytes = 64 << 20;
+inline constexpr size_t kResumeQueuedItems = 1024;
+inline constexpr uint64_t kResumeQueuedBytes = 16 << 20;
+
+}  // namespace mori::io::reactor_limits
