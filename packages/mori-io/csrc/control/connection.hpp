@@ -73,7 +73,7 @@ inline constexpr size_t kMaxConnExtensions = 4;
 // Who reads a connection's receive side (Conn::rx_owner).
 inline constexpr int kRxFree = 0;
 inline constexpr int kRxReactor = 1;  // its reactor, in a read pass
-inline constexpr int kRxWaiter = 2;   // a thread waiting for its answer (tcp/answer_reader.hpp)
+inline constexpr int kRxWaiter = 2;   // a thread waiting for its answer (control/answer_reader.hpp)
 inline constexpr int kRxLent = 3;     // kept for the waiter of the transfer just submitted
 
 // One TCP connection. The send side (queue, pending responses, liveness) is shared by

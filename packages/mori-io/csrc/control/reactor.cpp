@@ -175,16 +175,6 @@ int Reactor::FlushLocked(Conn& c) {
   return 0;
 }
 
-void Reactor::PaceRequests(Conn& c) {
-  if (c.outbound || c.dead) return;
-  const bool pause = c.sendq.size() > kPauseQueuedItems || c.queued_bytes > kPauseQueuedBytes;
-  const bool resume = c.sendq.size() <= kResumeQueuedItems && c.queued_bytes <= kResumeQueuedBytes;
-  if ((!c.in_paused && pause) || (c.in_paused && resume)) {
-    c.in_paused = !c.in_paused;
-    ArmOut(c, c.out_armed);
-  }
-}
-
 void Reactor::Loop() {
   if (on_start_) on_start_();
   started_.set_value();
@@ -249,15 +239,6 @@ void Reactor::LoopUntilStopped() {
     }
     graveyard_.clear();
   }
-}
-
-// How long an inbound write's payload may take once its region is entered: the stuck
-// bound plus its length at kMinPayloadBytesPerS.
-int64_t Reactor::PayloadBudgetNs(uint64_t length) const {
-  const int64_t timeout_ns = int64_t{host_->tcp_config().transfer_timeout_ms} * 1000000;
-  return timeout_ns +
-         static_cast<int64_t>(std::min<uint64_t>(length / kMinPayloadBytesPerS, uint64_t{1} << 20) *
-                              1000000000);
 }
 
 // A peer that is alive but hung (stopped, deadlocked) keeps its connections open and
@@ -357,7 +338,7 @@ void Reactor::Close(Conn& c, const std::string& reason, StatusDetail code) {
     }
     c.out_local.clear();
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
-    // A thread reading its answer (tcp/answer_reader.hpp) may be in poll() on the
+    // A thread reading its answer (control/answer_reader.hpp) may be in poll() on the
     // socket: the shutdown wakes it, and the descriptor is closed only once it let go,
     // so it never reads a descriptor number reused meanwhile.
     if (c.rx_owner.load(std::memory_order_acquire) == kRxWaiter) ::shutdown(c.fd, SHUT_RDWR);

@@ -33,6 +33,25 @@ namespace mori::io {
 
 using namespace reactor_limits;  // NOLINT(build/namespaces)
 
+void Reactor::PaceRequests(Conn& c) {
+  if (c.outbound || c.dead) return;
+  const bool pause = c.sendq.size() > kPauseQueuedItems || c.queued_bytes > kPauseQueuedBytes;
+  const bool resume = c.sendq.size() <= kResumeQueuedItems && c.queued_bytes <= kResumeQueuedBytes;
+  if ((!c.in_paused && pause) || (c.in_paused && resume)) {
+    c.in_paused = !c.in_paused;
+    ArmOut(c, c.out_armed);
+  }
+}
+
+// How long an inbound write's payload may take once its region is entered: the stuck
+// bound plus its length at kMinPayloadBytesPerS.
+int64_t Reactor::PayloadBudgetNs(uint64_t length) const {
+  const int64_t timeout_ns = int64_t{host_->tcp_config().transfer_timeout_ms} * 1000000;
+  return timeout_ns +
+         static_cast<int64_t>(std::min<uint64_t>(length / kMinPayloadBytesPerS, uint64_t{1} << 20) *
+                              1000000000);
+}
+
 void Reactor::StartPayload(Conn& c, uint64_t length, char* dst) {
   if (length < kDirectRecvMin || dst == nullptr) c.header_only = false;
   c.in_payload = true;

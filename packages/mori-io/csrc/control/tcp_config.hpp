@@ -28,7 +28,7 @@ struct TcpBackendConfig {
   // dropped (debug log), so a target whose application never pops stays bounded.
   uint64_t max_inbound_statuses = 1 << 16;
   // The same bound in bytes (each initiator's key once while it has statuses held, plus
-  // about 150 bytes per status; engine/inbound_statuses.hpp): beyond it the oldest is
+  // about 150 bytes per status; registry/inbound_statuses.hpp): beyond it the oldest is
   // dropped too. 65,536 statuses of a few initiators take about 10 MiB. At least 65536.
   uint64_t max_inbound_status_bytes = 32 << 20;
   // MORI's switch: false keeps no inbound statuses at all (pop_inbound_transfer_status

@@ -8,7 +8,7 @@
 // connection. This header needs no ibverbs header: without them the backend is
 // compiled out and Create throws NotSupportedError("built without ibverbs headers").
 //
-// Engine hooks (what IoEngine must call), in order of use:
+// Engine hooks (what RdmaTransport calls for the engine), in order of use:
 //   1. create_backend(RDMA, config): RdmaBackend::Create(config). NotSupportedError
 //      carries the reason (no libibverbs, no device, no ACTIVE port, ...).
 //   2. RegisterMemory: key = RegisterRegion(mem_id, addr, size); the encoded region key

@@ -125,6 +125,10 @@ class ShmTransport : public Transport {
   std::shared_ptr<CmaRemote> CmaRemoteFor(Peer& peer, const RemoteRegion& remote,
                                           StatusDetail* code, std::string* error,
                                           wire::WireStatus* status);
+  // The initiator's half of a per-part grant (MORI_IO_CMA_CACHE=0).
+  bool OnGrant(Reactor& r, Conn& c, const Pending& p);
+  void RegisterInitiatorHandlers();
+  // The copies (shm_copy.cpp).
   std::shared_ptr<TransferState> SubmitMapped(const TransferRequest& req,
                                               std::shared_ptr<ShmMapping> remote);
   std::shared_ptr<TransferState> SubmitCma(const TransferRequest& req,
@@ -148,9 +152,6 @@ class ShmTransport : public Transport {
                                          std::shared_ptr<CmaRemote> cma, uint64_t bytes);
   std::string CopyLost(const CopyView& v);
   std::string PeerGone(Peer& peer, int pid, uint64_t mem_id, bool write);
-  // The initiator's half of a per-part grant (MORI_IO_CMA_CACHE=0).
-  bool OnGrant(Reactor& r, Conn& c, const Pending& p);
-  void RegisterInitiatorHandlers();
   // Target side (shm_target.cpp).
   void RegisterTargetHandlers();
   wire::WireStatus MapGrantFor(uint64_t mem_id, uint64_t capability,
