@@ -41,10 +41,7 @@ fi
 
 step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
 for pkg in ${MORI_GPU_CHECK_PACKAGES:-mori-core mori-io mori-ep mori-ccl}; do
-  # A test build, as `nox -s tests` makes: mori-io's _C with its test hooks (_testing).
-  testing=()
-  [ "$pkg" = mori-io ] && testing=(-C cmake.define.MORI_IO_TESTING=ON)
-  if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu "${testing[@]}" \
+  if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
       "./packages/$pkg" >"$OUT/build-$pkg.log.tmp" 2>&1; then
     echo "BUILD FAILED: $pkg"; tail -40 "$OUT/build-$pkg.log.tmp"; cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"
     exit 1
