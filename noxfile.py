@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """Every build, test, lint and demo entry point of the mori monorepo.
 
-    nox -s tests    build the four packages from this tree into one venv, run the
-                    C++ unit tests, every package's tests and tests_integration/
+    nox -s tests    build the four packages from this tree into one venv (mori-io as a
+                    test build, MORI_IO_TESTING=ON), run the C++ unit tests, every
+                    package's tests and tests_integration/
     nox -s build    one wheel and one sdist per package into dist/, then check them
     nox -s lint     pre-commit: ruff, ruff-format, clang-format, license headers
     nox -s demo     the main job: topology, a bootstrap round, each package's extension
@@ -39,20 +40,34 @@ def _build_env() -> dict[str, str]:
     return {"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
 
 
-def _install_packages(session: nox.Session, *packages: str) -> None:
+# The CMake options of a test build: mori-io's _C then carries its test hooks, the RDMA
+# loopback double and the fault switches (mori.io._C._testing). Never in a wheel.
+TEST_BUILD_OPTIONS = {"mori-io": ("-C", "cmake.define.MORI_IO_TESTING=ON")}
+
+
+def _install_packages(session: nox.Session, *packages: str, testing: bool = False) -> None:
     """Build and install packages from this tree, in dependency order (mori-core
     first), without build isolation, so that each one builds against the
     mori-core installed in this venv. Build trees are kept per session
-    (packages/<pkg>/build/<session>) so that re-runs are incremental."""
+    (packages/<pkg>/build/<session>) so that re-runs are incremental. `testing`:
+    a test build (TEST_BUILD_OPTIONS), checked to have its test hooks."""
     session.install(*BUILD_REQUIREMENTS)
     for pkg in packages:
         session.install(
             "--no-build-isolation",
             "-C",
             f"build-dir=build/nox-{session.name}",
+            *(TEST_BUILD_OPTIONS.get(pkg, ()) if testing else ()),
             str(ROOT / "packages" / pkg),
             env=_build_env(),
         )
+    if testing and "mori-io" in packages:
+        # The tests that need the hooks skip without them; here they must run.
+        session.run(
+            "python", "-c",
+            "import mori.io._C as c; assert hasattr(c, '_testing'), "
+            "'mori-io was built without MORI_IO_TESTING=ON: its test hooks are missing'",
+        )  # fmt: skip
 
 
 def _ensure_gtest(session: nox.Session) -> bool:
@@ -155,7 +170,7 @@ def tests(session: nox.Session) -> None:
     """Build all four packages into one venv; run C++ tests, package tests, integration."""
     session.install(TORCH, *TEST_REQUIREMENTS)
     _ensure_ibverbs_headers(session)
-    _install_packages(session, *PACKAGES)
+    _install_packages(session, *PACKAGES, testing=True)
     _cpp_tests(session)
     paths = [str(ROOT / "packages" / p / "tests") for p in PACKAGES]
     paths.append(str(ROOT / "tests_integration"))
@@ -248,6 +263,7 @@ def sanitize(session: nox.Session) -> None:
             f"cmake.define.CMAKE_CXX_FLAGS={SANITIZE_FLAGS}",
             "-C",
             f"cmake.define.CMAKE_SHARED_LINKER_FLAGS={SANITIZE_FLAGS}",
+            *TEST_BUILD_OPTIONS.get(pkg, ()),
             str(ROOT / "packages" / pkg),
             # mori-io's configure step imports the sanitized mori-core into an
             # uninstrumented Python: let the ASan runtime load late there.

@@ -4,7 +4,8 @@
 with its package's own version; mori-core alone ships mori/__init__.py (the top-level
 package with lazy submodules) and mori/shmem/, mori-ep alone mori/ops/; only mori-core
 carries libmori_core.so; each other extension needs libmori_core.so and finds it
-through $ORIGIN/../core/lib."""
+through $ORIGIN/../core/lib; no wheel carries test code (a _testing module, or the
+strings only a test build's extension holds: its test switches and test double)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"mori-core": "core", "mori-io": "io", "mori-ep": "ep", "mori-ccl": "ccl"}
 # ROCm/mori's module names: the one wheel that ships each.
 OWNED_MODULES = {"mori/shmem/__init__.py": "mori-core", "mori/ops/__init__.py": "mori-ep"}
+# What only a test build contains (mori-io: -C cmake.define.MORI_IO_TESTING=ON, as
+# `nox -s tests` builds it): its _testing submodule, the environment switches of its
+# test double and fault injection, and the double's own description.
+TEST_BUILD_STRINGS = {
+    "mori-io": (
+        b"_testing",
+        b"MORI_IO_RDMA_LOOPBACK",
+        b"MORI_IO_TEST_CMA_REFUSE",
+        b"loopback RDMA test double",
+    ),
+}
+TEST_MODULE = re.compile(r"(^|/)_testing(/|\.|$)")
 
 
 def version_of(pkg: str, sub: str) -> str:
@@ -72,6 +85,16 @@ def main(dist: Path) -> int:
                         f"{wheel.name}: {module} {'present' if module in names else 'missing'} "
                         f"(it belongs to {owner})"
                     )
+            test_modules = [n for n in names if TEST_MODULE.search(n)]
+            if test_modules:
+                errors.append(f"{wheel.name}: carries test modules {test_modules}")
+            for name in names:
+                if not name.endswith(".so") or pkg not in TEST_BUILD_STRINGS:
+                    continue
+                data = z.read(name)
+                found = [t.decode() for t in TEST_BUILD_STRINGS[pkg] if t in data]
+                if found:
+                    errors.append(f"{name}: a test build's extension (it holds {found})")
             strays = [n for n in names if n.startswith("mori/") and n.count("/") == 1]
             if pkg != "mori-core" and strays:
                 errors.append(f"{wheel.name}: files directly under mori/: {strays}")
@@ -107,7 +130,9 @@ def main(dist: Path) -> int:
                     errors.append(f"{sdist.name}: missing {needed}")
             if pkg == "mori-core" and f"{top}/shared_native/CMakeLists.txt" not in members:
                 errors.append(f"{sdist.name}: lacks shared_native/ (cannot build on its own)")
-        print(f"ok  {wheel.name}  {sdist.name}")
+        checked = TEST_BUILD_STRINGS.get(pkg, ())
+        note = f"  (test strings looked for: {[t.decode() for t in checked]})" if checked else ""
+        print(f"ok  {wheel.name}  {sdist.name}{note}")
     for e in errors:
         print("ERROR", e)
     return 1 if errors else 0

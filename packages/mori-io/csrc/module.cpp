@@ -9,6 +9,9 @@
 #include "p2p/p2p_backend.hpp"
 #include "shared_host_py.hpp"
 #include "wire/wire_protocol.hpp"
+#if MORI_IO_TESTING
+#include "testing/testing_py.hpp"
+#endif
 
 namespace py = pybind11;
 
@@ -56,4 +59,7 @@ memory or a build without CUDA.)doc");
   mori::io::register_baseline(m);
   mori::io::register_shared_host(m);
   mori::io::RegisterRdma(m);
+#if MORI_IO_TESTING
+  mori::io::testing::register_testing(m);
+#endif
 }

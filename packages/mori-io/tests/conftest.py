@@ -12,7 +12,31 @@ from pathlib import Path
 
 import pytest
 
-from mori.io import EngineDesc, IOEngine, MemoryDesc
+from mori.io import _C, EngineDesc, IOEngine, MemoryDesc
+
+# Tests marked io_testing use mori.io._C._testing: the test hooks, the RDMA loopback
+# double (MORI_IO_RDMA_LOOPBACK=1) and the CMA fault switch (MORI_IO_TEST_CMA_REFUSE)
+# that only a test build carries. `nox -s tests` makes one (and checks that it has
+# them); against a wheel they skip.
+NO_TEST_HOOKS = (
+    "mori-io was built without its test hooks (mori.io._C._testing): rebuild it with "
+    "-C cmake.define.MORI_IO_TESTING=ON, as `nox -s tests` does"
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "io_testing: needs mori-io's test build (mori.io._C._testing)"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(_C, "_testing"):
+        return
+    skip = pytest.mark.skip(reason=NO_TEST_HOOKS)
+    for item in items:
+        if item.get_closest_marker("io_testing"):
+            item.add_marker(skip)
 
 
 @pytest.fixture

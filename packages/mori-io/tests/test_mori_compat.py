@@ -585,6 +585,7 @@ def test_rdma_without_a_device_names_moris_fallback_switch(monkeypatch):
         e.close()
 
 
+@pytest.mark.io_testing  # the RDMA loopback double
 @pytest.mark.parametrize("auto", [None, "1", "0"])
 def test_rdma_gets_a_p2p_companion_only_with_auto_xgmi_0(monkeypatch, auto):
     monkeypatch.setenv("MORI_IO_RDMA_LOOPBACK", "1")  # an RDMA backend without a NIC

@@ -37,6 +37,7 @@ CPU, GPU = MemoryLocationType.CPU, MemoryLocationType.GPU
 HOST = "h/boot/pidns:1"
 HDR = struct.Struct("<BBHIQQQQQ")  # wire::Header
 VERSION = _C.wire_version
+T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
 
 
 def _gpus() -> int:
@@ -69,46 +70,48 @@ def _random_export(rng):
                 pieces=pieces)  # fmt: skip
 
 
+@pytest.mark.io_testing
 def test_export_round_trips_and_malformed_exports_are_refused():
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = random.Random(seed)
     for _ in range(200):
         e = _random_export(rng)
-        packed = _C.pack_p2p_export(**e)
-        assert _C.unpack_p2p_export(packed) == e
+        packed = T.pack_p2p_export(**e)
+        assert T.unpack_p2p_export(packed) == e
         for cut in range(len(packed)):  # every truncation
             with pytest.raises(mc.InvalidArgumentError, match="P2P export: truncated"):
-                _C.unpack_p2p_export(packed[:cut])
+                T.unpack_p2p_export(packed[:cut])
         with pytest.raises(mc.InvalidArgumentError, match="trailing"):
-            _C.unpack_p2p_export(packed + b"\0")
+            T.unpack_p2p_export(packed + b"\0")
     e = _random_export(random.Random(1))
-    packed = bytearray(_C.pack_p2p_export(**e))
+    packed = bytearray(T.pack_p2p_export(**e))
     with pytest.raises(mc.InvalidArgumentError, match="bad magic"):
-        _C.unpack_p2p_export(b"XXXX" + bytes(packed[4:]))
+        T.unpack_p2p_export(b"XXXX" + bytes(packed[4:]))
     with pytest.raises(mc.InvalidArgumentError, match="format 9"):
-        _C.unpack_p2p_export(bytes(packed[:4]) + b"\x09\x00" + bytes(packed[6:]))
+        T.unpack_p2p_export(bytes(packed[:4]) + b"\x09\x00" + bytes(packed[6:]))
     with pytest.raises(mc.InvalidArgumentError, match="unknown kind 7"):
-        _C.unpack_p2p_export(bytes(packed[:6]) + b"\x07" + bytes(packed[7:]))
+        T.unpack_p2p_export(bytes(packed[:6]) + b"\x07" + bytes(packed[7:]))
     bad = dict(e, region_size=e["map_size"], region_offset=1)
     with pytest.raises(mc.InvalidArgumentError, match="outside its mapping"):
-        _C.unpack_p2p_export(_C.pack_p2p_export(**bad))
+        T.unpack_p2p_export(T.pack_p2p_export(**bad))
     fd = dict(kind=2, pid=1, uuid=bytes(16), region_addr=0, region_size=10, region_offset=0,
               map_size=100, handle=bytes(64))  # fmt: skip
     with pytest.raises(mc.InvalidArgumentError, match="does not follow"):
-        _C.unpack_p2p_export(_C.pack_p2p_export(**fd, pieces=[(3, 0, 40), (4, 50, 50)]))
+        T.unpack_p2p_export(T.pack_p2p_export(**fd, pieces=[(3, 0, 40), (4, 50, 50)]))
     with pytest.raises(mc.InvalidArgumentError, match="cover 40 bytes of a mapping of 100"):
-        _C.unpack_p2p_export(_C.pack_p2p_export(**fd, pieces=[(3, 0, 40)]))
+        T.unpack_p2p_export(T.pack_p2p_export(**fd, pieces=[(3, 0, 40)]))
     with pytest.raises(mc.InvalidArgumentError, match="0 pieces"):
-        _C.unpack_p2p_export(_C.pack_p2p_export(**fd, pieces=[]))
+        T.unpack_p2p_export(T.pack_p2p_export(**fd, pieces=[]))
 
 
+@pytest.mark.io_testing
 def test_choice_sends_gpu_pairs_of_one_host_to_p2p():
     def choose(**kw):
         args = dict(local_host_id=HOST, remote_host_id=HOST, local_loc=GPU, remote_loc=GPU,
                     local_shm=True, remote_shm=True, local_p2p=True, remote_p2p=True)  # fmt: skip
         args.update(kw)
-        return _C.choose_backend(**args)
+        return T.choose_backend(**args)
 
     assert choose() == ("P2P", "same host, GPU memory on both sides (CUDA IPC)")
     assert choose(override="shm")[0] == "P2P"  # SHM's override concerns host memory

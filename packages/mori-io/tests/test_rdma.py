@@ -23,7 +23,8 @@ import mori.core
 from mori.io import _C
 from mori.io.rdma import PollCqMode, RdmaBackendConfig, probe
 
-R = _C.rdma
+T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
+R = T.rdma if T else None  # the RDMA backend's internals
 
 # enum ibv_qp_attr_mask, from the ibverbs ABI
 QP_STATE, ACCESS_FLAGS, PKEY_INDEX, PORT = 1 << 0, 1 << 3, 1 << 4, 1 << 5
@@ -56,6 +57,7 @@ def _probe_in_subprocess(lib: str) -> tuple[bool, str, list[str]]:
     return ok, reason, devices
 
 
+@pytest.mark.io_testing
 def test_missing_library_is_unavailable_with_its_name():
     path = "/nonexistent/libibverbs-mori-test.so.1"
     rep = R.try_load_verbs(path)
@@ -65,6 +67,7 @@ def test_missing_library_is_unavailable_with_its_name():
     assert path in reason or "built without ibverbs headers" in reason
 
 
+@pytest.mark.io_testing
 def test_library_without_verbs_symbols_is_unavailable_naming_them():
     libc = ctypes.util.find_library("c") or "libc.so.6"
     rep = R.try_load_verbs(libc)
@@ -77,6 +80,7 @@ def test_library_without_verbs_symbols_is_unavailable_naming_them():
         assert libc in reason and "lacks" in reason and "ibv_reg_mr" in reason
 
 
+@pytest.mark.io_testing
 def test_installed_libibverbs_has_every_symbol_we_resolve():
     rep = R.try_load_verbs("libibverbs.so.1")
     if not rep["ok"] and "cannot be loaded" in rep["reason"]:
@@ -85,6 +89,7 @@ def test_installed_libibverbs_has_every_symbol_we_resolve():
     assert rep["missing"] == []
 
 
+@pytest.mark.io_testing
 def test_probe_here_reports_unavailable_with_a_reason():
     ok, reason, devices = probe()
     if ok:
@@ -124,6 +129,7 @@ def _plan(op="write", spans=((0, 0, 100),), local=1 << 20, remote=1 << 20, **kw)
     return R.plan_transfer(op, list(spans), local, remote, **kw)
 
 
+@pytest.mark.io_testing
 def test_a_span_is_chunked_at_max_message_size():
     m = 4096
     size = 10 * m + 3
@@ -137,6 +143,7 @@ def test_a_span_is_chunked_at_max_message_size():
     assert all(w["opcode"] == WRITE for w in q["wrs"])
 
 
+@pytest.mark.io_testing
 def test_signaling_every_nth_each_batch_end_and_the_last():
     p = _plan(
         spans=[(0, 0, 23 * 64)], max_message_bytes=64, signal_interval=4, post_batch_size=10,
@@ -153,6 +160,7 @@ def test_signaling_every_nth_each_batch_end_and_the_last():
     assert all(w["retire"] == 0 for w in wrs if not w["signaled"])
 
 
+@pytest.mark.io_testing
 def test_remote_contiguous_spans_share_a_wr_up_to_max_sge():
     # 6 spans of 100 bytes, contiguous remotely, scattered locally.
     spans = [(1000 * i, 100 * i, 100) for i in range(6)]
@@ -165,12 +173,14 @@ def test_remote_contiguous_spans_share_a_wr_up_to_max_sge():
     assert len(one["qps"][0]["wrs"]) == 6
 
 
+@pytest.mark.io_testing
 def test_spans_contiguous_on_both_sides_coalesce_into_one_sge():
     spans = [(100 * i, 100 * i, 100) for i in range(8)]
     wrs = _plan(spans=spans, notify=False)["qps"][0]["wrs"]
     assert len(wrs) == 1 and wrs[0]["sges"] == [(0, 800)] and wrs[0]["length"] == 800
 
 
+@pytest.mark.io_testing
 def test_zero_length_spans_are_skipped_and_an_empty_transfer_still_notifies():
     p = _plan(spans=[(0, 0, 0), (10, 10, 5), (20, 20, 0)], notify=False)
     assert [w["length"] for w in p["qps"][0]["wrs"]] == [5]
@@ -183,6 +193,7 @@ def test_zero_length_spans_are_skipped_and_an_empty_transfer_still_notifies():
     assert _plan(spans=[], notify=True)["wrs"] == 1
 
 
+@pytest.mark.io_testing
 def test_huge_span_and_the_plan_size_limit():
     tib = 1 << 40
     p = _plan(spans=[(0, tib, tib)], local=tib, remote=2 * tib, max_message_bytes=1 << 30,
@@ -205,6 +216,7 @@ def test_huge_span_and_the_plan_size_limit():
         ((0, 2**64 - 8, 16), 1000, 1000, "remote"),
     ],
 )
+@pytest.mark.io_testing
 def test_out_of_range_spans_are_rejected_naming_the_span(span, local, remote, match):
     with pytest.raises(mori.core.InvalidArgumentError, match=f"span 1: {match}"):
         _plan(spans=[(0, 0, 1), span], local=local, remote=remote)
@@ -222,11 +234,13 @@ def test_out_of_range_spans_are_rejected_naming_the_span(span, local, remote, ma
         ({"num_qps": 128}, "num_qps"),
     ],
 )
+@pytest.mark.io_testing
 def test_bad_plan_limits_are_rejected(kw, match):
     with pytest.raises(mori.core.InvalidArgumentError, match=match):
         _plan(**kw)
 
 
+@pytest.mark.io_testing
 def test_write_spread_over_qps_ends_each_part_with_write_with_imm():
     p = _plan(spans=[(0, 0, 10 * 64)], max_message_bytes=64, num_qps=4, uid=(1 << 24) + 5)
     assert [len(q["wrs"]) for q in p["qps"]] == [2, 3, 2, 3]
@@ -240,6 +254,7 @@ def test_write_spread_over_qps_ends_each_part_with_write_with_imm():
     assert len(_plan(spans=[(0, 0, 64)], num_qps=4)["qps"]) == 1
 
 
+@pytest.mark.io_testing
 def test_read_notification_is_fenced_after_the_reads():
     p = _plan(op="read", spans=[(0, 0, 3 * 64)], max_message_bytes=64, num_qps=1, uid=9)
     wrs = p["qps"][0]["wrs"]
@@ -258,6 +273,7 @@ def _byte_pairs(pieces):
     return pairs
 
 
+@pytest.mark.io_testing
 def test_random_plans_move_every_byte_once_within_limits():
     rng = _seed("planner")
     for _ in range(300):
@@ -301,6 +317,7 @@ def test_random_plans_move_every_byte_once_within_limits():
 # -- encodings -------------------------------------------------------------------------
 
 
+@pytest.mark.io_testing
 def test_imm_round_trip_and_limits():
     rng = _seed("imm")
     for _ in range(1000):
@@ -316,6 +333,7 @@ def test_imm_round_trip_and_limits():
         R.decode_imm(0x80FFFFFF)
 
 
+@pytest.mark.io_testing
 def test_wr_id_round_trip_and_rejections():
     rng = _seed("wr_id")
     for _ in range(1000):
@@ -332,6 +350,7 @@ def test_wr_id_round_trip_and_rejections():
             R.decode_wr_id(kind << 56)
 
 
+@pytest.mark.io_testing
 def test_wc_status_names():
     assert R.wc_status_name(0) == "IBV_WC_SUCCESS"
     assert R.wc_status_name(5) == "IBV_WC_WR_FLUSH_ERR"
@@ -355,8 +374,9 @@ def _remote(link=IB, lid=7, gid=b"\0" * 16, qpn=0x1234, psn=0xABCDE, mtu=5):
 ROCE_GID = ipaddress.IPv6Address("::ffff:10.0.0.2").packed
 
 
+@pytest.mark.io_testing
 def test_init_transition_sets_exactly_pkey_port_access():
-    c = R.QpConfig()
+    c = _C.rdma.QpConfig()
     c.port_num, c.pkey_index = 2, 3
     t = R.build_init_transition(c)
     assert t["state"] == 1  # IBV_QPS_INIT
@@ -365,8 +385,9 @@ def test_init_transition_sets_exactly_pkey_port_access():
     assert (t["port_num"], t["pkey_index"]) == (2, 3)
 
 
+@pytest.mark.io_testing
 def test_rtr_transition_infiniband_addresses_by_lid():
-    c = R.QpConfig()
+    c = _C.rdma.QpConfig()
     c.max_dest_rd_atomic, c.min_rnr_timer, c.service_level = 8, 14, 3
     t = R.build_rtr_transition(c, IB, 4, 0, _remote(lid=42, mtu=5))
     assert t["state"] == 2  # IBV_QPS_RTR
@@ -380,8 +401,9 @@ def test_rtr_transition_infiniband_addresses_by_lid():
     assert av["dlid"] == 42 and not av["is_global"] and av["sl"] == 3 and av["port_num"] == 1
 
 
+@pytest.mark.io_testing
 def test_rtr_transition_roce_addresses_by_gid():
-    c = R.QpConfig()
+    c = _C.rdma.QpConfig()
     c.traffic_class, c.hop_limit, c.max_path_mtu = 106, 32, 3
     t = R.build_rtr_transition(c, ETH, 5, 3, _remote(link=ETH, lid=0, gid=ROCE_GID, mtu=5))
     av = t["ah_attr"]
@@ -390,8 +412,9 @@ def test_rtr_transition_roce_addresses_by_gid():
     assert t["path_mtu"] == 3  # the configured bound
 
 
+@pytest.mark.io_testing
 def test_rts_transition_sets_exactly_timeout_retries_psn_rd_atomic():
-    c = R.QpConfig()
+    c = _C.rdma.QpConfig()
     c.timeout, c.retry_cnt, c.rnr_retry, c.max_rd_atomic = 18, 5, 6, 4
     t = R.build_rts_transition(c, 0x123456)
     assert t["state"] == 3  # IBV_QPS_RTS
@@ -412,22 +435,24 @@ def test_rts_transition_sets_exactly_timeout_retries_psn_rd_atomic():
         (IB, _remote(qpn=1 << 24), "QP number"),
     ],
 )
+@pytest.mark.io_testing
 def test_rtr_rejects_unusable_peers(local_link, remote, match):
     with pytest.raises(mori.core.InvalidArgumentError, match=match):
-        R.build_rtr_transition(R.QpConfig(), local_link, 5, 0, remote)
+        R.build_rtr_transition(_C.rdma.QpConfig(), local_link, 5, 0, remote)
 
 
 @pytest.mark.parametrize(
     "field, value", [("retry_cnt", 8), ("rnr_retry", 9), ("timeout", 32), ("min_rnr_timer", 40),
                      ("max_rd_atomic", 0), ("service_level", 16), ("max_path_mtu", 6)],
 )  # fmt: skip
+@pytest.mark.io_testing
 def test_qp_config_out_of_range_is_named(field, value):
-    c = R.QpConfig()
+    c = _C.rdma.QpConfig()
     setattr(c, field, value)
     with pytest.raises(mori.core.InvalidArgumentError, match=f"{field} {value}"):
         R.build_rts_transition(c, 1)
     with pytest.raises(mori.core.InvalidArgumentError):
-        R.build_rts_transition(R.QpConfig(), 1 << 24)
+        R.build_rts_transition(_C.rdma.QpConfig(), 1 << 24)
 
 
 # -- NIC and GID choice ----------------------------------------------------------------
@@ -454,22 +479,26 @@ def _machine(near_state="ACTIVE"):
     ]  # fmt: skip
 
 
+@pytest.mark.io_testing
 def test_nic_nearest_to_the_gpu_wins():
     c = R.choose_rdma_port(_machine(), GPU0)
     assert (c["device"], c["port"], c["link_layer"]) == ("mlx5_1", 1, IB)
     assert c["distance"] in ("PIX", "PXB") and "nearest to GPU 0" in c["reason"]
 
 
+@pytest.mark.io_testing
 def test_down_ports_are_skipped():
     c = R.choose_rdma_port(_machine(near_state="DOWN"), GPU0)
     # mlx5_2 shares GPU0's root complex (PHB), mlx5_0 is on the other socket (SYS).
     assert (c["device"], c["port"], c["distance"]) == ("mlx5_2", 2, "PHB")
 
 
+@pytest.mark.io_testing
 def test_no_gpu_locality_picks_the_first_active_port_by_name():
     assert R.choose_rdma_port(_machine())["device"] == "mlx5_0"
 
 
+@pytest.mark.io_testing
 def test_explicit_device_and_port_are_honoured():
     assert R.choose_rdma_port(_machine(), GPU0, "mlx5_0")["device"] == "mlx5_0"
     c = R.choose_rdma_port(_machine(), GPU0, "mlx5_2:2")
@@ -477,6 +506,7 @@ def test_explicit_device_and_port_are_honoured():
     assert R.choose_rdma_port(_machine(), None, "mlx5_2", 2)["port"] == 2
 
 
+@pytest.mark.io_testing
 def test_missing_or_unusable_named_device_lists_what_exists():
     with pytest.raises(mori.core.NotFoundError, match="'mlx5_9' not found.*mlx5_0.*mlx5_1.*mlx5_2"):
         R.choose_rdma_port(_machine(), GPU0, "mlx5_9")
@@ -503,6 +533,7 @@ GIDS = [
 ]
 
 
+@pytest.mark.io_testing
 def test_gid_choice_prefers_roce_v2_ipv4_mapped():
     assert R.select_gid_index(GIDS, ETH)[0] == 3
     assert R.select_gid_index([g for g in GIDS if g[0] != 3], ETH)[0] == 5
@@ -512,6 +543,7 @@ def test_gid_choice_prefers_roce_v2_ipv4_mapped():
     assert R.select_gid_index(GIDS, IB)[0] == 0
 
 
+@pytest.mark.io_testing
 def test_gid_choice_explicit_and_errors():
     assert R.select_gid_index(GIDS, ETH, 1)[0] == 1
     with pytest.raises(mori.core.InvalidArgumentError, match="GID index 4 is an empty"):
@@ -537,6 +569,7 @@ def _random_endpoint(rng):
     return e
 
 
+@pytest.mark.io_testing
 def test_endpoint_and_region_key_round_trips():
     rng = _seed("codec")
     for _ in range(200):
@@ -552,6 +585,7 @@ def test_endpoint_and_region_key_round_trips():
         assert R.decode_region_key(R.encode_region_key(addr, length, rkey)) == (addr, length, rkey)
 
 
+@pytest.mark.io_testing
 def test_garbage_payloads_are_rejected_with_what_is_wrong():
     good = R.encode_endpoints([_random_endpoint(random.Random(1))])
     key = R.encode_region_key(4096, 8192, 77)
@@ -587,6 +621,7 @@ def test_garbage_payloads_are_rejected_with_what_is_wrong():
         R.encode_endpoints([])
 
 
+@pytest.mark.io_testing
 def test_random_bytes_never_decode_silently():
     rng = _seed("fuzz")
     good = R.encode_endpoints([_random_endpoint(rng) for _ in range(2)])
@@ -605,6 +640,7 @@ def test_random_bytes_never_decode_silently():
 # -- send-queue accounting -----------------------------------------------------------------
 
 
+@pytest.mark.io_testing
 def test_send_queue_tracker_accounts_in_order_and_drains_on_failure():
     t = R.SendQueueTracker(8)
     t.posted([(False, 0), (False, 0), (True, 3)], slot=5)
@@ -621,6 +657,7 @@ def test_send_queue_tracker_accounts_in_order_and_drains_on_failure():
     assert t.drain() == [(6, 1)] and t.outstanding == 0 and t.expected_completions == 0
 
 
+@pytest.mark.io_testing
 def test_send_queue_tracker_refuses_chains_that_would_never_free_their_slots():
     t = R.SendQueueTracker(8)
     with pytest.raises(mori.core.InvalidArgumentError, match="ends unsignaled"):
@@ -630,6 +667,7 @@ def test_send_queue_tracker_refuses_chains_that_would_never_free_their_slots():
     assert t.outstanding == 0
 
 
+@pytest.mark.io_testing
 def test_planned_slices_feed_the_tracker_exactly():
     """Posting a plan batch by batch into a queue of any depth never blocks for good:
     each batch ends signaled, so completing the oldest always makes room."""
@@ -665,7 +703,7 @@ def test_config_defaults_validate_and_reach_native():
     n = c.to_native()
     assert (n.qp_per_transfer, n.device_name) == (4, "mlx5_1:1")
     assert (n.qp.timeout, n.qp.retry_cnt, n.qp.max_path_mtu) == (18, 5, 4)
-    assert n.poll_cq_mode == R.PollCqMode.EVENT
+    assert n.poll_cq_mode == _C.rdma.PollCqMode.EVENT
     RdmaBackendConfig()  # defaults are valid
 
 
@@ -688,7 +726,7 @@ def test_config_rejects_bad_values_naming_them(field, value):
 
 
 def test_native_config_validation_names_the_field():
-    n = R.BackendConfig()
+    n = _C.rdma.BackendConfig()
     n.signal_interval = 5000
     with pytest.raises(mori.core.InvalidArgumentError, match="signal_interval 5000"):
         n.validate()

@@ -6,8 +6,8 @@ Without a NIC the real backend refuses with its reason; the engine's wiring (the
 per-pair choice, the connect handshake and region keys over the control path,
 submission and completion, notifications -> inbound statuses, bounds against the
 target's key, deregistration, peer loss) runs end to end over the in-process loopback
-test double (MORI_IO_RDMA_LOOPBACK=1), which moves bytes with memcpy and never talks
-to a NIC."""
+test double (MORI_IO_RDMA_LOOPBACK=1, in test builds only), which moves bytes with
+memcpy and never talks to a NIC."""
 
 import dataclasses
 import random
@@ -28,16 +28,18 @@ from mori.io import (
 )
 
 CPU = _C.MemoryLocationType.CPU
+T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
 HOST = "h/boot/pidns:1"
 
 
+@pytest.mark.io_testing
 def test_choice_prefers_same_host_paths_then_rdma_then_tcp():
     def choose(**kw):
         args = dict(local_host_id=HOST, remote_host_id="other/b/pidns:2", local_loc=CPU,
                     remote_loc=CPU, local_shm=True, remote_shm=True, local_rdma=True,
                     remote_rdma=True)  # fmt: skip
         args.update(kw)
-        return _C.choose_backend(**args)
+        return T.choose_backend(**args)
 
     name, why = choose()
     assert name == "RDMA" and why.startswith("RDMA: different hosts")
@@ -82,6 +84,7 @@ def _wait(st):
     return st
 
 
+@pytest.mark.io_testing
 def test_transfers_over_the_wiring_bit_exact(pair):
     a, b = pair
     seed = random.randrange(1 << 30)
@@ -126,6 +129,7 @@ def test_transfers_over_the_wiring_bit_exact(pair):
     assert st.Code() == StatusCode.ERR_NOT_FOUND, st.Message()
 
 
+@pytest.mark.io_testing
 def test_gpu_memory_over_the_loopback_bit_exact(pair):
     """GPU memory through the RDMA wiring (a NIC reaches it by GPUDirect; the loopback
     double copies it with cudaMemcpy): GPU to GPU and GPU to host, both directions.
@@ -161,6 +165,7 @@ def test_gpu_memory_over_the_loopback_bit_exact(pair):
     assert torch.equal(gb.cpu(), want)
 
 
+@pytest.mark.io_testing
 def test_peer_loss_and_reregistration(pair):
     a, b = pair
     la, rb = (
@@ -185,6 +190,7 @@ def test_peer_loss_and_reregistration(pair):
     assert not la.any()
 
 
+@pytest.mark.io_testing
 def test_a_stale_key_fails_one_transfer_and_the_peer_recovers(pair):
     a, b = pair
     x, y = np.arange(4096, dtype=np.uint16).view(np.uint8), np.full(8192, 7, np.uint8)

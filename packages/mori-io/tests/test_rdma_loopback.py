@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """The loopback RDMA backend (a test double: memmove between backends of one
-process, chosen by the engine only with MORI_IO_RDMA_LOOPBACK=1), driven directly
-through ``_C.rdma.Backend.loopback``: the same interface and contract as the real
-backend, so that the engine's RDMA wiring can be tested without a NIC.
+process, compiled only into test builds and chosen by the engine there only with
+MORI_IO_RDMA_LOOPBACK=1), driven directly through ``_C._testing.rdma.Backend.loopback``:
+the same interface and contract as the real backend, so that the engine's RDMA wiring
+can be tested without a NIC.
 
 Every wait has a timeout; random inputs print their seed."""
 
@@ -21,7 +22,9 @@ import pytest
 import mori.core
 from mori.io import _C
 
-R = _C.rdma
+T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
+R = T.rdma if T else None  # the RDMA backend's internals
+pytestmark = pytest.mark.io_testing
 SC = _C.StatusDetail  # the native callbacks report the detail
 WAIT_S = 20.0
 WRITE_IMM = 1
@@ -34,7 +37,7 @@ def _seed(name: str) -> random.Random:
 
 
 def _config(qps: int = 1, notify: bool = True, max_message: int = 0, max_sge: int = 0):
-    c = R.BackendConfig()
+    c = _C.rdma.BackendConfig()
     c.qp_per_transfer = qps
     c.enable_notification = notify
     c.max_message_bytes = max_message

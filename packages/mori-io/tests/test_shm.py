@@ -33,15 +33,17 @@ from mori.io.descriptors import ENGINE_DESC_VERSION
 WORKER = str(Path(__file__).with_name("shm_peer_worker.py"))
 KILL_WORKER = str(Path(__file__).with_name("io_peer_worker.py"))
 CPU, GPU = _C.MemoryLocationType.CPU, _C.MemoryLocationType.GPU
+T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
 HOST = "h/boot/pidns:1"
 
 
+@pytest.mark.io_testing
 def test_choice_is_a_pure_function_of_its_inputs():
     def choose(**kw):
         args = dict(local_host_id=HOST, remote_host_id=HOST, local_loc=CPU, remote_loc=CPU,
                     local_shm=True, remote_shm=True)  # fmt: skip
         args.update(kw)
-        return _C.choose_backend(**args)
+        return T.choose_backend(**args)
 
     name, why = choose()  # no region named: either copy may follow
     assert name == "SHM" and why.startswith("SHM: same host, host memory on both sides, CMA")
@@ -103,6 +105,7 @@ def test_tcp_forced_by_env_or_config(monkeypatch, how):
     assert b.backend_for(my, mx)[0] == ("TCP" if how == "env" else "SHM")
 
 
+@pytest.mark.io_testing  # the CMA fault switch
 def test_cma_refused_at_engine_probe_falls_back(monkeypatch):
     monkeypatch.setenv("MORI_IO_TEST_CMA_REFUSE", "1")
     a, b = _pair()
@@ -144,7 +147,8 @@ def test_old_engine_desc_version_is_a_clear_error():
 
 
 @pytest.mark.parametrize(
-    "mode", ["shm", "cma-refused-by-peer", "shared-host"]
+    "mode",
+    ["shm", pytest.param("cma-refused-by-peer", marks=pytest.mark.io_testing), "shared-host"],
 )  # shared-host: the target's region lies in allocate_shared_host_memory -> memcpy
 def test_two_processes_bit_exact(tmp_path, mode):
     seed = random.randrange(1 << 30)
@@ -411,21 +415,23 @@ def test_backend_reason_names_the_copy_that_moves_the_bytes(monkeypatch, engine_
     ), why
 
 
+@pytest.mark.io_testing
 def test_notice_ring_many_producers_one_consumer():
     """Every record pushed by 4 threads through a 64-slot ring arrives exactly once and
     in its producer's order, with the ring full (and refusing) many times on the way."""
-    r = _C.notice_ring_stress(64, 4, 20000)
+    r = T.notice_ring_stress(64, 4, 20000)
     assert r["received"] == 80000 and r["malformed"] == 0 and r["out_of_order"] == 0, r
     assert r["full_refusals"] > 0, r  # the full-ring path was exercised
 
 
+@pytest.mark.io_testing
 def test_notice_ring_boundary():
     # 8 slots take 8 records and refuse the rest until drained; then 8 again.
-    assert _C.notice_ring_fill(8, 20) == (8, 8, 8)
-    assert _C.notice_ring_fill(2, 2) == (2, 2, 2)
+    assert T.notice_ring_fill(8, 20) == (8, 8, 8)
+    assert T.notice_ring_fill(2, 2) == (2, 2, 2)
     for bad in (0, 1, 3, 12, 1 << 21):
         with pytest.raises(mc.InvalidArgumentError, match=f"capacity {bad} must be a power of two"):
-            _C.notice_ring_fill(bad, 1)
+            T.notice_ring_fill(bad, 1)
 
 
 @pytest.mark.parametrize("ring", ["on", "off", "two-slots"])

@@ -5,11 +5,16 @@ concurrent admission and release."""
 
 import random
 
+import pytest
+
 from mori.io import _C
+
+T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
+pytestmark = pytest.mark.io_testing
 
 
 def test_admission_limit_bounds_the_live_records():
-    led = _C.SubmissionLedger(7)
+    led = T.SubmissionLedger(7)
     assert led.admission_limit == 7
     ids = [led.admit() for _ in range(7)]
     assert ids == list(range(7)) and led.live == 7
@@ -21,7 +26,7 @@ def test_admission_limit_bounds_the_live_records():
 
 
 def test_out_of_order_release_reuse_and_stale_ids():
-    led = _C.SubmissionLedger(4)
+    led = T.SubmissionLedger(4)
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = random.Random(seed)
@@ -54,6 +59,6 @@ def test_concurrent_admit_and_release_never_refuse_below_the_limit():
     """Threads that each hold one record at a time never meet a limit of one record per
     thread, however they are scheduled: a refusal would mean the live count or the
     records were corrupted by a race."""
-    led = _C.SubmissionLedger(4)
+    led = T.SubmissionLedger(4)
     assert led.stress(threads=4, iters=50_000) == 0
     assert led.live == 0

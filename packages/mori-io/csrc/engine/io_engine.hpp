@@ -63,7 +63,8 @@ class IoEngine : public TransportHost {
   bool HasShmBackend() const { return Created(kShmSlot); }
   // Throws NotSupportedError where CUDA or a device is missing.
   void CreateP2pBackend(const P2pBackendConfig& config);
-  // MORI_IO_RDMA_LOOPBACK=1 substitutes the in-process test double.
+  // rdma::RdmaBackend::Create(config): NotSupportedError where RDMA cannot run (a test
+  // build may substitute its double there).
   void CreateRdmaBackend(const rdma::RdmaBackendConfig& config);
 
   // The backend a transfer between these memory locations and `remote`'s region uses,

@@ -6,7 +6,6 @@
 #include "host/transport_host.hpp"
 #include "p2p/p2p_backend.hpp"
 #include "p2p/p2p_transport.hpp"
-#include "rdma/loopback_backend.hpp"
 #include "rdma/rdma_backend.hpp"
 #include "rdma/rdma_transport.hpp"
 #include "samehost/same_host.hpp"
@@ -41,9 +40,8 @@ void Transports::CreateP2p(const P2pBackendConfig& config) {
 }
 
 void Transports::CreateRdma(const rdma::RdmaBackendConfig& config) {
-  std::unique_ptr<rdma::RdmaBackend> backend = rdma::LoopbackBackendRequested()
-                                                   ? rdma::CreateLoopbackBackend(config)
-                                                   : rdma::RdmaBackend::Create(config);
+  // NotSupportedError where RDMA cannot run (a test build may substitute its double).
+  std::unique_ptr<rdma::RdmaBackend> backend = rdma::RdmaBackend::Create(config);
   ensure_channel_();
   rdma_->Adopt(std::move(backend));
 }

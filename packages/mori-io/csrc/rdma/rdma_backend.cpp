@@ -3,6 +3,7 @@
 #include "rdma/rdma_backend.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -73,6 +74,28 @@ void CheckRegionIdle(uint64_t mem_id, uint64_t busy) {
   }
 }
 
+#if MORI_IO_TESTING
+namespace {
+std::atomic<RdmaBackendFactory> test_factory{nullptr};
+}  // namespace
+
+void SetRdmaBackendFactoryForTesting(RdmaBackendFactory factory) {
+  test_factory.store(factory, std::memory_order_release);
+}
+#endif
+
+namespace {
+// What a test build's factory makes instead of the real backend; nullptr otherwise.
+std::unique_ptr<RdmaBackend> FromTestFactory([[maybe_unused]] const RdmaBackendConfig& config) {
+#if MORI_IO_TESTING
+  if (RdmaBackendFactory factory = test_factory.load(std::memory_order_acquire)) {
+    return factory(config);
+  }
+#endif
+  return nullptr;
+}
+}  // namespace
+
 #if !MORI_IO_WITH_RDMA
 
 RdmaProbe ProbeRdma() {
@@ -82,6 +105,7 @@ RdmaProbe ProbeRdma() {
 }
 
 std::unique_ptr<RdmaBackend> RdmaBackend::Create(const RdmaBackendConfig& config) {
+  if (std::unique_ptr<RdmaBackend> test_double = FromTestFactory(config)) return test_double;
   ValidateRdmaBackendConfig(config);
   MORI_THROW(NotSupportedError,
              "RDMA backend: built without ibverbs headers (install libibverbs-dev and rebuild "
@@ -631,6 +655,7 @@ class RdmaBackendImpl final : public RdmaBackend {
 }  // namespace
 
 std::unique_ptr<RdmaBackend> RdmaBackend::Create(const RdmaBackendConfig& config) {
+  if (std::unique_ptr<RdmaBackend> test_double = FromTestFactory(config)) return test_double;
   ValidateRdmaBackendConfig(config);
   std::string reason;
   const VerbsApi* api = Verbs(&reason);

@@ -117,4 +117,11 @@ class RdmaBackend {
   virtual void SetInboundHandler(RdmaInboundHandler handler) = 0;
 };
 
+#if MORI_IO_TESTING
+// Test builds only (MORI_IO_TESTING=ON): Create asks `factory` first and opens a NIC
+// only when it returns nullptr. csrc/testing/ installs the loopback double here.
+using RdmaBackendFactory = std::unique_ptr<RdmaBackend> (*)(const RdmaBackendConfig& config);
+void SetRdmaBackendFactoryForTesting(RdmaBackendFactory factory);
+#endif
+
 }  // namespace mori::io::rdma

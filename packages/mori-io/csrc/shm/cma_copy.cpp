@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -17,30 +17,27 @@
 namespace mori::io {
 
 namespace {
-// 1: refuse every copy (the engine's own probe fails); "peer": refuse copies to other
-// processes only (the per-peer probe at connect fails).
-enum class Refuse { kNone, kAll, kPeers };
-Refuse TestRefusal() {
-  const char* refuse = std::getenv("MORI_IO_TEST_CMA_REFUSE");
-  if (refuse == nullptr) return Refuse::kNone;
-  if (std::strcmp(refuse, "1") == 0) return Refuse::kAll;
-  return std::strcmp(refuse, "peer") == 0 ? Refuse::kPeers : Refuse::kNone;
-}
-bool Refuses(Refuse r, int pid) {
-  return r == Refuse::kAll || (r == Refuse::kPeers && pid != ::getpid());
-}
-// The probes read the switch on every call (a test sets it in a running process); a
-// transfer's copy reads it once per process (a getenv per copy was a tenth of the
-// engine's own cost of a 4 KiB write).
-bool TestRefuses(int pid) { return Refuses(TestRefusal(), pid); }
-bool TestRefusesCopy(int pid) {
-  static const Refuse r = TestRefusal();
-  return r != Refuse::kNone && Refuses(r, pid);
+#if MORI_IO_TESTING
+std::atomic<CmaFaultHook> fault_hook{nullptr};
+#endif
+
+// The errno a test build's fault switch fails this call with; 0 otherwise.
+int InjectedFault([[maybe_unused]] int pid, [[maybe_unused]] bool spans) {
+#if MORI_IO_TESTING
+  if (CmaFaultHook hook = fault_hook.load(std::memory_order_acquire)) return hook(pid, spans);
+#endif
+  return 0;
 }
 }  // namespace
 
+#if MORI_IO_TESTING
+void SetCmaFaultHookForTesting(CmaFaultHook hook) {
+  fault_hook.store(hook, std::memory_order_release);
+}
+#endif
+
 int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t len) {
-  if (TestRefuses(pid)) return EPERM;
+  if (int err = InjectedFault(pid, false)) return err;
   while (len > 0) {
     iovec l{local, len};
     iovec r{reinterpret_cast<void*>(remote_addr), len};
@@ -62,7 +59,7 @@ int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t
 
 int CmaCopySpans(int pid, bool to_remote, char* local_base, uint64_t remote_base,
                  const CmaSpan* spans, size_t n) {
-  if (TestRefusesCopy(pid)) return EPERM;
+  if (int err = InjectedFault(pid, true)) return err;
   constexpr size_t kIov = 1024;  // UIO_MAXIOV
   iovec l[kIov];
   iovec r[kIov];

@@ -16,8 +16,6 @@ namespace mori::io {
 // `remote_addr` in process `pid`, in one kernel copy. `to_remote`: write into the
 // peer (process_vm_writev), else read from it. Returns 0, or the errno that stopped it
 // (EPERM: ptrace rules forbid it; ESRCH: no such process; EFAULT: bad address).
-// MORI_IO_TEST_CMA_REFUSE=1 makes every call fail with EPERM, =peer every call to
-// another process (tests of the fallback; read per call, copies are >= one page).
 int CmaCopy(int pid, bool to_remote, char* local, uint64_t remote_addr, uint64_t len);
 
 // One span of a transfer (the layout of the engine's TransferSpan).
@@ -29,9 +27,18 @@ struct CmaSpan {
 // Every span of a transfer between `local_base` and `remote_base` of process `pid`,
 // with as few process_vm_writev/readv calls as the kernel's iovec limit allows. The
 // caller checked the spans against both regions. 0 or the errno that stopped it (as
-// CmaCopy, including MORI_IO_TEST_CMA_REFUSE).
+// CmaCopy).
 int CmaCopySpans(int pid, bool to_remote, char* local_base, uint64_t remote_base,
                  const CmaSpan* spans, size_t n);
+
+#if MORI_IO_TESTING
+// Test builds only (MORI_IO_TESTING=ON): a fault switch CmaCopy and CmaCopySpans ask
+// before copying; it returns the errno to fail the call with, or 0. `spans`: the call
+// is CmaCopySpans (a transfer's copy), else CmaCopy (the CMA probes, and the
+// finishing of a short CmaCopySpans). csrc/testing/ installs one.
+using CmaFaultHook = int (*)(int pid, bool spans);
+void SetCmaFaultHookForTesting(CmaFaultHook hook);
+#endif
 
 // What a target sends for a registered host region an initiator may copy into and out
 // of with CMA (kShmCmaGrant, fixed 40 bytes): the absolute range, checked against the

@@ -10,9 +10,6 @@ __mori_core_version_compiled__: str
 
 wire_version: int  # the control protocol's version
 
-def initiator_credential(initiator_secret: bytes, target_secret: bytes, key: bytes) -> bytes: ...
-def siphash24(key: bytes, data: bytes) -> int: ...
-
 class BackendType(enum.IntEnum):
     Unknown = 0
     P2P = 1  # also BackendType.XGMI
@@ -229,15 +226,6 @@ class Engine:
     def inbound_stats(self) -> dict[str, int]: ...
     def grant_stats(self) -> dict[str, int]: ...
 
-class SubmissionLedger:
-    admission_limit: int
-    live: int
-    def __init__(self, admission_limit: int) -> None: ...
-    def admit(self) -> int | None: ...
-    def release(self, record_id: int) -> bool: ...
-    def is_live(self, record_id: int) -> bool: ...
-    def stress(self, threads: int, iters: int) -> int: ...
-
 def probe_backend(backend: BackendType) -> tuple[bool, str]: ...
 def numa_node_of(addr: int) -> int: ...
 def cuda_ipc_handle(addr: int, device: int) -> bytes: ...
@@ -254,37 +242,9 @@ def cuda_copy_seconds(
     sync_each: bool,
     per_transfer: bool = False,
 ) -> float: ...
-def choose_backend(
-    local_host_id: str,
-    remote_host_id: str,
-    local_loc: MemoryLocationType,
-    remote_loc: MemoryLocationType,
-    local_shm: bool,
-    remote_shm: bool,
-    cma_ok: bool = True,
-    cma_reason: str = "",
-    override: str = "",
-    local_p2p: bool = False,
-    remote_p2p: bool = False,
-    local_rdma: bool = False,
-    remote_rdma: bool = False,
-    shm_path: str = "",
-    shm_path_why: str = "",
-) -> tuple[str, str]: ...
-def pack_p2p_export(
-    kind: int,
-    pid: int,
-    uuid: bytes,
-    region_addr: int,
-    region_size: int,
-    region_offset: int,
-    map_size: int,
-    handle: bytes,
-    pieces: Sequence[tuple[int, int, int]],
-) -> bytes: ...
-def unpack_p2p_export(data: bytes) -> dict[str, Any]: ...
 def rdma_probe() -> tuple[bool, str, list[str]]: ...
 
-# RDMA internals (planner, encodings, QP attributes, NIC/GID choice, the backend and its
-# loopback test double): see csrc/rdma_py.cpp.
+# The RDMA backend's native config (BackendConfig, QpConfig, PollCqMode,
+# mtu_enum_from_bytes) that mori.io.rdma builds: see csrc/rdma_py.cpp. A test build
+# (MORI_IO_TESTING=ON) adds _testing (csrc/testing/), which no wheel carries.
 rdma: Any

@@ -12,9 +12,10 @@
 //  machines without an RDMA NIC. It does not talk to a NIC, the network or
 //  another process: a peer in another process is unreachable through it.
 //
-//  The engine creates it instead of RdmaBackend::Create only when the
-//  environment variable MORI_IO_RDMA_LOOPBACK=1 is set (LoopbackBackendRequested);
-//  nothing else selects it.
+//  It is compiled only into test builds (MORI_IO_TESTING=ON, which `nox -s tests`
+//  sets); no wheel carries it. There, RdmaBackend::Create returns it instead of
+//  opening a NIC only when the environment variable MORI_IO_RDMA_LOOPBACK=1 is set
+//  (InstallLoopbackBackend, LoopbackBackendRequested); nothing else selects it.
 // ============================================================================
 //
 // What it mirrors of RdmaBackend's contract (rdma_backend.hpp), so the engine cannot
@@ -74,5 +75,9 @@ bool LoopbackBackendRequested();
 // A loopback backend (see above). Throws InvalidArgumentError for a bad config
 // (ValidateRdmaBackendConfig); needs no NIC, no libibverbs and no ibverbs headers.
 std::unique_ptr<RdmaBackend> CreateLoopbackBackend(const RdmaBackendConfig& config);
+
+// Makes RdmaBackend::Create (and so the engine's create_backend(RDMA)) return a
+// loopback backend whenever MORI_IO_RDMA_LOOPBACK=1 (read at each call).
+void InstallLoopbackBackend();
 
 }  // namespace mori::io::rdma

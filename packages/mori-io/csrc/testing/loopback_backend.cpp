@@ -3,7 +3,7 @@
 //
 // The loopback test double of RdmaBackend: see loopback_backend.hpp for what it
 // mirrors and where it differs. No verbs header, no NIC.
-#include "rdma/loopback_backend.hpp"
+#include "testing/loopback_backend.hpp"
 
 #include <algorithm>
 #include <array>
@@ -743,6 +743,13 @@ std::unique_ptr<RdmaBackend> CreateLoopbackBackend(const RdmaBackendConfig& conf
   MORI_LOG_WARN(kIo, "rdma: using the LOOPBACK test double (", kLoopbackEnvVar,
                 "=1): memmove inside this process, no NIC");
   return std::make_unique<LoopbackBackend>(config);
+}
+
+void InstallLoopbackBackend() {
+  SetRdmaBackendFactoryForTesting([](const RdmaBackendConfig& config) {
+    return LoopbackBackendRequested() ? CreateLoopbackBackend(config)
+                                      : std::unique_ptr<RdmaBackend>();
+  });
 }
 
 }  // namespace mori::io::rdma
