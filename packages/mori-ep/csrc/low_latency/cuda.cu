@@ -4,7 +4,7 @@
 // LowLatencyCuda: the host side of the low-latency kernels (kernels/low_latency.cu):
 // which phases a launch runs, launch shapes. Nothing here synchronises with the
 // device on the hot path.
-#include "low_latency_cuda.hpp"
+#include "low_latency/cuda.hpp"
 
 #include <cuda_runtime.h>
 

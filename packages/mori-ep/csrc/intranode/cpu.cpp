@@ -8,11 +8,11 @@
 #include <cstring>
 #include <vector>
 
-#include "intranode_cpu.hpp"
+#include "common/numeric.hpp"
+#include "intranode/cpu.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
-#include "numeric.hpp"
 
 namespace mori::ep {
 

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "intranode_args.hpp"
+#include "intranode/args.hpp"
+#include "intranode/protocol.hpp"
 #include "mori/shmem/context.hpp"
-#include "protocol.hpp"
 
 namespace mori::ep {
 

@@ -25,7 +25,7 @@
 //   4. Quiet + a grid-completion counter: the last block signals dispatch_done to
 //      every pe, waits for every pe's, resets the item counter, advances the epoch.
 
-#include "kernels/common.cuh"
+#include "intranode/kernels/device.cuh"
 
 namespace mori::ep::kernels {
 

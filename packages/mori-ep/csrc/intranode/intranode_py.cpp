@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "intranode_cpu.hpp"
+#include "intranode/cpu.hpp"
+#include "intranode/protocol.hpp"
 #include "mori/core/error.hpp"
-#include "protocol.hpp"
 #if MORI_EP_WITH_CUDA
-#include "intranode_cuda.hpp"
+#include "intranode/cuda.hpp"
 #endif
 
 namespace py = pybind11;

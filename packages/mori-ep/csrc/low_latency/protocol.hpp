@@ -116,9 +116,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "intranode/protocol.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/context.hpp"
-#include "protocol.hpp"
 
 namespace mori::ep {
 

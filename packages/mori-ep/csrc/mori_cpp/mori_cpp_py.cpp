@@ -9,9 +9,9 @@
 
 #include <string>
 
-#include "layout.hpp"
+#include "layout/layout.hpp"
 #include "mori/core/error.hpp"
-#include "raw_config.hpp"
+#include "mori_cpp/raw_config.hpp"
 
 namespace py = pybind11;
 

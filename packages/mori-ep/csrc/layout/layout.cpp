@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "layout.hpp"
+#include "layout/layout.hpp"
 
 #include <cstring>
 

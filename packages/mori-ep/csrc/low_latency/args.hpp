@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "intranode_args.hpp"
-#include "low_latency_protocol.hpp"
+#include "intranode/args.hpp"
+#include "low_latency/protocol.hpp"
 
 namespace mori::ep {
 

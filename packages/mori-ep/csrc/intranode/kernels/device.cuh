@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "kernels/launch.hpp"
+#include "common/numeric.hpp"
+#include "intranode/kernels/launch.hpp"
 #include "mori/shmem/device.cuh"
-#include "numeric.hpp"
 
 namespace mori::ep::kernels {
 

@@ -10,10 +10,10 @@
 #include <chrono>
 #include <string>
 
-#include "low_latency_cpu.hpp"
+#include "low_latency/cpu.hpp"
 #include "mori/core/error.hpp"
 #if MORI_EP_WITH_CUDA
-#include "low_latency_cuda.hpp"
+#include "low_latency/cuda.hpp"
 #endif
 
 namespace py = pybind11;

@@ -27,7 +27,7 @@
 //   (token, segment) items once its token's group words arrived. Same words, same
 //   reduction order: a pe on either path works with a peer on the other.
 
-#include "kernels/common.cuh"
+#include "intranode/kernels/device.cuh"
 
 namespace mori::ep::kernels {
 

@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "low_latency_cuda.hpp"
+#include "common/numeric.hpp"
+#include "low_latency/cuda.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/device.cuh"
-#include "numeric.hpp"
 
 namespace mori::ep::kernels {
 

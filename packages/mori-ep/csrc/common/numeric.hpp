@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "intranode_args.hpp"      // CombineDtype
+#include "intranode/args.hpp"      // CombineDtype
 #include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
 
 namespace mori::ep {

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <string>
 
-#include "intranode_cuda.hpp"  // LaunchShape
-#include "low_latency_args.hpp"
+#include "intranode/cuda.hpp"  // LaunchShape
+#include "low_latency/args.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {

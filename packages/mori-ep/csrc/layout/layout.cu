@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #include <cuda_runtime.h>
 
-#include "layout.hpp"
+#include "layout/layout.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 

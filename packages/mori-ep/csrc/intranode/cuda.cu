@@ -4,7 +4,7 @@
 // IntraNodeCuda: the host side of the CUDA intra-node kernels (kernels/): checks,
 // launch shapes, the path and kernel chosen per call, the timeline. Nothing here
 // synchronises with the device on the hot path.
-#include "intranode_cuda.hpp"
+#include "intranode/cuda.hpp"
 
 #include <cuda_runtime.h>
 
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/launch.hpp"
+#include "intranode/kernels/launch.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/shmem.hpp"

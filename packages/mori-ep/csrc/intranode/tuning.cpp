@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "intranode_tuning.hpp"
+#include "intranode/tuning.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -4,17 +4,17 @@
 // The CPU implementation of the low-latency protocol (low_latency_protocol.hpp),
 // written with the host counterparts of the device API (mori/shmem/host_ops.hpp)
 // in the order the CUDA kernel issues the same operations.
-#include "low_latency_cpu.hpp"
+#include "low_latency/cpu.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "common/numeric.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
-#include "numeric.hpp"
 
 namespace mori::ep {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "low_latency_args.hpp"
+#include "low_latency/args.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {

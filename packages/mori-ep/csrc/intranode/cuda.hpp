@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <string>
 
-#include "intranode_args.hpp"
-#include "intranode_tuning.hpp"
+#include "intranode/args.hpp"
+#include "intranode/protocol.hpp"
+#include "intranode/tuning.hpp"
 #include "mori/shmem/context.hpp"
-#include "protocol.hpp"
 
 namespace mori::ep {
 

@@ -13,10 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "intranode_args.hpp"
-#include "intranode_cuda.hpp"
+#include "intranode/args.hpp"
+#include "intranode/cuda.hpp"
+#include "intranode/protocol.hpp"
 #include "mori/shmem/context.hpp"
-#include "protocol.hpp"
 
 namespace mori::ep::kernels {
 
