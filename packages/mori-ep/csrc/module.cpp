@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #include <pybind11/pybind11.h>
 
-#include "layout.hpp"
+#include "layout/layout.hpp"
 #include "mori/python/extension.hpp"
 
 namespace py = pybind11;

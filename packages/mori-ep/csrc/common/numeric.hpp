@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// fp8 e4m3fn conversions shared by the CPU implementation and the CUDA kernels, so
+// that both give the same bits: e4m3fn has no infinities, 0x7f / 0xff are NaN and
+// 448 is the largest finite value. Converted as torch 2.13 converts (round to
+// nearest even, saturating: magnitudes past 448 and infinities give +-448, NaN gives
+// NaN), so references computed with torch match bit for bit.
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/dtype.hpp"        // CombineDtype
+#include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
+
+namespace mori::ep {
+
+MORI_HOST_DEVICE inline uint32_t FloatBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+MORI_HOST_DEVICE inline float BitsFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+MORI_HOST_DEVICE inline float Float8E4M3ToFloat(uint8_t v) {
+  const uint32_t sign = (v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xFu, mant = v & 0x7u;
+  uint32_t mag;
+  if (exp == 0xF && mant == 0x7) {
+    mag = 0x7FC00000u;  // the canonical quiet NaN
+  } else if (exp == 0) {
+    mag = FloatBits(static_cast<float>(mant) * 0x1p-9f);  // subnormal: mant * 2^-6 / 8
+  } else {
+    mag = ((exp + 120u) << 23) | (mant << 20);
+  }
+  return BitsFloat(mag | sign);
+}
+
+MORI_HOST_DEVICE inline uint8_t FloatToFloat8E4M3(float f) {
+  uint32_t bits = FloatBits(f);
+  const uint32_t sign = bits & 0x80000000u;
+  bits ^= sign;
+  uint8_t out;
+  if (bits > 0x7F800000u) {  // NaN
+    out = 0x7F;
+  } else if (bits >= 0x43E00000u) {  // >= 448 (or inf): saturate
+    out = 0x7E;
+  } else if (bits < (121u << 23)) {  // below 2^-6: subnormal, rounded by an fp32 add
+    const uint32_t denorm = 141u << 23;
+    const float a = BitsFloat(bits) + BitsFloat(denorm);
+    out = static_cast<uint8_t>(FloatBits(a) - denorm);
+  } else {
+    const uint32_t mant_odd = (bits >> 20) & 1u;
+    bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + mant_odd;
+    out = static_cast<uint8_t>(bits >> 20);
+  }
+  return static_cast<uint8_t>(out | (sign >> 24));
+}
+
+// bf16 <-> fp32 as torch converts (round to nearest even, NaN to the canonical
+// quiet NaN), so references computed with torch match bit for bit.
+MORI_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t v) {
+  return BitsFloat(static_cast<uint32_t>(v) << 16);
+}
+
+MORI_HOST_DEVICE inline uint16_t FloatToBf16Bits(float f) {
+  if (f != f) return 0x7FC0;
+  uint32_t bits = FloatBits(f);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Bytes of one element of a combine dtype.
+MORI_HOST_DEVICE inline int64_t CombineElementBytes(CombineDtype dtype) {
+  return dtype == CombineDtype::kFloat32 ? 4 : (dtype == CombineDtype::kBFloat16 ? 2 : 1);
+}
+
+// What element h of a combine row contributes to a reduction: its value, or (fp8_cast)
+// its bf16 value rounded to fp8 e4m3fn as MORI's fp8_direct_cast sends it.
+MORI_HOST_DEVICE inline float CombineElementValue(const char* row, int64_t h, CombineDtype dtype,
+                                                  bool fp8_cast) {
+  if (dtype == CombineDtype::kBFloat16) {
+    const float v = Bf16BitsToFloat(reinterpret_cast<const uint16_t*>(row)[h]);
+    return fp8_cast ? Float8E4M3ToFloat(FloatToFloat8E4M3(v)) : v;
+  }
+  if (dtype == CombineDtype::kFloat8E4M3) {
+    return Float8E4M3ToFloat(reinterpret_cast<const uint8_t*>(row)[h]);
+  }
+  return reinterpret_cast<const float*>(row)[h];
+}
+
+// Combine's sums start from -0.0, the identity of fp32 addition (+0.0 is not: +0.0 +
+// -0.0 is +0.0), so a sum of one part is that part, -0.0 included. A token with no
+// part is written as zeros, not as the start value.
+inline constexpr float kSumStart = -0.0f;
+
+// Whether a token whose `parts` rows are combined is copied instead of summed: one
+// row, not rounded by fp8_direct_cast, comes back with its bits (an fp32 round trip
+// would give bf16 NaNs the canonical payload).
+MORI_HOST_DEVICE inline bool CopiesSinglePart(int parts, bool fp8_cast) {
+  return parts == 1 && !fp8_cast;
+}
+
+// The host implementations' reduction of one token (intranode/cpu.cpp,
+// low_latency/cpu.cpp; the CUDA kernels follow it): `parts` rows, row_of(i) the i-th
+// in ascending pe order, summed in fp32 in that order and rounded once into `out`
+// (hidden elements of dtype); `acc` is scratch of hidden floats.
+template <typename RowOf>
+inline void CombineTokenRow(int parts, RowOf row_of, CombineDtype dtype, bool fp8_cast,
+                            int64_t hidden, float* acc, void* out) {
+  const int64_t bytes = hidden * CombineElementBytes(dtype);
+  if (parts == 0) {
+    std::memset(out, 0, bytes);
+    return;
+  }
+  if (CopiesSinglePart(parts, fp8_cast)) {
+    std::memcpy(out, row_of(0), bytes);
+    return;
+  }
+  for (int64_t h = 0; h < hidden; ++h) acc[h] = kSumStart;
+  for (int i = 0; i < parts; ++i) {
+    const char* row = row_of(i);
+    for (int64_t h = 0; h < hidden; ++h) acc[h] += CombineElementValue(row, h, dtype, fp8_cast);
+  }
+  for (int64_t h = 0; h < hidden; ++h) {
+    switch (dtype) {
+      case CombineDtype::kBFloat16:
+        static_cast<uint16_t*>(out)[h] = FloatToBf16Bits(acc[h]);
+        break;
+      case CombineDtype::kFloat8E4M3:
+        static_cast<uint8_t*>(out)[h] = FloatToFloat8E4M3(acc[h]);
+        break;
+      case CombineDtype::kFloat32:
+        static_cast<float*>(out)[h] = acc[h];
+        break;
+    }
+  }
+}
+
+// The same for a token's K combined weights (fp32; one part is copied).
+template <typename WeightsOf>
+inline void CombineTokenWeights(int parts, WeightsOf weights_of, int K, float* out) {
+  for (int j = 0; j < K; ++j)
+    out[j] = parts == 0 ? 0.0f : parts == 1 ? weights_of(0)[j] : kSumStart;
+  for (int i = 0; parts > 1 && i < parts; ++i) {
+    const float* w = weights_of(i);
+    for (int j = 0; j < K; ++j) out[j] += w[j];
+  }
+}
+
+}  // namespace mori::ep

@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// The CPU implementation of the intra-node protocol (intranode/protocol.hpp), written with
+// the host counterparts of the device API (mori/shmem/host_ops.hpp) in the order a
+// CUDA kernel issues the same operations, so the two stay comparable line by line.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/numeric.hpp"
+#include "intranode/cpu.hpp"
+#include "mori/core/error.hpp"
+#include "mori/shmem/host_ops.hpp"
+#include "mori/shmem/shmem.hpp"
+
+namespace mori::ep {
+
+namespace hs = mori::shmem::host;
+using mori::shmem::Cmp;
+
+void CombineOrder::ThrowNotCombinable(const RoutingSnapshot* routing, uint64_t epoch) const {
+  const uint64_t combined_epoch = combined_epoch_;
+  if (routing == nullptr) {
+    MORI_THROW(InvalidStateError, "combine needs a successful dispatch not combined yet (last ",
+               "dispatch epoch ", epoch, ", last combine epoch ", combined_epoch, ")");
+  }
+  MORI_THROW(InvalidStateError, "combine by a routing handle of dispatch epoch ",
+             routing->host_epoch,
+             ": combines follow the order of their dispatches, once each, and ",
+             "the last combine was of epoch ", combined_epoch, " (last dispatch epoch ", epoch,
+             "); replay the handle (dispatch(..., routing=handle)) to combine it again");
+}
+
+IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout)
+    : shape_(shape),
+      layout_(MakeLayout(shape)),
+      block_(static_cast<char*>(block)),
+      ctx_(shmem::GetDeviceContext()),
+      timeout_(timeout) {
+  MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
+                 " differs from the heap's n_pes ", ctx_.n_pes);
+  MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
+                 ctx_.my_pe);
+  MORI_CHECK_ARG(shmem::IsSymmetric(block, layout_.total_bytes),
+                 "the op's buffer is not a symmetric block of ", layout_.total_bytes, " bytes");
+  for (int pe = 0; pe < ctx_.n_pes; ++pe) {
+    if (hs::Ptr(ctx_, block_, pe) == nullptr) {
+      MORI_THROW(NotSupportedError, "intra-node dispatch/combine needs every pe on this node, ",
+                 "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
+    }
+  }
+  std::memset(block_, 0, SignalBytes(layout_));
+  shmem::BarrierAll();
+}
+
+void IntraNodeCpu::PostCounts(uint64_t epoch, const uint64_t* counts, uint32_t row_tag) {
+  const int W = shape_.world_size, me = shape_.rank;
+  uint64_t* row = At<uint64_t>(layout_.count_words) + static_cast<size_t>(me) * W;
+  for (int pe = 0; pe < W; ++pe) {
+    for (int d = 0; d < W; ++d)
+      hs::SignalSet(ctx_, &row[d], CountWord(epoch, counts[d], row_tag), pe);
+  }
+}
+
+int IntraNodeCpu::WaitCounts(uint64_t epoch) {
+  const int W = shape_.world_size;
+  const uint64_t* words = At<uint64_t>(layout_.count_words);
+  int rejected_by = -1;
+  for (int s = 0; s < W; ++s) {
+    for (int d = 0; d < W; ++d) {
+      uint64_t w = hs::WaitUntil(&words[s * W + d], Cmp::kGe, EpochFloor(epoch), timeout_);
+      MORI_CHECK(EpochOf(w) == (epoch & kEpochMask), "count word from pe ", s, " has epoch ",
+                 EpochOf(w), ", expected ", epoch);
+      if (CountOf(w) == kRejectedCount && rejected_by < 0) rejected_by = s;
+    }
+  }
+  return rejected_by;
+}
+
+void IntraNodeCpu::FinishDispatchEpoch(uint64_t epoch) {
+  const int W = shape_.world_size, me = shape_.rank;
+  uint64_t* done = At<uint64_t>(layout_.dispatch_done);
+  // Release: a pe that sees `epoch` in done[me] sees every row written before, and
+  // knows this pe has read every count word of the epoch (so the next epoch's words
+  // may overwrite them).
+  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &done[me], epoch, d);
+  for (int s = 0; s < W; ++s) hs::WaitUntil(&done[s], Cmp::kGe, epoch, timeout_);
+}
+
+void IntraNodeCpu::RejectDispatch(const std::string& reason) {
+  const uint64_t epoch = ++epoch_;
+  order_.Dispatched(false);
+  std::vector<uint64_t> counts(shape_.world_size, kRejectedCount);
+  PostCounts(epoch, counts.data(), 0);
+  WaitCounts(epoch);
+  FinishDispatchEpoch(epoch);
+  throw InvalidArgumentError(reason);
+}
+
+int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
+  const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
+  const int64_t M = shape_.max_tokens;
+  const int num_experts = shape_.num_experts_per_rank * W;
+  if (a.num_tokens < 0 || a.num_tokens > M) {
+    RejectDispatch(StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", M));
+  }
+  if (a.token_row_bytes > shape_.hidden_bytes) {
+    RejectDispatch(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
+                          "max_token_type_size = ", shape_.hidden_bytes, " bytes"));
+  }
+
+  // Counting pass (also the expert id check; a replay takes the sets as given):
+  // nothing has been written yet.
+  uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
+  std::memset(token_ranks, 0, static_cast<size_t>(a.num_tokens) * W);
+  std::vector<uint64_t> counts(W, 0);
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const int32_t* row = a.indices + t * K;
+    uint8_t* ranks = token_ranks + t * W;
+    if (a.rank_masks != nullptr) {
+      const uint32_t mask = a.rank_masks[t];
+      if (mask >> W) {
+        RejectDispatch(StrCat("routing handle sends token ", t, " to rank mask ", mask,
+                              ", beyond world_size ", W));
+      }
+      for (int d = 0; d < W; ++d) {
+        ranks[d] = (mask >> d) & 1u;
+        counts[d] += ranks[d];
+      }
+      continue;
+    }
+    for (int j = 0; j < K; ++j) {
+      const int32_t e = row[j];
+      if (e == -1) continue;
+      if (e < 0 || e >= num_experts) {
+        RejectDispatch(StrCat("expert id ", e, " out of range [-1, ", num_experts, ") at token ", t,
+                              " slot ", j));
+      }
+      const int d = ExpertRank(e, shape_.num_experts_per_rank);
+      if (!ranks[d]) {
+        ranks[d] = 1;
+        ++counts[d];
+      }
+    }
+  }
+
+  const uint64_t epoch = ++epoch_;
+  order_.Dispatched(false);
+  PostCounts(epoch, counts.data(), a.row_tag);
+  // Every pe's row for this epoch: the routing matrix, and the proof that each
+  // destination has entered this call (so its receive buffers are free to write).
+  const int rejected_by = WaitCounts(epoch);
+  if (rejected_by >= 0) {
+    FinishDispatchEpoch(epoch);
+    MORI_THROW(InvalidArgumentError, "dispatch rejected by rank ", rejected_by,
+               " (its inputs failed validation; see its error); no data moved");
+  }
+  const uint64_t* words = At<uint64_t>(layout_.count_words);
+  // Every pe sees the same words, so every pe finds the same dtype mismatch.
+  for (int s = 1; s < W; ++s) {
+    const uint32_t first = RowTagOf(words[0]), tag = RowTagOf(words[s * W]);
+    if (tag != first) {
+      FinishDispatchEpoch(epoch);
+      MORI_THROW(InvalidArgumentError, "dispatch token dtype differs between ranks: rank 0 ",
+                 "passes ", DtypeTagName(first), " and rank ", s, " passes ", DtypeTagName(tag),
+                 " (every rank must pass the same dtype); no data moved");
+    }
+  }
+  std::vector<int64_t> next_row(W);  // where my next row lands on pe d
+  int64_t total_recv = 0;
+  for (int d = 0; d < W; ++d) {
+    int64_t base = 0;
+    for (int s = 0; s < me; ++s) base += CountOf(words[s * W + d]);
+    next_row[d] = base;
+  }
+  for (int s = 0; s < W; ++s) total_recv += CountOf(words[s * W + me]);
+  // Every pe sees the same count matrix, so every pe finds the same overflow and
+  // fails the call before a row moves.
+  const int64_t capacity = RecvCapacity(shape_);
+  for (int d = 0; d < W; ++d) {
+    int64_t rows = 0;
+    for (int s = 0; s < W; ++s) rows += CountOf(words[s * W + d]);
+    if (rows > capacity) {
+      FinishDispatchEpoch(epoch);
+      MORI_THROW(InvalidArgumentError, "dispatch would deliver ", rows, " tokens to rank ", d,
+                 ", more than the receive capacity of ", capacity,
+                 " rows (max_total_recv_tokens); no data moved");
+    }
+  }
+
+  // Data: rows in token order, each to every destination it routes to.
+  const int64_t H = shape_.hidden_bytes, Sb = shape_.scale_bytes;
+  char* recv_tokens = At<char>(layout_.recv_tokens);
+  float* recv_weights = At<float>(layout_.recv_weights);
+  char* recv_scales = At<char>(layout_.recv_scales);
+  int32_t* recv_indices = At<int32_t>(layout_.recv_indices);
+  int32_t* recv_src_pos = At<int32_t>(layout_.recv_src_pos);
+  const char* tokens = static_cast<const char*>(a.tokens);
+  const char* scales = static_cast<const char*>(a.scales);
+  int32_t* recv_group_row = At<int32_t>(layout_.recv_group_row);
+  int32_t* token_self_row = At<int32_t>(layout_.token_self_row);
+  const int64_t G = CombineGroups(M);
+  // Where the rows of my token group g start on pe d: the next row there when the
+  // group's first token comes up (entries past my tokens, and entry G: the end).
+  auto post_group_row = [&](int64_t g) {
+    for (int d = 0; d < W; ++d) {
+      const int32_t row = static_cast<int32_t>(next_row[d]);
+      hs::PutNbi(ctx_, recv_group_row + me * (G + 1) + g, &row, sizeof(row), d);
+    }
+  };
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const uint8_t* ranks = token_ranks + t * W;
+    const int32_t src_pos = EncodeSrcPos(me, t, M);
+    if (t % kCombineGroupTokens == 0) post_group_row(t / kCombineGroupTokens);
+    token_self_row[t] = ranks[me] ? static_cast<int32_t>(next_row[me]) : -1;
+    for (int d = 0; d < W; ++d) {
+      if (!ranks[d]) continue;
+      const int64_t r = next_row[d]++;
+      hs::PutNbi(ctx_, recv_tokens + r * H, tokens + t * a.token_row_bytes, a.token_row_bytes, d);
+      hs::PutNbi(ctx_, recv_weights + r * K, a.weights + t * K, K * sizeof(float), d);
+      if (Sb > 0) hs::PutNbi(ctx_, recv_scales + r * Sb, scales + t * Sb, Sb, d);
+      hs::PutNbi(ctx_, recv_indices + r * K, a.indices + t * K, K * sizeof(int32_t), d);
+      hs::PutNbi(ctx_, recv_src_pos + r, &src_pos, sizeof(int32_t), d);
+    }
+  }
+  for (int64_t g = (a.num_tokens + kCombineGroupTokens - 1) / kCombineGroupTokens; g <= G; ++g) {
+    post_group_row(g);
+  }
+  FinishDispatchEpoch(epoch);
+
+  *At<int32_t>(layout_.total_recv) = static_cast<int32_t>(total_recv);
+  total_recv_ = total_recv;
+  num_tokens_ = a.num_tokens;
+  order_.Dispatched(true);
+  return total_recv;
+}
+
+RoutingSnapshot IntraNodeCpu::LastRouting() const {
+  return RoutingSnapshot{At<int32_t>(layout_.recv_src_pos),
+                         At<int32_t>(layout_.recv_group_row),
+                         At<uint8_t>(layout_.token_ranks),
+                         At<int32_t>(layout_.token_self_row),
+                         At<int32_t>(layout_.total_recv),
+                         &epoch_,
+                         epoch_,
+                         num_tokens_};
+}
+
+void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag) {
+  const int W = shape_.world_size, me = shape_.rank;
+  const int64_t G = CombineGroups(shape_.max_tokens);
+  uint64_t* done = At<uint64_t>(layout_.combine_done);
+  // Every group's word, as the CUDA kernels post them group by group.
+  const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected);
+  for (int s = 0; s < W; ++s) {
+    for (int64_t g = 0; g < G; ++g) hs::SignalSet(ctx_, &done[me * G + g], mine, s);
+  }
+  int rejected_by = -1, other = -1;
+  uint32_t other_tag = 0;
+  for (int d = 0; d < W; ++d) {
+    for (int64_t g = 0; g < G; ++g) {
+      uint64_t v = hs::WaitUntil(&done[d * G + g], Cmp::kGe, CombineFloor(epoch), timeout_);
+      if ((v & 1) && rejected_by < 0) rejected_by = d;
+      if (!(v & 1) && CombineTagOf(v) != tag && other < 0) other = d, other_tag = CombineTagOf(v);
+    }
+  }
+  if (rejected) return;
+  if (rejected_by >= 0) {
+    MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
+               " (its inputs failed validation; see its error); outputs not written");
+  }
+  // Every pe with a peer of another dtype finds one (if any two differ, each pe
+  // differs from some pe), so every pe fails the call.
+  if (other >= 0) {
+    MORI_THROW(InvalidArgumentError, "combine input dtype differs between ranks: rank ", other,
+               " passes ", DtypeTagName(other_tag), ", this rank ", DtypeTagName(tag),
+               " (every rank must pass the same dtype); outputs not written");
+  }
+}
+
+void IntraNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapshot* routing) {
+  const RoutingSnapshot last = LastRouting();
+  if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
+    if (order_.Enter(r->host_epoch)) shmem::BarrierAll();
+    FinishCombine(r->host_epoch, true, 0);
+  }
+  throw InvalidArgumentError(reason);
+}
+
+void IntraNodeCpu::Combine(const CombineArgs& a) {
+  const RoutingSnapshot last = LastRouting();
+  const RoutingSnapshot* r = order_.Pick(a.routing, last);
+  if (r == nullptr) order_.ThrowNotCombinable(a.routing, epoch_);
+  const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
+  const int64_t M = shape_.max_tokens;
+  const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
+  if (row_bytes > shape_.combine_row_bytes) {
+    RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
+                         shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"),
+                  a.routing);
+  }
+  if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
+    RejectCombine("fp8_direct_cast combines bf16 input only", a.routing);
+  }
+  const int64_t total_recv = *r->total_recv, num_tokens = r->num_tokens;
+  if (a.input_rows < total_recv) {
+    RejectCombine(
+        StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ", total_recv),
+        a.routing);
+  }
+  const uint64_t epoch = r->host_epoch;
+  if (order_.Enter(epoch)) shmem::BarrierAll();  // CombineOrder
+  // out_weights says whether weights are combined; `weights` may be null only when
+  // it has no rows (total_recv == 0: an empty tensor's address).
+  const bool with_weights = a.out_weights != nullptr;
+  const int64_t Hc = shape_.combine_row_bytes;
+  char* comb_tokens = At<char>(layout_.comb_tokens);
+  float* comb_weights = At<float>(layout_.comb_weights);
+  const int32_t* src_pos = r->src_pos;
+  const char* input = static_cast<const char*>(a.input);
+  // Row i goes back to its source pe s, into slot [me][t] there; my own rows stay in
+  // the input (token_self_row). No pe writes these slots of s again before s has
+  // finished reducing them: the next combine follows a dispatch, whose count exchange
+  // waits for s to enter it, or a combine, and then the barrier above.
+  for (int64_t i = 0; i < total_recv; ++i) {
+    const int s = static_cast<int>(src_pos[i] / M);
+    if (s == me) continue;
+    const int64_t t = src_pos[i] % M;
+    const size_t slot = static_cast<size_t>(me) * M + t;
+    hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
+    if (with_weights) hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
+  }
+  FinishCombine(epoch, false, CombineDtypeTag(a.dtype));
+
+  // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
+  // order, accumulated in fp32 and rounded once.
+  const uint8_t* token_ranks = r->token_ranks;
+  const int32_t* token_self_row = r->token_self_row;
+  const int64_t hidden = shape_.hidden_dim;
+  std::vector<float> acc(hidden);
+  std::vector<int> pes(W);  // the pes of a token's parts, ascending
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const uint8_t* ranks = token_ranks + t * W;
+    const int64_t self_row = token_self_row[t];
+    int parts = 0;
+    for (int d = 0; d < W; ++d) {
+      if (ranks[d]) pes[parts++] = d;
+    }
+    auto row_of = [&](int i) -> const char* {
+      const int d = pes[i];
+      if (d == me) return input + self_row * a.input_row_stride;
+      return comb_tokens + (static_cast<size_t>(d) * M + t) * Hc;
+    };
+    CombineTokenRow(parts, row_of, a.dtype, a.fp8_cast, hidden, acc.data(),
+                    static_cast<char*>(a.out) + t * row_bytes);
+    if (with_weights) {
+      auto weights_of = [&](int i) -> const float* {
+        const int d = pes[i];
+        if (d == me) return a.weights + self_row * K;
+        return comb_weights + (static_cast<size_t>(d) * M + t) * K;
+      };
+      CombineTokenWeights(parts, weights_of, K, a.out_weights + t * K);
+    }
+  }
+}
+
+}  // namespace mori::ep
