@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "collectives_cuda.hpp"
+#include "mori/shmem/block_device.cuh"
 #include "mori/shmem/device.cuh"
 
 namespace mori::ccl {
@@ -29,10 +30,12 @@ namespace kernels {
 // also has a host definition, which would otherwise clash at link time).
 namespace {
 
-// How long a rank waits before trapping on a peer's rejection: two processes sharing
-// one GPU whose kernels trap at the same instant can leave one launch never ending
-// (mori-ep measured this; its TrapRejectedBy pauses likewise). At most half the timeout.
-__device__ constexpr uint64_t kPeerTrapPauseNs = 1000000000;
+// Addressing the block (At, PeerAt: Params is a view of it) and the pause before a
+// trap a peer caused (PauseNs, PeerTrapPauseNs) are mori-core's
+// (mori/shmem/block_device.cuh).
+using dev::At;
+using dev::PauseNs;
+using dev::PeerAt;
 
 enum KernelKind : int { kOneShotKernel = 0, kTwoShotKernel = 1, kReduceScatterKernel = 2 };
 
@@ -123,18 +126,6 @@ __device__ const char* AlgorithmName(int a) {
 
 // ------------------------------------------------------------------ addressing
 
-template <typename T>
-__device__ __forceinline__ T* At(const Params& p, size_t offset) {
-  return reinterpret_cast<T*>(p.block + offset);
-}
-
-// pe's copy of this rank's block at `offset` (the constructor checked every pe is
-// load/store reachable).
-template <typename T>
-__device__ __forceinline__ T* PeerAt(const Params& p, size_t offset, int pe) {
-  return reinterpret_cast<T*>(p.ctx.peer_bases[pe] + (p.block - p.ctx.my_base) + offset);
-}
-
 __device__ __forceinline__ CudaCallState* State(const Params& p) {
   return At<CudaCallState>(p, p.layout.state);
 }
@@ -186,15 +177,9 @@ __device__ void PrintDesc(int rank, const CallDesc& d) {
       d.zero_copy ? "symmetric (zero-copy)" : "staged", d.hash);
 }
 
-__device__ void PauseNs(uint64_t ns) {
-  const uint64_t t0 = dev::GlobalTimerNs();
-  while (dev::GlobalTimerNs() - t0 < ns) __nanosleep(100000);
-}
-
-__device__ uint64_t PeerTrapPause(const Params& p) {
-  const uint64_t half = p.timeout_ns / 2;
-  return half < kPeerTrapPauseNs ? half : kPeerTrapPauseNs;
-}
+// How long a rank waits before trapping on a peer's rejection: at most half the
+// timeout (dev::PeerTrapPauseNs says why).
+__device__ uint64_t PeerTrapPause(const Params& p) { return dev::PeerTrapPauseNs(p.timeout_ns); }
 
 // A failure every rank detects at once (calls that differ, splits that do not pair
 // up, peers that time out together): rank r traps after r / (W - 1) of the pause, so

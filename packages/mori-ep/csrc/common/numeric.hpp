@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "intranode/args.hpp"      // CombineDtype
+#include "common/dtype.hpp"         // CombineDtype
 #include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
 
 namespace mori::ep {

@@ -9,18 +9,10 @@
 
 #include <cstdint>
 
+#include "common/dtype.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {
-
-// Element type of combine's input and output. kFloat8E4M3 (e4m3fn) accumulates in
-// fp32 like the others and is rounded once, saturating (numeric.hpp).
-enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2 };
-
-// A combine dtype's tag in the combine words (protocol.hpp, DtypeTagName).
-MORI_HOST_DEVICE inline uint32_t CombineDtypeTag(CombineDtype dtype) {
-  return dtype == CombineDtype::kBFloat16 ? 1 : dtype == CombineDtype::kFloat8E4M3 ? 2 : 4;
-}
 
 struct DispatchArgs {
   const void* tokens;       // [num_tokens][token_row_bytes]

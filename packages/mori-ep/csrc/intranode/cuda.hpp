@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/launch_shape.hpp"
 #include "intranode/args.hpp"
 #include "intranode/protocol.hpp"
 #include "intranode/tuning.hpp"
@@ -20,15 +21,6 @@
 
 namespace mori::ep {
 
-// The kernels' grid: block_num blocks of warp_per_block warps. Blocks wait on
-// signals that other blocks of the same grid produce, so the grid is clamped to
-// what the device keeps resident at once.
-struct LaunchShape {
-  int block_num;
-  int warp_per_block;
-};
-
-inline constexpr int kMaxCudaWorldSize = 8;
 inline constexpr int kMaxWarpsPerBlock = 32;
 // MORI_EP_TIMELINE=1: per-phase globaltimer stamps of the last dispatch and the last
 // combine, kTimelineStamps per block for the first kTimelineBlocks blocks (Timeline()).

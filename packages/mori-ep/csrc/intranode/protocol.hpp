@@ -62,25 +62,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/dtype.hpp"
+#include "common/shape.hpp"
+#include "common/signal_words.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {
 
-// count_words hold the epoch in the high bits and, in the low kCountBits, the count
-// (kCountFieldBits) under a row tag (the dtype code of the dispatch's token rows,
-// kRowTagBits; 0 where a word carries none), so one 64-bit release store publishes
-// them all and every pe sees every pe's dtype in the exchange it already waits for.
-// 2^40 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
-inline constexpr int kCountBits = 24;
-inline constexpr int kCountFieldBits = 20;
-inline constexpr int kRowTagBits = kCountBits - kCountFieldBits;
-inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountFieldBits) - 1;
-// A count of kRejectedCount marks a pe whose inputs failed validation: every pe
-// sees it in the same epoch and fails that call without moving data, so the op
-// stays consistent and usable.
-inline constexpr uint64_t kRejectedCount = kCountMask;
-inline constexpr int64_t kMaxTokensPerRank = static_cast<int64_t>(kCountMask) - 1;
-inline constexpr uint64_t kEpochMask = (uint64_t{1} << (64 - kCountBits)) - 1;
+// count_words are common/signal_words.hpp's CountWord; the op's shape is EpShape
+// (common/shape.hpp).
+
 // combine_done words: (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
 // being the combine input's dtype (DtypeTagName's codes; 0 in a rejection), so every pe
 // sees every returning pe's dtype with the words it waits for anyway. Waits compare
@@ -99,36 +90,6 @@ MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
 // Tokens per combine signal group (combine_done, recv_group_row).
 inline constexpr int kCombineGroupTokens = 8;
 
-MORI_HOST_DEVICE inline uint64_t CountWord(uint64_t epoch, uint64_t count, uint32_t tag = 0) {
-  return ((epoch & kEpochMask) << kCountBits) |
-         (static_cast<uint64_t>(tag & ((1u << kRowTagBits) - 1)) << kCountFieldBits) |
-         (count & kCountMask);
-}
-MORI_HOST_DEVICE inline uint64_t CountOf(uint64_t word) { return word & kCountMask; }
-MORI_HOST_DEVICE inline uint32_t RowTagOf(uint64_t word) {
-  return static_cast<uint32_t>((word >> kCountFieldBits) & ((1u << kRowTagBits) - 1));
-}
-// The dtype tags of the count and combine words (mori.ep passes a dispatch's token
-// dtype; combine's is CombineDtypeTag), as the messages name them.
-MORI_HOST_DEVICE inline const char* DtypeTagName(uint32_t tag) {
-  switch (tag) {
-    case 1:
-      return "bfloat16";
-    case 2:
-      return "float8_e4m3fn";
-    case 3:
-      return "float16";
-    case 4:
-      return "float32";
-    default:
-      return "unknown";
-  }
-}
-MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountBits; }
-// Smallest word value that carries `epoch` (WaitUntil(word, kGe, EpochFloor(e))):
-// earlier epochs' words are smaller, later ones cannot arrive before this call ends.
-MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
-
 // State the CUDA kernels keep in device memory, so that CUDA-graph replays advance
 // it: the epoch of the last dispatch and the grid-completion counters of dispatch
 // and of combine's one-pass path (each reset to 0 by the last block, before the
@@ -139,27 +100,6 @@ struct EpDeviceState {
   uint32_t combine_blocks_done;
 };
 
-struct EpShape {
-  int world_size;
-  int rank;
-  int64_t max_tokens;  // M
-  int top_k;           // K
-  int64_t hidden_dim;
-  int64_t hidden_bytes;       // hidden_dim * max_token_type_size
-  int64_t combine_row_bytes;  // hidden_dim * max(max_token_type_size, 2)
-  int64_t scale_bytes;
-  int num_experts_per_rank;
-  // Rows of the receive buffers (C); 0: W * M, every row any pe can send here.
-  // Smaller (MORI's max_total_recv_tokens) caps the memory; a dispatch that would
-  // deliver more rows to some pe fails on every pe before any row moves. The
-  // low-latency protocol takes W times its slots per source pe here (LlRecvSlots).
-  int64_t recv_capacity = 0;
-};
-
-inline int64_t RecvCapacity(const EpShape& s) {
-  return s.recv_capacity > 0 ? s.recv_capacity : s.world_size * s.max_tokens;
-}
-
 // Byte offsets of each region; every region starts on a 256-byte boundary so that
 // vectorized (16-byte) device copies of a row are aligned whenever the row size is.
 struct EpBufferLayout {
@@ -169,8 +109,6 @@ struct EpBufferLayout {
   size_t total_recv, token_ranks, token_self_row;
   size_t total_bytes;
 };
-
-MORI_HOST_DEVICE inline size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 MORI_HOST_DEVICE inline int64_t CombineGroups(int64_t max_tokens) {
   return (max_tokens + kCombineGroupTokens - 1) / kCombineGroupTokens;
@@ -208,14 +146,5 @@ inline EpBufferLayout MakeLayout(const EpShape& s) {
 // Bytes that must be zero before the first call (the signal words and the device
 // state), from offset 0.
 inline size_t SignalBytes(const EpBufferLayout& l) { return l.recv_tokens; }
-
-// Rank-major expert placement (MORI's): global expert e lives on pe e / experts_per_rank.
-MORI_HOST_DEVICE inline int ExpertRank(int32_t expert, int experts_per_rank) {
-  return expert / experts_per_rank;
-}
-
-MORI_HOST_DEVICE inline int32_t EncodeSrcPos(int src_pe, int64_t token, int64_t max_tokens) {
-  return static_cast<int32_t>(src_pe * max_tokens + token);
-}
 
 }  // namespace mori::ep

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "intranode/args.hpp"
+#include "common/dtype.hpp"
 #include "low_latency/protocol.hpp"
 
 namespace mori::ep {

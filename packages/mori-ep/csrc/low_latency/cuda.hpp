@@ -14,7 +14,8 @@
 #include <cstdint>
 #include <string>
 
-#include "intranode/cuda.hpp"  // LaunchShape
+#include "common/launch_shape.hpp"
+#include "common/shape.hpp"
 #include "low_latency/args.hpp"
 #include "mori/shmem/context.hpp"
 

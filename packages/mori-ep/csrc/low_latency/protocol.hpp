@@ -116,7 +116,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "intranode/protocol.hpp"
+#include "common/dtype.hpp"
+#include "common/shape.hpp"
+#include "common/signal_words.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/context.hpp"
 

@@ -17,6 +17,7 @@
 #include "low_latency/cuda.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
+#include "mori/shmem/block_device.cuh"
 #include "mori/shmem/device.cuh"
 
 namespace mori::ep::kernels {
@@ -27,14 +28,11 @@ namespace dev = mori::shmem::device;
 using mori::shmem::Cmp;
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
-constexpr uint64_t kPeerTrapPauseNs = 1000000000;
 
 struct Ctx {
   const LlParams& p;
-  __device__ char* Local(size_t offset) const { return p.block + offset; }
-  __device__ char* Peer(size_t offset, int pe) const {
-    return p.ctx.peer_bases[pe] + (p.block - p.ctx.my_base) + offset;
-  }
+  __device__ char* Local(size_t offset) const { return dev::At<char>(p, offset); }
+  __device__ char* Peer(size_t offset, int pe) const { return dev::PeerAt<char>(p, offset, pe); }
   __device__ LlDeviceState* State() const {
     return reinterpret_cast<LlDeviceState*>(p.block + p.layout.state);
   }
@@ -78,10 +76,7 @@ __device__ void TrapRejected(const LlParams& p, int from, const char* what, cons
     if (blockIdx.x == 0 && threadIdx.x == 0) {
       ReportRejected(p.me, from, what, notes, call, p.recv_slots);
     }
-    const uint64_t pause =
-        p.timeout_ns / 2 < kPeerTrapPauseNs ? p.timeout_ns / 2 : kPeerTrapPauseNs;
-    const uint64_t t0 = dev::GlobalTimerNs();
-    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+    dev::PauseNs(dev::PeerTrapPauseNs(p.timeout_ns));
   }
   dev::TrapAfterReport();
 }
@@ -110,21 +105,7 @@ __device__ __forceinline__ size_t DispHalf(uint64_t call) {
 }
 
 // Release every store of the block, then count it; true in the last block.
-__device__ bool FinishBlock(uint32_t* blocks_done) {
-  __shared__ bool last;
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t prev = atomicAdd(blocks_done, 1u);
-    last = prev == gridDim.x - 1;
-    if (last) {
-      __threadfence_system();
-      *blocks_done = 0;
-    }
-  }
-  __syncthreads();
-  return last;
-}
+using dev::FinishBlock;
 
 __device__ __forceinline__ float WarpMax(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
@@ -148,9 +129,7 @@ __device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32
     dev::TrapReported();
   }
   if (me != 0) {
-    const uint64_t pause = timeout_ns / 2 < kPeerTrapPauseNs ? timeout_ns / 2 : kPeerTrapPauseNs;
-    const uint64_t t0 = dev::GlobalTimerNs();
-    while (dev::GlobalTimerNs() - t0 < pause) __nanosleep(100000);
+    dev::PauseNs(dev::PeerTrapPauseNs(timeout_ns));
   }
   dev::TrapAfterReport();
 }

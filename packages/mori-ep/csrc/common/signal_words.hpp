@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The count word every mode posts (the intra-node count exchange, the low-latency
+// flags): an epoch (or call number), a count and a row tag in one 64-bit word, so one
+// release store publishes them all. Modes add their own words on top (the intra-node
+// combine words, intranode/protocol.hpp).
+
+#include <cstdint>
+
+#include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
+
+namespace mori::ep {
+
+// count_words hold the epoch in the high bits and, in the low kCountBits, the count
+// (kCountFieldBits) under a row tag (the dtype code of the dispatch's token rows,
+// kRowTagBits; 0 where a word carries none), so one 64-bit release store publishes
+// them all and every pe sees every pe's dtype in the exchange it already waits for.
+// 2^40 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
+inline constexpr int kCountBits = 24;
+inline constexpr int kCountFieldBits = 20;
+inline constexpr int kRowTagBits = kCountBits - kCountFieldBits;
+inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountFieldBits) - 1;
+// A count of kRejectedCount marks a pe whose inputs failed validation: every pe
+// sees it in the same epoch and fails that call without moving data, so the op
+// stays consistent and usable.
+inline constexpr uint64_t kRejectedCount = kCountMask;
+inline constexpr int64_t kMaxTokensPerRank = static_cast<int64_t>(kCountMask) - 1;
+inline constexpr uint64_t kEpochMask = (uint64_t{1} << (64 - kCountBits)) - 1;
+
+MORI_HOST_DEVICE inline uint64_t CountWord(uint64_t epoch, uint64_t count, uint32_t tag = 0) {
+  return ((epoch & kEpochMask) << kCountBits) |
+         (static_cast<uint64_t>(tag & ((1u << kRowTagBits) - 1)) << kCountFieldBits) |
+         (count & kCountMask);
+}
+MORI_HOST_DEVICE inline uint64_t CountOf(uint64_t word) { return word & kCountMask; }
+MORI_HOST_DEVICE inline uint32_t RowTagOf(uint64_t word) {
+  return static_cast<uint32_t>((word >> kCountFieldBits) & ((1u << kRowTagBits) - 1));
+}
+MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountBits; }
+// Smallest word value that carries `epoch` (WaitUntil(word, kGe, EpochFloor(e))):
+// earlier epochs' words are smaller, later ones cannot arrive before this call ends.
+MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
+
+}  // namespace mori::ep
