@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "intranode/protocol.hpp"
+#include "common/shape.hpp"
 
 namespace mori::ep::bind {
 
