@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/dtype.hpp"         // CombineDtype
+#include "common/dtype.hpp"        // CombineDtype
 #include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
 
 namespace mori::ep {
@@ -107,8 +107,8 @@ MORI_HOST_DEVICE inline bool CopiesSinglePart(int parts, bool fp8_cast) {
   return parts == 1 && !fp8_cast;
 }
 
-// The host implementations' reduction of one token (intranode_cpu.cpp,
-// low_latency_cpu.cpp; the CUDA kernels follow it): `parts` rows, row_of(i) the i-th
+// The host implementations' reduction of one token (intranode/cpu.cpp,
+// low_latency/cpu.cpp; the CUDA kernels follow it): `parts` rows, row_of(i) the i-th
 // in ascending pe order, summed in fp32 in that order and rounded once into `out`
 // (hidden elements of dtype); `acc` is scratch of hidden floats.
 template <typename RowOf>

@@ -3,7 +3,7 @@
 #pragma once
 
 // The arguments of an intra-node dispatch and combine, shared by the CPU
-// implementation (intranode_cpu.hpp) and the CUDA kernels (intranode_cuda.hpp).
+// implementation (intranode/cpu.hpp) and the CUDA kernels (intranode/cuda.hpp).
 // Tensors arrive as pointers with sizes; shapes and dtypes were checked by the
 // caller (mori.ep's Python layer).
 
@@ -25,7 +25,7 @@ struct DispatchArgs {
   // pes (bit d: pe d), taken instead of the sets in `indices`, which then travel as
   // data only (not checked). Null: route by `indices`.
   const uint32_t* rank_masks = nullptr;
-  // The rows' dtype code (protocol.hpp, DtypeTagName), posted with the counts: every pe
+  // The rows' dtype code (intranode/protocol.hpp, DtypeTagName), posted with the counts: every pe
   // compares every pe's and fails the call when they differ.
   uint32_t row_tag = 0;
 };
@@ -33,7 +33,7 @@ struct DispatchArgs {
 // The routing a combine reverses: the op's last dispatch (its block's regions), or a
 // snapshot of an earlier dispatch (mori.ep's EpDispatchRoutingHandle), so that the
 // combines of several dispatches can be pending at once. Addresses on the op's
-// device; the regions are those of protocol.hpp.
+// device; the regions are those of intranode/protocol.hpp.
 struct RoutingSnapshot {
   const int32_t* src_pos;         // [C] recv_src_pos of the received rows
   const int32_t* group_row;       // [W][G + 1] recv_group_row

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 //
-// The CPU implementation of the intra-node protocol (protocol.hpp), written with
+// The CPU implementation of the intra-node protocol (intranode/protocol.hpp), written with
 // the host counterparts of the device API (mori/shmem/host_ops.hpp) in the order a
 // CUDA kernel issues the same operations, so the two stay comparable line by line.
 #include <algorithm>

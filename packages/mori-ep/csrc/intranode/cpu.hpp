@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// Intra-node dispatch/combine (protocol.hpp) on a host symmetric heap: the CPU
+// Intra-node dispatch/combine (intranode/protocol.hpp) on a host symmetric heap: the CPU
 // implementation of the protocol the CUDA kernels run. This class re-checks what
 // the protocol's safety depends on (sizes against capacity, expert ids) before any
 // byte moves.

@@ -2,7 +2,8 @@
 // Copyright (c) 2026 The mori authors
 //
 // IntraNodeCuda: the host side of the CUDA intra-node kernels (kernels/): checks,
-// launch shapes, the path and kernel chosen per call, the timeline. Nothing here
+// launch shapes, the path and kernel build chosen per call (launched through
+// common/launch_api.hpp), the timeline. Nothing here
 // synchronises with the device on the hot path.
 #include "intranode/cuda.hpp"
 
@@ -14,29 +15,28 @@
 #include <string>
 #include <vector>
 
-#include "intranode/kernels/launch.hpp"
+#include "common/launch_api.hpp"
+#include "intranode/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/shmem.hpp"
 
 namespace mori::ep {
 
-using kernels::CombineKernelFor;
-using kernels::CombineParams;
-using kernels::Common;
-using kernels::DispatchKernelFor;
-using kernels::DispatchParams;
-using kernels::DispatchScratch;
-using kernels::kMaxBlocksPerSm;
-using kernels::kMaxThreads;
-using kernels::kMetaWords;
-using kernels::kNarrowThreads;
-using kernels::kOnePassPath;
-using kernels::kSegWords;
-using kernels::kStreamPath;
-using kernels::kTiledPath;
-using kernels::ScratchOffsets;
-using kernels::SplitRow;
+using intranode::CombineParams;
+using intranode::Common;
+using intranode::DispatchParams;
+using intranode::DispatchScratch;
+using intranode::kMaxBlocksPerSm;
+using intranode::kMaxThreads;
+using intranode::kMetaWords;
+using intranode::kNarrowThreads;
+using intranode::kOnePassPath;
+using intranode::kSegWords;
+using intranode::kStreamPath;
+using intranode::kTiledPath;
+using intranode::ScratchOffsets;
+using intranode::SplitRow;
 
 namespace {
 
@@ -164,22 +164,14 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire) {
   int& cached = max_blocks_[dispatch ? 1 : fp8_wire ? 2 : 0][warps];
   if (cached == 0) {
     int per_sm = 0;
-    const bool narrow = warps * 32 <= kNarrowThreads;
-    auto occupancy = [&](const void* kernel) {
-      int n = 0;
-      MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, 0));
-      return n;
-    };
     if (dispatch) {  // either kernel may run on the grid: the smaller bound holds
-      const int threads = !narrow ? kMaxThreads : kNarrowThreads,
-                seg = !narrow ? 4 : tuning_.dispatch_seg;
-      per_sm = std::min(occupancy(DispatchKernelFor(threads, seg, false, capped_)),
-                        occupancy(DispatchKernelFor(threads, seg, true, capped_)));
+      const int seg = tuning_.dispatch_seg;
+      per_sm = std::min(intranode::DispatchBlocksPerSm(warps, seg, false, capped_),
+                        intranode::DispatchBlocksPerSm(warps, seg, true, capped_));
     } else {  // any combine path may run on the grid: the smallest bound holds
-      const int threads = narrow ? kNarrowThreads : kMaxThreads;
-      per_sm = occupancy(CombineKernelFor(threads, kTiledPath, fp8_wire));
+      per_sm = intranode::CombineBlocksPerSm(warps, kTiledPath, fp8_wire);
       for (int path : {kOnePassPath, kStreamPath}) {
-        per_sm = std::min(per_sm, occupancy(CombineKernelFor(threads, path, fp8_wire)));
+        per_sm = std::min(per_sm, intranode::CombineBlocksPerSm(warps, path, fp8_wire));
       }
     }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
@@ -232,10 +224,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.indices_vec = shape_.top_k % 4 == 0 && aligned(p.indices, 16);
   p.meta_staged = p.scale_bytes % 4 == 0 && aligned(p.scales, 4) &&
                   2 * shape_.top_k + p.scale_bytes / 4 + 1 <= 32 * kMetaWords;
-  const auto s = reinterpret_cast<cudaStream_t>(stream);
   p.stamps = TimelineSlot(0, launch.block_num, stream);
-  const unsigned threads = launch.warp_per_block * 32;
-  const bool narrow = threads <= kNarrowThreads;
   MORI_CHECK(launch.block_num <= scratch_blocks_, "dispatch grid of ", launch.block_num,
              " blocks exceeds the scratch for ", scratch_blocks_);
   const ScratchOffsets o(scratch_blocks_, shape_.max_tokens);
@@ -246,12 +235,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   const bool dynamic = tuning_.dispatch_dynamic < 0
                            ? a.num_tokens >= tuning_.dispatch_dynamic_tokens
                            : tuning_.dispatch_dynamic != 0;
-  void* args[] = {&p, &scratch};
-  MORI_CUDA_CHECK(
-      cudaLaunchKernel(DispatchKernelFor(narrow ? kNarrowThreads : kMaxThreads,
-                                         narrow ? tuning_.dispatch_seg : 4, dynamic, capped_),
-                       dim3(launch.block_num), dim3(threads), args, 0, s));
-  MORI_CUDA_CHECK(cudaGetLastError());
+  intranode::LaunchDispatch(p, scratch, tuning_.dispatch_seg, dynamic, capped_, launch, stream);
   ++epoch_;
   num_tokens_ = a.num_tokens;
   order_.Dispatched(true);
@@ -262,8 +246,7 @@ void IntraNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) 
     mori::cuda::ScopedDevice guard(device_);
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
-    kernels::LaunchRejectDispatch(c, stream);
-    MORI_CUDA_CHECK(cudaGetLastError());
+    intranode::LaunchRejectDispatch(c, stream);
   }
   ++epoch_;
   order_.Dispatched(false);
@@ -364,13 +347,8 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                               1, (kStepItems * p.return_warps + per_group - 1) / per_group));
   }
   if (CombineNeedsBarrier(order_.Enter(r->host_epoch), stream)) shmem::BarrierOnStream(stream);
-  const auto s = reinterpret_cast<cudaStream_t>(stream);
   p.stamps = TimelineSlot(1, launch.block_num, stream);
-  const unsigned threads = launch.warp_per_block * 32;
-  void* args[] = {&p};
-  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, fp8_wire),
-                                   dim3(launch.block_num), dim3(threads), args, 0, s));
-  MORI_CUDA_CHECK(cudaGetLastError());
+  intranode::LaunchCombine(p, path, fp8_wire, launch, stream);
 }
 
 void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
@@ -383,8 +361,7 @@ void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
     }
     Common c{ctx_,        block_,       layout_,           shape_.world_size,
              shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
-    kernels::LaunchRejectCombine(c, r->epoch, stream);
-    MORI_CUDA_CHECK(cudaGetLastError());
+    intranode::LaunchRejectCombine(c, r->epoch, stream);
   }
   throw InvalidArgumentError(reason);
 }

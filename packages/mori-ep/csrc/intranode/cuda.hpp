@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// Intra-node dispatch/combine (protocol.hpp) on a CUDA symmetric heap: the same
+// Intra-node dispatch/combine (intranode/protocol.hpp) on a CUDA symmetric heap: the same
 // protocol as IntraNodeCpu, run by kernels on the caller's stream. Nothing on the
 // hot path synchronises with the host: the epoch, the grid-completion counters
 // and total_recv live in the op's block in device memory, so the calls can be

@@ -4,7 +4,8 @@
 
 // The intra-node dispatch/combine protocol over mori's symmetric heap: the buffer
 // layout and the signal encodings, shared by the CPU implementation
-// (intranode_cpu.cpp, host_ops.hpp) and the CUDA kernels (kernels/, device.cuh).
+// (intranode/cpu.cpp, host_ops.hpp) and the CUDA kernels (intranode/kernels/,
+// mori/shmem/device.cuh).
 // No Python, no torch, nothing that cannot run on a device. The README of
 // mori-ep describes the protocol step by step with a worked example.
 //

@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The arguments of a low-latency dispatch and combine (low_latency_protocol.hpp),
+// The arguments of a low-latency dispatch and combine (low_latency/protocol.hpp),
 // shared by the CPU implementation and the CUDA kernels. Tensors arrive as
 // pointers; mori.ep's Python layer checked shapes, dtypes and devices.
 
@@ -74,18 +74,19 @@ struct LlCombineArgs {
   float* out_weights = nullptr;  // token-major: [num_tokens][K] or nullptr
   bool fp8_cast = false;         // token-major bf16: MORI's fp8_direct_cast
   // Expert-major: reduce per rank on the experts' pe with the weights the dispatch
-  // sent (low_latency_protocol.hpp); topk_weights is then not read.
+  // sent (low_latency/protocol.hpp); topk_weights is then not read.
   bool pre_reduce = false;
 };
 
-// The wire tags a call posts in its flags (low_latency_protocol.hpp, LlTagName).
+// The wire tags a call posts in its flags (low_latency/protocol.hpp, LlTagName).
 MORI_HOST_DEVICE inline uint32_t LlDispatchTag(const LlDispatchArgs& a) {
   if (a.layout == LlLayout::kExpertMajor) return a.fp8_cast ? kLlTagExpertCast : kLlTagExpertBf16;
   return a.dtype_tag;
 }
 
 MORI_HOST_DEVICE inline uint32_t LlCombineTag(const LlCombineArgs& a) {
-  if (a.layout == LlLayout::kExpertMajor) return a.pre_reduce ? kLlTagExpertPartial : kLlTagExpertBf16;
+  if (a.layout == LlLayout::kExpertMajor)
+    return a.pre_reduce ? kLlTagExpertPartial : kLlTagExpertBf16;
   return a.fp8_cast ? kLlTagBf16AsFp8 : CombineDtypeTag(a.dtype);
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 //
-// The CPU implementation of the low-latency protocol (low_latency_protocol.hpp),
+// The CPU implementation of the low-latency protocol (low_latency/protocol.hpp),
 // written with the host counterparts of the device API (mori/shmem/host_ops.hpp)
 // in the order the CUDA kernel issues the same operations.
 #include "low_latency/cpu.hpp"
@@ -419,7 +419,7 @@ void LowLatencyCpu::CombineSendExpertMajor(const LlCombineArgs& a, int half) {
   }
 }
 
-// Pre-reduced per rank (low_latency_protocol.hpp): per received token, the sum over
+// Pre-reduced per rank (low_latency/protocol.hpp): per received token, the sum over
 // its slots k naming a local expert, ascending, of w * y in fp32 from -0.0 (the
 // weights its source sent with the dispatch), one fp32 row to the source's slot
 // [t][me]. Reads the dispatch area of the last received dispatch (recv_half_).
@@ -432,8 +432,8 @@ void LowLatencyCpu::CombineSendPartials(int half) {
   char* partials = At<char>(layout_.comb_tokens) + half * layout_.half_comb_tokens;
   const float* weights_area = reinterpret_cast<const float*>(At<char>(layout_.disp_weights) +
                                                              recv_half_ * layout_.half_weights);
-  const int32_t* indices_area = reinterpret_cast<const int32_t*>(
-      At<char>(layout_.disp_indices) + recv_half_ * layout_.half_indices);
+  const int32_t* indices_area = reinterpret_cast<const int32_t*>(At<char>(layout_.disp_indices) +
+                                                                 recv_half_ * layout_.half_indices);
   const int32_t* src_area =
       reinterpret_cast<const int32_t*>(At<char>(layout_.disp_src) + recv_half_ * layout_.half_src);
   const int32_t* disp_pos = At<int32_t>(layout_.disp_pos);

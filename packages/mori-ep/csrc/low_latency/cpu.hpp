@@ -2,11 +2,11 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The low-latency protocol (low_latency_protocol.hpp) on a host symmetric heap: the
-// CPU implementation of what kernels/low_latency.cu runs, split as AsyncLL splits it
-// (send, then receive); IntraNodeLL calls both halves in one call. This class
-// re-checks what the protocol's safety depends on (token counts, expert ids,
-// distinct experts per token in the expert-major layout) before any byte moves.
+// The low-latency protocol (low_latency/protocol.hpp) on a host symmetric heap: the
+// CPU implementation of what kernels/dispatch.cu and kernels/combine.cu run, split as AsyncLL
+// splits it (send, then receive); IntraNodeLL calls both halves in one call. This class re-checks
+// what the protocol's safety depends on (token counts, expert ids, distinct experts per token in
+// the expert-major layout) before any byte moves.
 
 #include <chrono>
 #include <cstdint>

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 //
-// LowLatencyCuda: the host side of the low-latency kernels (kernels/low_latency.cu):
-// which phases a launch runs, launch shapes. Nothing here synchronises with the
+// LowLatencyCuda: the host side of the low-latency kernels (kernels/dispatch.cu,
+// kernels/combine.cu, launched through common/launch_api.hpp): which phases a launch
+// runs, launch shapes. Nothing here synchronises with the
 // device on the hot path.
 #include "low_latency/cuda.hpp"
 
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/launch_api.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/shmem.hpp"
@@ -39,9 +41,10 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
     MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take top-k up to 32, got ",
                shape.top_k);
   }
-  if (shape.num_experts_per_rank > kernels::kLlMaxScanExperts) {
+  if (shape.num_experts_per_rank > low_latency::kLlMaxScanExperts) {
     MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take up to ",
-               kernels::kLlMaxScanExperts, " experts per rank, got ", shape.num_experts_per_rank);
+               low_latency::kLlMaxScanExperts, " experts per rank, got ",
+               shape.num_experts_per_rank);
   }
   if (shape.max_tokens > 8192) {
     MORI_THROW(NotSupportedError, "the CUDA low-latency kernels take up to 8192 tokens per rank ",
@@ -86,8 +89,8 @@ LowLatencyCuda::~LowLatencyCuda() {
   cudaFree(stage_);
 }
 
-kernels::LlParams LowLatencyCuda::Base() const {
-  kernels::LlParams p{};
+low_latency::LlParams LowLatencyCuda::Base() const {
+  low_latency::LlParams p{};
   p.ctx = ctx_;
   p.block = block_;
   p.layout = layout_;
@@ -106,19 +109,29 @@ kernels::LlParams LowLatencyCuda::Base() const {
   p.stage = stage_;
   p.stage_flags = copy_engine_ ? reinterpret_cast<uint64_t*>(stage_ + stage_span_) : nullptr;
   p.stage_comb = copy_engine_ ? stage_ + comb_stage_at_ : nullptr;
-  p.stage_comb_flags =
-      copy_engine_ ? reinterpret_cast<uint64_t*>(stage_ + comb_stage_at_ + comb_stage_span_)
-                   : nullptr;
+  p.stage_comb_flags = copy_engine_
+                           ? reinterpret_cast<uint64_t*>(stage_ + comb_stage_at_ + comb_stage_span_)
+                           : nullptr;
   return p;
 }
 
-void LowLatencyCuda::Launch(const kernels::LlParams& p, LaunchShape launch, uintptr_t stream) {
+void LowLatencyCuda::Launch(const low_latency::LlParams& p, LaunchShape launch, uintptr_t stream) {
   // Every block of a launch may wait for the flags its last block posts: the grid
   // must be resident, one block per SM at most (and the peers' grids beside it).
-  const int warps = std::clamp(launch.warp_per_block, 1, kernels::kLlMaxWarps);
+  const int warps = std::clamp(launch.warp_per_block, 1, low_latency::kLlMaxWarps);
   const int blocks = std::clamp(launch.block_num, 1, std::max(1, sm_count_ / 2));
+  // A launch runs dispatch phases or combine phases, never both (one kernel each).
+  const bool dispatch = (p.phases & (low_latency::kLlDispatchSend | low_latency::kLlDispatchRecv |
+                                     low_latency::kLlRejectDispatch)) != 0;
+  const bool combine =
+      (p.phases & (low_latency::kLlCombineSend | low_latency::kLlCombineRecv)) != 0;
+  MORI_CHECK(!(dispatch && combine), "a low-latency launch mixes dispatch and combine phases");
   mori::cuda::ScopedDevice guard(device_);
-  kernels::LaunchLowLatency(p, blocks, warps * 32, stream);
+  if (dispatch) {
+    low_latency::LaunchDispatch(p, blocks, warps * 32, stream);
+  } else {
+    low_latency::LaunchCombine(p, blocks, warps * 32, stream);
+  }
 }
 
 void LowLatencyCuda::DispatchSend(const LlDispatchArgs& a, bool fuse, LaunchShape launch,
@@ -133,8 +146,8 @@ void LowLatencyCuda::DispatchSend(const LlDispatchArgs& a, bool fuse, LaunchShap
     dispatch_deferred_ = true;
     return;
   }
-  kernels::LlParams p = Base();
-  p.phases = kernels::kLlDispatchSend;
+  low_latency::LlParams p = Base();
+  p.phases = low_latency::kLlDispatchSend;
   p.d = a;
   Launch(p, launch, stream);
   if (copy_engine_) CopyDispatch(a, stream);
@@ -152,8 +165,8 @@ void LowLatencyCuda::CopyToPeers(const PeerCopy* copies, int n, size_t flag_off,
       const size_t bytes = static_cast<size_t>(copies[i].bytes);
       if (bytes == 0) continue;
       char* dst = static_cast<char*>(shmem::Ptr(block_ + copies[i].off, d)) + me * bytes;
-      MORI_CUDA_CHECK(cudaMemcpyAsync(dst, copies[i].src + d * bytes, bytes,
-                                      cudaMemcpyDeviceToDevice, side_));
+      MORI_CUDA_CHECK(
+          cudaMemcpyAsync(dst, copies[i].src + d * bytes, bytes, cudaMemcpyDeviceToDevice, side_));
     }
     // After the rows, in stream order: a pe that sees the flag sees them.
     auto* flag = static_cast<uint64_t*>(shmem::Ptr(block_ + flag_off, d)) + me;
@@ -166,7 +179,7 @@ void LowLatencyCuda::CopyToPeers(const PeerCopy* copies, int n, size_t flag_off,
 void LowLatencyCuda::CopyDispatch(const LlDispatchArgs& a, uintptr_t stream) {
   const int64_t P = LlRecvSlots(shape_), K = shape_.top_k;
   auto at = [&](size_t off) { return stage_ + (off - layout_.disp_tokens); };
-  // The arrays this dispatch wrote (DispatchSend in kernels/low_latency.cu), P rows each.
+  // The arrays this dispatch wrote (DispatchSend in kernels/dispatch.cu), P rows each.
   const int64_t cast = a.fp8_cast ? LlCastScales(shape_.hidden_dim) * 4 : 0;
   const int64_t scales = a.scales != nullptr ? shape_.scale_bytes : 0;
   const PeerCopy copies[] = {
@@ -190,8 +203,8 @@ void LowLatencyCuda::CopyCombine(const LlCombineArgs& a, uintptr_t stream) {
       {layout_.comb_tokens, M * shape_.combine_row_bytes, at(layout_.comb_tokens)},
       {layout_.comb_weights, a.weights != nullptr ? M * K * 4 : 0, at(layout_.comb_weights)},
   };
-  CopyToPeers(copies, 2, layout_.comb_flag,
-              reinterpret_cast<uint64_t*>(base + comb_stage_span_), stream, comb_copied_);
+  CopyToPeers(copies, 2, layout_.comb_flag, reinterpret_cast<uint64_t*>(base + comb_stage_span_),
+              stream, comb_copied_);
   comb_copies_pending_ = true;
 }
 
@@ -201,9 +214,9 @@ void LowLatencyCuda::DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uin
     MORI_CUDA_CHECK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), copied_, 0));
     copies_pending_ = false;
   }
-  kernels::LlParams p = Base();
-  p.phases = kernels::kLlDispatchRecv;
-  if (dispatch_deferred_) p.phases |= kernels::kLlDispatchSend;
+  low_latency::LlParams p = Base();
+  p.phases = low_latency::kLlDispatchRecv;
+  if (dispatch_deferred_) p.phases |= low_latency::kLlDispatchSend;
   dispatch_deferred_ = false;
   p.d = dispatch_;
   p.r = out;
@@ -215,8 +228,8 @@ void LowLatencyCuda::DispatchRecv(const LlRecvArgs& out, LaunchShape launch, uin
 
 void LowLatencyCuda::RejectDispatch(const std::string& reason, uintptr_t stream) {
   dispatch_deferred_ = false;
-  kernels::LlParams p = Base();
-  p.phases = kernels::kLlRejectDispatch;
+  low_latency::LlParams p = Base();
+  p.phases = low_latency::kLlRejectDispatch;
   Launch(p, LaunchShape{1, 1}, stream);
   throw InvalidArgumentError(reason);
 }
@@ -224,14 +237,15 @@ void LowLatencyCuda::RejectDispatch(const std::string& reason, uintptr_t stream)
 void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_recv, bool fuse,
                                  LaunchShape launch, uintptr_t stream) {
   if (a.pre_reduce && !LlPartialsFit(shape_, layout_)) {
-    RejectCombine(StrCat("a combine pre-reduced per rank needs ", shape_.max_tokens, " x ",
-                         shape_.world_size, " fp32 rows of ", LlPartialRowBytes(shape_),
-                         " bytes, more than the combine area's ", layout_.half_comb_tokens,
-                         " (top_k ", shape_.top_k, " < 2 * world_size)"),
-                  stream);
+    RejectCombine(
+        StrCat("a combine pre-reduced per rank needs ", shape_.max_tokens, " x ", shape_.world_size,
+               " fp32 rows of ", LlPartialRowBytes(shape_), " bytes, more than the combine area's ",
+               layout_.half_comb_tokens, " (top_k ", shape_.top_k, " < 2 * world_size)"),
+        stream);
   }
   if (a.pre_reduce && dispatch_.layout != LlLayout::kExpertMajor) {
-    RejectCombine("a combine pre-reduced per rank needs an expert-major dispatch before it", stream);
+    RejectCombine("a combine pre-reduced per rank needs an expert-major dispatch before it",
+                  stream);
   }
   combine_ = a;
   combine_total_ = total_recv;
@@ -239,8 +253,8 @@ void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_re
     combine_deferred_ = true;
     return;
   }
-  kernels::LlParams p = Base();
-  p.phases = kernels::kLlCombineSend;
+  low_latency::LlParams p = Base();
+  p.phases = low_latency::kLlCombineSend;
   p.c = a;
   p.total_recv = total_recv;
   p.combine_tokens = num_tokens_;
@@ -254,9 +268,9 @@ void LowLatencyCuda::CombineRecv(LaunchShape launch, uintptr_t stream) {
     MORI_CUDA_CHECK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), comb_copied_, 0));
     comb_copies_pending_ = false;
   }
-  kernels::LlParams p = Base();
-  p.phases = kernels::kLlCombineRecv;
-  if (combine_deferred_) p.phases |= kernels::kLlCombineSend;
+  low_latency::LlParams p = Base();
+  p.phases = low_latency::kLlCombineRecv;
+  if (combine_deferred_) p.phases |= low_latency::kLlCombineSend;
   combine_deferred_ = false;
   p.c = combine_;
   p.total_recv = combine_total_;
@@ -266,8 +280,8 @@ void LowLatencyCuda::CombineRecv(LaunchShape launch, uintptr_t stream) {
 
 void LowLatencyCuda::RejectCombine(const std::string& reason, uintptr_t stream) {
   combine_deferred_ = false;
-  kernels::LlParams p = Base();
-  p.phases = kernels::kLlRejectCombine;
+  low_latency::LlParams p = Base();
+  p.phases = low_latency::kLlRejectCombine;
   Launch(p, LaunchShape{1, 1}, stream);
   throw InvalidArgumentError(reason);
 }

@@ -2,8 +2,8 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The low-latency protocol (low_latency_protocol.hpp) as CUDA kernels
-// (kernels/low_latency.cu) on a CUDA symmetric heap. One kernel per call on the
+// The low-latency protocol (low_latency/protocol.hpp) as CUDA kernels
+// (kernels/dispatch.cu, kernels/combine.cu) on a CUDA symmetric heap. One kernel per call on the
 // caller's stream, no host synchronisation: the call counters live in the block's
 // private state, so CUDA-graph replays advance them. IntraNodeLL fuses send and
 // receive into one kernel; AsyncLL launches the send kernel, then the receive one.
@@ -17,56 +17,10 @@
 #include "common/launch_shape.hpp"
 #include "common/shape.hpp"
 #include "low_latency/args.hpp"
+#include "low_latency/kernels/params.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {
-
-namespace kernels {
-
-// Most warps per block of a launch (LowLatencyCuda clamps to it); the kernel is
-// compiled for blocks of that size (__launch_bounds__), so that ptxas keeps its
-// registers within what such a block may hold (at most 128 per thread).
-inline constexpr int kLlMaxWarps = 16;
-// Most local experts per rank (the expert-major combine scans their row counts in
-// shared memory).
-inline constexpr int kLlMaxScanExperts = 1024;
-
-// Phases one launch runs, in this order.
-inline constexpr int kLlDispatchSend = 1, kLlDispatchRecv = 2, kLlCombineSend = 4,
-                     kLlCombineRecv = 8, kLlRejectDispatch = 16, kLlRejectCombine = 32;
-
-struct LlParams {
-  shmem::DeviceContext ctx;
-  char* block;
-  // Copy-engine dispatch (LowLatencyCuda): rows for other pes go to `stage` (laid out
-  // as half 0 of the dispatch arrays, offsets from layout.disp_tokens; slot [d][j]) and
-  // their flags to stage_flags[d]; the host copies both after the send kernel.
-  bool copy_engine;
-  char* stage;
-  uint64_t* stage_flags;
-  // The same for a combine's token-major rows: half 0 of the combine arrays, offsets
-  // from layout.comb_tokens; slot [s][t].
-  char* stage_comb;
-  uint64_t* stage_comb_flags;
-  LlBufferLayout layout;
-  int world, me, top_k, experts_per_rank;
-  int64_t max_tokens, hidden_dim, hidden_bytes, combine_row_bytes, scale_bytes;
-  int64_t recv_slots;  // receive slots per source pe (LlRecvSlots)
-  uint64_t timeout_ns;
-  int phases;
-  LlDispatchArgs d;
-  LlRecvArgs r;
-  LlLayout recv_layout;
-  bool recv_fp8;           // the dispatch being received was cast to e4m3
-  int64_t recv_row_bytes;  // its token row bytes (before a cast)
-  LlCombineArgs c;
-  const int32_t* total_recv;  // token-major combine: the dispatch's total_recv (device)
-  int64_t combine_tokens;     // token-major combine: this pe's tokens of the dispatch
-};
-
-void LaunchLowLatency(const LlParams& p, int blocks, int threads, uintptr_t stream);
-
-}  // namespace kernels
 
 class LowLatencyCuda {
  public:
@@ -96,12 +50,12 @@ class LowLatencyCuda {
   // Whether combine_standard_moe pre-reduces per rank (LlPreReduce).
   bool pre_reduce() const { return pre_reduce_; }
   // Whether dispatches move their rows to other pes with the copy engines
-  // (MORI_EP_LL_COPY_ENGINE, read at construction; low_latency_protocol.hpp).
+  // (MORI_EP_LL_COPY_ENGINE, read at construction; low_latency/protocol.hpp).
   bool copy_engine() const { return copy_engine_; }
 
  private:
-  kernels::LlParams Base() const;
-  void Launch(const kernels::LlParams& p, LaunchShape launch, uintptr_t stream);
+  low_latency::LlParams Base() const;
+  void Launch(const low_latency::LlParams& p, LaunchShape launch, uintptr_t stream);
   // After a copy-engine send kernel on `stream`: on the side stream, each other pe's
   // slot range of every array the dispatch wrote, then its flag.
   void CopyDispatch(const LlDispatchArgs& a, uintptr_t stream);

@@ -4,11 +4,11 @@
 
 // The low-latency dispatch/combine protocol (kernel types IntraNodeLL and AsyncLL,
 // the expert-major layout of MORI's standard MoE and DeepEP's low_latency_*), shared
-// by the CPU implementation (low_latency_cpu.cpp) and the CUDA kernels
-// (kernels/low_latency.cu). No Python, no torch. The package's
+// by the CPU implementation (low_latency/cpu.cpp) and the CUDA kernels
+// (kernels/dispatch.cu, kernels/combine.cu). No Python, no torch. The package's
 // docs/low_latency.md walks through it with an example.
 //
-// Why it differs from the intra-node protocol (protocol.hpp): there a count
+// Why it differs from the intra-node protocol (intranode/protocol.hpp): there a count
 // exchange (one cross-rank round trip) precedes every data move and doubles as the
 // "receive buffers are free" barrier. Here every source rank owns a fixed slot
 // range in every destination, so data moves at once, and the count travels with it:

@@ -13,12 +13,15 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/launch_api.hpp"
 #include "common/numeric.hpp"
-#include "intranode/kernels/launch.hpp"
+#include "intranode/kernels/params.hpp"
+#include "mori/core/cuda_runtime.hpp"
+#include "mori/core/error.hpp"
 #include "mori/shmem/block_device.cuh"
 #include "mori/shmem/device.cuh"
 
-namespace mori::ep::kernels {
+namespace mori::ep::intranode {
 
 namespace dev = mori::shmem::device;
 using dev::At;
@@ -43,7 +46,7 @@ __device__ __forceinline__ void Stamp(uint64_t* stamps, int k, bool who = thread
 }
 
 // torch's float -> bf16 conversion (round to nearest even, NaN to 0x7FC0), as in
-// intranode_cpu.cpp, so both implementations produce the same bits.
+// intranode/cpu.cpp, so both implementations produce the same bits.
 __device__ __forceinline__ uint16_t FloatToBFloat16(float f) {
   if (f != f) return 0x7FC0;
   uint32_t bits = __float_as_uint(f);
@@ -89,4 +92,4 @@ __device__ inline void TrapRejectedBy(const Common& c, int from, const char* op)
   dev::TrapAfterReport();
 }
 
-}  // namespace mori::ep::kernels
+}  // namespace mori::ep::intranode

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 //
-// The dispatch kernels of the intra-node protocol (protocol.hpp, README "The
-// intra-node protocol"), step for step IntraNodeCpu::Dispatch (intranode_cpu.cpp):
+// The dispatch kernels of the intra-node protocol (intranode/protocol.hpp, README "The
+// intra-node protocol"), step for step IntraNodeCpu::Dispatch (intranode/cpu.cpp):
 //
 // dispatch (one kernel, every block co-resident; static below
 // MORI_EP_DISPATCH_DYNAMIC_TOKENS tokens, dynamic from there up):
@@ -27,7 +27,7 @@
 
 #include "intranode/kernels/device.cuh"
 
-namespace mori::ep::kernels {
+namespace mori::ep::intranode {
 
 namespace {
 
@@ -693,15 +693,40 @@ const void* DispatchKernelOf(int threads, int kseg, bool dynamic) {
                  : reinterpret_cast<const void*>(DispatchKernel<kNarrowThreads, 8, kCapped>);
 }
 
-}  // namespace
-
 const void* DispatchKernelFor(int threads, int kseg, bool dynamic, bool capped) {
   return capped ? DispatchKernelOf<true>(threads, kseg, dynamic)
                 : DispatchKernelOf<false>(threads, kseg, dynamic);
 }
 
-void LaunchRejectDispatch(const Common& c, uintptr_t stream) {
-  RejectDispatchKernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(c);
+// The build for blocks of `warps` warps: the 512-thread one (kseg-word segments) up
+// to kNarrowThreads, else the 1024-thread one (4).
+const void* DispatchKernelForWarps(int warps, int kseg, bool dynamic, bool capped) {
+  const bool narrow = warps * 32 <= kNarrowThreads;
+  return DispatchKernelFor(narrow ? kNarrowThreads : kMaxThreads, narrow ? kseg : 4, dynamic,
+                           capped);
 }
 
-}  // namespace mori::ep::kernels
+}  // namespace
+
+void LaunchDispatch(const DispatchParams& p, const DispatchScratch& scratch, int kseg, bool dynamic,
+                    bool capped, LaunchShape launch, uintptr_t stream) {
+  void* args[] = {const_cast<DispatchParams*>(&p), const_cast<DispatchScratch*>(&scratch)};
+  MORI_CUDA_CHECK(cudaLaunchKernel(
+      DispatchKernelForWarps(launch.warp_per_block, kseg, dynamic, capped), dim3(launch.block_num),
+      dim3(launch.warp_per_block * 32), args, 0, reinterpret_cast<cudaStream_t>(stream)));
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+int DispatchBlocksPerSm(int warps, int kseg, bool dynamic, bool capped) {
+  int n = 0;
+  MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &n, DispatchKernelForWarps(warps, kseg, dynamic, capped), warps * 32, 0));
+  return n;
+}
+
+void LaunchRejectDispatch(const Common& c, uintptr_t stream) {
+  RejectDispatchKernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(c);
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mori::ep::intranode

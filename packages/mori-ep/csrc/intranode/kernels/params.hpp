@@ -2,12 +2,10 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// What the host class (intranode_cuda.cu) and the intra-node kernels
-// (intranode_dispatch.cu, intranode_combine.cu) share: the kernels' parameter
-// structs, the constants that fix their builds, and the launch tables (which
-// instantiation serves a block size, a segment width, a path). Plain C++: the
-// host side fills the structs and launches through cudaLaunchKernel; streams cross
-// as integers.
+// What the host class (intranode/cuda.cu) and the intra-node kernels (dispatch.cu,
+// combine.cu) share: the kernels' parameter structs and the constants that fix their
+// builds. Plain C++: the host side fills the structs and calls the launchers of
+// common/launch_api.hpp; streams cross as integers.
 
 #include <algorithm>
 #include <cstddef>
@@ -18,7 +16,7 @@
 #include "intranode/protocol.hpp"
 #include "mori/shmem/context.hpp"
 
-namespace mori::ep::kernels {
+namespace mori::ep::intranode {
 
 inline constexpr int kW = kMaxCudaWorldSize;
 inline constexpr int kMaxThreads = kMaxWarpsPerBlock * 32;
@@ -59,12 +57,12 @@ struct DispatchParams {
   const int32_t* indices;
   int64_t num_tokens;
   const uint32_t* rank_masks;  // a replay: each token's destination pes; null: from indices
-  uint32_t row_tag;            // the rows' dtype code, posted with the counts (protocol.hpp)
-  int64_t recv_capacity;       // rows of every pe's receive buffers (RecvCapacity)
-  bool vec;                    // token rows move as 16-byte words
-  bool indices_vec;            // index rows load as int4 (K % 4 == 0, 16-byte aligned)
-  bool meta_staged;            // metadata fits kMetaWords words per lane, 4-byte aligned
-  uint64_t* stamps;            // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
+  uint32_t row_tag;       // the rows' dtype code, posted with the counts (intranode/protocol.hpp)
+  int64_t recv_capacity;  // rows of every pe's receive buffers (RecvCapacity)
+  bool vec;               // token rows move as 16-byte words
+  bool indices_vec;       // index rows load as int4 (K % 4 == 0, 16-byte aligned)
+  bool meta_staged;       // metadata fits kMetaWords words per lane, 4-byte aligned
+  uint64_t* stamps;       // MORI_EP_TIMELINE: [block][kStamps] globaltimer stamps, else null
 };
 
 struct CombineParams {
@@ -120,23 +118,6 @@ struct DispatchScratch {
 // 248 B in the 512-thread build).
 enum CombinePath : int { kTiledPath = 0, kOnePassPath = 1, kStreamPath = 2 };
 
-// The dispatch kernel for a block of `threads` (kNarrowThreads or kMaxThreads)
-// moving kseg-word segments (4 or 8; the 1024-thread build takes 4), static or
-// dynamic, checking a receive cap (capped: MORI's max_total_recv_tokens below
-// world x max tokens) or built without the check; its arguments are (DispatchParams,
-// DispatchScratch). intranode_dispatch.cu.
-const void* DispatchKernelFor(int threads, int kseg, bool dynamic, bool capped);
-// The combine kernel of `path` for a block of `threads`, moving fp8 e4m3 rows
-// (fp8 input, or bf16 input with fp8_cast) or the input's own (bf16, fp32); its
-// argument is CombineParams. intranode_combine.cu.
-const void* CombineKernelFor(int threads, int path, bool fp8_wire);
-// One warp posts a rejected count row for the next epoch to every pe and advances
-// the epoch (IntraNodeCuda::RejectDispatch).
-void LaunchRejectDispatch(const Common& c, uintptr_t stream);
-// One warp posts a rejected combine word of epoch *epoch (device memory) to every pe,
-// for every group (IntraNodeCuda::RejectCombine).
-void LaunchRejectCombine(const Common& c, const uint64_t* epoch, uintptr_t stream);
-
 // A warp moves a row of `nwords` 16-byte words in segments of at most kseg words per
 // lane: as few segments as kseg allows, with the words spread evenly over them (a
 // 14336-byte bf16 row at kseg 8: 4 segments of 7 words instead of 3 of 8 and one of
@@ -148,4 +129,4 @@ inline void SplitRow(int64_t nwords, int kseg, bool even, int* seg_words, int* n
   *seg_words = even ? static_cast<int>((per_lane + n - 1) / n) : kseg;
 }
 
-}  // namespace mori::ep::kernels
+}  // namespace mori::ep::intranode

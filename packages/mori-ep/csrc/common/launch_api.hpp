@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// Every host launcher of mori-ep's dispatch/combine kernels, by mode (as DeepEP's
+// kernels/api.cuh). One convention for every mode: a mode's host class
+// (<mode>/cuda.cu) fills the kernel's parameter struct (<mode>/kernels/params.hpp)
+// and calls a launcher declared here; the launcher is defined in the kernel file
+// (<mode>/kernels/*.cu), picks the kernel instantiation and launches it on `stream`
+// (a cudaStream_t as an integer), checking the launch. The host never holds a
+// kernel pointer. Plain C++ (no CUDA types): the parameter structs are only
+// declared here, so this header includes no mode's headers.
+
+#include <cstdint>
+
+#include "common/launch_shape.hpp"
+
+namespace mori::ep {
+
+namespace intranode {
+
+struct Common;
+struct DispatchParams;
+struct DispatchScratch;
+struct CombineParams;
+
+// intranode/kernels/dispatch.cu. The dispatch kernel on launch.block_num blocks of
+// launch.warp_per_block warps: up to kNarrowThreads threads a block, the 512-thread
+// build moving kseg-word segments (4, else 8), beyond that the 1024-thread build (4);
+// static or dynamic (work handed out by a counter), checking a receive cap (capped:
+// MORI's max_total_recv_tokens below world x max tokens) or built without the check.
+void LaunchDispatch(const DispatchParams& p, const DispatchScratch& scratch, int kseg, bool dynamic,
+                    bool capped, LaunchShape launch, uintptr_t stream);
+// How many blocks of `warps` warps of that kernel an SM keeps resident.
+int DispatchBlocksPerSm(int warps, int kseg, bool dynamic, bool capped);
+// One warp posts a rejected count row for the next epoch to every pe and advances
+// the epoch (IntraNodeCuda::RejectDispatch).
+void LaunchRejectDispatch(const Common& c, uintptr_t stream);
+
+// intranode/kernels/combine.cu. The combine kernel of `path` (CombinePath) on
+// launch.block_num blocks of launch.warp_per_block warps (the 512-thread build up to
+// kNarrowThreads, else the 1024-thread one), moving fp8 e4m3 rows (fp8_wire: fp8
+// input, or bf16 input with fp8_cast) or the input's own (bf16, fp32).
+void LaunchCombine(const CombineParams& p, int path, bool fp8_wire, LaunchShape launch,
+                   uintptr_t stream);
+// How many blocks of `warps` warps of that kernel an SM keeps resident.
+int CombineBlocksPerSm(int warps, int path, bool fp8_wire);
+// One warp posts a rejected combine word of epoch *epoch (device memory) to every pe,
+// for every group (IntraNodeCuda::RejectCombine).
+void LaunchRejectCombine(const Common& c, const uint64_t* epoch, uintptr_t stream);
+
+}  // namespace intranode
+
+namespace low_latency {
+
+struct LlParams;
+
+// low_latency/kernels/dispatch.cu. The dispatch kernel running p.phases (dispatch
+// phases only: send, receive, reject) on `blocks` blocks of `threads` threads
+// (at most kLlMaxWarps warps), with max_tokens words of dynamic shared memory when
+// it sends.
+void LaunchDispatch(const LlParams& p, int blocks, int threads, uintptr_t stream);
+// low_latency/kernels/combine.cu. The combine kernel running p.phases (combine
+// phases only: send, receive, reject).
+void LaunchCombine(const LlParams& p, int blocks, int threads, uintptr_t stream);
+
+}  // namespace low_latency
+
+}  // namespace mori::ep

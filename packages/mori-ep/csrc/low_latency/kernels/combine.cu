@@ -1,0 +1,422 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+//
+// The low-latency combine kernel (low_latency/protocol.hpp): one kernel that runs the
+// combine phases a launch asks for (kLlCombineSend, kLlCombineRecv, or the
+// rejection), one warp per token (reduce) or per (expert, source) (expert-major
+// layout). The arithmetic (bf16/fp8 rounding, the reduction order, fp32 products and
+// sums without fused multiply-adds) is the CPU implementation's (low_latency/cpu.cpp),
+// so outputs are bit-identical.
+#include "low_latency/kernels/device.cuh"
+
+namespace mori::ep::low_latency {
+
+namespace {
+
+// A copy-engine op's combine writes a single-buffered area: before any row, every
+// block waits until each other pe consumed this pe's previous combine.
+__device__ void WaitCombConsumed(const LlParams& p, uint64_t call) {
+  const uint64_t* consumed = reinterpret_cast<const uint64_t*>(p.block + p.layout.comb_consumed);
+  if (threadIdx.x < p.world && threadIdx.x != p.me) {
+    dev::WaitUntil(&consumed[threadIdx.x], Cmp::kGe, LlWord(call - 1, 0), p.timeout_ns);
+  }
+  __syncthreads();
+}
+
+// -------------------------------------------------------------- combine send
+// Pre-reduced expert-major combine send (low_latency/protocol.hpp). Not inlined: its
+// 8-column accumulators would otherwise raise the register pressure of every phase.
+__device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct_off) {
+  const Ctx c{p};
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k, E = p.experts_per_rank, me = p.me;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  LlDeviceState* st = c.State();
+  // Per received token of the last dispatch (its half and counts: no peer rewrites
+  // them before this pe's next dispatch), the sum over its local slots k ascending
+  // of w * y from -0.0, one fp32 row to the source's slot [t][me].
+  const uint64_t dcall = st->dispatch_calls;
+  const size_t dh = DispHalf(p, dcall);
+  const int64_t P = p.recv_slots, hidden = p.hidden_dim, stride = a.input_row_stride / 2;
+  const uint64_t* dflags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + dh * W;
+  __shared__ int64_t base[kMaxCudaWorldSize + 1];
+  if (threadIdx.x == 0) {
+    base[0] = 0;
+    for (int s = 0; s < W; ++s) base[s + 1] = base[s] + static_cast<int64_t>(CountOf(dflags[s]));
+  }
+  __syncthreads();
+  const float* weights =
+      reinterpret_cast<const float*>(c.Local(p.layout.disp_weights + dh * p.layout.half_weights));
+  const int32_t* indices =
+      reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_indices + dh * p.layout.half_indices));
+  const int32_t* src =
+      reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_src + dh * p.layout.half_src));
+  const int32_t* disp_pos = reinterpret_cast<const int32_t*>(c.Local(p.layout.disp_pos));
+  const uint16_t* y = reinterpret_cast<const uint16_t*>(a.input);
+  const int32_t lo = me * E;
+  const int64_t Hp = hidden * 4;
+  // Items are (received token, 256 columns): a lane sums 8 columns over the token's
+  // local slots (16-byte loads where rows allow, independent across k so several are
+  // in flight) and stores 32 bytes of the fp32 partial into the source.
+  const int64_t chunks = (hidden + 255) / 256;
+  const bool vec = hidden % 8 == 0 && stride % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  for (int64_t item = gwarp; item < base[W] * chunks; item += nwarps) {
+    const int64_t tok = item / chunks, h0 = (item % chunks) * 256 + lane * 8;
+    int s = 0;
+    while (tok >= base[s + 1]) ++s;
+    const int64_t slot = s * P + (tok - base[s]);
+    // Lane k < K holds slot k's packed row (or -1 when its expert is not here) and weight.
+    int32_t row = -1;
+    float w = 0.0f;
+    if (lane < K) {
+      const int32_t g = indices[slot * K + lane];
+      if (g >= lo && g < lo + E) {
+        row = disp_pos[slot * K + lane];
+        w = weights[slot * K + lane];
+      }
+    }
+    float acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = kSumStart;
+#pragma unroll 4
+    for (int k = 0; k < K; ++k) {
+      const int32_t rk = __shfl_sync(kFull, row, k);
+      const float wk = __shfl_sync(kFull, w, k);
+      if (rk < 0 || h0 >= hidden) continue;
+      const uint16_t* yr = y + static_cast<int64_t>(rk) * stride + h0;
+      uint16_t v[8];
+      if (vec) {
+        *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(yr);
+      } else {
+        for (int i = 0; i < 8; ++i) v[i] = h0 + i < hidden ? yr[i] : 0;
+      }
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, Bf16BitsToFloat(v[i])));
+    }
+    if (h0 >= hidden) continue;
+    float* dst = reinterpret_cast<float*>(c.Peer(ct_off, s) + (src[slot] * W + me) * Hp) + h0;
+    if (vec) {
+      reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    } else {
+      for (int i = 0; i < 8 && h0 + i < hidden; ++i) dst[i] = acc[i];
+    }
+  }
+}
+
+// kLlPartials: the pre-reduced expert-major combine (LlCombineArgs::pre_reduce);
+// kLlCopyEngine: a copy-engine op's combine (token-major rows for other pes go to the
+// staging, the host copies them; every combine of such an op uses half 0).
+template <int kVariant>
+__device__ void CombineSend(const LlParams& p, uint64_t call) {
+  constexpr bool kPartials = CombinePartials<kVariant>, kCe = kVariant == kLlCopyEngine;
+  constexpr bool ce = CombineCe<kVariant>;
+  const Ctx c{p};
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k, E = p.experts_per_rank, me = p.me;
+  const int64_t M = p.max_tokens, WM = W * M, Hc = p.combine_row_bytes;
+  const size_t half = ce ? 0 : (call & 1);
+  if constexpr (ce) WaitCombConsumed(p, call);
+  const size_t ct_off = p.layout.comb_tokens + half * p.layout.half_comb_tokens;
+  const size_t cw_off = p.layout.comb_weights + half * p.layout.half_comb_weights;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  const char* input = static_cast<const char*>(a.input);
+  LlDeviceState* st = c.State();
+  if (a.layout == LlLayout::kTokenMajor) {
+    const int64_t total = *p.total_recv;
+    if (total > a.input_rows) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) {
+        printf(
+            "mori.ep low-latency combine on rank %d: input has %lld rows, fewer than "
+            "total_recv %lld\n",
+            me, static_cast<long long>(a.input_rows), static_cast<long long>(total));
+        dev::TrapReported();
+      }
+      dev::TrapAfterReport();
+    }
+    const int64_t eb = CombineElementBytes(a.dtype);
+    // Copy engines: rows for other pes into the staging (slot [s][t]), copied after.
+    const auto area = [&](size_t off, int s) -> char* {
+      return kCe && s != me ? p.stage_comb + (off - p.layout.comb_tokens) : c.Peer(off, s);
+    };
+    for (int64_t i = gwarp; i < total; i += nwarps) {
+      const int s = static_cast<int>(a.src_pos[i] / M);
+      const int64_t t = a.src_pos[i] % M;
+      const int64_t slot = (kCe && s != me ? s : me) * M + t;
+      mori::shmem::device::detail::CopyBytes(
+          area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb, lane, 32);
+      if (a.weights != nullptr && lane < K) {
+        reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+      }
+    }
+  } else if constexpr (kPartials) {
+    CombineSendPartials(p, ct_off);
+  } else {
+    // Only the rows that exist: each block sums every expert's rows over the sources
+    // (layout_range) and a warp scans them into prefix[], then a warp per row finds its
+    // expert by bisection and its source among W ranges.
+    __shared__ int64_t prefix[kLlMaxScanExperts + 1];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      int64_t total = 0;
+      for (int s2 = 0; s2 < W; ++s2) total += a.layout_range[e * W + s2] & 0xFFFFFFFF;
+      prefix[e + 1] = total;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      int64_t carry = 0;
+      for (int b0 = 0; b0 < E; b0 += 32) {
+        int64_t v = b0 + lane < E ? prefix[b0 + lane + 1] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int64_t u = __shfl_up_sync(kFull, v, o);
+          if (lane >= o) v += u;
+        }
+        if (b0 + lane < E) prefix[b0 + lane + 1] = v + carry;
+        carry += __shfl_sync(kFull, v, 31);
+      }
+      if (lane == 0) prefix[0] = 0;
+    }
+    __syncthreads();
+    for (int64_t item = gwarp; item < prefix[E]; item += nwarps) {
+      int lo = 0, hi = E;  // the expert e with prefix[e] <= item < prefix[e + 1]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (prefix[mid] <= item) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+      const int e = lo;
+      const int64_t pos = item - prefix[e];
+      int s = -1;
+      for (int s2 = 0; s2 < W; ++s2) {
+        const int64_t range = a.layout_range[e * W + s2];
+        const int64_t b = range >> 32, cnt = range & 0xFFFFFFFF;
+        if (pos >= b && pos < b + cnt) s = s2;
+      }
+      if (s < 0) continue;
+      const int64_t r = e * WM + pos;
+      const int64_t t = a.src_info[r] - s * a.src_info_stride;
+      const int64_t slot = t * K + a.slot_k[r];
+      mori::shmem::device::detail::CopyBytes(c.Peer(ct_off, s) + slot * Hc,
+                                             input + r * a.input_row_stride, p.hidden_dim * 2, lane,
+                                             32);
+    }
+  }
+  if (FinishBlock(&st->blocks_done)) {
+    if (threadIdx.x < W) {
+      uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
+      const uint64_t word = LlWord(call, 0, LlCombineTag(p.c));
+      if (kCe && a.layout == LlLayout::kTokenMajor && threadIdx.x != me) {
+        p.stage_comb_flags[threadIdx.x] = word;  // the host copies it after the rows
+      } else {
+        dev::SignalSet(p.ctx, &flags[me], word, threadIdx.x);
+      }
+    }
+    if (threadIdx.x == 0) st->combine_calls = call;
+  }
+}
+
+// Up to 32 bytes by one thread: 16-, 8- or 4-byte accesses where both ends allow.
+__device__ __forceinline__ void CopySmall(char* dst, const char* src, int64_t n) {
+  const uintptr_t both = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
+  int64_t i = 0;
+  if ((both & 15) == 0) {
+    for (; i + 16 <= n; i += 16) {
+      *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+    }
+  } else if ((both & 7) == 0) {
+    for (; i + 8 <= n; i += 8) {
+      *reinterpret_cast<uint2*>(dst + i) = *reinterpret_cast<const uint2*>(src + i);
+    }
+  } else if ((both & 3) == 0) {
+    for (; i + 4 <= n; i += 4) {
+      *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
+    }
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+__device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, CombineDtype dtype) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      static_cast<uint16_t*>(out)[i] = FloatToBf16Bits(v);
+      return;
+    case CombineDtype::kFloat8E4M3:
+      static_cast<uint8_t*>(out)[i] = FloatToFloat8E4M3(v);
+      return;
+    case CombineDtype::kFloat32:
+      break;
+  }
+  static_cast<float*>(out)[i] = v;
+}
+
+// ----------------------------------------------------------- combine receive
+template <int kVariant>
+__device__ void CombineRecv(const LlParams& p, uint64_t call) {
+  constexpr bool kPartials = CombinePartials<kVariant>;
+  constexpr bool ce = CombineCe<kVariant>;
+  const Ctx c{p};
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k;
+  const int64_t M = p.max_tokens, hidden = p.hidden_dim, Hc = p.combine_row_bytes;
+  const size_t half = ce ? 0 : (call & 1);
+  __shared__ int64_t counts[kMaxCudaWorldSize];
+  __shared__ int rejected_by;
+  const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
+  WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false);
+  if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine", nullptr, call);
+  const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);
+  const float* combw = reinterpret_cast<const float*>(
+      c.Local(p.layout.comb_weights + half * p.layout.half_comb_weights));
+  const uint8_t* token_ranks = reinterpret_cast<const uint8_t*>(c.Local(p.layout.token_ranks));
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x / 32;
+  const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
+  if (a.layout == LlLayout::kTokenMajor) {
+    const int64_t n = p.combine_tokens;
+    const int64_t eb = CombineElementBytes(a.dtype), row_bytes = hidden * eb;
+    // Items are (token, 128 columns), 4 per lane, so that a few tokens still spread
+    // over many warps (a warp per token walked a 7168-column row alone).
+    const int64_t chunks = (hidden + 127) / 128;
+    for (int64_t item = gwarp; item < n * chunks; item += nwarps) {
+      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      // As CombineTokenRow / CombineTokenWeights (common/numeric.hpp): no part: zeros; one
+      // part: its bytes; else an fp32 sum from -0.0 in ascending pe order.
+      int parts = 0, only = 0;
+      for (int d = 0; d < W; ++d) {
+        if (token_ranks[t * W + d]) ++parts, only = d;
+      }
+      if (h0 < hidden) {
+        const int64_t cols = hidden - h0 < 4 ? hidden - h0 : 4;
+        char* o = static_cast<char*>(a.out) + t * row_bytes + h0 * eb;
+        if (parts == 0) {
+          for (int64_t i = 0; i < cols * eb; ++i) o[i] = 0;
+        } else if (CopiesSinglePart(parts, a.fp8_cast)) {
+          CopySmall(o, comb + (only * M + t) * Hc + h0 * eb, cols * eb);
+        } else {
+          float acc[4];
+          for (int i = 0; i < 4; ++i) acc[i] = kSumStart;
+          for (int d = 0; d < W; ++d) {
+            if (!token_ranks[t * W + d]) continue;
+            const char* row = comb + (d * M + t) * Hc;
+            for (int i = 0; i < cols; ++i) {
+              acc[i] = __fadd_rn(acc[i], CombineElementValue(row, h0 + i, a.dtype, a.fp8_cast));
+            }
+          }
+          for (int i = 0; i < cols; ++i) StoreValue(a.out, t * hidden + h0 + i, acc[i], a.dtype);
+        }
+      }
+      if (item % chunks == 0 && a.out_weights != nullptr && lane < K) {
+        float acc = parts == 0 ? 0.0f : kSumStart;
+        for (int d = 0; d < W; ++d) {
+          if (!token_ranks[t * W + d]) continue;
+          const float w = combw[(d * M + t) * K + lane];
+          acc = parts == 1 ? w : __fadd_rn(acc, w);
+        }
+        a.out_weights[t * K + lane] = acc;
+      }
+    }
+    PostConsumed<ce>(p, call, true);  // every block gets here
+    return;
+  }
+  if constexpr (kPartials) {
+    // The partials of the pes each token went to, ascending pe (low_latency/cpu.cpp);
+    // items are (token, 128 columns), 4 per lane (16-byte loads where rows allow).
+    const int64_t Hp = hidden * 4;
+    const int64_t chunks = (hidden + 127) / 128;
+    const bool vec = hidden % 4 == 0;
+    uint16_t* out = static_cast<uint16_t*>(a.out);
+    for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
+      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      if (h0 >= hidden) continue;
+      bool any = false;
+      for (int d = 0; d < W; ++d) any |= token_ranks[t * W + d] != 0;
+      float acc[4];
+      for (int i = 0; i < 4; ++i) acc[i] = any ? kSumStart : 0.0f;
+      for (int d = 0; d < W; ++d) {
+        if (!token_ranks[t * W + d]) continue;
+        const float* part = reinterpret_cast<const float*>(comb + (t * W + d) * Hp) + h0;
+        float v[4];
+        if (vec) {
+          *reinterpret_cast<float4*>(v) = *reinterpret_cast<const float4*>(part);
+        } else {
+          for (int i = 0; i < 4; ++i) v[i] = h0 + i < hidden ? part[i] : 0.0f;
+        }
+        for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], v[i]);
+      }
+      for (int i = 0; i < 4 && h0 + i < hidden; ++i)
+        out[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
+    }
+    PostConsumed<ce>(p, call, true);  // every block gets here
+  } else {
+    // Items are (token, 128 columns), 4 per lane; lane k < K holds slot k's id and
+    // weight. No part: zeros; else a sum from -0.0 over k ascending (low_latency/cpu.cpp).
+    const int64_t chunks = (hidden + 127) / 128;
+    const bool vec = hidden % 4 == 0 && Hc % 8 == 0;
+    for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
+      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      int32_t g = -1;
+      float w = 1.0f;
+      if (lane < K) {
+        g = a.topk_idx[t * K + lane];
+        if (a.topk_weights != nullptr) w = a.topk_weights[t * K + lane];
+      }
+      const bool any = __any_sync(kFull, lane < K && g >= 0);
+      float acc[4];
+      for (int i = 0; i < 4; ++i) acc[i] = any ? kSumStart : 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const int32_t gk = __shfl_sync(kFull, g, k);
+        const float wk = __shfl_sync(kFull, w, k);
+        if (gk < 0 || h0 >= hidden) continue;
+        const uint16_t* y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc) + h0;
+        uint16_t v[4];
+        if (vec) {
+          *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(y);
+        } else {
+          for (int i = 0; i < 4; ++i) v[i] = h0 + i < hidden ? y[i] : 0;
+        }
+        for (int i = 0; i < 4; ++i) {
+          acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, Bf16BitsToFloat(v[i])));
+        }
+      }
+      for (int i = 0; i < 4 && h0 + i < hidden; ++i) {
+        static_cast<uint16_t*>(a.out)[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
+      }
+    }
+    PostConsumed<ce>(p, call, true);
+  }
+}
+
+template <int kVariant>
+__global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
+    LowLatencyCombineKernel(const __grid_constant__ LlParams p) {
+  constexpr bool kCe = kVariant == kLlCopyEngine;
+  LlDeviceState* st = Ctx{p}.State();
+  if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
+  const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
+  __syncthreads();
+  if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
+  if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
+}
+
+}  // namespace
+
+void LaunchCombine(const LlParams& p, int blocks, int threads, uintptr_t stream) {
+  auto kernel = LowLatencyCombineKernel<kLlDefault>;
+  if (p.c.pre_reduce && (p.phases & kLlRejectCombine) == 0) {
+    kernel = p.copy_engine ? LowLatencyCombineKernel<kLlPartialsCe>
+                           : LowLatencyCombineKernel<kLlPartials>;
+  } else if (p.copy_engine) {
+    kernel = LowLatencyCombineKernel<kLlCopyEngine>;
+  }
+  kernel<<<blocks, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mori::ep::low_latency

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// Device helpers shared by the low-latency dispatch and combine kernels (dispatch.cu,
+// combine.cu): the view of the op's block, the traps and their messages, the kernel
+// variants, the flag waits, the consumed words of a copy-engine op and the rejection
+// phase. Internal linkage (an anonymous namespace): every kernel file gets its own
+// copy, as before the kernels were split (no -rdc). Addressing the block, the
+// peer-trap pause and the grid-completion counter are mori-core's
+// (mori/shmem/block_device.cuh).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "common/launch_api.hpp"
+#include "common/numeric.hpp"
+#include "low_latency/kernels/params.hpp"
+#include "mori/core/cuda_runtime.hpp"
+#include "mori/core/error.hpp"
+#include "mori/shmem/block_device.cuh"
+#include "mori/shmem/device.cuh"
+
+namespace mori::ep::low_latency {
+
+namespace {
+
+namespace dev = mori::shmem::device;
+using mori::shmem::Cmp;
+
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+struct Ctx {
+  const LlParams& p;
+  __device__ char* Local(size_t offset) const { return dev::At<char>(p, offset); }
+  __device__ char* Peer(size_t offset, int pe) const { return dev::PeerAt<char>(p, offset, pe); }
+  __device__ LlDeviceState* State() const {
+    return reinterpret_cast<LlDeviceState*>(p.block + p.layout.state);
+  }
+};
+
+// A dispatch rejected by pe `from` over the receive cap (its note): every pe prints
+// the same pes and counts. Not inlined, scalars only (as TrapLlTag).
+__device__ __noinline__ void ReportOverCap(int me, int from, uint64_t count, uint64_t dest,
+                                           int64_t slots) {
+  printf(
+      "mori.ep low-latency dispatch on rank %d: dispatch rejected by rank %d: it routes %llu "
+      "tokens to rank %llu, more than the %lld receive slots per source rank "
+      "(max_total_recv_tokens)\n",
+      me, from, static_cast<unsigned long long>(count), static_cast<unsigned long long>(dest),
+      static_cast<long long>(slots));
+  dev::TrapReported();
+}
+
+// What a pe rejected by pe `from` prints: the over-the-cap note `notes[from]` when it
+// carries `call` (notes is null for combine), else that `from` refused its inputs. Not
+// inlined, scalars only, so that the receive keeps its registers (as TrapLlTag).
+__device__ __noinline__ void ReportRejected(int me, int from, const char* what,
+                                            const LlOverNote* notes, uint64_t call, int64_t slots) {
+  const LlOverNote note = notes != nullptr ? notes[from] : LlOverNote{0, 0};
+  if (notes != nullptr && EpochOf(note.word) == (call & kEpochMask)) {
+    ReportOverCap(me, from, CountOf(note.word), note.dest, slots);
+    return;
+  }
+  printf(
+      "mori.ep low-latency %s on rank %d: rejected by rank %d (its inputs failed "
+      "validation; see its error)\n",
+      what, me, from);
+  dev::TrapReported();
+}
+
+// A call rejected by pe `from`: the first thread names it (ReportRejected) and every
+// pe but `from` traps after the pause.
+__device__ void TrapRejected(const LlParams& p, int from, const char* what, const LlOverNote* notes,
+                             uint64_t call) {
+  if (from != p.me) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      ReportRejected(p.me, from, what, notes, call, p.recv_slots);
+    }
+    dev::PauseNs(dev::PeerTrapPauseNs(p.timeout_ns));
+  }
+  dev::TrapAfterReport();
+}
+
+// One kernel per variant: kLlDefault, kLlPartials (LlCombineArgs::pre_reduce
+// combines), kLlCopyEngine (the other calls of a copy-engine op) and kLlPartialsCe
+// (pre-reduced combines of a copy-engine op), so that no variant's code raises the
+// others' register use.
+constexpr int kLlDefault = 0, kLlPartials = 1, kLlCopyEngine = 2, kLlPartialsCe = 3;
+
+// Whether a combine of variant kVariant is a copy-engine op's (single-buffered combine
+// area with consumed words), and whether it is pre-reduced.
+template <int kVariant>
+constexpr bool CombineCe = kVariant == kLlCopyEngine || kVariant == kLlPartialsCe;
+template <int kVariant>
+constexpr bool CombinePartials = kVariant == kLlPartials || kVariant == kLlPartialsCe;
+
+// The half of the dispatch area a call uses: call & 1, or with the copy engines always
+// half 0 (single-buffered; the consumed words stand in for the second half).
+__device__ __forceinline__ size_t DispHalf(const LlParams& p, uint64_t call) {
+  return p.copy_engine ? 0 : (call & 1);
+}
+template <bool kCe>
+__device__ __forceinline__ size_t DispHalf(uint64_t call) {
+  return kCe ? 0 : (call & 1);
+}
+
+// Release every store of the block, then count it; true in the last block.
+using dev::FinishBlock;
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+__device__ __forceinline__ int WarpSum(int v) { return __reduce_add_sync(kFull, v); }
+
+// A sender's flag of another wire tag than this pe's (LlTagName): the first block's
+// first thread to see one prints both, pe 0 traps at once, the others after the
+// pause (as TrapRejected). Every pe with such a peer finds one: the tags differ
+// pairwise. Not inlined, scalars only, so the wait keeps its registers.
+__device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32_t mine,
+                                       uint64_t timeout_ns, bool dispatch) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    printf(
+        "mori.ep low-latency %s on rank %d: rank %d sends %s %s, this rank %s (every rank must "
+        "pass the same dtype and layout)\n",
+        dispatch ? "dispatch" : "combine", me, from, LlTagName(theirs),
+        dispatch ? "tokens" : "rows", LlTagName(mine));
+    dev::TrapReported();
+  }
+  if (me != 0) {
+    dev::PauseNs(dev::PeerTrapPauseNs(timeout_ns));
+  }
+  dev::TrapAfterReport();
+}
+
+// Waits for the W flags of `call` in `flags` (this pe's copy); threads < W wait,
+// the block gets the counts and the first rejecting pe (or -1). A flag under another
+// wire tag than `mine` traps naming both.
+__device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t call, int64_t* counts,
+                          int* rejected_by, uint32_t mine, bool dispatch) {
+  __shared__ int other_from;
+  __shared__ uint32_t other_tag;
+  if (threadIdx.x == 0) {
+    *rejected_by = -1;
+    other_from = -1;
+  }
+  __syncthreads();
+  if (threadIdx.x < p.world) {
+    const int s = threadIdx.x;
+    const uint64_t w = dev::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+    const bool rej = CountOf(w) == kLlRejected;
+    counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
+    if (rej) atomicCAS(rejected_by, -1, s);
+    if (!rej && RowTagOf(w) != mine && atomicCAS(&other_from, -1, s) == -1) other_tag = RowTagOf(w);
+  }
+  __syncthreads();
+  if (*rejected_by < 0 && other_from >= 0) {
+    TrapLlTag(p.me, other_from, other_tag, mine, p.timeout_ns, dispatch);
+  }
+}
+
+// With the copy engines: once every block has read the single-buffered area, tell
+// every source pe that this pe consumed `call` (its next copies wait for it).
+template <bool kCe>
+__device__ void PostConsumed(const LlParams& p, uint64_t call, bool combine = false) {
+  if (!kCe) return;
+  const Ctx c{p};
+  if (FinishBlock(&c.State()->blocks_done) && threadIdx.x < p.world && threadIdx.x != p.me) {
+    uint64_t* consumed = reinterpret_cast<uint64_t*>(
+        c.Local(combine ? p.layout.comb_consumed : p.layout.disp_consumed));
+    dev::SignalSet(p.ctx, &consumed[p.me], LlWord(call, 0), threadIdx.x);
+  }
+}
+
+template <bool kCe>
+__device__ void Reject(const LlParams& p, bool dispatch) {
+  const Ctx c{p};
+  LlDeviceState* st = c.State();
+  const int W = p.world;
+  const uint64_t call = (dispatch ? st->dispatch_calls : st->combine_calls) + 1;
+  const size_t half = DispHalf<kCe>(call);  // combines of a copy-engine op use half 0 too
+  uint64_t* flags =
+      reinterpret_cast<uint64_t*>(c.Local(dispatch ? p.layout.disp_flag : p.layout.comb_flag)) +
+      half * W;
+  if (threadIdx.x < W) dev::SignalSet(p.ctx, &flags[p.me], LlWord(call, kLlRejected), threadIdx.x);
+  if (threadIdx.x < W) dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+  __syncthreads();
+  // Received (as rejected): the next copies may come.
+  if (dispatch) {
+    PostConsumed<kCe>(p, call);
+  } else {
+    PostConsumed<kCe>(p, call, true);
+  }
+  if (threadIdx.x == 0) {
+    if (dispatch) {
+      st->dispatch_calls = call;
+    } else {
+      st->combine_calls = call;
+    }
+  }
+}
+
+}  // namespace
+
+}  // namespace mori::ep::low_latency
