@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 //
-// Bindings of the intra-node dispatch/combine implementations. Tensors cross as
-// addresses; mori.ep.dispatch_combine checks dtypes, shapes and devices first.
+// Bindings of the intra-node dispatch/combine implementations, IntraNodeCpu and
+// IntraNodeCuda, with one signature (common/bind_py.hpp). Tensors cross as
+// addresses; mori.ep.intranode checks dtypes, shapes and devices first.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/bind_py.hpp"
 #include "intranode/cpu.hpp"
 #include "intranode/protocol.hpp"
 #include "mori/core/error.hpp"
@@ -25,20 +26,8 @@ namespace mori::ep {
 
 namespace {
 
-EpShape MakeShape(int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-                  int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                  int64_t recv_capacity = 0) {
-  return EpShape{world_size,
-                 rank,
-                 max_tokens,
-                 top_k,
-                 hidden_dim,
-                 hidden_dim * max_token_type_size,
-                 hidden_dim * std::max(max_token_type_size, 2),
-                 scale_bytes,
-                 num_experts_per_rank,
-                 recv_capacity};
-}
+using bind::Launch;
+using bind::P;
 
 // A routing handle's snapshot as mori.ep passes it: (src_pos, group_row, token_ranks,
 // token_self_row, total_recv, epoch) addresses, then the host epoch and num_tokens.
@@ -48,17 +37,114 @@ std::optional<RoutingSnapshot> ToRouting(const RoutingWords& w) {
   if (!w) return std::nullopt;
   MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
   const auto& v = *w;
-  return RoutingSnapshot{reinterpret_cast<const int32_t*>(v[0]),
-                         reinterpret_cast<const int32_t*>(v[1]),
-                         reinterpret_cast<const uint8_t*>(v[2]),
-                         reinterpret_cast<const int32_t*>(v[3]),
-                         reinterpret_cast<const int32_t*>(v[4]),
-                         reinterpret_cast<const uint64_t*>(v[5]),
+  return RoutingSnapshot{P<const int32_t>(v[0]),
+                         P<const int32_t>(v[1]),
+                         P<const uint8_t>(v[2]),
+                         P<const int32_t>(v[3]),
+                         P<const int32_t>(v[4]),
+                         P<const uint64_t>(v[5]),
                          v[6],
                          static_cast<int64_t>(v[7])};
 }
 
 const RoutingSnapshot* Ptr(const std::optional<RoutingSnapshot>& r) { return r ? &*r : nullptr; }
+
+// How each implementation takes a call: the host one runs it on the calling thread
+// and ignores the launch shape and the stream; the CUDA one enqueues it.
+void Dispatch(IntraNodeCpu& impl, const DispatchArgs& a, const Launch&) { impl.Dispatch(a); }
+[[noreturn]] void RejectDispatch(IntraNodeCpu& impl, const std::string& reason, uintptr_t) {
+  impl.RejectDispatch(reason);
+}
+void Combine(IntraNodeCpu& impl, const CombineArgs& a, const Launch&) { impl.Combine(a); }
+[[noreturn]] void RejectCombine(IntraNodeCpu& impl, const std::string& reason, uintptr_t,
+                                const RoutingSnapshot* routing) {
+  impl.RejectCombine(reason, routing);
+}
+#if MORI_EP_WITH_CUDA
+void Dispatch(IntraNodeCuda& impl, const DispatchArgs& a, const Launch& l) {
+  impl.Dispatch(a, LaunchShape{l.block_num, l.warp_per_block}, l.stream);
+}
+[[noreturn]] void RejectDispatch(IntraNodeCuda& impl, const std::string& reason, uintptr_t stream) {
+  impl.RejectDispatch(reason, stream);
+}
+void Combine(IntraNodeCuda& impl, const CombineArgs& a, const Launch& l) {
+  impl.Combine(a, LaunchShape{l.block_num, l.warp_per_block}, l.stream);
+}
+[[noreturn]] void RejectCombine(IntraNodeCuda& impl, const std::string& reason, uintptr_t stream,
+                                const RoutingSnapshot* routing) {
+  impl.RejectCombine(reason, stream, routing);
+}
+#endif
+
+template <class Impl>
+py::class_<Impl> BindIntraNode(py::module_& m, const char* name, const char* doc) {
+  py::class_<Impl> cls(m, name, doc);
+  bind::DefInit(cls, R"doc(Collective: zeroes this pe's signal words (and device state), then a heap
+barrier. ``block``: this pe's address of a symmetric block of ep_buffer_layout's
+total_bytes; ``device``: its CUDA ordinal (ignored on a host heap).)doc");
+  cls.def(
+         "dispatch",
+         [](Impl& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
+            uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
+            int warp_per_block, uintptr_t stream, uintptr_t rank_masks, uint32_t row_tag) {
+           Dispatch(self,
+                    DispatchArgs{P<const void>(tokens), token_row_bytes, P<const float>(weights),
+                                 P<const void>(scales), P<const int32_t>(indices), num_tokens,
+                                 P<const uint32_t>(rank_masks), row_tag},
+                    Launch{block_num, warp_per_block, stream});
+         },
+         py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
+         py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"), py::arg("warp_per_block"),
+         py::arg("stream"), py::arg("rank_masks") = 0, py::arg("row_tag") = 0,
+         py::call_guard<py::gil_scoped_release>(),
+         R"doc(Collective dispatch over raw addresses (on CUDA enqueued on ``stream``, no
+host sync). rank_masks: a replay's int32 [num_tokens] destination sets (bit d: rank
+d), 0 to route by indices. row_tag: the token dtype's code (1 bf16, 2 fp8 e4m3fn,
+3 fp16, 4 fp32), compared across ranks in the count exchange.)doc")
+      .def(
+          "reject_dispatch",
+          [](Impl& self, const std::string& reason, uintptr_t stream) {
+            RejectDispatch(self, reason, stream);
+          },
+          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Take part in the dispatch as a rejecting pe (posted for the next epoch),
+then raise InvalidArgumentError(reason).)doc")
+      .def(
+          "combine",
+          [](Impl& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows, int dtype,
+             uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast, int block_num,
+             int warp_per_block, uintptr_t stream, const RoutingWords& routing) {
+            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
+                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
+            const auto r = ToRouting(routing);
+            Combine(self,
+                    CombineArgs{P<const void>(input), input_row_stride, input_rows,
+                                static_cast<CombineDtype>(dtype), P<const float>(weights),
+                                P<void>(out), P<float>(out_weights), fp8_cast, Ptr(r)},
+                    Launch{block_num, warp_per_block, stream});
+          },
+          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
+          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
+          py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
+          py::arg("routing") = py::none(), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Collective combine over raw addresses (row stride in bytes; dtype 0 bf16,
+1 fp32, 2 fp8 e4m3fn; fp8_cast: bf16 rows rounded to fp8, on CUDA crossing as fp8), by
+the last dispatch's routing or ``routing``'s snapshot.)doc")
+      .def(
+          "reject_combine",
+          [](Impl& self, const std::string& reason, uintptr_t stream, const RoutingWords& routing) {
+            const auto r = ToRouting(routing);
+            RejectCombine(self, reason, stream, Ptr(r));
+          },
+          py::arg("reason"), py::arg("stream"), py::arg("routing") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
+          R"doc(Take part in the combine as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
+      .def_property_readonly("num_tokens", &Impl::num_tokens)
+      .def_property_readonly("epoch", &Impl::epoch)
+      .def_property_readonly("combined_epoch", &Impl::combined_epoch)
+      .def_property_readonly("combine_pending", &Impl::combine_pending);
+  return cls;
+}
 
 }  // namespace
 
@@ -68,9 +154,9 @@ void register_dispatch_combine(py::module_& m) {
       [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
          int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
          int64_t recv_capacity) {
-        const EpBufferLayout l = MakeLayout(MakeShape(world_size, rank, max_tokens, top_k,
-                                                      hidden_dim, max_token_type_size, scale_bytes,
-                                                      num_experts_per_rank, recv_capacity));
+        const EpBufferLayout l = MakeLayout(
+            bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
+                            scale_bytes, num_experts_per_rank, recv_capacity));
         py::dict d;
         d["count_words"] = l.count_words;
         d["dispatch_done"] = l.dispatch_done;
@@ -90,171 +176,24 @@ void register_dispatch_combine(py::module_& m) {
         d["total_bytes"] = l.total_bytes;
         return d;
       },
-      py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
-      py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
-      py::arg("num_experts_per_rank"), py::arg("recv_capacity") = 0,
+      MORI_EP_SHAPE_ARGS, py::arg("recv_capacity") = 0,
       R"doc(Byte offsets of the regions of an op's symmetric block (protocol.hpp);
 ``recv_capacity`` rows of receive buffers (0: world_size * max_tokens).)doc");
   m.attr("ep_max_tokens_per_rank") = kMaxTokensPerRank;
   m.attr("ep_combine_group_tokens") = kCombineGroupTokens;
 
-  py::class_<IntraNodeCpu>(m, "IntraNodeCpu",
-                           R"doc(Intra-node dispatch/combine on a host symmetric heap.)doc")
-      .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-                       int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                       uintptr_t block, double timeout_s, int64_t recv_capacity) {
-             return new IntraNodeCpu(
-                 MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
-                           scale_bytes, num_experts_per_rank, recv_capacity),
-                 reinterpret_cast<void*>(block),
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-           }),
-           py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
-           py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
-           py::arg("num_experts_per_rank"), py::arg("block"), py::arg("timeout_s"),
-           py::arg("recv_capacity") = 0, py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: zeroes this pe's signal words, then a heap barrier.)doc")
-      .def(
-          "dispatch",
-          [](IntraNodeCpu& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
-             uintptr_t scales, uintptr_t indices, int64_t num_tokens, uintptr_t rank_masks,
-             uint32_t row_tag) {
-            return self.Dispatch(DispatchArgs{
-                reinterpret_cast<const void*>(tokens), token_row_bytes,
-                reinterpret_cast<const float*>(weights), reinterpret_cast<const void*>(scales),
-                reinterpret_cast<const int32_t*>(indices), num_tokens,
-                reinterpret_cast<const uint32_t*>(rank_masks), row_tag});
-          },
-          py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
-          py::arg("indices"), py::arg("num_tokens"), py::arg("rank_masks") = 0,
-          py::arg("row_tag") = 0, py::call_guard<py::gil_scoped_release>(),
-          R"doc(Collective dispatch over raw addresses; returns total_recv. rank_masks: a
-replay's int32 [num_tokens] destination sets (bit d: rank d), 0 to route by indices.
-row_tag: the token dtype's code (1 bf16, 2 fp8 e4m3fn, 3 fp16, 4 fp32), compared across
-ranks in the count exchange.)doc")
-      .def(
-          "reject_dispatch",
-          [](IntraNodeCpu& self, const std::string& reason) { self.RejectDispatch(reason); },
-          py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
-          R"doc(Take part in a dispatch as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
-      .def(
-          "combine",
-          [](IntraNodeCpu& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
-             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast,
-             const RoutingWords& routing) {
-            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
-                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
-            const auto r = ToRouting(routing);
-            self.Combine(CombineArgs{reinterpret_cast<const void*>(input), input_row_stride,
-                                     input_rows, static_cast<CombineDtype>(dtype),
-                                     reinterpret_cast<const float*>(weights),
-                                     reinterpret_cast<void*>(out),
-                                     reinterpret_cast<float*>(out_weights), fp8_cast, Ptr(r)});
-          },
-          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
-          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast") = false,
-          py::arg("routing") = py::none(), py::call_guard<py::gil_scoped_release>(),
-          R"doc(Collective combine over raw addresses (row stride in bytes); dtype 0 bf16,
-1 fp32, 2 fp8 e4m3fn; fp8_cast: round bf16 rows to fp8 before reducing.)doc")
-      .def(
-          "reject_combine",
-          [](IntraNodeCpu& self, const std::string& reason, const RoutingWords& routing) {
-            const auto r = ToRouting(routing);
-            self.RejectCombine(reason, Ptr(r));
-          },
-          py::arg("reason"), py::arg("routing") = py::none(),
-          py::call_guard<py::gil_scoped_release>(),
-          R"doc(Take part in a combine as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
-      .def_property_readonly("total_recv", &IntraNodeCpu::total_recv)
-      .def_property_readonly("num_tokens", &IntraNodeCpu::num_tokens)
-      .def_property_readonly("epoch", &IntraNodeCpu::epoch)
-      .def_property_readonly("combined_epoch", &IntraNodeCpu::combined_epoch)
-      .def_property_readonly("combine_pending", &IntraNodeCpu::combine_pending);
-
+  BindIntraNode<IntraNodeCpu>(m, "IntraNodeCpu",
+                              R"doc(Intra-node dispatch/combine on a host symmetric heap.)doc");
 #if MORI_EP_WITH_CUDA
-  py::class_<IntraNodeCuda>(
+  BindIntraNode<IntraNodeCuda>(
       m, "IntraNodeCuda", R"doc(Intra-node dispatch/combine kernels on a CUDA symmetric heap.)doc")
-      .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
-                       int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-                       uintptr_t block, int device, double timeout_s, int64_t recv_capacity) {
-             return new IntraNodeCuda(
-                 MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
-                           scale_bytes, num_experts_per_rank, recv_capacity),
-                 reinterpret_cast<void*>(block), device,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-           }),
-           py::arg("world_size"), py::arg("rank"), py::arg("max_tokens"), py::arg("top_k"),
-           py::arg("hidden_dim"), py::arg("max_token_type_size"), py::arg("scale_bytes"),
-           py::arg("num_experts_per_rank"), py::arg("block"), py::arg("device"),
-           py::arg("timeout_s"), py::arg("recv_capacity") = 0,
-           py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: zeroes this pe's signal words and state, then a heap barrier.)doc")
-      .def(
-          "dispatch",
-          [](IntraNodeCuda& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
-             uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
-             int warp_per_block, uintptr_t stream, uintptr_t rank_masks, uint32_t row_tag) {
-            self.Dispatch(DispatchArgs{reinterpret_cast<const void*>(tokens), token_row_bytes,
-                                       reinterpret_cast<const float*>(weights),
-                                       reinterpret_cast<const void*>(scales),
-                                       reinterpret_cast<const int32_t*>(indices), num_tokens,
-                                       reinterpret_cast<const uint32_t*>(rank_masks), row_tag},
-                          LaunchShape{block_num, warp_per_block}, stream);
-          },
-          py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
-          py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"),
-          py::arg("warp_per_block"), py::arg("stream"), py::arg("rank_masks") = 0,
-          py::arg("row_tag") = 0, py::call_guard<py::gil_scoped_release>(),
-          R"doc(Enqueue the dispatch kernel on ``stream`` (device addresses); no host sync.)doc")
-      .def(
-          "reject_dispatch",
-          [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream) {
-            self.RejectDispatch(reason, stream);
-          },
-          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
-          R"doc(Post a rejection for the next epoch, then raise InvalidArgumentError(reason).)doc")
-      .def(
-          "combine",
-          [](IntraNodeCuda& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
-             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast,
-             int block_num, int warp_per_block, uintptr_t stream, const RoutingWords& routing) {
-            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
-                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
-            const auto r = ToRouting(routing);
-            self.Combine(
-                CombineArgs{reinterpret_cast<const void*>(input), input_row_stride, input_rows,
-                            static_cast<CombineDtype>(dtype),
-                            reinterpret_cast<const float*>(weights), reinterpret_cast<void*>(out),
-                            reinterpret_cast<float*>(out_weights), fp8_cast, Ptr(r)},
-                LaunchShape{block_num, warp_per_block}, stream);
-          },
-          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
-          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
-          py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
-          py::arg("routing") = py::none(), py::call_guard<py::gil_scoped_release>(),
-          R"doc(Enqueue the combine kernel on ``stream`` (row stride in bytes; dtype 0 bf16,
-1 fp32, 2 fp8 e4m3fn; fp8_cast: bf16 rows cross as fp8); no host sync.)doc")
-      .def(
-          "reject_combine",
-          [](IntraNodeCuda& self, const std::string& reason, uintptr_t stream,
-             const RoutingWords& routing) {
-            const auto r = ToRouting(routing);
-            self.RejectCombine(reason, stream, Ptr(r));
-          },
-          py::arg("reason"), py::arg("stream"), py::arg("routing") = py::none(),
-          py::call_guard<py::gil_scoped_release>(),
-          R"doc(Reject the pending combine on every pe, then raise InvalidArgumentError(reason).)doc")
       .def("max_resident_blocks", &IntraNodeCuda::MaxResidentBlocks, py::arg("dispatch"),
            py::arg("warps"), py::arg("fp8_wire") = false,
            R"doc(Largest grid of ``warps`` warps per block kept resident (the launch clamp).)doc")
       .def("timeline", &IntraNodeCuda::Timeline, py::call_guard<py::gil_scoped_release>(),
            R"doc(Per-phase timestamps of the last dispatch and combine kernels as text, when the
 op was built with ``MORI_EP_TIMELINE=1`` in the environment (else ""); synchronises the
-device. A measurement aid.)doc")
-      .def_property_readonly("num_tokens", &IntraNodeCuda::num_tokens)
-      .def_property_readonly("epoch", &IntraNodeCuda::epoch)
-      .def_property_readonly("combined_epoch", &IntraNodeCuda::combined_epoch)
-      .def_property_readonly("combine_pending", &IntraNodeCuda::combine_pending);
+device. A measurement aid.)doc");
 #endif
 }
 

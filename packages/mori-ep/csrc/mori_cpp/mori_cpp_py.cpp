@@ -22,7 +22,7 @@ namespace {
 using Config = RawDispatchCombineConfig;
 
 py::object PyEnum(const char* name, int value) {
-  return py::module_::import("mori.ep.dispatch_combine").attr(name)(value);
+  return py::module_::import("mori.ep.config").attr(name)(value);
 }
 
 int KernelTypeValue(int v) {

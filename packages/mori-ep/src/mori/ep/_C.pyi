@@ -117,57 +117,10 @@ def ep_buffer_layout(
 ) -> dict[str, int]: ...
 
 class IntraNodeCpu:
-    def __init__(
-        self,
-        world_size: int,
-        rank: int,
-        max_tokens: int,
-        top_k: int,
-        hidden_dim: int,
-        max_token_type_size: int,
-        scale_bytes: int,
-        num_experts_per_rank: int,
-        block: int,
-        timeout_s: float,
-        recv_capacity: int = 0,
-    ) -> None: ...
-    def dispatch(
-        self,
-        tokens: int,
-        token_row_bytes: int,
-        weights: int,
-        scales: int,
-        indices: int,
-        num_tokens: int,
-        rank_masks: int = 0,
-        row_tag: int = 0,
-    ) -> int: ...
-    def reject_dispatch(self, reason: str) -> None: ...
-    def combine(
-        self,
-        input: int,
-        input_row_stride: int,
-        input_rows: int,
-        dtype: int,
-        weights: int,
-        out: int,
-        out_weights: int,
-        fp8_cast: bool = False,
-        routing: list[int] | None = None,
-    ) -> None: ...
-    def reject_combine(self, reason: str, routing: list[int] | None = None) -> None: ...
-    @property
-    def total_recv(self) -> int: ...
-    @property
-    def num_tokens(self) -> int: ...
-    @property
-    def epoch(self) -> int: ...
-    @property
-    def combined_epoch(self) -> int: ...
-    @property
-    def combine_pending(self) -> bool: ...
+    """Intra-node dispatch/combine on a host symmetric heap. Its methods take the same
+    arguments as :class:`IntraNodeCuda`'s; the launch shape, the stream and the device
+    are ignored (a call has finished when it returns)."""
 
-class IntraNodeCuda:
     def __init__(
         self,
         world_size: int,
@@ -216,8 +169,6 @@ class IntraNodeCuda:
     def reject_combine(
         self, reason: str, stream: int, routing: list[int] | None = None
     ) -> None: ...
-    def max_resident_blocks(self, dispatch: bool, warps: int, fp8_wire: bool = False) -> int: ...
-    def timeline(self) -> str: ...
     @property
     def num_tokens(self) -> int: ...
     @property
@@ -226,6 +177,69 @@ class IntraNodeCuda:
     def combined_epoch(self) -> int: ...
     @property
     def combine_pending(self) -> bool: ...
+
+class IntraNodeCuda:
+    """Intra-node dispatch/combine kernels on a CUDA symmetric heap (present when
+    mori.ep was built with CUDA): every call enqueues on ``stream``, no host sync."""
+
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        max_tokens: int,
+        top_k: int,
+        hidden_dim: int,
+        max_token_type_size: int,
+        scale_bytes: int,
+        num_experts_per_rank: int,
+        block: int,
+        device: int,
+        timeout_s: float,
+        recv_capacity: int = 0,
+    ) -> None: ...
+    def dispatch(
+        self,
+        tokens: int,
+        token_row_bytes: int,
+        weights: int,
+        scales: int,
+        indices: int,
+        num_tokens: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        rank_masks: int = 0,
+        row_tag: int = 0,
+    ) -> None: ...
+    def reject_dispatch(self, reason: str, stream: int) -> None: ...
+    def combine(
+        self,
+        input: int,
+        input_row_stride: int,
+        input_rows: int,
+        dtype: int,
+        weights: int,
+        out: int,
+        out_weights: int,
+        fp8_cast: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        routing: list[int] | None = None,
+    ) -> None: ...
+    def reject_combine(
+        self, reason: str, stream: int, routing: list[int] | None = None
+    ) -> None: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def combined_epoch(self) -> int: ...
+    @property
+    def combine_pending(self) -> bool: ...
+    def max_resident_blocks(self, dispatch: bool, warps: int, fp8_wire: bool = False) -> int: ...
+    def timeline(self) -> str: ...
 
 def ll_buffer_layout(
     world_size: int,
@@ -240,7 +254,10 @@ def ll_buffer_layout(
 ) -> dict[str, int]: ...
 
 class LowLatencyCpu:
-    """Low-latency dispatch/combine (fixed slots, double-buffered) on a host heap."""
+    """Low-latency dispatch/combine (fixed slots, double-buffered) on a host heap. Its
+    methods take the same arguments as :class:`LowLatencyCuda`'s; the launch shape,
+    the stream, the device and ``fuse`` are ignored (a call has finished when it
+    returns)."""
 
     def __init__(
         self,
@@ -253,6 +270,7 @@ class LowLatencyCpu:
         scale_bytes: int,
         num_experts_per_rank: int,
         block: int,
+        device: int,
         timeout_s: float,
         recv_capacity: int = 0,
     ) -> None: ...
@@ -267,8 +285,13 @@ class LowLatencyCpu:
         num_tokens: int,
         fp8_cast: bool,
         round_scale: bool,
+        fuse: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        dtype_tag: int = 0,
     ) -> None: ...
-    def reject_dispatch(self, reason: str) -> None: ...
+    def reject_dispatch(self, reason: str, stream: int) -> None: ...
     def dispatch_recv_token_major(
         self,
         out_tokens: int,
@@ -277,7 +300,10 @@ class LowLatencyCpu:
         out_indices: int,
         out_src_pos: int,
         total_recv: int,
-    ) -> int: ...
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
     def dispatch_recv_expert_major(
         self,
         packed_x: int,
@@ -288,7 +314,10 @@ class LowLatencyCpu:
         src_info_stride: int,
         layout_range: int,
         slot_k: int,
-    ) -> int: ...
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+    ) -> None: ...
     def combine_send_token_major(
         self,
         input: int,
@@ -301,6 +330,10 @@ class LowLatencyCpu:
         out: int,
         out_weights: int,
         fp8_cast: bool,
+        fuse: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
     ) -> None: ...
     def combine_send_expert_major(
         self,
@@ -314,9 +347,18 @@ class LowLatencyCpu:
         topk_weights: int,
         num_tokens: int,
         out: int,
+        fuse: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        pre_reduce: bool = False,
     ) -> None: ...
-    def reject_combine(self, reason: str) -> None: ...
-    def combine_recv(self) -> None: ...
+    def reject_combine(self, reason: str, stream: int) -> None: ...
+    def combine_recv(self, block_num: int, warp_per_block: int, stream: int) -> None: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def pre_reduce(self) -> bool: ...
     @property
     def dispatch_calls(self) -> int: ...
     @property
@@ -325,8 +367,6 @@ class LowLatencyCpu:
     def dispatch_recv_pending(self) -> bool: ...
     @property
     def combine_recv_pending(self) -> bool: ...
-    @property
-    def num_tokens(self) -> int: ...
 
 class LowLatencyCuda:
     """Low-latency dispatch/combine kernels (fixed slots, double-buffered) on a CUDA heap;
@@ -362,8 +402,7 @@ class LowLatencyCuda:
         block_num: int,
         warp_per_block: int,
         stream: int,
-        rank_masks: int = 0,
-        row_tag: int = 0,
+        dtype_tag: int = 0,
     ) -> None: ...
     def reject_dispatch(self, reason: str, stream: int) -> None: ...
     def dispatch_recv_token_major(
@@ -377,7 +416,7 @@ class LowLatencyCuda:
         block_num: int,
         warp_per_block: int,
         stream: int,
-    ) -> int: ...
+    ) -> None: ...
     def dispatch_recv_expert_major(
         self,
         packed_x: int,
@@ -391,7 +430,7 @@ class LowLatencyCuda:
         block_num: int,
         warp_per_block: int,
         stream: int,
-    ) -> int: ...
+    ) -> None: ...
     def combine_send_token_major(
         self,
         input: int,
@@ -425,11 +464,13 @@ class LowLatencyCuda:
         block_num: int,
         warp_per_block: int,
         stream: int,
-        routing: list[int] | None = None,
+        pre_reduce: bool = False,
     ) -> None: ...
-    def reject_combine(
-        self, reason: str, stream: int, routing: list[int] | None = None
-    ) -> None: ...
+    def reject_combine(self, reason: str, stream: int) -> None: ...
     def combine_recv(self, block_num: int, warp_per_block: int, stream: int) -> None: ...
     @property
     def num_tokens(self) -> int: ...
+    @property
+    def pre_reduce(self) -> bool: ...
+    @property
+    def copy_engine(self) -> bool: ...

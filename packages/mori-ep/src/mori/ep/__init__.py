@@ -16,14 +16,14 @@ import mori.core  # noqa: F401  (loads libmori_core before the extension)
 
 from . import _C  # noqa: F401  (the extension, for mori.ep._C users)
 from ._version import __version__
-from .dispatch_combine import (
+from .config import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
-    EpDispatchCombineOp,
     EpDispatchCombineQuantType,
 )
 from .layout import get_dispatch_layout
 from .local_expert_count import launch_local_expert_count
+from .op import EpDispatchCombineOp
 from .routing import EpDispatchRoutingHandle
 
 __all__ = [

@@ -8,7 +8,12 @@ import torch
 
 from mori.core import InvalidArgumentError
 
-from . import _C
+from ._C import dispatch_layout_cpu, with_cuda
+
+try:  # a build with CUDA
+    from ._C import dispatch_layout_cuda
+except ImportError:
+    dispatch_layout_cuda = None
 
 
 def get_dispatch_layout(
@@ -63,16 +68,16 @@ def get_dispatch_layout(
         token_in_rank.data_ptr(),
     )
     if dev.type == "cpu":
-        _C.dispatch_layout_cpu(*args)
+        dispatch_layout_cpu(*args)
     elif dev.type == "cuda":
-        if not _C.with_cuda:
+        if not with_cuda:
             raise InvalidArgumentError(
                 "indices is on CUDA but mori-ep was built without CUDA (MORI_CUDA=off or no nvcc)"
             )
         error_record = torch.empty(4, dtype=torch.int32, device=dev)
         with torch.cuda.device(dev):
             stream = torch.cuda.current_stream(dev).cuda_stream
-            _C.dispatch_layout_cuda(*args, error_record.data_ptr(), stream)
+            dispatch_layout_cuda(*args, error_record.data_ptr(), stream)
         if check:
             flag, token, slot, value = error_record.tolist()
             if flag:

@@ -15,8 +15,10 @@ import torch
 
 from mori.core import InvalidArgumentError, NotSupportedError
 
-from . import _C
-from .dispatch_combine import EpDispatchCombineConfig
+from ._C import EpDispatchCombineConfig as RawConfig
+from ._C import launch_local_expert_count as _launch
+from ._C import with_cuda
+from .config import EpDispatchCombineConfig
 
 
 def launch_local_expert_count(
@@ -63,7 +65,7 @@ def launch_local_expert_count(
     """
     if isinstance(config, EpDispatchCombineConfig):
         config = config.to_cpp_config()
-    elif not isinstance(config, _C.EpDispatchCombineConfig):
+    elif not isinstance(config, RawConfig):
         raise InvalidArgumentError(
             "config must be a mori.cpp.EpDispatchCombineConfig or a mori.ep."
             f"EpDispatchCombineConfig, got {type(config).__name__}"
@@ -82,13 +84,13 @@ def launch_local_expert_count(
                 f"{name} must be an address, an int >= 0 (tensor.data_ptr(), "
                 f"stream.cuda_stream), got {value!r}"
             )
-    if not _C.with_cuda and torch.cuda.is_available():
+    if not with_cuda and torch.cuda.is_available():
         raise NotSupportedError(
             "launch_local_expert_count: mori-ep was built without CUDA, so it reads the "
             "addresses as host memory, but torch sees a CUDA device here and device "
             "addresses cannot be told apart; rebuild mori-ep with MORI_CUDA=on"
         )
-    _C.launch_local_expert_count(
+    _launch(
         config,
         indices_ptr,
         total_recv_token_num_ptr,

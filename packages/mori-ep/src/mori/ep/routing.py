@@ -10,7 +10,8 @@ to the ranks it went to then, whatever ``indices`` now say (they travel as data)
 the rows land where they landed then. How the snapshot maps onto the protocol's
 regions (``csrc/protocol.hpp``) is said at :class:`EpDispatchRoutingHandle`; the
 rest of the protocol's state a combine needs is derived from it here, with torch
-operations on the op's device (no host synchronisation).
+operations on the op's device (no host synchronisation). The functions take the op's
+:class:`~mori.ep.intranode.IntraNodeMode` (``mode``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import _C
+from ._C import ep_combine_group_tokens
 
 
 @dataclass
@@ -81,12 +82,12 @@ class EpDispatchRoutingHandle:
         return cls(*tensors, cur_rank_num_token=cur_rank_num_token)
 
 
-def handle_problem(h, op, replay: bool) -> str | None:
-    """Why ``h`` cannot serve a dispatch replay (``replay``) or a combine on ``op``,
+def handle_problem(h, mode, replay: bool) -> str | None:
+    """Why ``h`` cannot serve a dispatch replay (``replay``) or a combine on the op,
     or None: type, dtypes, sizes and devices against the op's shape."""
     if not isinstance(h, EpDispatchRoutingHandle):
         return f"routing must be an EpDispatchRoutingHandle, got {type(h).__name__}"
-    c = op.config
+    c = mode.config
     m, w, cap = c.max_num_inp_token_per_rank, c.world_size, c.max_num_tokens_to_recv
     for name, want in (
         ("disp_dest_tok_id_map", m * w),
@@ -100,8 +101,8 @@ def handle_problem(h, op, replay: bool) -> str | None:
                 f"op (world_size {w}, max_num_inp_token_per_rank {m}, receive capacity {cap}), "
                 f"got {_what(t)}"
             )
-        if t.device != op.device:
-            return f"routing handle's {name} is on {t.device}, the op runs on {op.device}"
+        if t.device != mode.device:
+            return f"routing handle's {name} is on {t.device}, the op runs on {mode.device}"
         if not t.is_contiguous():
             return f"routing handle's {name} must be contiguous"
     n = h.cur_rank_num_token
@@ -111,7 +112,7 @@ def handle_problem(h, op, replay: bool) -> str | None:
             "dispatch(..., return_routing=True) or pass a cur_rank_num_token in "
             f"[1, {m}] to EpDispatchRoutingHandle.from_tensors(...)"
         )
-    if not replay and h._owner is not op._routing_owner:
+    if not replay and h._owner is not mode.routing_owner:
         return (
             "this routing handle was not made or replayed by a dispatch of this op; "
             "replay it first (dispatch(..., routing=handle))"
@@ -119,10 +120,10 @@ def handle_problem(h, op, replay: bool) -> str | None:
     return None
 
 
-def order_problem(h, op) -> str | None:
+def order_problem(h, mode) -> str | None:
     """Why combine may not reverse ``h`` on this op by the order rules alone (a
     local InvalidStateError: every rank sees the same order), or None."""
-    if isinstance(h, EpDispatchRoutingHandle) and h._owner is not op._routing_owner:
+    if isinstance(h, EpDispatchRoutingHandle) and h._owner is not mode.routing_owner:
         return (
             "this routing handle was not made or replayed by a dispatch of this op; "
             "replay it first (dispatch(..., routing=handle))"
@@ -130,13 +131,13 @@ def order_problem(h, op) -> str | None:
     return None
 
 
-def reject_words(op, h) -> list[int] | None:
+def reject_words(mode, h) -> list[int] | None:
     """The routing a combine rejected for its arguments takes part as: the handle's
     epoch when it is this op's, else None (the last dispatch's, which is at least
     any handle's)."""
-    if not isinstance(h, EpDispatchRoutingHandle) or h._owner is not op._routing_owner:
+    if not isinstance(h, EpDispatchRoutingHandle) or h._owner is not mode.routing_owner:
         return None
-    if h._epoch_dev is None or h._epoch_dev.device != op.device:
+    if h._epoch_dev is None or h._epoch_dev.device != mode.device:
         return None
     return [0, 0, 0, 0, 0, h._epoch_dev.data_ptr(), h._epoch, 0]
 
@@ -147,42 +148,39 @@ def _what(t) -> str:
     return type(t).__name__
 
 
-def snapshot(op, num_tokens: int) -> EpDispatchRoutingHandle:
+def snapshot(mode, num_tokens: int) -> EpDispatchRoutingHandle:
     """The routing of the op's dispatch that just ended (enqueued, on CUDA), as a new
     handle. Reads regions that only this rank's next dispatch rewrites (protocol.hpp),
     on the current stream."""
-    c = op.config
+    c = mode.config
     m, w, cap = c.max_num_inp_token_per_rank, c.world_size, c.max_num_tokens_to_recv
-    sent = op._region("token_ranks", m * w).view(m, w).to(torch.int32)
+    sent = mode.region("token_ranks", m * w).view(m, w).to(torch.int32)
     sent[num_tokens:] = 0  # rows past num_tokens hold an earlier dispatch's sets
-    total = op._total_recv.clone()
-    rows = torch.arange(cap, dtype=torch.int32, device=op.device)
-    src = torch.where(rows < total, op._recv_src_pos, -1)
-    empty = torch.empty(0, dtype=torch.int32, device=op.device)
+    total = mode.total_recv.clone()
+    rows = torch.arange(cap, dtype=torch.int32, device=mode.device)
+    src = torch.where(rows < total, mode.recv_src_pos, -1)
+    empty = torch.empty(0, dtype=torch.int32, device=mode.device)
     h = EpDispatchRoutingHandle(sent.flatten(), empty, empty.clone(), total, src, num_tokens)
-    stamp(op, h)
+    stamp(mode, h)
     return h
 
 
-def stamp(op, h: EpDispatchRoutingHandle) -> None:
+def stamp(mode, h: EpDispatchRoutingHandle) -> None:
     """Records that the op's dispatch that just ended made or replayed ``h``."""
-    if op._cuda:  # the epoch the dispatch kernel advanced (EpDeviceState.epoch)
-        epoch = op._region("state", 8).view(torch.int64)
-    else:
-        epoch = torch.tensor([op._impl.epoch], dtype=torch.int64)
-    if h._epoch_dev is None or h._epoch_dev.device != op.device:
+    epoch = mode.epoch_tensor()
+    if h._epoch_dev is None or h._epoch_dev.device != mode.device:
         h._epoch_dev = epoch.clone()
     else:
         h._epoch_dev.copy_(epoch)
-    h._owner, h._epoch = op._routing_owner, op._impl.epoch
+    h._owner, h._epoch = mode.routing_owner, mode.impl.epoch
 
 
-def rank_masks(op, h: EpDispatchRoutingHandle) -> torch.Tensor:
+def rank_masks(mode, h: EpDispatchRoutingHandle) -> torch.Tensor:
     """int32 ``[M]``: bit d of entry t set when token t goes to rank d (a replay)."""
-    return derived(op, h)[4]
+    return derived(mode, h)[4]
 
 
-def derived(op, h: EpDispatchRoutingHandle):
+def derived(mode, h: EpDispatchRoutingHandle):
     """(src_pos, group_row, token_ranks, token_self_row, rank_masks, total_recv): the
     protocol's regions of the handle's dispatch (protocol.hpp), rebuilt from its
     tensors on the op's device. Any tensor contents give in-range values (entries
@@ -190,10 +188,10 @@ def derived(op, h: EpDispatchRoutingHandle):
     combine write outside its buffers."""
     if h._derived is not None and h._derived[0] is h.disp_tok_id_to_src_tok_id_local:
         return h._derived[1]
-    c = op.config
+    c = mode.config
     m, w, cap, me = c.max_num_inp_token_per_rank, c.world_size, c.max_num_tokens_to_recv, c.rank
-    g = -(-m // _C.ep_combine_group_tokens)
-    dev = op.device
+    g = -(-m // ep_combine_group_tokens)
+    dev = mode.device
     # 1 is sent, anything else is not (MORI-ported maps may hold -1 for "not sent").
     sent = h.disp_dest_tok_id_map.view(m, w) == 1
     masks = (sent.to(torch.int32) << torch.arange(w, dtype=torch.int32, device=dev)).sum(
@@ -207,7 +205,7 @@ def derived(op, h: EpDispatchRoutingHandle):
     # group j is the first with a position >= s * M + 8j (its rows' end: (s + 1) * M).
     pos = torch.where(valid, rev, torch.iinfo(torch.int32).max)
     keys = torch.arange(w, device=dev)[:, None] * m + torch.arange(g + 1, device=dev) * (
-        _C.ep_combine_group_tokens
+        ep_combine_group_tokens
     )
     keys[:, g] = (torch.arange(w, device=dev) + 1) * m
     group_row = torch.searchsorted(pos, keys.flatten().to(torch.int32), out_int32=True)
@@ -224,10 +222,10 @@ def derived(op, h: EpDispatchRoutingHandle):
     return out
 
 
-def combine_words(op, h: EpDispatchRoutingHandle) -> list[int]:
+def combine_words(mode, h: EpDispatchRoutingHandle) -> list[int]:
     """The handle as the native combine takes it (RoutingSnapshot in
     csrc/intranode_args.hpp)."""
-    src_pos, group_row, token_ranks, self_row, _, total = derived(op, h)
+    src_pos, group_row, token_ranks, self_row, _, total = derived(mode, h)
     return [
         src_pos.data_ptr(),
         group_row.data_ptr(),
