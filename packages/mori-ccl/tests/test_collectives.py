@@ -2,7 +2,6 @@
 # Copyright (c) 2026 The mori authors
 """mori.ccl.Communicator on CPU among real processes (gloo group, host symmetric heap)."""
 
-import random
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 import mori.ccl as ccl
 import mori.core as mc
 from mori.ccl import communicator
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "collectives_worker.py")
 # The first communicator creates the heap: 2 x 64 KiB for the tests' own, 2 x 64 MiB
@@ -22,12 +21,7 @@ ENV = {"MORI_SHMEM_HEAP_SIZE": "160M", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _run(mode, world, *extra, timeout_s=120):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, mode, str(seed), *extra], world, timeout_s=timeout_s, env=ENV)
-    for r in results:
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
-    return results
+    return run_ranks([WORKER, mode, str(new_seed()), *extra], world, timeout_s=timeout_s, env=ENV)
 
 
 @pytest.mark.parametrize(("world", "iters"), [(2, 10000), (4, 56), (8, 14)])
@@ -111,7 +105,4 @@ SDMA_WORKER = str(Path(__file__).parent / "workers" / "sdma_worker.py")
 
 
 def test_mori_sdma_adapters_on_a_host_heap():
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    for r in launch_local([SDMA_WORKER, "cpu", str(seed)], 2, timeout_s=120):
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    run_ranks([SDMA_WORKER, "cpu", str(new_seed())], 2, timeout_s=120)

@@ -10,30 +10,19 @@ worker processes (tests/workers/ccl_gpu_worker.py, ccl_trap_worker.py) with a bo
 wall time.
 """
 
-import random
 import re
 from pathlib import Path
 
 import pytest
 
-from mori.core.launch import NO_MULTICAST_ENV, launch_local
+from mori.core.testing import new_seed, run_ranks, seconds_of, trap_outcomes
 
 WORKERS = Path(__file__).parent / "workers"
 
 
 def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 300):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local(
-        [str(WORKERS / "ccl_gpu_worker.py"), mode, placement, str(seed), str(iters)],
-        world,
-        timeout_s=timeout_s,
-        env=NO_MULTICAST_ENV,
-    )
-    for r in results:
-        print(f"----- rank {r.rank} -----\n{r.output}")
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
-    return results
+    argv = [WORKERS / "ccl_gpu_worker.py", mode, placement, str(new_seed()), str(iters)]
+    return run_ranks(argv, world, timeout_s=timeout_s)
 
 
 def test_world_one(cuda_gpus):
@@ -68,31 +57,14 @@ def test_cuda_graph_replays(cuda_gpus):
 
 
 def _outcomes(case: str, gpus: int) -> list[tuple[str, str]]:
-    placement = "per_gpu" if gpus >= 2 else "shared"
-    results = launch_local(
-        [str(WORKERS / "ccl_trap_worker.py"), case, placement],
-        2,
-        timeout_s=120,
-        env=NO_MULTICAST_ENV,
-    )
-    out = []
-    for r in results:
-        print(f"----- rank {r.rank} -----\n{r.output}")
-        m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
-        assert m and r.output.strip().endswith(f"rank {r.rank} ok"), r.output
-        out.append((m.group(1), r.output))
-    return out
-
-
-def _seconds(outcome: str) -> float:
-    return float(re.search(r"after ([0-9.]+)s", outcome).group(1))
+    return trap_outcomes(WORKERS / "ccl_trap_worker.py", case, gpus)
 
 
 def test_an_absent_rank_traps_naming_it(cuda_gpus):
     (o0, out0), (o1, _) = _outcomes("absent_peer", cuda_gpus)
     assert o0.startswith("CUDA error"), o0
     assert "all_reduce (call 2) on rank 0: rank 1 did not arrive within 3000 ms" in out0, out0
-    assert _seconds(o0) < 30, o0
+    assert seconds_of(o0) < 30, o0
     assert o1 == "stayed away"
 
 
@@ -103,7 +75,7 @@ def test_calls_that_differ_trap_on_both_ranks_naming_both(cuda_gpus):
         assert "ranks disagree" in out, out
         assert "rank 0 calls all_reduce of 400 bytes of float32" in out, out
         assert "rank 1 calls all_reduce of 384 bytes of float32" in out, out
-        assert _seconds(o) < 3.0, o  # at once, not after the timeout
+        assert seconds_of(o) < 3.0, o  # at once, not after the timeout
 
 
 def test_a_rejected_input_raises_there_and_traps_the_peer(cuda_gpus):
@@ -124,7 +96,7 @@ def test_a_zero_copy_input_beside_a_staged_one_traps_on_both_ranks(cuda_gpus):
             r"rank 0 calls all_reduce of 400 bytes .*symmetric \(zero-copy\) input", out
         )
         assert re.search(r"rank 1 calls all_reduce of 400 bytes .*staged input", out), out
-        assert _seconds(o) < 3.0, o
+        assert seconds_of(o) < 3.0, o
 
 
 def test_splits_that_do_not_pair_up_trap_on_both_ranks(cuda_gpus):
@@ -134,13 +106,5 @@ def test_splits_that_do_not_pair_up_trap_on_both_ranks(cuda_gpus):
 
 
 def test_mori_sdma_adapters_on_the_copy_engines(cuda_gpus):
-    seed = random.randrange(1 << 30)
     placement = "per_gpu" if cuda_gpus >= 2 else "shared"
-    results = launch_local(
-        [str(WORKERS / "sdma_worker.py"), placement, str(seed)],
-        2,
-        timeout_s=240,
-        env=NO_MULTICAST_ENV,
-    )
-    for r in results:
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    run_ranks([WORKERS / "sdma_worker.py", placement, str(new_seed())], 2, timeout_s=240)

@@ -4,12 +4,11 @@
 mori's host heap, the part between hosts through gloo. World 4 as 2 hosts x 2 ranks,
 real processes, every result bit for bit with the two-level reference."""
 
-import random
 from pathlib import Path
 
 import pytest
 
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "hosts_worker.py")
 # The workers see no GPU, so the heap they create is a host heap.
@@ -21,7 +20,4 @@ def test_two_hosts_of_two_match_the_reference_bit_for_bit(layout):
     # Every collective, all-reduce algorithm, dtype and op (7 x 4 x 3 = 84 calls cycle
     # through them), then calls that differ across hosts, a rejected input and unpaired
     # splits, each failing every rank.
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    for r in launch_local([WORKER, layout, str(seed), "84"], 4, timeout_s=180, env=CPU_ENV):
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    run_ranks([WORKER, layout, str(new_seed()), "84"], 4, timeout_s=180, env=CPU_ENV)

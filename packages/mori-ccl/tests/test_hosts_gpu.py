@@ -5,12 +5,11 @@ process per GPU, the host's part on mori's CUDA collectives and the part between
 through NCCL. 2 hosts x 1 GPU with 2 GPUs, 2 hosts x 2 GPUs with 4 or more. Skipped
 with fewer than 2 GPUs (NCCL refuses two ranks on one GPU)."""
 
-import random
 from pathlib import Path
 
 import pytest
 
-from mori.core.launch import NO_MULTICAST_ENV, launch_local
+from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "hosts_worker.py")
 
@@ -20,9 +19,4 @@ def test_two_emulated_hosts_over_nccl(cuda_gpus, layout):
     if cuda_gpus < 2:
         pytest.skip("needs 2 GPUs (NCCL between the emulated hosts, one rank per GPU)")
     world = 4 if cuda_gpus >= 4 else 2
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    cmd = [WORKER, layout, str(seed), "168", "cuda"]
-    for r in launch_local(cmd, world, timeout_s=300, env=NO_MULTICAST_ENV):
-        print(f"----- rank {r.rank} -----\n{r.output}")
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    run_ranks([WORKER, layout, str(new_seed()), "168", "cuda"], world, timeout_s=300)

@@ -5,7 +5,6 @@ examples start (a torch process group registered as "default") and through a
 unique id without torch.distributed; on the host heap (every GPU hidden) and, where
 a GPU is visible, on the CUDA heap mori.shmem then picks (2 pes may share a GPU)."""
 
-import random
 import struct
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 import mori
 import mori.core as mc
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, require_cuda, run_ranks
 
 pytest.importorskip("torch")
 
@@ -24,11 +23,7 @@ CPU_ENV = {**ENV, "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _run(mode, world, *extra, env=CPU_ENV):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, mode, str(seed), *extra], world, timeout_s=180, env=env)
-    for r in results:
-        assert r.output.strip().endswith(f"pe {r.rank} ok"), r.output
+    run_ranks([WORKER, mode, str(new_seed()), *extra], world, timeout_s=180, env=env, who="pe")
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -42,13 +37,9 @@ def test_unique_id_init_without_torch_distributed(tmp_path):
 
 @pytest.mark.parametrize("mode", ["torch-pg", "uid"])
 def test_cuda_heap_when_a_gpu_is_visible(mode, tmp_path):
-    torch = pytest.importorskip("torch")
-    if not mc.build_info().get("with_cuda") or not torch.cuda.is_available():
-        pytest.skip("needs mori-core built with CUDA and a visible GPU")
-    from mori.core.launch import NO_MULTICAST_ENV
-
+    require_cuda()
     extra = [str(tmp_path / "uid")] if mode == "uid" else []
-    _run(mode, 2, *extra, env={**ENV, **NO_MULTICAST_ENV})
+    _run(mode, 2, *extra, env=ENV)
 
 
 def test_unique_id_round_trip_on_one_pe(monkeypatch):

@@ -2,14 +2,13 @@
 # Copyright (c) 2026 The mori authors
 """Host symmetric heap among real processes (CPU; runs in CI)."""
 
-import random
 from pathlib import Path
 
 import pytest
 
 import mori.core as mc
 from mori.core import shmem
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, run_ranks
 
 pytest.importorskip("torch")
 
@@ -17,12 +16,8 @@ WORKER = str(Path(__file__).parent / "workers" / "shmem_worker.py")
 
 
 def _run(mode, world, *extra, env=None, timeout_s=240):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, mode, str(seed), *extra], world, timeout_s=timeout_s, env=env)
-    for r in results:
-        assert r.output.strip().endswith(f"pe {r.rank} ok"), r.output
-    return results
+    argv = [WORKER, mode, str(new_seed()), *extra]
+    return run_ranks(argv, world, timeout_s=timeout_s, env=env, who="pe")
 
 
 @pytest.mark.parametrize("world", [2, 4])

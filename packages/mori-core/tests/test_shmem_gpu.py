@@ -9,58 +9,33 @@ runs in fresh worker processes (tests/workers/shmem_gpu_worker.py) with a bounde
 wall time, so a hang fails the test instead of CI.
 """
 
-import random
 from pathlib import Path
 
 import pytest
 
 import mori.core as mc
-from mori.core.launch import NO_MULTICAST_ENV, launch_local
+from mori.core.testing import new_seed, require_cuda, run_ranks
 
 torch = pytest.importorskip("torch")
 
 WORKER = str(Path(__file__).parent / "workers" / "shmem_gpu_worker.py")
 
 
-def _gpus() -> int:
-    if not mc.build_info().get("with_cuda"):
-        pytest.skip("libmori_core was built without CUDA")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU visible to torch")
-    n = mc.build_info().get("cuda_device_count", 0)
-    if n == 0:
-        pytest.skip(f"no CUDA device: {mc.build_info().get('cuda_unavailable_reason')}")
-    return n
-
-
-def _seed() -> int:
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    return seed
-
-
 def _run(mode: str, placement: str, world: int, *extra: str, timeout_s: float = 420):
-    env = dict(NO_MULTICAST_ENV)
-    env["MORI_LOG_LEVEL_SHMEM"] = "info"
-    results = launch_local(
-        [WORKER, mode, placement, str(_seed()), *extra], world, timeout_s=timeout_s, env=env
-    )
-    for r in results:
-        print(f"----- pe {r.rank} -----\n{r.output}")
-        assert r.output.strip().endswith(f"pe {r.rank} ok"), r.output
-    return results
+    return run_ranks(
+        [WORKER, mode, placement, str(new_seed()), *extra], world, timeout_s=timeout_s,
+        env={"MORI_LOG_LEVEL_SHMEM": "info"}, who="pe",
+    )  # fmt: skip
 
 
 def test_one_process_per_gpu():
     """Every visible GPU takes part (2, 4 or 8 pes on the machines we use)."""
-    n = _gpus()
-    if n < 2:
-        pytest.skip("needs 2 GPUs")
+    n = require_cuda(min_gpus=2)
     _run("suite", "per_gpu", n, "20000", timeout_s=180 + 30 * n)
 
 
 def test_handle_type_fallback_and_override():
-    n = _gpus()
+    n = require_cuda()
     results = _run("handle", "per_gpu" if n >= 2 else "shared", 2, timeout_s=120)
     out = results[0].output
     assert "MORI_SHMEM_HANDLE=auto: handle_type=" in out
@@ -69,7 +44,7 @@ def test_handle_type_fallback_and_override():
 
 
 def test_two_processes_one_gpu():
-    _gpus()
+    require_cuda()
     _run("suite", "shared", 2, "10000", timeout_s=200)
 
 

@@ -14,16 +14,15 @@ import sys
 import pytest
 
 from mori.core.launch import NO_MULTICAST_ENV, launch_local
+from mori.core.testing import cuda_skip_reason
 
 torch = pytest.importorskip("torch")
 
 
 def _device() -> str:
-    import mori.core as mc
     import mori.ep
 
-    ok = mc.build_info().get("with_cuda") and mori.ep._C.with_cuda
-    return "cuda" if ok and torch.cuda.device_count() >= 2 else "cpu"
+    return "cuda" if cuda_skip_reason(mori.ep._C, min_gpus=2) is None else "cpu"
 
 
 def test_bench_smoke(tmp_path):

@@ -2,26 +2,20 @@
 # Copyright (c) 2026 The mori authors
 """EpDispatchCombineOp on CPU among real processes (host symmetric heap, gloo)."""
 
-import random
 from pathlib import Path
 
 import pytest
 import torch
 
 import mori.core as mc
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, run_ranks
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_worker.py")
 
 
 def _run(mode, world, *extra, timeout_s=120):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, mode, str(seed), *extra], world, timeout_s=timeout_s)
-    for r in results:
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
-    return results
+    return run_ranks([WORKER, mode, str(new_seed()), *extra], world, timeout_s=timeout_s)
 
 
 @pytest.mark.parametrize(("world", "iters"), [(2, 50), (4, 16), (8, 8)])

@@ -12,29 +12,19 @@ Skipped without a CUDA GPU or a mori build without CUDA. Each scenario runs in
 fresh worker processes (tests/workers/ep_gpu_worker.py) with a bounded wall time.
 """
 
-import random
 from pathlib import Path
 
 import pytest
 
-from mori.core.launch import NO_MULTICAST_ENV, launch_local
+from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_gpu_worker.py")
 
 
 def _run(mode: str, placement: str, world: int, iters: int, timeout_s: float = 240, env=None):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed} env={env}")
-    results = launch_local(
-        [WORKER, mode, placement, str(seed), str(iters)],
-        world,
-        timeout_s=timeout_s,
-        env={**NO_MULTICAST_ENV, **(env or {})},
-    )
-    for r in results:
-        print(f"----- rank {r.rank} -----\n{r.output}")
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
-    return results
+    print(f"env={env}")
+    argv = [WORKER, mode, placement, str(new_seed()), str(iters)]
+    return run_ranks(argv, world, timeout_s=timeout_s, env=env)
 
 
 def test_world_one(cuda_gpus):

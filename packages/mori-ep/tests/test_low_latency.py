@@ -3,22 +3,17 @@
 """The low-latency kernel types (IntraNodeLL, AsyncLL), the expert-major layout and
 DeepEP's entry points on CPU among real processes (host symmetric heap, gloo)."""
 
-import random
 from pathlib import Path
 
 import pytest
 
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_ll_worker.py")
 
 
 def _run(mode, world, iters, timeout_s=120):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, mode, str(seed), str(iters)], world, timeout_s=timeout_s)
-    for r in results:
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    run_ranks([WORKER, mode, str(new_seed()), str(iters)], world, timeout_s=timeout_s)
 
 
 @pytest.mark.parametrize(("world", "iters"), [(2, 50), (4, 4)])  # 50 fresh-input calls

@@ -7,27 +7,20 @@ references, bit for bit) and CUDA-graph replays with fresh inputs. Skipped witho
 CUDA GPU or a mori build without CUDA."""
 
 import json
-import random
 import sys
 from pathlib import Path
 
 import pytest
 
 from mori.core.launch import NO_MULTICAST_ENV, launch_local
+from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_ll_worker.py")
 
 
 def _run(mode, placement, world, iters, timeout_s=240, env=None):
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local(
-        [WORKER, mode, str(seed), str(iters), placement], world, timeout_s=timeout_s,
-        env={**NO_MULTICAST_ENV, **(env or {})},
-    )  # fmt: skip
-    for r in results:
-        print(f"----- rank {r.rank} -----\n{r.output}")
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    argv = [WORKER, mode, str(new_seed()), str(iters), placement]
+    run_ranks(argv, world, timeout_s=timeout_s, env=env)
 
 
 @pytest.mark.parametrize("mode", ["token", "expert", "graph", "cap"])

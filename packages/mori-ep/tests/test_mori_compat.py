@@ -8,14 +8,13 @@ dispatch/combine argument order, and combine's ``indices`` being the caller's ow
 routing. The multi-process cases run on CPU (tests/workers/ep_compat_worker.py)."""
 
 import dataclasses
-import random
 from pathlib import Path
 
 import pytest
 import torch
 
 import mori.core as mc
-from mori.core.launch import launch_local
+from mori.core.testing import new_seed, run_ranks
 from mori.ep import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
@@ -118,17 +117,10 @@ def test_unimplemented_kernel_types_name_the_implemented_ones(kind):
 
 
 def test_compat_scenarios_on_cpu_at_world_2():
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([WORKER, str(seed)], 2, timeout_s=240)
-    assert all(r.output.strip().endswith(f"rank {r.rank} ok") for r in results)
+    run_ranks([WORKER, str(new_seed())], 2, timeout_s=240)
 
 
 def test_fp8_combine_and_cap_on_cpu_at_world_2():
     """The scenarios the CUDA kernels are checked with (test_fp8_cap_gpu.py), on the CPU
     implementation: the references they use hold for it bit for bit."""
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    results = launch_local([FP8_CAP_WORKER, "cpu", str(seed)], 2, timeout_s=240)
-    for r in results:
-        assert r.output.strip().endswith(f"rank {r.rank} ok"), r.output
+    run_ranks([FP8_CAP_WORKER, "cpu", str(new_seed())], 2, timeout_s=240)

@@ -68,7 +68,6 @@ import datetime
 import json
 import os
 import pickle
-import platform
 import queue
 import signal
 import socket
@@ -732,17 +731,12 @@ def _tail(text: str) -> str:
 
 
 def _conditions() -> dict:
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    comp = subprocess.run(["pgrep", "-c", "-f", "cc1plus|nvcc|cicc|ptxas"],
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    from mori.core import bench as scaffold  # here: the peers' venvs need no mori
+
+    m = scaffold.machine()
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
-            "loadavg": os.getloadavg(), "compilers_running": int(comp or 0)}  # fmt: skip
+            "cpu": m["cpu"], "cores": m["cores"], "kernel": m["kernel"],
+            "loadavg": os.getloadavg(), "compilers_running": scaffold.compilers_running()}  # fmt: skip
 
 
 def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:

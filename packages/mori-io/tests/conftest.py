@@ -67,6 +67,8 @@ def peer_target(tmp_path):
     """A target engine in another process (tests/io_peer_worker.py, TCP, a 32 MiB
     region): yields (its EngineDesc, its MemoryDesc, the worker's seed, the process).
     The process is resumed (a test may have stopped it) and killed afterwards."""
+    from mori.core.testing import wait_for_path
+
     seed = random.randrange(1 << 30)
     print("seed", seed)
     worker = str(Path(__file__).with_name("io_peer_worker.py"))
@@ -76,10 +78,7 @@ def peer_target(tmp_path):
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "mem").exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
-            time.sleep(0.01)
+        wait_for_path(tmp_path / "mem", proc, what="target did not start")
         time.sleep(0.05)
         desc = EngineDesc.unpack((tmp_path / "engine").read_bytes())
         yield desc, MemoryDesc.unpack((tmp_path / "mem").read_bytes()), seed, proc

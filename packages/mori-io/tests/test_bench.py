@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import mori.core
+from mori.core.testing import visible_gpus
 from mori.io import _C, BackendType, IOEngine, StatusCode, TcpBackendConfig
 from mori.io.bench import (
     baseline_of,
@@ -263,21 +264,12 @@ def test_several_buffers_per_side_are_verified(capsys):
         bench.parse_args(["--num-target-dev", "0"])
 
 
-def _gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
-
-
-@pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA GPU")
+@pytest.mark.skipif(visible_gpus() == 0, reason="needs a CUDA GPU")
 def test_p2p_bench_compares_with_the_copy_its_gpus_can_do(tmp_path):
     """On one GPU the limit is a same-device copy (not a peer copy), on two a peer copy;
     either way the whole iteration is one copy, so the limit is not the runtime's call
     rate and the engine is not reported at thousands of percent of it."""
-    ngpu = _gpus()
+    ngpu = visible_gpus()
     out = tmp_path / "p2p.json"
     cmd = [
         sys.executable, "-m", "mori.io.bench", "--backend", "p2p", "--enable-batch-transfer",

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import mori.core as mc
+from mori.core.testing import visible_gpus
 from mori.io import (
     _C,
     BackendType,
@@ -40,16 +41,7 @@ VERSION = _C.wire_version
 T = getattr(_C, "_testing", None)  # test builds only; conftest skips io_testing tests without
 
 
-def _gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
-
-
-needs_gpu = pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA GPU")
+needs_gpu = pytest.mark.skipif(visible_gpus() == 0, reason="needs a CUDA GPU")
 
 
 def _random_export(rng):
@@ -124,7 +116,7 @@ def test_choice_sends_gpu_pairs_of_one_host_to_p2p():
     assert choose(local_loc=CPU, remote_loc=CPU)[0] == "SHM"
 
 
-@pytest.mark.skipif(_gpus() > 0, reason="checks the refusal where no GPU is usable")
+@pytest.mark.skipif(visible_gpus() > 0, reason="checks the refusal where no GPU is usable")
 def test_p2p_backend_without_a_gpu_is_a_clear_error():
     reason = _C.Engine.p2p_unavailable()
     assert reason
@@ -137,7 +129,9 @@ def test_p2p_backend_without_a_gpu_is_a_clear_error():
     eng.close()
 
 
-@pytest.mark.skipif(_gpus() > 0, reason="checks the refusals where GPU memory cannot be staged")
+@pytest.mark.skipif(
+    visible_gpus() > 0, reason="checks the refusals where GPU memory cannot be staged"
+)
 def test_gpu_memory_over_tcp_without_cuda_is_refused_before_any_byte_moves(engine_pair):
     a, b = engine_pair(BackendType.TCP, mutual=False)
     with pytest.raises(mc.InvalidArgumentError, match="needs its device id"):

@@ -18,6 +18,7 @@ import pytest
 
 import mori.core as mc
 from mori.core.launch import launch_local
+from mori.core.testing import wait_for_path
 from mori.io import (
     _C,
     BackendType,
@@ -177,10 +178,7 @@ def test_peer_killed_mid_batch_fails_over_shm(tmp_path):
     try:
         eng = IOEngine("initiator")
         eng.create_backend(BackendType.SHM)
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "mem").exists():
-            assert time.monotonic() < deadline and target.poll() is None, "target did not start"
-            time.sleep(0.01)
+        wait_for_path(tmp_path / "mem", target, what="target did not start")
         time.sleep(0.05)
         eng.register_remote_engine(EngineDesc.unpack((tmp_path / "engine").read_bytes()))
         remote = MemoryDesc.unpack((tmp_path / "mem").read_bytes())

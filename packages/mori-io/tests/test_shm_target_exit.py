@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mori.core.testing import wait_for_path
 from mori.io import (
     BackendType,
     EngineDesc,
@@ -65,10 +66,7 @@ def mapped_target(tmp_path, monkeypatch, request):
     )
     eng = IOEngine("initiator")
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "mem").exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "target did not start"
-            time.sleep(0.01)
+        wait_for_path(tmp_path / "mem", proc, what="target did not start")
         eng.create_backend(BackendType.TCP, TcpBackendConfig(num_worker_threads=4))
         eng.create_backend(BackendType.SHM)
         eng.register_remote_engine(EngineDesc.unpack((tmp_path / "engine").read_bytes()))
@@ -76,9 +74,7 @@ def mapped_target(tmp_path, monkeypatch, request):
         (tmp_path / "initiator.tmp").write_bytes(eng.get_engine_desc().pack())
         os.replace(tmp_path / "initiator.tmp", tmp_path / "initiator")
         remote = MemoryDesc.unpack((tmp_path / "mem").read_bytes())
-        while not (tmp_path / "ready").exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "target not ready"
-            time.sleep(0.01)
+        wait_for_path(tmp_path / "ready", proc, what="target not ready")
         local = np.zeros(SIZE, np.uint8)
         ma = eng.register_array(local)
         name, why = eng.backend_for(ma, remote)

@@ -11,21 +11,19 @@ case: absent_peer  rank 1 never calls: rank 0's kernel traps after timeout_s nam
                    naming the pair
       zero_copy_mismatch  rank 0 passes a symmetric input (read in place), rank 1 an
                    ordinary one (staged): both kernels trap printing both calls
-Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
-timeout. A trapped process's CUDA context is unusable, so the worker leaves with
-os._exit (no teardown that would touch the device again).
+Prints "rank N outcome: <what happened>" then "rank N ok" (mori.core.testing.trap_case:
+rank 1 of absent_peer stays away); a hang is the launcher's timeout.
 """
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 import mori.ccl as ccl
-import mori.core as mc
 from mori.core import shmem
+from mori.core.testing import trap_case
 
 case, placement = sys.argv[1], sys.argv[2]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -41,18 +39,7 @@ sym = comm.empty((100,), torch.float32)  # collective: before the case splits th
 dist.barrier()
 
 
-def done(outcome: str) -> None:
-    print(f"rank {rank} outcome: {outcome}", flush=True)
-    print(f"rank {rank} ok", flush=True)
-    sys.stdout.flush()
-    os._exit(0)
-
-
-if case == "absent_peer" and rank == 1:
-    time.sleep(8.0)  # longer than rank 0's timeout_s: rank 0 must not wait for it
-    done("stayed away")
-t0 = time.monotonic()
-try:
+def call() -> None:
     if case == "absent_peer":
         comm.all_reduce(torch.ones(10, device="cuda"))
     elif case == "mismatch":
@@ -74,10 +61,6 @@ try:
             in_splits=ins,
             out_splits=outs,
         )
-    torch.cuda.synchronize()
-except mc.InvalidArgumentError as e:
-    torch.cuda.synchronize()  # the rejection it posted for the peers has left the GPU
-    done(f"InvalidArgumentError after {time.monotonic() - t0:.1f}s: {e}")
-except RuntimeError as e:  # torch.AcceleratorError: the kernel trapped
-    done(f"CUDA error after {time.monotonic() - t0:.1f}s: {str(e).splitlines()[0]}")
-done("call completed")
+
+
+trap_case(rank, case, call)

@@ -20,20 +20,17 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
                    max_total_recv_tokens 8 (4 receive slots per source rank): rank 1
                    routes 5 tokens to rank 0 (rank 0 sends 3 there): both kernels print
                    rank 1, rank 0 and both counts and trap (rank 1 at once)
-Prints "rank N outcome: <what happened>" then "rank N ok"; a hang is the launcher's
-timeout. The CUDA context of a trapped process is unusable, so the worker leaves with
-os._exit (no teardown that would touch the device again).
+Prints "rank N outcome: <what happened>" then "rank N ok" (mori.core.testing.trap_case:
+rank 1 of absent_peer stays away); a hang is the launcher's timeout.
 """
 
-import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 from ep_reference import start_gpu_rank
 
-import mori.core as mc
+from mori.core.testing import trap_case
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 case, placement = sys.argv[1], sys.argv[2]
@@ -79,18 +76,7 @@ if case in ("over_cap", "ll_over_cap", "ll_async_over_cap"):  # every token to e
 dist.barrier()
 
 
-def done(outcome: str) -> None:
-    print(f"rank {rank} outcome: {outcome}", flush=True)
-    print(f"rank {rank} ok", flush=True)
-    sys.stdout.flush()
-    os._exit(0)
-
-
-if case == "absent_peer" and rank == 1:
-    time.sleep(8.0)  # longer than rank 0's timeout_s: rank 0 must not wait for it
-    done("stayed away")
-t0 = time.monotonic()
-try:
+def call() -> None:
     out, _, _, _, total = op.dispatch(x, w, None, idx)
     if cfg.kernel_type == EpDispatchCombineKernelType.AsyncLL:
         op.dispatch_recv()
@@ -98,10 +84,6 @@ try:
     if case in ("combine_dtype", "ll_combine_dtype"):
         y = out[: int(total.item())]
         op.combine(y.float() if rank == 1 else y, None, idx)
-        torch.cuda.synchronize()
-except mc.InvalidArgumentError as e:
-    torch.cuda.synchronize()  # the rejection it posted for the peers has left the GPU
-    done(f"InvalidArgumentError after {time.monotonic() - t0:.1f}s: {e}")
-except RuntimeError as e:  # torch.AcceleratorError: the kernel trapped
-    done(f"CUDA error after {time.monotonic() - t0:.1f}s: {str(e).splitlines()[0]}")
-done("dispatch completed")
+
+
+trap_case(rank, case, call, completed="dispatch completed")

@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from typing import Any
 
-from mori.core.launch import NO_MULTICAST_ENV
+from mori.core import bench as scaffold
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "int32": "int32"}
@@ -51,18 +50,6 @@ MORI_ALGORITHMS = {
 }
 
 
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
-def _list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m mori.ccl.bench",
@@ -70,22 +57,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--world-size", type=int, default=None, help="local processes to start")
-    p.add_argument("--ops", type=_list, default=list(OPS), help=",".join(OPS))
+    p.add_argument("--ops", type=scaffold.comma_list, default=list(OPS), help=",".join(OPS))
     p.add_argument(
         "--sizes",
-        type=lambda t: [_size(v) for v in _list(t)],
+        type=lambda t: [scaffold.parse_size(v) for v in scaffold.comma_list(t)],
         default=None,
         help="sizes in bytes (K/M/G suffixes); default 1K to --max-size, x8 steps",
     )
-    p.add_argument("--max-size", type=_size, default=64 << 20)
+    p.add_argument("--max-size", type=scaffold.parse_size, default=64 << 20)
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
-    p.add_argument("--modes", type=_list, default=["graph", "eager"], help="graph,eager")
+    p.add_argument(
+        "--modes", type=scaffold.comma_list, default=["graph", "eager"], help="graph,eager"
+    )
     p.add_argument("--max-blocks", type=int, default=None, help="mori's bound on blocks per call")
     p.add_argument("--iters", type=int, default=10, help="timed trials (median)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--no-nccl", action="store_true", help="skip the NCCL baseline")
     p.add_argument("--no-symm", action="store_true", help="skip torch SymmetricMemory")
-    p.add_argument("--json", help="write the rows here (rank 0)")
+    scaffold.add_output_args(p, json_help="write the rows here (rank 0)")
     p.add_argument("--timeout-s", type=float, default=900.0)
     args = p.parse_args(argv)
     for op in args.ops:
@@ -212,26 +201,16 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     import mori.ccl as ccl
-    import mori.core as mc
     from mori.core import shmem
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    cuda_ok = gpus > 0 and bool(ccl._C.with_cuda) and bool(mc.build_info().get("with_cuda"))
-    if args.device == "cuda" and not cuda_ok:
-        raise SystemExit("--device cuda: no CUDA GPU, or mori built without CUDA")
-    cuda = cuda_ok and args.device != "cpu"
-    dev = local % gpus if cuda else None
-    if cuda:
-        torch.cuda.set_device(dev)
+    rank, world, local = scaffold.rank_env()
+    cuda, dev, gpus = scaffold.pick_device(args.device, local, ccl._C)
     device = torch.device("cuda", dev) if cuda else torch.device("cpu")
     dist.init_process_group("gloo", init_method="env://")
     dtype = getattr(torch, DTYPES[args.dtype])
     max_bytes = max(args.sizes) + 4096
     heap = 5 * max_bytes + (64 << 20) if cuda else 2 * max_bytes + (16 << 20)
-    heap = (heap + (2 << 20) - 1) // (2 << 20) * (2 << 20)
-    shmem.init(device=dev if cuda else "cpu", heap_size=heap, timeout_s=120)
+    shmem.init(device=dev if cuda else "cpu", heap_size=scaffold.heap_bytes(heap), timeout_s=120)
     comm = ccl.Communicator(max_bytes=max_bytes, timeout_s=120, max_blocks=args.max_blocks)
     modes = args.modes if cuda else ["eager"]
     # CUDA heaps: inputs copied into it make the "+zc" rows (zero-copy inputs).
@@ -348,8 +327,7 @@ def worker(args: argparse.Namespace) -> None:
             print("# CPU: host heap beside gloo, a check of the bench, not a measurement")
         print(_table(rows))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"meta": meta, "records": rows}, f, indent=1)
+            scaffold.write_json(args.json, {"meta": meta, "records": rows}, indent=1, note=None)
     wrong = [r for r in rows if r["check"] == "WRONG" or r["check"].startswith("!=")]
     barrier()
     comm.close()
@@ -424,28 +402,8 @@ def _symm_call(torch, symm, case: _Case, algo: str):
 
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    if "RANK" in os.environ:
-        worker(args)
-        return
-    from mori.core.launch import WorkersFailed, launch_local
-
-    world = args.world_size
-    if world is None:
-        try:
-            import torch
-
-            gpus = torch.cuda.device_count() if args.device != "cpu" else 0
-            world = max(2, min(8, gpus))
-        except ImportError:
-            world = 2
-    cmd = [sys.executable, "-m", "mori.ccl.bench", *argv]
-    try:
-        results = launch_local(cmd, world, timeout_s=args.timeout_s, env=NO_MULTICAST_ENV)
-    except WorkersFailed as e:
-        print(e, file=sys.stderr)
-        raise SystemExit(1) from None
-    print(results[0].output, end="")
+    if scaffold.run_or_launch("mori.ccl.bench", argv, parse_args(argv), worker):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

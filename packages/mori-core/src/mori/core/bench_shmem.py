@@ -17,30 +17,13 @@ starts 2 local processes, one per GPU) or under torchrun with 2 processes.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
 
-from mori.core.launch import NO_MULTICAST_ENV
+from mori.core import bench as scaffold
 
 NVLINK_SPEC_GBPS = 450.0  # H100/H200 NVLink 4, 18 links: 450 GB/s per direction
-
-
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
-def _fmt_size(n: int) -> str:
-    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,9 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--json", help="write the results here (rank 0)")
-    p.add_argument("--min-size", type=_size, default=1 << 10)
-    p.add_argument("--max-size", type=_size, default=1 << 30)
+    scaffold.add_output_args(p)
+    p.add_argument("--min-size", type=scaffold.parse_size, default=1 << 10)
+    p.add_argument("--max-size", type=scaffold.parse_size, default=1 << 30)
     p.add_argument("--blocks", type=int, default=32, help="blocks (SMs) of the main put column")
     p.add_argument("--threads", type=int, default=1024, help="threads per block")
     p.add_argument("--iters", type=int, default=20, help="timed trials per point (median)")
@@ -80,35 +63,20 @@ def _median_ms(fn, reps: int, trials: int, sync_fn=None) -> float:
     return statistics.median(times)
 
 
-def _table(rows, headers) -> str:
-    try:
-        from tabulate import tabulate
-
-        return tabulate(rows, headers=headers, floatfmt=".1f")
-    except ImportError:
-        lines = ["  ".join(f"{h:>12}" for h in headers)]
-        for r in rows:
-            lines.append(
-                "  ".join(f"{c:>12.1f}" if isinstance(c, float) else f"{c!s:>12}" for c in r)
-            )
-        return "\n".join(lines)
-
-
 def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
     from mori.core import _C, shmem
 
-    rank = int(os.environ["RANK"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
+    _, _, local = scaffold.rank_env()
     ngpu = torch.cuda.device_count()
     if ngpu == 0:
         raise SystemExit("bench_shmem needs CUDA GPUs")
     dev = local % ngpu
     torch.cuda.set_device(dev)
     dist.init_process_group("gloo", init_method="env://")
-    heap = ((args.max_size + (64 << 20)) + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+    heap = scaffold.heap_bytes(args.max_size + (64 << 20))
     shmem.init(device=dev, heap_size=heap, timeout_s=120)
     me, n = shmem.my_pe(), shmem.n_pes()
     peer = (me + 1) % n
@@ -165,7 +133,7 @@ def worker(args: argparse.Namespace) -> None:
             ref = max(rec["memcpy_peer_view_gbps"], rec.get("memcpy_peer_device_gbps", 0.0))
             rec["pct_of_peer_copy"] = 100.0 * rec["put_gbps"][str(args.blocks)] / ref
             records.append(rec)
-            row = [_fmt_size(nbytes)]
+            row = [scaffold.format_size(nbytes)]
             row += [rec["put_gbps"][str(b)] for b in block_counts]
             row += [
                 rec["memcpy_peer_view_gbps"],
@@ -221,7 +189,7 @@ def worker(args: argparse.Namespace) -> None:
             f"handle {info['handle_type']}; {args.threads} threads/block; median of "
             f"{args.iters} trials (CUDA events)"
         )
-        print(_table(rows, headers))
+        print(scaffold.table(rows, headers))
         big = [r for r in records if r["bytes"] >= (16 << 20)]
         worst = min((r["pct_of_peer_copy"] for r in big), default=float("nan"))
         ref_peak = max(
@@ -259,9 +227,7 @@ def worker(args: argparse.Namespace) -> None:
                 "barrier_on_stream_graph_us": graph_us,
                 "barrier_kernel_loop_us": loop_us,
             }
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=2)
-            print(f"wrote {args.json}")
+            scaffold.write_json(args.json, out)
     del peer_dst, dst, g
     import gc
 
@@ -271,24 +237,9 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
-    if "RANK" in os.environ:
-        worker(args)
-        return
-    from mori.core.launch import WorkersFailed, launch_local
-
-    cmd = [
-        sys.executable,
-        "-m",
-        "mori.core.bench_shmem",
-        *(argv if argv is not None else sys.argv[1:]),
-    ]
-    try:
-        results = launch_local(cmd, 2, timeout_s=args.timeout_s, env=NO_MULTICAST_ENV)
-    except WorkersFailed as e:
-        print(e, file=sys.stderr)
-        raise SystemExit(1) from None
-    print(results[0].output, end="")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if scaffold.run_or_launch("mori.core.bench_shmem", argv, parse_args(argv), worker, 2):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -56,47 +56,17 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import struct
 import sys
 import time
 from typing import NamedTuple
 
-_MORI_COMMON = ["--op-type", "write", "--enable-sess", "--enable-batch-transfer"]
-_SWEEP_1K_16M = ["--all", "--sweep-start-size", "1K", "--sweep-max-size", "16M"]
-PRESETS: dict[str, list[str]] = {
-    # MORI's three regimes for judging CPU-overhead changes, as the argument vectors its
-    # profile-guided hot-path change ran its benchmark with. They go before the command
-    # line, so a flag given there wins over the preset's value.
-    "mw-chunkoff": [*_MORI_COMMON, "--disable-chunking", "--transfer-batch-size", "64",
-                    *_SWEEP_1K_16M, "--iters", "128",
-                    "--num-worker-threads", "2", "--num-qp-per-transfer", "4"],
-    "mw-chunkon": [*_MORI_COMMON, "--transfer-batch-size", "64",
-                   *_SWEEP_1K_16M, "--iters", "256",
-                   "--num-worker-threads", "4", "--num-qp-per-transfer", "4"],
-    "hi-iops": [*_MORI_COMMON, "--disable-chunking", "--buffer-size", "512",
-                "--transfer-batch-size", "256", "--iters", "512",
-                "--num-worker-threads", "8", "--num-qp-per-transfer", "8",
-                "--num-initiator-dev", "8", "--num-target-dev", "8"],
-}  # fmt: skip
+from mori.core import bench as scaffold
+from mori.io import bench_ablation
+from mori.io.bench_presets import PRESETS, expand_preset
 
 CHILD_ENV = "MORI_IO_BENCH_CHILD"
-
-
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
-def _fmt_size(n: int) -> str:
-    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "IPC); checked to be the backend actually chosen",
     )  # fmt: skip
     p.add_argument("--op-type", default="write", choices=["read", "write"])
-    p.add_argument("--buffer-size", type=_size, default=1 << 20, help="bytes per transfer")
+    p.add_argument(
+        "--buffer-size", type=scaffold.parse_size, default=1 << 20, help="bytes per transfer"
+    )
     p.add_argument("--transfer-batch-size", type=int, default=1, help="transfers per iteration")
     p.add_argument("--enable-batch-transfer", action="store_true", help="one batch call")
     p.add_argument("--enable-sess", action="store_true", help="transfer through a session")
@@ -135,10 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="one part per transfer (TCP: chunking splits transfers into --chunk-size parts)",
     )  # fmt: skip
     p.add_argument(
-        "--chunk-size", "--chunk-bytes", dest="chunk_size", type=_size, default=1 << 20,
+        "--chunk-size", "--chunk-bytes", dest="chunk_size", type=scaffold.parse_size,
+        default=1 << 20,
         help="bytes per part when chunking (--chunk-bytes: MORI's name)",
     )  # fmt: skip
-    p.add_argument("--sock-buf-bytes", type=_size, default=0, help="0: kernel autotuning")
+    p.add_argument(
+        "--sock-buf-bytes", type=scaffold.parse_size, default=0, help="0: kernel autotuning"
+    )
     p.add_argument(
         "--num-initiator-dev", type=int, default=1,
         help="buffers (GPUs with --backend p2p: cuda:0..N-1) the initiator spreads transfers over",
@@ -155,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--p2p-max-blocks", type=int, default=64, help="SMs of a P2P batch kernel")
     p.add_argument("--p2p-num-streams", type=int, default=4, help="P2P copy streams per GPU")
     p.add_argument("--all", action="store_true", help="sweep the message size (powers of 2)")
-    p.add_argument("--sweep-start-size", type=_size, default=8)
-    p.add_argument("--sweep-max-size", type=_size, default=1 << 20)
+    p.add_argument("--sweep-start-size", type=scaffold.parse_size, default=8)
+    p.add_argument("--sweep-max-size", type=scaffold.parse_size, default=1 << 20)
     p.add_argument("--iters", type=int, default=128, help="timed iterations per size")
     p.add_argument("--warmup", type=int, default=8, help="untimed iterations per size")
     p.add_argument("--reps", type=int, default=1, help="repetitions (mean and stdev)")
@@ -168,25 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-baseline", action="store_true", help="skip the raw socket stream")
     p.add_argument("--host", help="address this engine listens on (default: loopback if local)")
-    p.add_argument("--json", help="write config, machine and rows here")
-    p.add_argument("--plot", help="write a bandwidth plot here (needs matplotlib)")
-    p.add_argument("--replot", metavar="JSON", help="no run: draw --plot from an earlier --json")
-    p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the whole run")
-    a = p.add_argument_group("hot-path ablation (mori.io.bench_ablation)")
-    a.add_argument("--ablate", action="store_true", help="run the ablation instead")
-    a.add_argument("--ablate-reps", type=int, default=5, help="interleaved repetitions")
-    a.add_argument("--ablate-backends", default="tcp,shm-cma,shm-map", help="comma-separated")
-    a.add_argument(
-        "--ablate-presets", default="mw-chunkoff,mw-chunkon,hi-iops", help="comma-separated"
-    )
-    a.add_argument(
-        "--ablate-switches", help="environment variables to ablate (default: all switches)"
-    )
-    a.add_argument("--ablate-iters", type=int, help="timed iterations per run (default: per point)")
-    a.add_argument(
-        "--ablate-deadline-s", type=float, default=0.0,
-        help="start no repetition that would end past this many seconds (0: no limit)",
+    scaffold.add_output_args(
+        p, json_help="write config, machine and rows here",
+        plot_help="write a bandwidth plot here (needs matplotlib)",
     )  # fmt: skip
+    p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the whole run")
+    bench_ablation.add_arguments(p)
     return p
 
 
@@ -209,12 +171,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def expand_preset(name: str | None) -> list[str]:
-    """The arguments preset ``name`` stands for (none for None); they are parsed before
-    the command line, so an explicit flag overrides the preset's value."""
-    return list(PRESETS[name]) if name else []
-
-
 def sizes_of(args) -> list[int]:
     if not args.all:
         return [args.buffer_size]
@@ -223,20 +179,6 @@ def sizes_of(args) -> list[int]:
         out.append(s)
         s *= 2
     return out
-
-
-def machine() -> dict:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
-            "host": platform.node()}  # fmt: skip
 
 
 # -- measurement ----------------------------------------------------------------------
@@ -634,7 +576,7 @@ def format_table(rows: list[dict], reps: int) -> str:
         for _, key, fmt in cols:
             v = r[key]
             if fmt == "size":
-                line.append(_fmt_size(v))
+                line.append(scaffold.format_size(v))
             elif fmt == "int":
                 line.append(str(v))
             elif reps > 1:
@@ -651,20 +593,15 @@ def describe(args) -> str:
         f"mori.io.bench: backend={args.backend} op={args.op_type} {mode}"
         f"{' session' if args.enable_sess else ''} batch={args.transfer_batch_size} "
         f"workers={args.num_worker_threads} qp={args.num_qp_per_transfer} "
-        f"chunking={'off' if args.disable_chunking else _fmt_size(args.chunk_size)} "
+        f"chunking={'off' if args.disable_chunking else scaffold.format_size(args.chunk_size)} "
         f"iters={args.iters} reps={args.reps}"
         f"{' preset=' + args.preset if args.preset else ''}"
     )
 
 
 def write_plot(rows: list[dict], path: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"--plot {path}: matplotlib is not installed; no plot written")
+    plt = scaffold.pyplot(path)
+    if plt is None:
         return
     x = [r["total_size"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -691,7 +628,7 @@ def write_plot(rows: list[dict], path: str) -> None:
 
 
 def report(args, rows: list[dict]) -> None:
-    m = machine()
+    m = scaffold.machine()
     print(describe(args))
     print(f"machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}")
     if rows and rows[0].get("baseline"):
@@ -706,39 +643,20 @@ def report(args, rows: list[dict]) -> None:
             "machine": m,
             "rows": rows,
         }
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"json written to {args.json}")
+        scaffold.write_json(args.json, doc, note="json written to {}")
     if args.plot:
         write_plot(rows, args.plot)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.replot:
-        if not args.plot:
-            raise SystemExit("--replot needs --plot PATH")
-        with open(args.replot) as f:
-            write_plot(json.load(f)["rows"], args.plot)
+    if scaffold.replot(args, lambda doc, path: write_plot(doc["rows"], path)):
         return 0
     if args.ablate:
-        from mori.io import bench_ablation
-
         return bench_ablation.main(args)
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "RANK" not in os.environ and CHILD_ENV not in os.environ:
-        from mori.core.launch import WorkersFailed, launch_local
-
-        try:
-            results = launch_local(
-                [sys.executable, "-m", "mori.io.bench", *argv], 2,
-                timeout_s=args.timeout_s, env={CHILD_ENV: "1"},
-            )  # fmt: skip
-        except WorkersFailed as e:
-            print(e, file=sys.stderr)
-            return 1
-        print(results[0].output, end="")
-        return 0
+    if not scaffold.is_rank() and CHILD_ENV not in os.environ:
+        return scaffold.launch_ranks("mori.io.bench", argv, 2, args.timeout_s, {CHILD_ENV: "1"})
     rows = run_worker(args)
     if rows is not None:
         report(args, rows)

@@ -31,6 +31,7 @@ flag, and it would need a NIC (``/sys/class/infiniband``).
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -39,6 +40,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from mori.core import bench as scaffold
+from mori.io.bench_presets import expand_preset
 
 # (name, environment variable, value that turns the mechanism off)
 # (The lock-free endpoint read, the epoch snapshot of sessions, the ledger ring and
@@ -72,8 +76,6 @@ METRICS = ("xfer_per_s", "p50_lat_us", "cpu_us_init", "cpu_us_target")
 def preset_point(preset: str, iters: int | None = None) -> list[str]:
     """The preset's flags without its sweep, then the point's size and iterations
     (``iters`` overrides those)."""
-    from mori.io.bench import expand_preset
-
     argv, out, i = expand_preset(preset), [], 0
     while i < len(argv):
         if argv[i] == "--all":
@@ -272,17 +274,27 @@ def format_tables(summary: dict, verdict_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _compilers() -> int:
-    """Compiler processes running now (other builds on a shared machine skew the runs)."""
-    p = subprocess.run(["pgrep", "-c", "-f", "cc1plus|nvcc|cicc|ptxas"], capture_output=True,
-                       text=True)  # fmt: skip
-    return int(p.stdout.strip() or 0)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ablation's flags, in their own group of ``python -m mori.io.bench``'s parser."""
+    a = parser.add_argument_group("hot-path ablation (mori.io.bench_ablation)")
+    a.add_argument("--ablate", action="store_true", help="run the ablation instead")
+    a.add_argument("--ablate-reps", type=int, default=5, help="interleaved repetitions")
+    a.add_argument("--ablate-backends", default="tcp,shm-cma,shm-map", help="comma-separated")
+    a.add_argument(
+        "--ablate-presets", default="mw-chunkoff,mw-chunkon,hi-iops", help="comma-separated"
+    )
+    a.add_argument(
+        "--ablate-switches", help="environment variables to ablate (default: all switches)"
+    )
+    a.add_argument("--ablate-iters", type=int, help="timed iterations per run (default: per point)")
+    a.add_argument(
+        "--ablate-deadline-s", type=float, default=0.0,
+        help="start no repetition that would end past this many seconds (0: no limit)",
+    )  # fmt: skip
 
 
 def main(args) -> int:
-    """Run the ablation for ``bench.parse_args``'s namespace (``--ablate``)."""
-    from mori.io.bench import machine
-
+    """Run the ablation for ``mori.io.bench.parse_args``'s namespace (``--ablate``)."""
     if args.ablate_reps < 1:
         raise SystemExit("--ablate-reps must be >= 1")
     backends = args.ablate_backends.split(",")
@@ -304,7 +316,7 @@ def main(args) -> int:
     cells = [(b, p) for b in backends for p in presets]
     results: dict = {f"{b} / {p}": {name: [] for name, _ in vs} for b, p in cells}
     argvs = {f"{b} / {p}": BACKENDS[b] + preset_point(p, args.ablate_iters) for b, p in cells}
-    m = machine()
+    m = scaffold.machine()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rdma = os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband")
     print(f"mori.io.bench --ablate: {len(cells)} cells x {len(vs)} variants x "
@@ -331,7 +343,7 @@ def main(args) -> int:
                     print(f"rep {rep + 1} {cell} {name}: FAILED {row['error']}", flush=True)
         reps_done = rep + 1
         print(f"repetition {rep + 1}/{args.ablate_reps} done, load {os.getloadavg()[0]:.2f}, "
-              f"compiler processes {_compilers()}", flush=True)  # fmt: skip
+              f"compiler processes {scaffold.compilers_running()}", flush=True)  # fmt: skip
     summary = summarize(results)
     verdict_rows = verdicts(summary, switch_vars)
     print()
@@ -344,8 +356,6 @@ def main(args) -> int:
                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "machine": m, "argv": argvs, "variants": vs, "reps": args.ablate_reps,
                "reps_done": reps_done, "results": results, "verdicts": verdict_rows}  # fmt: skip
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"json written to {args.json}")
+        scaffold.write_json(args.json, doc, note="json written to {}")
     failed = sum(1 for c in results.values() for runs in c.values() for r in runs if "error" in r)
     return 1 if failed else 0

@@ -1,0 +1,228 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Helpers shared by the tests of every mori package (``packages/*/tests``,
+``tests_integration``, their ``conftest.py`` files and worker scripts).
+
+GPU skips
+    ``cuda_skip_reason(ext, min_gpus)`` says why CUDA tests cannot run here (None when
+    they can): torch missing, libmori_core or the package's extension ``ext`` built
+    without CUDA, no GPU visible to torch, no CUDA device seen by mori, fewer than
+    ``min_gpus``. ``require_cuda`` skips the calling test with that reason (pytest's
+    ``-ra`` summary prints it) and returns the GPU count; ``needs_cuda`` is the same
+    as a ``skipif`` marker. ``visible_gpus`` is torch's count alone (0 without torch).
+
+Ranks
+    ``new_seed`` draws a seed and prints it (a failing run can be replayed);
+    ``run_ranks`` starts a worker as N local processes through
+    ``mori.core.launch.launch_local`` (NVLink multicast off, every wait bounded: a rank
+    that fails or hangs fails the test, with every rank's output), prints each rank's
+    output and checks that each ended with "rank N ok" (or "pe N ok"). ``wait_for_path``
+    waits, bounded, for a file a peer process publishes.
+
+Device traps
+    A trap worker runs one case on two ranks and reports how each ended:
+    ``trap_case(rank, case, call)`` in the worker, ``trap_outcomes(worker, case, gpus)``
+    and ``seconds_of(outcome)`` in the test. A trapped CUDA context is unusable, so the
+    worker leaves with ``os._exit`` after printing its outcome.
+
+pytest and torch are imported where they are used: workers import this module without
+pytest, and the GPU checks answer "torch is not installed" instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from mori.core.launch import NO_MULTICAST_ENV, WorkerResult, launch_local
+
+# -- GPU skips ---------------------------------------------------------------------------
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs torch sees (0 without torch or without a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cuda_skip_reason(ext=None, min_gpus: int = 1) -> str | None:
+    """Why CUDA tests cannot run here, or None when they can.
+
+    ``ext``: the package's extension module (``mori.ep._C``, ``mori.ccl._C``), whose
+    ``with_cuda`` says whether its kernels were built; ``min_gpus``: GPUs the test needs.
+    """
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    import mori.core as mc
+
+    info = mc.build_info()
+    if not info.get("with_cuda"):
+        return "libmori_core was built without CUDA"
+    if ext is not None and not getattr(ext, "with_cuda", False):
+        return f"{ext.__name__.removesuffix('._C')} was built without CUDA kernels"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to torch"
+    n = info.get("cuda_device_count", 0)
+    if n == 0:
+        return f"no CUDA device: {info.get('cuda_unavailable_reason')}"
+    if n < min_gpus:
+        return f"needs {min_gpus} GPUs, {n} visible"
+    return None
+
+
+def require_cuda(ext=None, min_gpus: int = 1) -> int:
+    """The CUDA GPU count; skips the calling test (naming why) when CUDA tests cannot run
+    here (``cuda_skip_reason``)."""
+    import pytest
+
+    reason = cuda_skip_reason(ext, min_gpus)
+    if reason is not None:
+        pytest.skip(reason)
+    import mori.core as mc
+
+    return int(mc.build_info().get("cuda_device_count", 0))
+
+
+def needs_cuda(ext=None, min_gpus: int = 1):
+    """A ``pytest.mark.skipif`` marker: skip, naming why, where ``cuda_skip_reason`` has
+    a reason."""
+    import pytest
+
+    reason = cuda_skip_reason(ext, min_gpus)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+# -- ranks ------------------------------------------------------------------------------
+
+
+def new_seed() -> int:
+    """A fresh random seed, printed (pytest shows it when the test fails)."""
+    seed = random.randrange(1 << 30)
+    print(f"seed={seed}")
+    return seed
+
+
+def run_ranks(
+    argv: list[str],
+    world_size: int,
+    *,
+    timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+    who: str = "rank",
+) -> list[WorkerResult]:
+    """Run ``argv`` (a worker's .py path and its arguments) as ``world_size`` local
+    ranks and return their results in rank order.
+
+    Every rank gets NVLink multicast off (``NO_MULTICAST_ENV``) plus ``env``. A rank
+    that exits non-zero, or a group still running after ``timeout_s`` seconds, raises
+    ``WorkersFailed`` with every rank's output; each rank's output is printed, and
+    each must end with "``who`` N ok" (AssertionError otherwise)."""
+    results = launch_local(
+        [str(a) for a in argv], world_size, timeout_s=timeout_s,
+        env={**NO_MULTICAST_ENV, **(env or {})},
+    )  # fmt: skip
+    for r in results:
+        print(f"----- {who} {r.rank} -----\n{r.output}")
+    for r in results:
+        assert r.output.strip().endswith(f"{who} {r.rank} ok"), r.output
+    return results
+
+
+def wait_for_path(path: str | Path, proc=None, timeout_s: float = 30.0, what: str = "") -> None:
+    """Wait until ``path`` exists (a peer process publishing its descriptors), failing
+    the test after ``timeout_s`` seconds or as soon as ``proc`` (a ``subprocess.Popen``)
+    has exited; ``what`` names the wait in the failure."""
+    path = Path(path)
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        exited = proc is not None and proc.poll() is not None
+        if exited or time.monotonic() > deadline:
+            why = f"exited with {proc.returncode}" if exited else f"not there after {timeout_s:g}s"
+            raise AssertionError(f"{what or 'waiting'}: {path.name} {why}")
+        time.sleep(0.01)
+
+
+# -- device traps ------------------------------------------------------------------------
+
+
+def trap_report(rank: int, outcome: str) -> NoReturn:
+    """Print this rank's outcome and "rank N ok", and leave the process at once (no
+    teardown touches a CUDA context a trap has made unusable)."""
+    print(f"rank {rank} outcome: {outcome}", flush=True)
+    print(f"rank {rank} ok", flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def trap_case(
+    rank: int,
+    case: str,
+    call: Callable[[], None],
+    *,
+    completed: str = "call completed",
+    absent_s: float = 8.0,
+) -> NoReturn:
+    """Run one case of a device-trap worker on this rank and report how it ended.
+
+    Case ``absent_peer``: rank 1 stays away for ``absent_s`` seconds (longer than the
+    op's timeout, so rank 0 must not wait for it) and reports "stayed away". Otherwise
+    ``call()`` runs and the device is synchronized; the outcome is "InvalidArgumentError
+    after S s: message" (the host refused the input; the rejection it posted for the
+    peers is left to reach the GPU first), "CUDA error after S s: first line" (the
+    kernel trapped), or ``completed``."""
+    import torch
+
+    import mori.core as mc
+
+    if case == "absent_peer" and rank == 1:
+        time.sleep(absent_s)
+        trap_report(rank, "stayed away")
+    t0 = time.monotonic()
+    try:
+        call()
+        torch.cuda.synchronize()
+    except mc.InvalidArgumentError as e:
+        torch.cuda.synchronize()
+        trap_report(rank, f"InvalidArgumentError after {time.monotonic() - t0:.1f}s: {e}")
+    except RuntimeError as e:  # torch.AcceleratorError: the kernel trapped
+        first = str(e).splitlines()[0]
+        trap_report(rank, f"CUDA error after {time.monotonic() - t0:.1f}s: {first}")
+    trap_report(rank, completed)
+
+
+def trap_outcomes(
+    worker: str | Path,
+    case: str,
+    gpus: int,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> list[tuple[str, str]]:
+    """Run trap worker ``worker`` on ``case`` with 2 ranks (argv: case placement; one
+    GPU per rank where there are 2, else both on GPU 0); [(outcome, output)] per rank:
+    the outcome ``trap_report`` printed and the rank's whole output."""
+    placement = "per_gpu" if gpus >= 2 else "shared"
+    results = run_ranks([worker, case, placement], 2, timeout_s=timeout_s, env=env)
+    out = []
+    for r in results:
+        m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
+        assert m, r.output
+        out.append((m.group(1), r.output))
+    return out
+
+
+def seconds_of(outcome: str) -> float:
+    """The seconds in a trap outcome ("... after 3.1s: ...")."""
+    m = re.search(r"after ([0-9.]+)s", outcome)
+    assert m, outcome
+    return float(m.group(1))

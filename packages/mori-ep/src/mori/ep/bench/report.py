@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""Rank 0's report of ``python -m mori.ep.bench``: the tables, the references, the
+comparisons, the JSON and the plot."""
+
+from __future__ import annotations
+
+from mori.core import bench as scaffold
+
+from .baseline import PEER_COPY_BYTES
+
+
+def or_dash(v):
+    return "-" if v is None else v
+
+
+def report(args, meta, records) -> None:
+    cuda = meta["device"] != "cpu"
+    print(
+        f"mori.ep bench: {meta['world_size']} ranks on {meta['device']}, hidden "
+        f"{meta['hidden_dim']}, top-{meta['num_experts_per_token']} of "
+        f"{meta['num_experts_per_rank'] * meta['world_size']} experts, warps/block "
+        f"{meta['warp_per_block']}; {meta['timing']}; median of {meta['iters']} trials"
+    )
+    headers = [
+        "tokens",
+        "dtype",
+        "impl",
+        "blocks",
+        "rank",
+        "recv rows",
+        "disp us",
+        "disp GB/s",
+        "disp cross GB/s",
+        "disp kern us",
+        "comb us",
+        "comb GB/s",
+        "comb cross GB/s",
+        "comb kern us",
+    ]
+    rows = []
+    order = sorted(
+        records,
+        key=lambda r: (r["tokens"], r["dtype"], r["impl"] != "mori", r["block_num"], r["rank"]),
+    )
+    for r in order:
+        rows.append(
+            [
+                r["tokens"],
+                r["dtype"],
+                r["impl"],
+                r["block_num"] or "-",
+                r["rank"],
+                r["recv_rows"],
+                r["dispatch_us"],
+                r["dispatch_gbps"],
+                r["dispatch_cross_gbps"],
+                or_dash(r.get("dispatch_kernel_us")),
+                r["combine_us"],
+                r["combine_gbps"],
+                r["combine_cross_gbps"],
+                or_dash(r.get("combine_kernel_us")),
+            ]
+        )
+    print(scaffold.table(rows, headers))
+    print(
+        "GB/s: bytes received per rank incl. the copy to itself (MORI/DeepEP); cross: "
+        "cross-GPU (cross-rank) bytes only; combine counts the bf16 rows sent back; "
+        "us: per call (CUDA events around each graph replay); kern us: the kernel's own "
+        "GPU time (profiler, median; as DeepEP measures)"
+    )
+    if meta["peer_copy_gbps"]:
+        print(
+            f"peer copy reference (copy engine, rank 0 -> rank 1, "
+            f"{PEER_COPY_BYTES >> 20} MiB): {meta['peer_copy_gbps']:.1f} GB/s"
+        )
+    a2a = meta.get("a2a_reference")
+    if a2a:
+        print(
+            f"all_to_all_single reference ({a2a['backend']}, {a2a['bytes'] >> 20} MiB per rank, "
+            f"slowest rank's median {a2a['us']:.1f} us): algbw {a2a['algbw_gbps']:.1f} GB/s, "
+            f"busbw {a2a['busbw_gbps']:.1f} GB/s (nccl-tests' definitions)"
+        )
+    # Speed-up over the baseline, slowest rank of each.
+    base = [r for r in records if r["impl"].startswith("a2a")]
+    if base:
+        mism = [r for r in base if not r.get("matches_mori", True)]
+        print(
+            "baseline combine output matches mori's: "
+            + ("yes, every case" if not mism else f"NO in {len(mism)} case(s)")
+        )
+        for n in args.tokens:
+            for dt in args.dtype:
+                b = [r for r in base if r["tokens"] == n and r["dtype"] == dt]
+                if not b:
+                    continue
+                bd = max(r["dispatch_us"] for r in b)
+                bc = max(r["combine_us"] for r in b)
+                for blocks in sorted({r["block_num"] for r in records if r["impl"] == "mori"}):
+                    mr = [
+                        r
+                        for r in records
+                        if r["impl"] == "mori"
+                        and r["tokens"] == n
+                        and r["dtype"] == dt
+                        and r["block_num"] == blocks
+                    ]
+                    md = max(r["dispatch_us"] for r in mr)
+                    mc = max(r["combine_us"] for r in mr)
+                    print(
+                        f"  {n:>5} tokens {dt}{f' {blocks} blocks' if cuda else ''}: "
+                        f"dispatch {md:.1f} us vs {bd:.1f} us ({bd / md:.2f}x), combine "
+                        f"{mc:.1f} us vs {bc:.1f} us ({bc / mc:.2f}x)"
+                    )
+    if meta.get("overlap"):
+        print("AsyncLL overlap (per phase: transfer alone T, GEMM alone G, send + GEMM + recv "
+              "O; hidden = 1 - (O - G) / T):")  # fmt: skip
+        print(scaffold.table(
+            [[r["tokens"], r["dtype"], r["impl"], r["phase"], r["rank"], r["transfer_us"],
+              r["gemm_size"], r["gemm_us"], r["overlapped_us"], f"{100 * r['hidden']:.0f} %"]
+             for r in sorted(meta["overlap"], key=lambda r: (r["tokens"], r["dtype"], r["impl"],
+                                                             r["phase"], r["rank"]))],
+            ["tokens", "dtype", "impl", "phase", "rank", "T us", "GEMM n", "G us", "O us",
+             "hidden"],
+        ))  # fmt: skip
+    wire = [r for r in records if "combine_wire_bytes" in r]
+    if wire:
+        print(
+            "standard-moe combine, bytes each rank sends back (cross-rank in brackets; "
+            "partials: one fp32 row per received token, rows: one bf16 row per expert):"
+        )
+        print(scaffold.table(
+            [[r["tokens"], r["dtype"], r["impl"], r["rank"],
+              "partials" if r["pre_reduce"] else "rows",
+              f"{r['combine_wire_bytes'] / 1e6:.3f} ({r['combine_wire_cross_bytes'] / 1e6:.3f})",
+              r["combine_us"], or_dash(r.get("combine_kernel_us"))]
+             for r in sorted(wire, key=lambda r: (r["tokens"], r["dtype"], r["impl"], r["rank"]))],
+            ["tokens", "dtype", "impl", "rank", "sends", "MB sent", "comb us", "comb kern us"],
+        ))  # fmt: skip
+    same = [r.get("matches_intranode") for r in records if "matches_intranode" in r]
+    if len({r["impl"] for r in records if "matches_intranode" in r}) > 1:
+        print(
+            "token-major kernel types' combine outputs identical: "
+            + ("yes, every case" if all(same) else f"NO in {same.count(False)} case(s)")
+        )
+    if args.json:
+        scaffold.write_json(args.json, {"meta": meta, "records": records})
+    if args.plot:
+        plot(args.plot, meta, records)
+
+
+def plot(path, meta, records) -> None:
+    plt = scaffold.pyplot(path)
+    if plt is None:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    series = sorted({(r["impl"], r["dtype"], r["block_num"]) for r in records})
+    for ax, phase in zip(axes, ("dispatch", "combine"), strict=True):
+        for impl, dt, blocks in series:
+            pts = sorted(
+                (r["tokens"], r[f"{phase}_cross_gbps"])
+                for r in records
+                if (r["impl"], r["dtype"], r["block_num"]) == (impl, dt, blocks) and r["rank"] == 0
+            )
+            label = f"{impl} {dt}" + (f" {blocks} blk" if blocks else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        if meta["peer_copy_gbps"]:
+            ax.axhline(meta["peer_copy_gbps"], color="gray", ls="--", label="peer copy")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per rank")
+        ax.set_title(f"{phase}, rank 0, cross-GPU GB/s")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("GB/s")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"mori.ep, {meta['world_size']} x {meta['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")

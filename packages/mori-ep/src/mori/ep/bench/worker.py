@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of ``python -m mori.ep.bench``: the heap and the ops, the references, then
+every (tokens, dtype, kernel type) case; rank 0 gathers the records and reports."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from types import SimpleNamespace
+
+from mori.core import bench as scaffold
+
+from .baseline import PEER_COPY_BYTES, a2a_bus_bandwidth, peer_copy_gbps
+from .measure import (
+    OP_ENV,
+    OP_KERNEL_TYPE,
+    Case,
+    measure_deepep,
+    measure_overlap,
+    measure_standard_moe,
+    measure_token_major,
+)
+from .report import report
+from .timing import Timer
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from mori.core import shmem
+    from mori.ep import (
+        _C,
+        EpDispatchCombineConfig,
+        EpDispatchCombineKernelType,
+        EpDispatchCombineOp,
+    )
+
+    rank, world, local = scaffold.rank_env()
+    cuda, dev, _ = scaffold.pick_device(args.device, local, _C)
+    device = torch.device("cuda", dev) if cuda else torch.device("cpu")
+    dist.init_process_group("gloo", init_method="env://")
+    a2a_group = dist.new_group(backend="nccl") if cuda else None
+
+    epr = args.num_experts_per_rank or max(1, 256 // world)
+    k, hidden, m = args.num_experts_per_token, args.hidden_dim, args.max_tokens
+    fp8 = torch.float8_e4m3fn
+    scale_dim = hidden // 128
+
+    def shape(dt):
+        sd = scale_dim if dt == "fp8" else 0
+        return (world, rank, m, k, hidden, 2, sd * 4, epr)
+
+    heap = 0
+    for kt in args.kernel_type:
+        layout = _C.ep_buffer_layout if kt == "IntraNode" else _C.ll_buffer_layout
+        heap += sum(layout(*shape(dt))["total_bytes"] for dt in args.dtype)
+    heap += (PEER_COPY_BYTES if cuda and world > 1 else 0) + (64 << 20)
+    shmem.init(device=dev if cuda else "cpu", heap_size=scaffold.heap_bytes(heap), timeout_s=120)
+
+    def barrier():
+        shmem.barrier_all()
+
+    timer = Timer(cuda)
+    ops = {}
+    for kt, dt in ((kt, dt) for kt in args.kernel_type for dt in args.dtype):
+        cfg = EpDispatchCombineConfig(
+            rank=rank,
+            world_size=world,
+            hidden_dim=hidden,
+            scale_dim=scale_dim if dt == "fp8" else 0,
+            scale_type_size=4,
+            max_token_type_size=2,
+            max_num_inp_token_per_rank=m,
+            num_experts_per_rank=epr,
+            num_experts_per_token=k,
+            warp_num_per_block=args.warp_per_block,
+            block_num=max(args.block_num),
+            data_type=fp8 if dt == "fp8" else torch.bfloat16,
+            kernel_type=EpDispatchCombineKernelType[OP_KERNEL_TYPE.get(kt, kt)],
+        )
+        saved = {v: os.environ.get(v) for v in OP_ENV.get(kt, {})}
+        os.environ.update(OP_ENV.get(kt, {}))
+        try:
+            ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+        finally:
+            for v, old in saved.items():
+                if old is None:
+                    os.environ.pop(v, None)
+                else:
+                    os.environ[v] = old
+
+    peer_copy = None
+    if cuda and world > 1:
+        peer_copy = peer_copy_gbps(rank, device, timer, barrier, max(5, args.iters // 2))
+
+    a2a_ref = None
+    if world > 1 and not args.no_baseline:
+        a2a_ref = a2a_bus_bandwidth(args, world, device, timer, a2a_group, cuda)
+
+    ctx = SimpleNamespace(
+        rank=rank, world=world, epr=epr, k=k, hidden=hidden, m=m, cuda=cuda, device=device,
+        timer=timer, barrier=barrier, scale_dim=scale_dim, a2a_group=a2a_group,
+        reference={},  # (tokens, dtype) -> the first token-major kernel type's combine output
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
+    records, overlaps = [], []
+    for n in args.tokens:
+        x32 = torch.randn(n, hidden, generator=gen)
+        w = torch.rand(n, k, generator=gen).to(device)
+        idx = torch.rand(n, epr * world, generator=gen).topk(k, dim=1).indices
+        idx = idx.to(torch.int32).to(device)
+        sc = (torch.rand(n, scale_dim, generator=gen) + 0.5).to(device)
+        for dt in args.dtype:
+            x = (x32.to(fp8) if dt == "fp8" else x32.to(torch.bfloat16)).to(device)
+            case = Case(n, dt, x, w, sc if dt == "fp8" else None, idx)
+            for i, kt in enumerate(args.kernel_type):
+                if kt == "deepep-ll":
+                    bf = x32.to(torch.bfloat16).to(device)
+                    records += measure_deepep(args, ctx, ops[kt, dt], case, bf)
+                elif kt in ("standard-moe", "standard-moe-rows"):
+                    records += measure_standard_moe(args, ctx, ops[kt, dt], case, kt)
+                else:
+                    records += measure_token_major(
+                        args, ctx, ops[kt, dt], case, kt, baseline=i == 0
+                    )
+                if kt in ("AsyncLL", "AsyncLL-ce") and args.overlap:
+                    overlaps += measure_overlap(args, ctx, ops[kt, dt], case, kt)
+
+    gathered, gathered_overlaps = [None] * world, [None] * world
+    dist.all_gather_object(gathered, records)
+    dist.all_gather_object(gathered_overlaps, overlaps)
+    if rank == 0:
+        meta = {
+            "world_size": world,
+            "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+            "timing": "CUDA events over CUDA graph replays (mori), CUDA events eager (a2a)"
+            if cuda
+            else "wall clock, CPU implementation (checks the bench, not product numbers)",
+            "hidden_dim": hidden,
+            "num_experts_per_token": k,
+            "num_experts_per_rank": epr,
+            "max_tokens": m,
+            "warp_per_block": args.warp_per_block,
+            "iters": args.iters,
+            "reps": args.reps,
+            "peer_copy_gbps": peer_copy,
+            "a2a_reference": a2a_ref,
+            "torch": torch.__version__,
+        }
+        meta["overlap"] = [r for rs in gathered_overlaps for r in rs]
+        report(args, meta, [r for rs in gathered for r in rs])
+    if cuda:
+        torch.cuda.synchronize()
+    barrier()
+    for op in ops.values():
+        op.close()
+    ops.clear()
+    import gc
+
+    gc.collect()
+    shmem.finalize()
+    dist.destroy_process_group()
