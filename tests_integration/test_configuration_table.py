@@ -15,7 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "configuration.md"
 SUFFIXES = {".cpp", ".hpp", ".cu", ".cuh", ".h", ".py"}
-LITERAL = re.compile(r"""["']((?:MORI_[A-Z0-9_]+)|RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)["']""")
+LITERAL = re.compile(
+    r"""["']((?:MORI_[A-Z0-9_]+)|RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT)["']"""
+)
 # Literals spelled like variables that are not read from the environment: MORI's shmem
 # init flag constants (mori.shmem exports them by name).
 NOT_VARIABLES = {"MORI_SHMEM_INIT_WITH_UNIQUEID", "MORI_SHMEM_INIT_WITH_MPI_COMM"}

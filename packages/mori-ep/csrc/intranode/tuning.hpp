@@ -26,8 +26,8 @@ struct IntraNodeTuning {
   int dispatch_dynamic_tokens = 1024;  // MORI_EP_DISPATCH_DYNAMIC_TOKENS
   bool timeline = false;               // MORI_EP_TIMELINE: per-phase stamps (Timeline())
 
-  // The defaults above, overridden by whichever variables are set (integers as
-  // atoi reads them; a flag is on when its value is a non-zero integer).
+  // The defaults above, overridden by whichever variables are set (mori::env's syntax:
+  // a bad or out-of-range value is an InvalidArgumentError naming it).
   static IntraNodeTuning FromEnv();
 };
 

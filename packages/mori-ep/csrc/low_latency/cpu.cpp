@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
+#include "low_latency/options.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
@@ -68,7 +69,7 @@ LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::mil
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
       timeout_(timeout),
-      pre_reduce_(LlPreReduce(shape)) {
+      pre_reduce_(LlPreReduce(shape, LowLatencyOptions::FromEnv().pre_reduce)) {
   LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);

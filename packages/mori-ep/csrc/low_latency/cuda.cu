@@ -13,6 +13,7 @@
 #include <cstdlib>
 
 #include "common/launch_api.hpp"
+#include "low_latency/options.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/shmem.hpp"
@@ -26,8 +27,9 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
       block_(static_cast<char*>(block)),
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
-      ctx_(shmem::GetDeviceContext()),
-      pre_reduce_(LlPreReduce(shape)) {
+      ctx_(shmem::GetDeviceContext()) {
+  const LowLatencyOptions options = LowLatencyOptions::FromEnv();
+  pre_reduce_ = LlPreReduce(shape, options.pre_reduce);
   LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
                  " differs from the heap's n_pes ", ctx_.n_pes);
@@ -60,7 +62,7 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
   }
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  if (const char* v = std::getenv("MORI_EP_LL_COPY_ENGINE"); v != nullptr && std::atoi(v) != 0) {
+  if (options.copy_engine) {
     copy_engine_ = true;
     const size_t flags = AlignUp(shape.world_size * sizeof(uint64_t), 256);
     stage_span_ = layout_.disp_src + layout_.half_src - layout_.disp_tokens;

@@ -265,12 +265,11 @@ inline bool LlPartialsFit(const EpShape& s, const LlBufferLayout& l) {
 
 // The op's choice for combine_standard_moe (decided once, at construction): pre-reduce
 // per rank when top_k >= 2 * world_size (the partial rows then fit: M * W * 4 * hidden
-// <= M * top_k * 2 * hidden), unless MORI_EP_LL_PRE_REDUCE=0. The buffer layout does
-// not depend on it, so ranks that decide differently fail their combines by wire tag
-// instead of disagreeing on the heap.
-inline bool LlPreReduce(const EpShape& s) {
-  const char* v = std::getenv("MORI_EP_LL_PRE_REDUCE");
-  if (v != nullptr && std::atoi(v) == 0) return false;
+// <= M * top_k * 2 * hidden), unless `enabled` is false (MORI_EP_LL_PRE_REDUCE=0,
+// LowLatencyOptions). The buffer layout does not depend on it, so ranks that decide
+// differently fail their combines by wire tag instead of disagreeing on the heap.
+inline bool LlPreReduce(const EpShape& s, bool enabled) {
+  if (!enabled) return false;
   return s.top_k >= 2 * s.world_size && LlPartialsFit(s, MakeLlLayout(s));
 }
 

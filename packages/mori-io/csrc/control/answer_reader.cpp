@@ -14,6 +14,7 @@
 #include "control/connection.hpp"
 #include "control/control_host.hpp"
 #include "control/reactor.hpp"
+#include "ledger/wait_options.hpp"
 #include "mori/core/telemetry.hpp"
 #include "wire/wire_status.hpp"
 
@@ -25,13 +26,7 @@ constexpr size_t kHdr = sizeof(wire::Header);
 constexpr int64_t kPollSliceNs = 5'000'000;
 }  // namespace
 
-int64_t WaitPollNs() {
-  static const int64_t ns = [] {
-    const char* v = std::getenv("MORI_IO_TCP_WAIT_POLL_US");
-    return (v != nullptr && *v != '\0' ? std::max(0ll, std::atoll(v)) : 50) * 1000;
-  }();
-  return ns;
-}
+int64_t WaitPollNs() { return WaitOptions::Process().tcp_wait_poll_ns; }
 
 bool LendAnswers(Conn& c) {
   int free = kRxFree;

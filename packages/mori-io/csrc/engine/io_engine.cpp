@@ -43,8 +43,7 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
       host_(std::move(host)) {
   if (host_.empty()) host_ = "127.0.0.1";
   listen_fd_ = ListenOn(host_, port, key_, &port_);
-  const char* forced = std::getenv("MORI_IO_BACKEND");
-  SetBackendOverride(ParseBackendOverride(forced != nullptr ? forced : ""));
+  SetBackendOverride(ParseBackendOverride(options_.backend));
   // Each transport registers its control messages; the table is complete before any
   // reactor runs.
   grants().RegisterHandlers(channel().handlers());

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "ledger/wait_options.hpp"
+
 namespace mori::io {
 
 // MORI's StatusCode: its names and numbers. A failure is any code above ERR_BEGIN.
@@ -134,27 +136,14 @@ class TransferState {
     cv_.notify_all();
   }
 
-  // Polls before a waiter sleeps on the condition variable (MORI_IO_WAIT_SPIN, read
-  // once per process).
-  static int WaitSpins() {
-    static const int spins = [] {
-      const char* v = std::getenv("MORI_IO_WAIT_SPIN");
-      return v != nullptr && *v != '\0' ? std::atoi(v) : 2000;
-    }();
-    return spins;
-  }
+  // Polls before a waiter sleeps on the condition variable (WaitOptions).
+  static int WaitSpins() { return WaitOptions::Process().spins; }
 
   // Transfers whose completion is noticed by a polling thread of ours (P2P copies:
   // GPU events) rather than a socket: the waiter keeps spinning this long before it
   // sleeps, so it is not put to sleep moments before the end (a futex wake-up costs
-  // more than such a transfer). MORI_IO_WAIT_SPIN_US, read once; 0 disables.
-  static int64_t LongSpinNs() {
-    static const int64_t ns = [] {
-      const char* v = std::getenv("MORI_IO_WAIT_SPIN_US");
-      return (v != nullptr && *v != '\0' ? std::atoll(v) : 1000) * 1000;
-    }();
-    return ns;
-  }
+  // more than such a transfer). WaitOptions; 0 disables.
+  static int64_t LongSpinNs() { return WaitOptions::Process().long_spin_ns; }
   void SetLongSpin() noexcept { long_spin_ = true; }
 
   // A transport that can finish this transfer on the waiting thread (TCP: the waiter

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "mori/core/env.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/str.hpp"
 
@@ -77,8 +78,7 @@ Loaded Load(const std::string& path) {
 }  // namespace
 
 std::string VerbsLibraryPath() {
-  const char* env = std::getenv("MORI_IO_IBVERBS_LIB");
-  return env != nullptr && *env != '\0' ? env : "libibverbs.so.1";
+  return env::String("MORI_IO_IBVERBS_LIB", "libibverbs.so.1");
 }
 
 const std::vector<std::string>& RequiredVerbsSymbols() { return kRequired; }

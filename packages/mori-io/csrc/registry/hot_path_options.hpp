@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mori::io {
 
-// Ablation switches, read once per engine from the environment.
+// The engine's switches from the environment (docs/configuration.md), read once per
+// engine, when it is built.
 struct HotPathOptions {
   bool shm_map = true;                // MORI_IO_SHM_MAP=0: SHM always copies with CMA, even for
                                       // regions in the target's shared host memory
@@ -36,6 +38,7 @@ struct HotPathOptions {
   // thread and the reactors (one share per reactor at most, no more shares than CPUs);
   // 0: one thread always.
   uint64_t shm_split_bytes = 2 << 20;
+  std::string backend;  // MORI_IO_BACKEND: auto, tcp or shm (ParseBackendOverride)
   static HotPathOptions FromEnv();
 };
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mori/core/env.hpp"
 #include "shm/cma_copy.hpp"
 
 namespace mori::io::testing {
@@ -16,10 +17,10 @@ namespace {
 enum class Refuse { kNone, kAll, kPeers };
 
 Refuse ReadRefusal() {
-  const char* refuse = std::getenv("MORI_IO_TEST_CMA_REFUSE");
-  if (refuse == nullptr) return Refuse::kNone;
-  if (std::strcmp(refuse, "1") == 0) return Refuse::kAll;
-  return std::strcmp(refuse, "peer") == 0 ? Refuse::kPeers : Refuse::kNone;
+  const auto refuse = env::Get("MORI_IO_TEST_CMA_REFUSE");
+  if (!refuse) return Refuse::kNone;
+  if (*refuse == "peer") return Refuse::kPeers;
+  return env::ParseBool("MORI_IO_TEST_CMA_REFUSE", *refuse) ? Refuse::kAll : Refuse::kNone;
 }
 
 bool Refuses(Refuse r, int pid) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "wire/log_safe.hpp"
@@ -31,8 +32,7 @@
 namespace mori::io::rdma {
 
 bool LoopbackBackendRequested() {
-  const char* v = std::getenv(kLoopbackEnvVar);
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  return env::Bool(kLoopbackEnvVar, false);
 }
 
 namespace {

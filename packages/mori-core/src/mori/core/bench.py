@@ -27,6 +27,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from mori.core import env
+from mori.core.errors import InvalidArgumentError
 from mori.core.launch import NO_MULTICAST_ENV, WorkersFailed, launch_local
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -152,8 +154,11 @@ def is_rank() -> bool:
 
 def rank_env() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun's environment."""
-    rank = int(os.environ["RANK"])
-    return rank, int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", rank))
+    rank = env.get_int("RANK", -1, 0, 1 << 30)
+    world = env.get_int("WORLD_SIZE", -1, 1, 1 << 30)
+    if rank < 0 or world < 0:
+        raise InvalidArgumentError("bench: RANK and WORLD_SIZE must be set (torchrun's variables)")
+    return rank, world, env.get_int("LOCAL_RANK", rank, 0, 1 << 30)
 
 
 def pick_device(device: str, local_rank: int, ext=None) -> tuple[bool, int | None, int]:

@@ -63,6 +63,7 @@ import time
 from typing import NamedTuple
 
 from mori.core import bench as scaffold
+from mori.core import env
 from mori.io import bench_ablation
 from mori.io.bench_presets import PRESETS, expand_preset
 
@@ -189,7 +190,7 @@ def _engine(args, rank: int):
 
     host = args.host
     if host is None:
-        local = os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost")
+        local = env.get_str("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost")
         host = "127.0.0.1" if local else _routable_address()
     eng = IOEngine(f"bench-{'initiator' if rank == 0 else 'target'}", IOEngineConfig(host, 0))
     cfg = TcpBackendConfig(
@@ -214,7 +215,7 @@ def _routable_address() -> str:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((os.environ["MASTER_ADDR"], 1))  # no packet is sent
+        s.connect((env.get_str("MASTER_ADDR", "127.0.0.1"), 1))  # no packet is sent
         return s.getsockname()[0]
 
 
@@ -526,7 +527,7 @@ def run_worker(args) -> list[dict] | None:
                 row["baseline_detail"] = baseline.detail
             rows.append(row)
     bs.barrier()
-    if os.environ.get("MORI_TELEMETRY"):
+    if env.get("MORI_TELEMETRY"):
         # Scoped timers of both processes, printed by rank 0 (MORI_TELEMETRY=io).
         from mori.core import telemetry
 

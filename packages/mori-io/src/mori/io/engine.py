@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import mori.core
+from mori.core import env
 
 from . import _C
 from .descriptors import IPC_HANDLE_BYTES, EngineDesc, MemoryDesc
@@ -187,9 +188,9 @@ def fabric_free(ptr: int) -> None:
 
 def _node_id(hostname: str) -> str:
     """MORI's node id: MORI_NODE_ID if set, else the kernel boot id, else the hostname."""
-    env = os.environ.get("MORI_NODE_ID")
-    if env:
-        return env
+    node = env.get("MORI_NODE_ID")
+    if node:
+        return node
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot_id = f.read().strip()
@@ -382,10 +383,11 @@ class IOEngine:
         P2P (MORI's XGMI) backend is created beside RDMA where a GPU is usable (its
         failure only logged), and on a host without an RDMA device P2P alone (MORI's
         XGMI-only fallback; NotSupportedError naming both reasons without a GPU
-        either). Unset or any other value: RDMA alone, as MORI's default."""
+        either). Unset or on: RDMA alone, as MORI's default; any other value is refused
+        (docs/configuration.md)."""
         from .rdma import RdmaBackendConfig
 
-        auto_p2p = os.environ.get("MORI_DISABLE_AUTO_XGMI", "")[:1] == "0"
+        auto_p2p = not env.get_bool("MORI_DISABLE_AUTO_XGMI", True)
         native = (config or RdmaBackendConfig()).to_native()  # a refused config raises here
         try:
             self._engine.create_rdma_backend(native)

@@ -7,9 +7,10 @@ overlap with a GEMM. Each returns this rank's records."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
+
+from mori.core import env
 
 from .baseline import a2a_combine, a2a_dispatch
 from .timing import captured, captured_pair, gemm_for, graph_times, median_us, time_pairs
@@ -248,7 +249,7 @@ def measure_token_major(args, ctx, op, case: Case, kt="IntraNode", baseline=True
 
         d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
         timeline = getattr(op._impl, "timeline", None)
-        if cuda and rank == 0 and timeline is not None and os.environ.get("MORI_EP_TIMELINE"):
+        if cuda and rank == 0 and timeline is not None and env.get_bool("MORI_EP_TIMELINE", False):
             # The stamps of the last replayed pair (MORI_EP_TIMELINE=1, a measurement aid).
             print(f"timeline, {n} tokens {dt} {blocks} blocks, rank 0:\n{timeline()}", end="")
         rec = record(impl_name(kt), n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)

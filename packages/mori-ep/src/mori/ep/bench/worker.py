@@ -80,16 +80,16 @@ def worker(args: argparse.Namespace) -> None:
             data_type=fp8 if dt == "fp8" else torch.bfloat16,
             kernel_type=EpDispatchCombineKernelType[OP_KERNEL_TYPE.get(kt, kt)],
         )
-        saved = {v: os.environ.get(v) for v in OP_ENV.get(kt, {})}
+        saved = os.environ.copy()
         os.environ.update(OP_ENV.get(kt, {}))
         try:
             ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
         finally:
-            for v, old in saved.items():
-                if old is None:
-                    os.environ.pop(v, None)
+            for v in OP_ENV.get(kt, {}):
+                if v in saved:
+                    os.environ[v] = saved[v]
                 else:
-                    os.environ[v] = old
+                    os.environ.pop(v, None)
 
     peer_copy = None
     if cuda and world > 1:
