@@ -20,9 +20,9 @@ namespace mori::io {
 // calls the agent): what the control channel sees (ControlHost: key, options, ledger,
 // registries, inbound statuses, transfer bookkeeping), the control channel itself, the
 // region grants, the transports as their interface (for the events one of them relays
-// to all), and the inputs of the backend rule. The engine (engine/io_engine.hpp) is
-// the one TransportHost; it builds the transports (transports/transport_factory.hpp)
-// and routes requests to them.
+// to all), and the inputs of the backend rule. The engine (IoEngine, in engine/) is
+// the one TransportHost; it gets the transports from the factory
+// (engine/transport_factory.hpp) and routes requests to them.
 class TransportHost : public ControlHost {
  public:
   TransportHost(std::string key, HotPathOptions options, size_t ledger_limit);
