@@ -66,6 +66,7 @@ def main(dist: Path) -> int:
             errors.append(f"{pkg}: expected 1 wheel and 1 sdist, found {wheels} {sdists}")
             continue
         wheel, sdist = wheels[0], sdists[0]
+        errors_before = len(errors)
         for f in (wheel, sdist):
             if (
                 not f.name.startswith(f"{norm}-{version}-")
@@ -132,7 +133,8 @@ def main(dist: Path) -> int:
                 errors.append(f"{sdist.name}: lacks shared_native/ (cannot build on its own)")
         checked = TEST_BUILD_STRINGS.get(pkg, ())
         note = f"  (test strings looked for: {[t.decode() for t in checked]})" if checked else ""
-        print(f"ok  {wheel.name}  {sdist.name}{note}")
+        status = "ok  " if len(errors) == errors_before else "BAD "
+        print(f"{status}{wheel.name}  {sdist.name}{note}")
     for e in errors:
         print("ERROR", e)
     return 1 if errors else 0
