@@ -75,3 +75,16 @@ def test_trap_outcomes_read_each_ranks_report(tmp_path):
     assert (seconds_of(o0), seconds_of(o1)) == (0.5, 1.5)
     _, (o1, _) = trap_outcomes(worker, "other", gpus=2)
     assert o1.endswith("other per_gpu")
+
+
+def test_start_rank_joins_the_group_on_a_host_heap():
+    pytest.importorskip("torch")
+    code = (
+        "import torch.distributed as dist; from mori.core import shmem; "
+        "from mori.core.testing import start_rank; "
+        "rank, world, dev = start_rank('cpu', '4M', 30); "
+        "assert (world, dev.type, dist.get_world_size()) == (2, 'cpu', 2); "
+        "assert shmem.initialized(); shmem.barrier_all(); shmem.finalize(); "
+        "dist.destroy_process_group(); print(f'rank {rank} ok')"
+    )
+    run_ranks([sys.executable, "-c", code], 2, timeout_s=120)

@@ -21,7 +21,6 @@ mode:      random   `iters` calls cycling through every collective and algorithm
 Prints "rank N ok" last; any failed check raises (non-zero exit).
 """
 
-import os
 import sys
 
 import torch
@@ -29,16 +28,11 @@ import torch.distributed as dist
 from ccl_reference import DTYPES, OPS, make_inputs, reduce_ref, same
 
 import mori.ccl as ccl
-from mori.core import shmem
+from mori.core.testing import start_rank
 
 mode, placement, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 iters = int(sys.argv[4]) if len(sys.argv) > 4 else 60
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dev = 0 if placement == "shared" else rank
-torch.cuda.set_device(dev)
-dist.init_process_group("gloo", init_method="env://")
-shmem.init(device=dev, heap_size="256M", timeout_s=120)
-DEV = torch.device("cuda", dev)
+rank, world, DEV = start_rank(placement, "256M", 120)
 
 MAX_BYTES = 1 << 20
 BLOCKS = [None, 1, 3, 64, 7]

@@ -15,22 +15,16 @@ Prints "rank N outcome: <what happened>" then "rank N ok" (mori.core.testing.tra
 rank 1 of absent_peer stays away); a hang is the launcher's timeout.
 """
 
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 
 import mori.ccl as ccl
-from mori.core import shmem
-from mori.core.testing import trap_case
+from mori.core.testing import start_rank, trap_case
 
 case, placement = sys.argv[1], sys.argv[2]
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dev = 0 if placement == "shared" else rank
-torch.cuda.set_device(dev)
-dist.init_process_group("gloo", init_method="env://")
-shmem.init(device=dev, heap_size="64M", timeout_s=60)
+rank, world, _ = start_rank(placement, "64M", 60)
 MAX_BYTES = 4096
 comm = ccl.Communicator(max_bytes=MAX_BYTES, timeout_s=3.0)
 comm.all_reduce(torch.ones(10, device="cuda"))  # one good call first

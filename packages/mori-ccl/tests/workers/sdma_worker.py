@@ -8,7 +8,6 @@ compared with one computed here from every rank's input (all drawn from the seed
 Prints "rank N ok" last.
 """
 
-import os
 import sys
 
 import torch
@@ -16,20 +15,11 @@ import torch.distributed as dist
 
 import mori.core as mc
 from mori.ccl import All2allSdma, AllgatherSdma, AllreduceSdma
-from mori.core import shmem
 from mori.core.launch import expect_raises as expect
+from mori.core.testing import start_rank
 
 where, seed = sys.argv[1], int(sys.argv[2])
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("gloo", init_method="env://")
-if where == "cpu":
-    dev = torch.device("cpu")
-    shmem.init(device="cpu", heap_size="64M", timeout_s=60)
-else:
-    idx = 0 if where == "shared" else rank
-    torch.cuda.set_device(idx)
-    dev = torch.device("cuda", idx)
-    shmem.init(device=idx, heap_size="256M", timeout_s=60)
+rank, world, dev = start_rank(where, "64M" if where == "cpu" else "256M", 60)
 cuda = dev.type == "cuda"
 stream = torch.cuda.Stream(device=dev) if cuda else None
 

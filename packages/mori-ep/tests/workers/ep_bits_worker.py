@@ -20,8 +20,9 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, start_rank
+from ep_reference import FP8
 
+from mori.core.testing import start_rank
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 placement, seed = sys.argv[1], int(sys.argv[2])

@@ -25,9 +25,10 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, factor, start_rank, sum_start, to_dtype
+from ep_reference import FP8, factor, sum_start, to_dtype
 
 from mori.core import shmem
+from mori.core.testing import start_rank
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 placement, seed = sys.argv[1], int(sys.argv[2])

@@ -19,15 +19,16 @@ import time
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor, start_gpu_rank, sum_start
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, sum_start
 
 from mori.core import shmem
 from mori.core.dist_compat import all_gather_single
+from mori.core.testing import start_rank
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
 mode, placement, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 iters = int(sys.argv[4]) if len(sys.argv) > 4 else 8
-rank, world, dev = start_gpu_rank(placement, "512M", 120)
+rank, world, _ = start_rank(placement, "512M", 120)
 
 HIDDEN, M, EPR, K = 1024, 64, 8, 6
 E = EPR * world

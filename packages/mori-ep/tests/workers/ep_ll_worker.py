@@ -33,6 +33,7 @@ from ep_reference import FP8, ROUTINGS, Routing, expert, factor, sum_start
 import mori.core as mc
 from mori.core import shmem
 from mori.core.launch import expect_raises as expect
+from mori.core.testing import start_rank
 from mori.ep import (
     _C,
     EpDispatchCombineConfig,
@@ -42,16 +43,7 @@ from mori.ep import (
 
 mode, seed, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 placement = sys.argv[4] if len(sys.argv) > 4 else "cpu"
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if placement != "cpu":
-    from ep_reference import start_gpu_rank
-
-    _, _, dev = start_gpu_rank(placement, "512M", 60)
-    DEV = torch.device("cuda", dev)
-else:
-    dist.init_process_group("gloo", init_method="env://")
-    shmem.init(device="cpu", heap_size="64M", timeout_s=60)
-    DEV = torch.device("cpu")
+rank, world, DEV = start_rank(placement, "64M" if placement == "cpu" else "512M", 60)
 
 HIDDEN, M, EPR, K = 512, 16, 4, 4
 E = EPR * world

@@ -1,48 +1,17 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """What the CPU and CUDA dispatch/combine workers share: the routing kinds, token
-counts, all-gathers of every rank's inputs, the "expert" whose outputs combine sums,
-and a CUDA worker's start. Imported by the workers beside it (run as scripts, so
-this file sits on sys.path beside them)."""
+counts, all-gathers of every rank's inputs, the "expert" whose outputs combine sums
+(a worker starts with mori.core.testing.start_rank). Imported by the workers beside
+it (run as scripts, so this file sits on sys.path beside them)."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.distributed as dist
 
 FP8 = torch.float8_e4m3fn
 ROUTINGS = ["random", "zero", "one_expert", "one_rank", "round_robin", "one_token", "max", "dup"]
-
-
-def start_gpu_rank(placement: str, heap_size: str, timeout_s: float) -> tuple[int, int, int]:
-    """A CUDA worker's start: (rank, world, device) from the launcher's environment,
-    the device being GPU 0 for every rank with placement "shared" and GPU rank with
-    "per_gpu"; a gloo process group (the references' all-gathers) and mori's heap on
-    that device."""
-    from mori.core import shmem
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dev = 0 if placement == "shared" else rank
-    torch.cuda.set_device(dev)
-    dist.init_process_group("gloo", init_method="env://")
-    shmem.init(device=dev, heap_size=heap_size, timeout_s=timeout_s)
-    return rank, world, dev
-
-
-def start_rank(placement: str, heap_size: str, timeout_s: float):
-    """A worker's start for placement "cpu" (a gloo group and a host heap: the CPU
-    implementation) or a CUDA placement (start_gpu_rank): (rank, world, torch.device)."""
-    if placement != "cpu":
-        rank, world, dev = start_gpu_rank(placement, heap_size, timeout_s)
-        return rank, world, torch.device("cuda", dev)
-    from mori.core import shmem
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", init_method="env://")
-    shmem.init(device="cpu", heap_size=heap_size, timeout_s=timeout_s)
-    return rank, world, torch.device("cpu")
 
 
 def sum_start(has_part: torch.Tensor, cols: int) -> torch.Tensor:

@@ -28,13 +28,12 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import start_gpu_rank
 
-from mori.core.testing import trap_case
+from mori.core.testing import start_rank, trap_case
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 case, placement = sys.argv[1], sys.argv[2]
-rank, world, dev = start_gpu_rank(placement, "256M", 60)
+rank, world, _ = start_rank(placement, "256M", 60)
 
 HIDDEN, M, EPR, K = 1024, 32, 4, 4
 E = EPR * world

@@ -16,8 +16,10 @@ Ranks
     ``run_ranks`` starts a worker as N local processes through
     ``mori.core.launch.launch_local`` (NVLink multicast off, every wait bounded: a rank
     that fails or hangs fails the test, with every rank's output), prints each rank's
-    output and checks that each ended with "rank N ok" (or "pe N ok"). ``wait_for_path``
-    waits, bounded, for a file a peer process publishes.
+    output and checks that each ended with "rank N ok" (or "pe N ok"). In a worker,
+    ``start_rank(placement, heap_size, timeout_s)`` joins the group and makes the heap
+    (placements "cpu", "shared", "per_gpu"). ``wait_for_path`` waits, bounded, for a
+    file a peer process publishes.
 
 Device traps
     A trap worker runs one case on two ranks and reports how each ended:
@@ -137,6 +139,28 @@ def run_ranks(
     for r in results:
         assert r.output.strip().endswith(f"{who} {r.rank} ok"), r.output
     return results
+
+
+def start_rank(placement: str, heap_size: str | int, timeout_s: float):
+    """A worker rank's start: (rank, world size, torch.device) from the launcher's
+    environment, a gloo process group, and mori's symmetric heap of ``heap_size`` on
+    that device: placement "cpu" is a host heap, "shared" puts every rank on GPU 0,
+    "per_gpu" rank r on GPU r (made the current device)."""
+    import torch
+    import torch.distributed as dist
+
+    from mori.core import shmem
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if placement == "cpu":
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", 0 if placement == "shared" else rank)
+        torch.cuda.set_device(device)
+    dist.init_process_group("gloo", init_method="env://")
+    shmem.init(device=device.index if device.type == "cuda" else "cpu", heap_size=heap_size,
+               timeout_s=timeout_s)  # fmt: skip
+    return rank, world, device
 
 
 def wait_for_path(path: str | Path, proc=None, timeout_s: float = 30.0, what: str = "") -> None:
