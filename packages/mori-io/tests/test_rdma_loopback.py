@@ -140,9 +140,13 @@ def test_it_says_it_is_the_loopback_and_only_the_env_var_requests_it(monkeypatch
     assert R.LOOPBACK_ENV_VAR == "MORI_IO_RDMA_LOOPBACK"
     monkeypatch.delenv("MORI_IO_RDMA_LOOPBACK", raising=False)
     assert not R.loopback_requested()
-    for value, want in (("0", False), ("", False), ("yes", False), ("1", True)):
+    # mori's boolean syntax (docs/configuration.md); anything else is refused, named.
+    for value, want in (("0", False), ("", False), ("off", False), ("yes", True), ("1", True)):
         monkeypatch.setenv("MORI_IO_RDMA_LOOPBACK", value)
         assert R.loopback_requested() is want, value
+    monkeypatch.setenv("MORI_IO_RDMA_LOOPBACK", "maybe")
+    with pytest.raises(mori.core.InvalidArgumentError, match="MORI_IO_RDMA_LOOPBACK='maybe'"):
+        R.loopback_requested()
 
 
 def test_a_bad_config_is_refused_as_the_real_backend_refuses_it():
