@@ -57,7 +57,7 @@ def _params(fn: ast.FunctionDef) -> list[tuple[str, str | None]]:
     defaults = [None] * (len(args) - len(fn.args.defaults)) + [
         ast.unparse(d) for d in fn.args.defaults
     ]
-    return [(a.arg, d) for a, d in zip(args, defaults)]
+    return [(a.arg, d) for a, d in zip(args, defaults, strict=True)]
 
 
 @pytest.mark.parametrize(("cpu", "cuda"), TWINS)

@@ -150,8 +150,9 @@ def start_rank(placement: str, heap_size: str | int, timeout_s: float):
     import torch.distributed as dist
 
     from mori.core import shmem
+    from mori.core.bench import rank_env
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world, _ = rank_env()
     if placement == "cpu":
         device = torch.device("cpu")
     else:
