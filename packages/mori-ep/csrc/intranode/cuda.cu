@@ -29,12 +29,15 @@ using intranode::DispatchParams;
 using intranode::DispatchScratch;
 using intranode::kMaxBlocksPerSm;
 using intranode::kMaxThreads;
+using intranode::kMaxWarpsPerBlock;
 using intranode::kMetaWords;
 using intranode::kNarrowThreads;
 using intranode::kOnePassPath;
 using intranode::kSegWords;
 using intranode::kStreamPath;
 using intranode::kTiledPath;
+using intranode::kTimelineBlocks;
+using intranode::kTimelineStamps;
 using intranode::ScratchOffsets;
 using intranode::SplitRow;
 

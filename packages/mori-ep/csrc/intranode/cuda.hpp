@@ -15,17 +15,12 @@
 
 #include "common/launch_shape.hpp"
 #include "intranode/args.hpp"
+#include "intranode/kernels/params.hpp"
 #include "intranode/protocol.hpp"
 #include "intranode/tuning.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {
-
-inline constexpr int kMaxWarpsPerBlock = 32;
-// MORI_EP_TIMELINE=1: per-phase globaltimer stamps of the last dispatch and the last
-// combine, kTimelineStamps per block for the first kTimelineBlocks blocks (Timeline()).
-inline constexpr int kTimelineStamps = 8;
-inline constexpr int kTimelineBlocks = 1024;
 
 class IntraNodeCuda {
  public:
@@ -90,7 +85,7 @@ class IntraNodeCuda {
   IntraNodeTuning tuning_;  // read from the environment once, in the constructor
   bool capped_;             // a receive cap below world x max tokens: dispatch checks it
   shmem::DeviceContext ctx_;
-  int max_blocks_[3][kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
+  int max_blocks_[3][intranode::kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
   uint64_t epoch_ = 0;
   int64_t num_tokens_ = 0;
   CombineOrder order_;
