@@ -9,8 +9,8 @@
 #
 # One device call runs at most 10 minutes, and the whole check takes longer on a fresh
 # 1 x H200 (build ~4 min, tests ~14). So it runs in named parts; each part first builds
-# whatever changed since the last build on this machine (nothing, on a warm machine that
-# ran an earlier part of the same tree), so consecutive calls go:
+# the packages whose sources changed since this machine installed them (none, on a warm
+# machine that ran an earlier part of the same tree), so consecutive calls go:
 #
 #   ci/gpu_check.sh build core io      # build (~4 min), topology, mori-core and mori-io tests
 #   ci/gpu_check.sh ep                 # mori-ep tests (the longest part)
@@ -58,39 +58,54 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH="/tmp/mori-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-# What a build depends on: every file the wheels are made of (not the tests).
-tree_hash() {
-  find shared_native packages/*/csrc packages/*/src packages/*/CMakeLists.txt \
-    packages/*/pyproject.toml -type f ! -path '*/__pycache__/*' -print0 |
+# What a package's build depends on: mori-core's sources (every package builds against
+# it) and its own, not its tests.
+source_hash() {
+  find shared_native packages/mori-core/csrc packages/mori-core/src packages/mori-core/CMakeLists.txt \
+    packages/mori-core/pyproject.toml "$@" -type f ! -path '*/__pycache__/*' -print0 |
     sort -z | xargs -0 sha1sum | sha1sum | cut -d' ' -f1
 }
 
-# Builds and installs the packages unless this machine installed this very tree already.
+# Builds and installs each package unless this machine installed it from these very
+# sources already (a warm machine that ran an earlier part rebuilds only what changed).
 ensure_built() {
-  local stamp=build/gpu/.installed want
-  want="$(tree_hash) ${MORI_CUDA_ARCHS} ${PACKAGES}"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    echo "build: up to date ($stamp)"
-    return 0
-  fi
-  step "machine"
-  { nvidia-smi; nvidia-smi topo -m; "$PY" -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
-  step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
-  local t0=$SECONDS
+  local pkg want stamp t0=$SECONDS built=0
+  mkdir -p build/gpu
   for pkg in $PACKAGES; do
-    # Test builds: mori-io's test hooks (mori.io._testing) are compiled in.
+    stamp="build/gpu/.installed-$pkg"
+    if [ "$pkg" = mori-core ]; then
+      want="$(source_hash) ${MORI_CUDA_ARCHS}"
+    else
+      want="$(source_hash "packages/$pkg/csrc" "packages/$pkg/src" "packages/$pkg/CMakeLists.txt" \
+        "packages/$pkg/pyproject.toml") ${MORI_CUDA_ARCHS}"
+    fi
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+      echo "build: $pkg up to date"
+      continue
+    fi
+    if [ "$built" -eq 0 ]; then
+      step "machine"
+      { nvidia-smi; nvidia-smi topo -m; "$PY" -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
+      step "build (MORI_CUDA=on, sm_${MORI_CUDA_ARCHS})"
+      built=1
+    fi
+    # Test builds: mori-io's test hooks (mori.io._C._testing) are compiled in.
     if ! "$PY" -m pip install --no-build-isolation --no-deps -v -C build-dir=build/gpu \
         -C cmake.define.MORI_IO_TESTING=ON "./packages/$pkg" >"$OUT/build-$pkg.log.tmp" 2>&1; then
       echo "BUILD FAILED: $pkg"; tail -40 "$OUT/build-$pkg.log.tmp"; cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"
       exit 1
     fi
     cat "$OUT/build-$pkg.log.tmp" >>"$OUT/build.log"; rm -f "$OUT/build-$pkg.log.tmp"
+    echo "$want" >"$stamp"
     echo "built $pkg ($((SECONDS - t0)) s)"
+    # A new mori-core (new headers) means every package after it builds again.
+    [ "$pkg" = mori-core ] && rm -f build/gpu/.installed-mori-{io,ep,ccl}
   done
-  mkdir -p build/gpu && echo "$want" >"$stamp"
-  step "topology"
-  "$PY" -m mori.core.topology 2>&1 | tee "$OUT/topology.txt" || status=1
-  "$PY" -c 'import json,mori.core as m; print(json.dumps(m.build_info()))' | tee "$OUT/build_info.json"
+  if [ "$built" -eq 1 ]; then
+    step "topology"
+    "$PY" -m mori.core.topology 2>&1 | tee "$OUT/topology.txt" || status=1
+    "$PY" -c 'import json,mori.core as m; print(json.dumps(m.build_info()))' | tee "$OUT/build_info.json"
+  fi
 }
 
 # One pytest per path (words starting with "-" are options for every run): a call cut
