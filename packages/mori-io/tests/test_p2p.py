@@ -384,6 +384,9 @@ def test_single_spans_bit_exact_at_any_alignment(engine_pair):
         torch.cuda.synchronize()
         assert torch.equal(dst, expect), (i, n, lo, ro, write)
         dst.copy_(torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev))
+        # The engine's copies do not wait for torch's stream: the refill must have landed
+        # before the next transfer touches dst (else it overwrites what that one moved).
+        torch.cuda.synchronize()
     a.close()
     b.close()
 

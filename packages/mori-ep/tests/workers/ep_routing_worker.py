@@ -29,11 +29,12 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ep_reference import Routing, expert, factor, start_rank
+from ep_reference import Routing, expert, factor
 
 import mori.core as mc
 from mori.core.dist_compat import all_gather_single
 from mori.core.launch import expect_raises as expect
+from mori.core.testing import start_rank
 from mori.ep import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
