@@ -208,7 +208,7 @@ def run_errors(comm: ccl.Communicator) -> None:
     b = ccl.broadcast(torch.tensor([rank], dtype=torch.float32), src=world - 1)
     assert b.tolist() == [world - 1]
     ccl.barrier()
-    assert ccl.communicator._communicator(None) is ccl.communicator._communicator(None)
+    assert ccl.functional._communicator(None) is ccl.functional._communicator(None)
     comm.close()
     expect(mc.InvalidStateError, "this Communicator was closed", comm.barrier)
 

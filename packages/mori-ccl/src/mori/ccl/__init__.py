@@ -17,8 +17,8 @@ import mori.core  # noqa: F401  (loads libmori_core before the extension)
 
 from . import _C  # noqa: F401
 from ._version import __version__
-from .communicator import (
-    Communicator,
+from .communicator import Communicator
+from .functional import (
     all_gather,
     all_reduce,
     all_to_all,
