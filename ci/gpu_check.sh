@@ -12,9 +12,13 @@
 # the packages whose sources changed since this machine installed them (none, on a warm
 # machine that ran an earlier part of the same tree), so consecutive calls go:
 #
-#   ci/gpu_check.sh build core io      # build (~4 min), topology, mori-core and mori-io tests
-#   ci/gpu_check.sh ep                 # mori-ep tests (the longest part)
-#   ci/gpu_check.sh ccl integration bench   # mori-ccl tests, tests_integration, the benchmarks
+#   ci/gpu_check.sh build core io      # build, topology, mori-core and mori-io tests
+#                                      # (398 s on a fresh 1 x H200: build 165, core 141, io 90)
+#   ci/gpu_check.sh ep                 # mori-ep tests (the longest part, ~400 s)
+#   ci/gpu_check.sh ccl integration bench   # mori-ccl tests (~220 s), tests_integration, benches
+#
+# Every package's tests in one pytest with two xdist workers took 454 s on 1 x H200 after
+# a build (MORI_GPU_CHECK_TESTS="-n 2 packages tests_integration" ci/gpu_check.sh tests).
 #
 #   ci/gpu_check.sh all                # every part in one call (a machine with more time)
 #   MORI_GPU_CHECK_TESTS="packages/mori-ep/tests/test_low_latency_gpu.py -k graph" ci/gpu_check.sh tests
@@ -108,13 +112,22 @@ ensure_built() {
   fi
 }
 
-# One pytest per path (words starting with "-" are options for every run): a call cut
+# One pytest per path: a call cut
 # off at the device's time limit then loses only the running file's failure details,
 # not those of every file before it (pytest prints them at the end of its run).
 failed=()
 run_tests() {
-  local opts=() paths=() w path rc t0
-  for w in "$@"; do case "$w" in -*) opts+=("$w") ;; *) paths+=("$w") ;; esac; done
+  local opts=() paths=() w path rc t0 takes_value=0
+  # Words starting with "-" are options for every run; -n, -k, -m and -p take the next
+  # word as their value ("-n 2 packages/mori-ep/tests": two xdist workers).
+  for w in "$@"; do
+    if [ "$takes_value" -eq 1 ]; then opts+=("$w"); takes_value=0; continue; fi
+    case "$w" in
+      -n | -k | -m | -p) opts+=("$w"); takes_value=1 ;;
+      -*) opts+=("$w") ;;
+      *) paths+=("$w") ;;
+    esac
+  done
   for path in "${paths[@]}"; do
     echo "=== pytest $path" | tee -a "$OUT/pytest.log"
     t0=$SECONDS
