@@ -67,20 +67,10 @@ def test_bad_arguments_name_the_value(kw, message):
 
 def test_stubs_match_the_module():
     # Every public name of mori.ccl._C is in _C.pyi and the reverse; classes' methods too.
-    import ast
+    from mori.core.testing import parse_stub
 
-    stub = ast.parse((Path(ccl.__file__).parent / "_C.pyi").read_text())
-    names, methods = set(), {}
-    for node in stub.body:
-        if isinstance(node, ast.FunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.AnnAssign):
-            names.add(node.target.id)
-        elif isinstance(node, ast.ClassDef):
-            names.add(node.name)
-            methods[node.name] = {
-                n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"
-            }
+    names, classes = parse_stub(Path(ccl.__file__).parent / "_C.pyi")
+    methods = {cls: set(members) - {"__init__"} for cls, members in classes.items()}
     module = {n for n in dir(ccl._C) if not n.startswith("_") or n.startswith("__mori")}
     cuda_only = {"CommunicatorCuda"}
     assert names - (set() if ccl._C.with_cuda else cuda_only) == module

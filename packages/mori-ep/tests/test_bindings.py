@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import mori.ep as ep
+from mori.core.testing import parse_stub
 
 CUDA_ONLY = {"IntraNodeCuda", "LowLatencyCuda", "dispatch_layout_cuda", "local_expert_count_cuda"}
 # Each mode's (CPU, CUDA) native classes; what one has beyond the shared methods.
@@ -23,19 +24,7 @@ EXTRAS = {
 
 
 def _stub():
-    tree = ast.parse((Path(ep.__file__).parent / "_C.pyi").read_text())
-    names, classes = set(), {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.AnnAssign):
-            names.add(node.target.id)
-        elif isinstance(node, ast.ClassDef):
-            names.add(node.name)
-            classes[node.name] = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
-            fields = {n.target.id: None for n in node.body if isinstance(n, ast.AnnAssign)}
-            classes[node.name].update(fields)
-    return names, classes
+    return parse_stub(Path(ep.__file__).parent / "_C.pyi")
 
 
 def _public(obj) -> set[str]:

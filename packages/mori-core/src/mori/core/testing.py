@@ -251,3 +251,26 @@ def seconds_of(outcome: str) -> float:
     m = re.search(r"after ([0-9.]+)s", outcome)
     assert m, outcome
     return float(m.group(1))
+
+
+# -- type stubs --------------------------------------------------------------------------
+
+
+def parse_stub(path: str | Path) -> tuple[set[str], dict[str, dict]]:
+    """A ``_C.pyi``'s public surface, for tests that keep a stub equal to its module:
+    (top-level names, {class: {member: its ast.FunctionDef, or None for a field}})."""
+    import ast
+
+    names: set[str] = set()
+    classes: dict[str, dict] = {}
+    for node in ast.parse(Path(path).read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            members: dict = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+            members.update({n.target.id: None for n in node.body if isinstance(n, ast.AnnAssign)})
+            classes[node.name] = members
+    return names, classes
