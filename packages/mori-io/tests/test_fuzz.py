@@ -128,9 +128,13 @@ def _burst(port: int, prefix: bytes, frames: list[bytes]) -> None:
         return
     try:
         s.settimeout(0.2)  # bounds sendall; draining only takes what is already there
+        # poll, not select: select refuses descriptors past FD_SETSIZE (1024), which a
+        # long test process can reach.
+        readable = select.poll()
+        readable.register(s, select.POLLIN)
         for data in [prefix, *frames] if prefix else frames:
             s.sendall(data)
-            while select.select([s], [], [], 0)[0]:
+            while readable.poll(0):
                 if not s.recv(65536):
                     return  # closed by the target
     except OSError:
