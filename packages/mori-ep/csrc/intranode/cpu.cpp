@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/host_block.hpp"
 #include "common/numeric.hpp"
 #include "intranode/cpu.hpp"
 #include "mori/core/error.hpp"
@@ -38,18 +39,7 @@ IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milli
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
       timeout_(timeout) {
-  MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
-                 " differs from the heap's n_pes ", ctx_.n_pes);
-  MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
-                 ctx_.my_pe);
-  MORI_CHECK_ARG(shmem::IsSymmetric(block, layout_.total_bytes),
-                 "the op's buffer is not a symmetric block of ", layout_.total_bytes, " bytes");
-  for (int pe = 0; pe < ctx_.n_pes; ++pe) {
-    if (hs::Ptr(ctx_, block_, pe) == nullptr) {
-      MORI_THROW(NotSupportedError, "intra-node dispatch/combine needs every pe on this node, ",
-                 "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
-    }
-  }
+  CheckHostBlock(shape, ctx_, block, layout_.total_bytes, "intra-node");
   std::memset(block_, 0, SignalBytes(layout_));
   shmem::BarrierAll();
 }
