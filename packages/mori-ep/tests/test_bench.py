@@ -78,6 +78,9 @@ def test_bench_smoke(tmp_path):
     assert a2a["backend"] == ("nccl" if device == "cuda" else "gloo") and a2a["us"] > 0
     assert a2a["busbw_gbps"] == pytest.approx(a2a["algbw_gbps"] / 2)
     assert "all_to_all_single reference" in stdout
+    assert "floors, same run" in stdout
+    empty = data["meta"]["floor_empty_us"]
+    assert (empty is None) if device == "cpu" else (empty > 0), empty
     for tokens in (0, 16):
         for dtype in ("bf16", "fp8"):
             case = [r for r in recs if r["tokens"] == tokens and r["dtype"] == dtype]
@@ -106,7 +109,10 @@ def test_bench_smoke(tmp_path):
                     for impl in ("mori standard-moe", "mori standard-moe-rows")
                 }
                 for rank in (0, 1):
-                    part, rows = sent["mori standard-moe"][rank], sent["mori standard-moe-rows"][rank]
+                    part, rows = (
+                        sent["mori standard-moe"][rank],
+                        sent["mori standard-moe-rows"][rank],
+                    )
                     assert part["pre_reduce"] and not rows["pre_reduce"]
                     assert rows["combine_wire_bytes"] == rows["recv_rows"] * 256 * 2
                     assert part["combine_wire_bytes"] % (256 * 4) == 0
@@ -131,6 +137,14 @@ def test_bench_smoke(tmp_path):
                 for key in ("dispatch_kernel_us", "combine_kernel_us"):
                     k_us = mori[rank][key]
                     assert (k_us is None) if device == "cpu" else (k_us > 0), (key, k_us)
+            # The floors (floors.py) beside every mori row: a copy of its bytes and the
+            # same call in plain torch, timed; on a GPU also an empty kernel.
+            for r in case:
+                if r["impl"].startswith("mori"):
+                    for phase in ("dispatch", "combine"):
+                        for floor in ("copy", "torch"):
+                            us = r[f"floor_{phase}_{floor}_us"]
+                            assert us > 0, (r["impl"], phase, floor, us)
             if tokens == 0:
                 assert all(r["recv_rows"] == 0 for r in case)
 

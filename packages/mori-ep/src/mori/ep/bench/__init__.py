@@ -29,7 +29,10 @@ Bandwidth, per rank (GB/s = 1e9 bytes/s), in two definitions:
   * cross-GPU: the same, counting only rows from (dispatch) / to (combine) other ranks.
 Weights and indices (8 bytes per top-k slot) move too but are not counted, as in MORI.
 A peer-copy reference (rank 0's copy engine into rank 1's heap) is measured in the
-same run.
+same run. Beside every mori row, the floors of the same case (``--no-floors`` skips
+them; mori.ep.bench.floors): an empty kernel's graph replay, one device copy of the
+call's bytes, and the same call written in plain torch on this GPU, each as GPU time
+per call, with mori's kernel time as a multiple of them.
 
 Without a GPU (or with ``--device cpu``) the CPU implementation runs on a host heap,
 the baseline is all_to_all_single over gloo, and times are wall-clock medians of
@@ -48,7 +51,8 @@ from .measure import KERNEL_TYPES
 from .report import plot
 from .worker import worker
 
-# The package: baseline.py (the all_to_all baseline and the references), timing.py
+# The package: baseline.py (the all_to_all baseline and the references), floors.py
+# (the empty-kernel, copy and plain-torch floors of every row), timing.py
 # (events, graphs, profiler), measure.py (one case on one rank), worker.py (one rank),
 # report.py (rank 0's tables, JSON and plot); this file is the command line.
 
@@ -114,6 +118,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=10, help="dispatch+combine pairs per trial")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--no-baseline", action="store_true", help="skip the all_to_all baseline")
+    p.add_argument(
+        "--no-floors", dest="floors", action="store_false",
+        help="skip the floors measured beside every row (empty kernel, a copy of the "
+        "call's bytes, the same call in plain torch: see mori.ep.bench.floors)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     scaffold.add_output_args(p, plot_help="PNG of bandwidth vs tokens per rank (needs matplotlib)")
     p.add_argument("--timeout-s", type=float, default=600.0)

@@ -7,7 +7,7 @@ overlap with a GEMM. Each returns this rank's records."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mori.core import env
@@ -78,6 +78,7 @@ def measure_deepep(args, ctx, op, case: Case, x) -> list[dict]:
     d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
     rec = record(impl_name("deepep-ll"), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
     rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+    ctx.floors.attach(rec, case, vol, "expert", cast=fp8)
     return [rec]
 
 
@@ -137,6 +138,7 @@ def measure_standard_moe(args, ctx, op, case: Case, kt="standard-moe") -> list[d
     d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
     rec = record(impl_name(kt), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
     rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+    ctx.floors.attach(rec, replace(case, scales=None), vol, "expert")  # MORI's: no scales
     rec["pre_reduce"] = op.standard_moe_pre_reduce
     if rec["pre_reduce"]:
         tokens, cross = received_tokens(ctx, idx)
@@ -254,6 +256,7 @@ def measure_token_major(args, ctx, op, case: Case, kt="IntraNode", baseline=True
             print(f"timeline, {n} tokens {dt} {blocks} blocks, rank 0:\n{timeline()}", end="")
         rec = record(impl_name(kt), n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
         rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
+        ctx.floors.attach(rec, case, vol, "token")
         rec["matches_intranode"] = bool(
             torch.equal(mori_out, ctx.reference.setdefault((n, dt), mori_out))
         )

@@ -69,6 +69,7 @@ def report(args, meta, records) -> None:
         "us: per call (CUDA events around each graph replay); kern us: the kernel's own "
         "GPU time (profiler, median; as DeepEP measures)"
     )
+    floors_table(meta, order)
     if meta["peer_copy_gbps"]:
         print(
             f"peer copy reference (copy engine, rank 0 -> rank 1, "
@@ -147,6 +148,35 @@ def report(args, meta, records) -> None:
         scaffold.write_json(args.json, {"meta": meta, "records": records})
     if args.plot:
         plot(args.plot, meta, records)
+
+
+def floors_table(meta, records) -> None:
+    """Each row's kernel time beside the floors measured in the same run (floors.py):
+    a copy of its bytes and the same call in plain torch, as multiples."""
+    rows = []
+    for r in records:
+        if "floor_dispatch_copy_us" not in r:
+            continue
+        row = [r["tokens"], r["dtype"], r["impl"], r["block_num"] or "-", r["rank"]]
+        for phase in ("dispatch", "combine"):
+            mine = r.get(f"{phase}_kernel_us") or r[f"{phase}_us"]
+            copy, plain = r[f"floor_{phase}_copy_us"], r[f"floor_{phase}_torch_us"]
+            row += [mine, copy, plain, f"{mine / copy:.1f}x" if copy else "-",
+                    f"{mine / plain:.2f}x" if plain else "-"]  # fmt: skip
+        rows.append(row)
+    if not rows:
+        return
+    empty = meta.get("floor_empty_us")
+    print(
+        "floors, same run (GPU time per call; CPU: wall clock): copy = one device copy of "
+        "the call's bytes, torch = the same call in plain torch on this GPU"
+        + (f"; an empty kernel, graph replay: {empty:.2f} us" if empty else "")
+    )
+    print(scaffold.table(rows, [
+        "tokens", "dtype", "impl", "blocks", "rank",
+        "disp kern us", "copy us", "torch us", "/copy", "/torch",
+        "comb kern us", "copy us", "torch us", "/copy", "/torch",
+    ]))  # fmt: skip
 
 
 def plot(path, meta, records) -> None:

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from mori.core import bench as scaffold
 
 from .baseline import PEER_COPY_BYTES, a2a_bus_bandwidth, peer_copy_gbps
+from .floors import Floors
 from .measure import (
     OP_ENV,
     OP_KERNEL_TYPE,
@@ -104,6 +105,7 @@ def worker(args: argparse.Namespace) -> None:
         timer=timer, barrier=barrier, scale_dim=scale_dim, a2a_group=a2a_group,
         reference={},  # (tokens, dtype) -> the first token-major kernel type's combine output
     )  # fmt: skip
+    ctx.floors = Floors(args, ctx)
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
     records, overlaps = [], []
     for n in args.tokens:
@@ -146,6 +148,7 @@ def worker(args: argparse.Namespace) -> None:
             "iters": args.iters,
             "reps": args.reps,
             "peer_copy_gbps": peer_copy,
+            "floor_empty_us": ctx.floors.empty_us,
             "a2a_reference": a2a_ref,
             "torch": torch.__version__,
         }
