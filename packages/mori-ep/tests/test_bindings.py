@@ -19,7 +19,7 @@ EXTRAS = {
     "IntraNodeCuda": {"max_resident_blocks", "timeline"},
     "LowLatencyCpu": {"dispatch_calls", "combine_calls", "dispatch_recv_pending",
                       "combine_recv_pending"},  # fmt: skip
-    "LowLatencyCuda": {"copy_engine"},
+    "LowLatencyCuda": {"copy_engine", "timeline"},
 }
 
 

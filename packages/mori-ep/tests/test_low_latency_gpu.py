@@ -81,3 +81,35 @@ def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):
                 part, rows = sel["mori standard-moe"], sel["mori standard-moe-rows"]
                 assert part["pre_reduce"] and not rows["pre_reduce"]
                 assert part["combine_wire_bytes"] < rows["combine_wire_bytes"] or n == 1, sel
+
+
+def test_bench_one_rank_timeline_and_floors(cuda_gpus, tmp_path):
+    """One rank: MORI_EP_TIMELINE=1 makes the bench print each kernel type's per-phase
+    stamps (the low-latency kernels' four parts: dispatch send/recv, combine send/recv,
+    fused or not), and every mori row carries its floors (an empty kernel, a copy of its
+    bytes, the call in plain torch), all measured on the GPU."""
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "mori.ep.bench", "--device", "cuda", "--world-size", "1",
+        "--max-tokens", "16", "--tokens", "16", "--hidden-dim", "1024",
+        "--num-experts-per-token", "4", "--num-experts-per-rank", "16", "--dtype", "bf16,fp8",
+        "--block-num", "8", "--iters", "2", "--reps", "3", "--no-baseline", "--json", str(out),
+        "--kernel-type", "IntraNode,IntraNodeLL,AsyncLL,standard-moe,deepep-ll",
+    ]  # fmt: skip
+    env = {**NO_MULTICAST_ENV, "MORI_EP_TIMELINE": "1"}
+    stdout = launch_local(cmd, 1, timeout_s=300, env=env)[0].output
+    print(stdout[-8000:])
+    for impl in ("mori IntraNodeLL", "mori AsyncLL", "mori standard-moe", "mori deepep-ll"):
+        at = stdout.index(f"timeline, {impl}, 16 tokens bf16")
+        block = stdout[at : at + 2000]
+        for part in ("dispatch send", "dispatch recv", "combine send", "combine recv"):
+            assert part in block, (impl, part, block)
+        assert "  flags " in block and "  rows " in block, block
+    assert "timeline, mori, 16 tokens bf16" in stdout and "first_reduce" in stdout
+    data = json.loads(out.read_text())
+    assert data["meta"]["floor_empty_us"] > 0
+    for r in data["records"]:
+        for phase in ("dispatch", "combine"):
+            for floor in ("copy", "torch"):
+                assert r[f"floor_{phase}_{floor}_us"] > 0, (r["impl"], phase, floor)
+    assert "floors, same run" in stdout

@@ -3,8 +3,7 @@
 //
 // IntraNodeCuda: the host side of the CUDA intra-node kernels (kernels/): checks,
 // launch shapes, the path and kernel build chosen per call (launched through
-// common/launch_api.hpp), the timeline. Nothing here
-// synchronises with the device on the hot path.
+// common/launch_api.hpp). Nothing here synchronises with the device on the hot path.
 #include "intranode/cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -36,8 +35,6 @@ using intranode::kOnePassPath;
 using intranode::kSegWords;
 using intranode::kStreamPath;
 using intranode::kTiledPath;
-using intranode::kTimelineBlocks;
-using intranode::kTimelineStamps;
 using intranode::ScratchOffsets;
 using intranode::SplitRow;
 
@@ -64,6 +61,10 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
       device_(device),
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
       tuning_(IntraNodeTuning::FromEnv()),
+      timeline_(device,
+                {{"dispatch", {"start", "routed", "counts", "scanned", "rows", "quiet", "done"}},
+                 {"combine", {"start", "returned", "first_reduce", "end"}}},
+                tuning_.timeline),
       capped_(RecvCapacity(shape) < shape.world_size * shape.max_tokens),
       ctx_(shmem::GetDeviceContext()) {
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
@@ -82,12 +83,6 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
                  "but pe ", pe, " is not load/store reachable from pe ", ctx_.my_pe);
     }
   }
-  if (tuning_.timeline) {
-    mori::cuda::ScopedDevice guard(device_);
-    MORI_CUDA_CHECK(cudaMalloc(&stamps_, 2 * kTimelineBlocks * kTimelineStamps * sizeof(uint64_t)));
-    MORI_CUDA_CHECK(
-        cudaMemset(stamps_, 0, 2 * kTimelineBlocks * kTimelineStamps * sizeof(uint64_t)));
-  }
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   MORI_CUDA_CHECK(cudaMemset(block_, 0, SignalBytes(layout_)));
@@ -104,61 +99,7 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
 IntraNodeCuda::~IntraNodeCuda() {
   mori::cuda::ScopedDevice guard(device_);
   // Never throw from a destructor; a failure leaks the buffer.
-  if (stamps_ != nullptr) cudaFree(stamps_);
   if (scratch_ != nullptr) cudaFree(scratch_);
-}
-
-uint64_t* IntraNodeCuda::TimelineSlot(int kernel, int blocks, uintptr_t stream) {
-  if (stamps_ == nullptr) return nullptr;
-  uint64_t* slot = stamps_ + static_cast<size_t>(kernel) * kTimelineBlocks * kTimelineStamps;
-  MORI_CUDA_CHECK(cudaMemsetAsync(slot, 0, kTimelineBlocks * kTimelineStamps * sizeof(uint64_t),
-                                  reinterpret_cast<cudaStream_t>(stream)));
-  timeline_blocks_[kernel] = std::min(blocks, kTimelineBlocks);
-  return slot;
-}
-
-std::string IntraNodeCuda::Timeline() {
-  if (stamps_ == nullptr) return "";
-  mori::cuda::ScopedDevice guard(device_);
-  std::vector<uint64_t> h(2 * kTimelineBlocks * kTimelineStamps);
-  MORI_CUDA_CHECK(cudaDeviceSynchronize());
-  MORI_CUDA_CHECK(
-      cudaMemcpy(h.data(), stamps_, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-  static const char* const kNames[2][kTimelineStamps] = {
-      {"start", "routed", "counts", "scanned", "rows", "quiet", "done", ""},
-      {"start", "returned", "first_reduce", "end", "", "", "", ""}};
-  std::string text;
-  uint64_t dispatch_end = 0;
-  for (int k = 0; k < 2; ++k) {
-    const uint64_t* base = h.data() + static_cast<size_t>(k) * kTimelineBlocks * kTimelineStamps;
-    const int blocks = timeline_blocks_[k];
-    uint64_t t0 = ~uint64_t{0};
-    for (int b = 0; b < blocks; ++b) {
-      if (base[b * kTimelineStamps] != 0) t0 = std::min(t0, base[b * kTimelineStamps]);
-    }
-    if (blocks == 0 || t0 == ~uint64_t{0}) continue;
-    text += StrCat(k == 0 ? "dispatch" : "combine", " (", blocks, " blocks; us from the first ",
-                   "block's start: min/median/max over blocks)");
-    if (k == 1 && dispatch_end != 0 && t0 > dispatch_end) {
-      text += StrCat(" starts ", (t0 - dispatch_end) / 1e3, " us after the dispatch's done");
-    }
-    text += "\n";
-    for (int j = 0; j < kTimelineStamps; ++j) {
-      std::vector<double> v;
-      for (int b = 0; b < blocks; ++b) {
-        const uint64_t x = base[b * kTimelineStamps + j];
-        if (x != 0) v.push_back((x - t0) / 1e3);
-      }
-      if (v.empty()) continue;
-      std::sort(v.begin(), v.end());
-      if (k == 0 && j == 6) dispatch_end = t0 + static_cast<uint64_t>(v.back() * 1e3);
-      char line[160];
-      std::snprintf(line, sizeof(line), "  %-13s %4zu blocks %8.1f %8.1f %8.1f\n", kNames[k][j],
-                    v.size(), v.front(), v[v.size() / 2], v.back());
-      text += line;
-    }
-  }
-  return text;
 }
 
 int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire) {
@@ -227,7 +168,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.indices_vec = shape_.top_k % 4 == 0 && aligned(p.indices, 16);
   p.meta_staged = p.scale_bytes % 4 == 0 && aligned(p.scales, 4) &&
                   2 * shape_.top_k + p.scale_bytes / 4 + 1 <= 32 * kMetaWords;
-  p.stamps = TimelineSlot(0, launch.block_num, stream);
+  p.stamps = timeline_.Begin(0, launch.block_num, stream);
   MORI_CHECK(launch.block_num <= scratch_blocks_, "dispatch grid of ", launch.block_num,
              " blocks exceeds the scratch for ", scratch_blocks_);
   const ScratchOffsets o(scratch_blocks_, shape_.max_tokens);
@@ -350,7 +291,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                               1, (kStepItems * p.return_warps + per_group - 1) / per_group));
   }
   if (CombineNeedsBarrier(order_.Enter(r->host_epoch), stream)) shmem::BarrierOnStream(stream);
-  p.stamps = TimelineSlot(1, launch.block_num, stream);
+  p.stamps = timeline_.Begin(1, launch.block_num, stream);
   intranode::LaunchCombine(p, path, fp8_wire, launch, stream);
 }
 

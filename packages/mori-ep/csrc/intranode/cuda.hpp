@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/launch_shape.hpp"
+#include "common/timeline.hpp"
 #include "intranode/args.hpp"
 #include "intranode/kernels/params.hpp"
 #include "intranode/protocol.hpp"
@@ -63,13 +64,10 @@ class IntraNodeCuda {
   int MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire = false);
   // With MORI_EP_TIMELINE=1: the per-phase stamps of the last dispatch and combine
   // kernels as text (synchronises the device); else "". A measurement aid.
-  std::string Timeline();
+  std::string Timeline() { return timeline_.Format(); }
 
  private:
   LaunchShape Resolve(LaunchShape launch, bool dispatch, bool fp8_wire);
-  // The stamp buffer of kernel 0 (dispatch) or 1 (combine), cleared on `stream`, or
-  // nullptr when the timeline is off.
-  uint64_t* TimelineSlot(int kernel, int blocks, uintptr_t stream);
   RoutingSnapshot LastRouting() const;
 
   EpShape shape_;
@@ -77,13 +75,12 @@ class IntraNodeCuda {
   char* block_;
   int device_;
   int sm_count_ = 0;
-  char* scratch_ = nullptr;     // the dynamic dispatch's private scratch (device memory)
-  int scratch_blocks_ = 0;      // the largest grid the scratch serves
-  uint64_t* stamps_ = nullptr;  // MORI_EP_TIMELINE: [2][kTimelineBlocks][kTimelineStamps]
-  int timeline_blocks_[2] = {};
+  char* scratch_ = nullptr;  // the dynamic dispatch's private scratch (device memory)
+  int scratch_blocks_ = 0;   // the largest grid the scratch serves
   uint64_t timeout_ns_;
-  IntraNodeTuning tuning_;  // read from the environment once, in the constructor
-  bool capped_;             // a receive cap below world x max tokens: dispatch checks it
+  IntraNodeTuning tuning_;   // read from the environment once, in the constructor
+  KernelTimeline timeline_;  // MORI_EP_TIMELINE: parts 0 (dispatch) and 1 (combine)
+  bool capped_;              // a receive cap below world x max tokens: dispatch checks it
   shmem::DeviceContext ctx_;
   int max_blocks_[3][intranode::kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
   uint64_t epoch_ = 0;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "common/launch_api.hpp"
 #include "low_latency/options.hpp"
@@ -29,6 +30,13 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
       timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
       ctx_(shmem::GetDeviceContext()) {
   const LowLatencyOptions options = LowLatencyOptions::FromEnv();
+  timeline_ = std::make_unique<KernelTimeline>(
+      device,
+      std::vector<TimelinePart>{{"dispatch send", {"start", "routed", "rows", "posted"}},
+                                {"dispatch recv", {"start", "flags", "rows", "consumed"}},
+                                {"combine send", {"start", "consumed", "rows", "posted"}},
+                                {"combine recv", {"start", "flags", "reduced", "consumed"}}},
+      options.timeline);
   pre_reduce_ = LlPreReduce(shape, options.pre_reduce);
   LlCheckRecvCapacity(shape);
   MORI_CHECK_ARG(ctx_.n_pes == shape.world_size, "world_size ", shape.world_size,
@@ -129,10 +137,18 @@ void LowLatencyCuda::Launch(const low_latency::LlParams& p, LaunchShape launch, 
       (p.phases & (low_latency::kLlCombineSend | low_latency::kLlCombineRecv)) != 0;
   MORI_CHECK(!(dispatch && combine), "a low-latency launch mixes dispatch and combine phases");
   mori::cuda::ScopedDevice guard(device_);
+  low_latency::LlParams q = p;
+  const int phase_bits[low_latency::kLlParts] = {
+      low_latency::kLlDispatchSend, low_latency::kLlDispatchRecv, low_latency::kLlCombineSend,
+      low_latency::kLlCombineRecv};
+  for (int part = 0; part < low_latency::kLlParts; ++part) {
+    q.stamps[part] =
+        (p.phases & phase_bits[part]) ? timeline_->Begin(part, blocks, stream) : nullptr;
+  }
   if (dispatch) {
-    low_latency::LaunchDispatch(p, blocks, warps * 32, stream);
+    low_latency::LaunchDispatch(q, blocks, warps * 32, stream);
   } else {
-    low_latency::LaunchCombine(p, blocks, warps * 32, stream);
+    low_latency::LaunchCombine(q, blocks, warps * 32, stream);
   }
 }
 

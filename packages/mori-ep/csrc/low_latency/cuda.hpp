@@ -12,10 +12,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/launch_shape.hpp"
 #include "common/shape.hpp"
+#include "common/timeline.hpp"
 #include "low_latency/args.hpp"
 #include "low_latency/kernels/params.hpp"
 #include "mori/shmem/context.hpp"
@@ -52,6 +54,9 @@ class LowLatencyCuda {
   // Whether dispatches move their rows to other pes with the copy engines
   // (MORI_EP_LL_COPY_ENGINE, read at construction; low_latency/protocol.hpp).
   bool copy_engine() const { return copy_engine_; }
+  // With MORI_EP_TIMELINE=1: the per-phase stamps of the last launch of each phase
+  // (dispatch send/recv, combine send/recv) as text, synchronising the device; else "".
+  std::string Timeline() { return timeline_->Format(); }
 
  private:
   low_latency::LlParams Base() const;
@@ -95,8 +100,9 @@ class LowLatencyCuda {
   size_t comb_stage_at_ = 0, comb_stage_span_ = 0;
   cudaStream_t side_ = nullptr;
   cudaEvent_t sent_ = nullptr, copied_ = nullptr, comb_copied_ = nullptr;
-  bool copies_pending_ = false;       // the dispatch receive must wait for `copied_`
-  bool comb_copies_pending_ = false;  // the combine receive for `comb_copied_`
+  std::unique_ptr<KernelTimeline> timeline_;  // MORI_EP_TIMELINE: parts kLlPart*
+  bool copies_pending_ = false;               // the dispatch receive must wait for `copied_`
+  bool comb_copies_pending_ = false;          // the combine receive for `comb_copied_`
 };
 
 }  // namespace mori::ep

@@ -263,7 +263,12 @@ max_tokens).)doc");
       R"doc(Low-latency dispatch/combine kernels (fixed slots, double-buffered) on a CUDA heap.)doc")
       .def_property_readonly("copy_engine", &LowLatencyCuda::copy_engine,
                              "Whether dispatches move rows with the copy engines "
-                             "(MORI_EP_LL_COPY_ENGINE).");
+                             "(MORI_EP_LL_COPY_ENGINE).")
+      .def("timeline", &LowLatencyCuda::Timeline, py::call_guard<py::gil_scoped_release>(),
+           R"doc(Per-phase timestamps of the last launch of each phase (dispatch send and
+receive, combine send and receive) as text, when the op was built with
+``MORI_EP_TIMELINE=1`` in the environment (else ""); synchronises the device. A
+measurement aid.)doc");
 #endif
 }
 

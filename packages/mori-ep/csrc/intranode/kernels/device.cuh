@@ -3,7 +3,7 @@
 #pragma once
 
 // Device helpers shared by the intra-node dispatch and combine kernels (dispatch.cu,
-// combine.cu): the device state, the timeline stamps, torch's bf16 rounding (fp8's is
+// combine.cu): the device state, torch's bf16 rounding (fp8's is
 // in common/numeric.hpp) and the rejection trap. Addressing the op's block and the
 // peers' copies, the peer-trap pause and the grid-completion counter are mori-core's
 // (mori/shmem/block_device.cuh).
@@ -15,6 +15,7 @@
 
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
+#include "common/timeline.cuh"
 #include "intranode/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
@@ -34,15 +35,6 @@ constexpr int64_t kGroupTokens = kCombineGroupTokens;
 
 __device__ __forceinline__ EpDeviceState* State(const Common& c) {
   return At<EpDeviceState>(c, c.layout.state);
-}
-
-// MORI_EP_TIMELINE: the calling thread (by default thread 0 of the block) records when
-// it reaches phase k (globaltimer, ns) in the launch's stamp buffer; off, one uniform
-// branch.
-__device__ __forceinline__ void Stamp(uint64_t* stamps, int k, bool who = threadIdx.x == 0) {
-  if (stamps != nullptr && who && blockIdx.x < kTimelineBlocks) {
-    stamps[blockIdx.x * kTimelineStamps + k] = dev::GlobalTimerNs();
-  }
 }
 
 // torch's float -> bf16 conversion (round to nearest even, NaN to 0x7FC0), as in

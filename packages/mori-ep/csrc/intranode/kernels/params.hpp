@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/launch_shape.hpp"
+#include "common/timeline.hpp"
 #include "intranode/args.hpp"
 #include "intranode/protocol.hpp"
 #include "mori/shmem/context.hpp"
@@ -20,11 +21,6 @@ namespace mori::ep::intranode {
 
 // Most warps per block of a launch (MORI's warp_per_block).
 inline constexpr int kMaxWarpsPerBlock = 32;
-// MORI_EP_TIMELINE=1: per-phase globaltimer stamps of the last dispatch and the last
-// combine, kTimelineStamps per block for the first kTimelineBlocks blocks
-// (IntraNodeCuda::Timeline()).
-inline constexpr int kTimelineStamps = 8;
-inline constexpr int kTimelineBlocks = 1024;
 
 inline constexpr int kW = kMaxCudaWorldSize;
 inline constexpr int kMaxThreads = kMaxWarpsPerBlock * 32;

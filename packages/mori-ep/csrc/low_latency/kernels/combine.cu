@@ -117,7 +117,12 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
   const int W = p.world, K = p.top_k, E = p.experts_per_rank, me = p.me;
   const int64_t M = p.max_tokens, WM = W * M, Hc = p.combine_row_bytes;
   const size_t half = ce ? 0 : (call & 1);
-  if constexpr (ce) WaitCombConsumed(p, call);
+  uint64_t* stamps = p.stamps[kLlPartCombineSend];
+  Stamp(stamps, 0);
+  if constexpr (ce) {
+    WaitCombConsumed(p, call);
+    Stamp(stamps, 1);
+  }
   const size_t ct_off = p.layout.comb_tokens + half * p.layout.half_comb_tokens;
   const size_t cw_off = p.layout.comb_weights + half * p.layout.half_comb_weights;
   const int lane = threadIdx.x & 31;
@@ -207,6 +212,7 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
                                              32);
     }
   }
+  Stamp(stamps, 2);
   if (FinishBlock(&st->blocks_done)) {
     if (threadIdx.x < W) {
       uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
@@ -218,6 +224,7 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
       }
     }
     if (threadIdx.x == 0) st->combine_calls = call;
+    Stamp(stamps, 3);
   }
 }
 
@@ -267,9 +274,12 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   const size_t half = ce ? 0 : (call & 1);
   __shared__ int64_t counts[kMaxCudaWorldSize];
   __shared__ int rejected_by;
+  uint64_t* stamps = p.stamps[kLlPartCombineRecv];
+  Stamp(stamps, 0);
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
   WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false);
   if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine", nullptr, call);
+  Stamp(stamps, 1);
   const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);
   const float* combw = reinterpret_cast<const float*>(
       c.Local(p.layout.comb_weights + half * p.layout.half_comb_weights));
@@ -322,7 +332,9 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         a.out_weights[t * K + lane] = acc;
       }
     }
+    Stamp(stamps, 2);
     PostConsumed<ce>(p, call, true);  // every block gets here
+    Stamp(stamps, 3);
     return;
   }
   if constexpr (kPartials) {
@@ -353,7 +365,9 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
       for (int i = 0; i < 4 && h0 + i < hidden; ++i)
         out[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
     }
+    Stamp(stamps, 2);
     PostConsumed<ce>(p, call, true);  // every block gets here
+    Stamp(stamps, 3);
   } else {
     // Items are (token, 128 columns), 4 per lane; lane k < K holds slot k's id and
     // weight. No part: zeros; else a sum from -0.0 over k ascending (low_latency/cpu.cpp).
@@ -389,7 +403,9 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         static_cast<uint16_t*>(a.out)[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
       }
     }
+    Stamp(stamps, 2);
     PostConsumed<ce>(p, call, true);
+    Stamp(stamps, 3);
   }
 }
 

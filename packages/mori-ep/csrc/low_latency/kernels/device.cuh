@@ -16,6 +16,7 @@
 
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
+#include "common/timeline.cuh"
 #include "low_latency/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"

@@ -25,6 +25,8 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   const int num_experts = p.experts_per_rank * W;
   const bool expert_major = a.layout == LlLayout::kExpertMajor;
   LlDeviceState* st = c.State();
+  uint64_t* stamps = p.stamps[kLlPartDispatchSend];
+  Stamp(stamps, 0);
   // Routing masks of every token (each block its own copy), and the id checks.
   for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
     uint32_t mask = 0;
@@ -53,6 +55,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     masks[t] = mask;
   }
   __syncthreads();
+  Stamp(stamps, 1);
 
   const size_t half = DispHalf<kCe>(call);
   const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, Q = LlCastScales(hidden);
@@ -126,6 +129,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       if (lane == 0) reinterpret_cast<int32_t*>(area(src_off, d))[slot] = static_cast<int32_t>(t);
     }
   }
+  Stamp(stamps, 2);
   if (FinishBlock(&st->blocks_done)) {
     // The last block: every block's rows are released; post the counts. A count past
     // the receive slots rejects the call, its note (the first such pe) written into
@@ -165,6 +169,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       }
     }
     __syncthreads();
+    Stamp(stamps, 3);
     if (threadIdx.x == 0) st->dispatch_calls = call;
     if (rejected) {
       if (over < W && threadIdx.x == 0) {
@@ -194,12 +199,15 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
   __shared__ int64_t counts[kMaxCudaWorldSize];
   __shared__ int64_t base[kMaxCudaWorldSize + 1];
   __shared__ int rejected_by;
+  uint64_t* stamps = p.stamps[kLlPartDispatchRecv];
+  Stamp(stamps, 0);
   const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
   WaitFlags(p, flags, call, counts, &rejected_by, LlDispatchTag(p.d), true);
   if (rejected_by >= 0) {
     TrapRejected(p, rejected_by, "dispatch",
                  reinterpret_cast<const LlOverNote*>(c.Local(p.layout.disp_over)) + half * W, call);
   }
+  Stamp(stamps, 1);
   if (threadIdx.x == 0) {
     base[0] = 0;
     for (int s = 0; s < W; ++s) base[s + 1] = base[s] + counts[s];
@@ -240,7 +248,9 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
       if (lane == 0) o.out_src_pos[row] = EncodeSrcPos(s, src[slot], M);
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) *o.total_recv = static_cast<int32_t>(base[W]);
+    Stamp(stamps, 2);
     PostConsumed<kCe>(p, call);
+    Stamp(stamps, 3);
     return;
   }
 
@@ -300,7 +310,9 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
       if (s == W - 1) o.packed_count[e] = static_cast<int32_t>(pos);
     }
   }
+  Stamp(stamps, 2);
   PostConsumed<kCe>(p, call);
+  Stamp(stamps, 3);
 }
 
 // A dispatch kernel runs dispatch phases (send, receive, reject), a combine kernel

@@ -27,6 +27,11 @@ inline constexpr int kLlMaxScanExperts = 1024;
 inline constexpr int kLlDispatchSend = 1, kLlDispatchRecv = 2, kLlCombineSend = 4,
                      kLlCombineRecv = 8, kLlRejectDispatch = 16, kLlRejectCombine = 32;
 
+// MORI_EP_TIMELINE parts (KernelTimeline, common/timeline.hpp): one per phase, so that
+// a fused launch (send + receive) and split ones are attributed alike.
+inline constexpr int kLlPartDispatchSend = 0, kLlPartDispatchRecv = 1, kLlPartCombineSend = 2,
+                     kLlPartCombineRecv = 3, kLlParts = 4;
+
 struct LlParams {
   shmem::DeviceContext ctx;
   char* block;
@@ -52,8 +57,9 @@ struct LlParams {
   bool recv_fp8;           // the dispatch being received was cast to e4m3
   int64_t recv_row_bytes;  // its token row bytes (before a cast)
   LlCombineArgs c;
-  const int32_t* total_recv;  // token-major combine: the dispatch's total_recv (device)
-  int64_t combine_tokens;     // token-major combine: this pe's tokens of the dispatch
+  const int32_t* total_recv;   // token-major combine: the dispatch's total_recv (device)
+  int64_t combine_tokens;      // token-major combine: this pe's tokens of the dispatch
+  uint64_t* stamps[kLlParts];  // MORI_EP_TIMELINE: each phase's stamps, else null
 };
 
 }  // namespace mori::ep::low_latency

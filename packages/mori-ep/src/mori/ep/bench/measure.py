@@ -35,6 +35,19 @@ def impl_name(kt: str) -> str:
     return "mori" if kt == "IntraNode" else f"mori {kt}"
 
 
+def print_timeline(ctx, op, label: str) -> None:
+    """With MORI_EP_TIMELINE=1 (a measurement aid), rank 0 prints the per-phase stamps
+    of the op's last replayed dispatch and combine (CUDA ops only)."""
+    timeline = getattr(op._impl, "timeline", None)
+    if (
+        ctx.cuda
+        and ctx.rank == 0
+        and timeline is not None
+        and env.get_bool("MORI_EP_TIMELINE", False)
+    ):
+        print(f"timeline, {label}, rank 0:\n{timeline()}", end="")
+
+
 @dataclass
 class Case:
     tokens: int
@@ -76,6 +89,7 @@ def measure_deepep(args, ctx, op, case: Case, x) -> list[dict]:
     vol = expert_major_volume(ctx, pairs, local, row)
     blocks = op.config.block_num if ctx.cuda else 0
     d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
+    print_timeline(ctx, op, f"{impl_name('deepep-ll')}, {n} tokens {dt} {blocks} blocks")
     rec = record(impl_name("deepep-ll"), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
     rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
     ctx.floors.attach(rec, case, vol, "expert", cast=fp8)
@@ -136,6 +150,7 @@ def measure_standard_moe(args, ctx, op, case: Case, kt="standard-moe") -> list[d
     vol = expert_major_volume(ctx, pairs, local, ctx.hidden * x.element_size())
     blocks = op.config.block_num if ctx.cuda else 0
     d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
+    print_timeline(ctx, op, f"{impl_name(kt)}, {n} tokens {dt} {blocks} blocks")
     rec = record(impl_name(kt), n, dt, blocks, ctx.rank, pairs, local, vol, d_us, c_us)
     rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
     ctx.floors.attach(rec, replace(case, scales=None), vol, "expert")  # MORI's: no scales
@@ -250,10 +265,7 @@ def measure_token_major(args, ctx, op, case: Case, kt="IntraNode", baseline=True
                 op.combine_recv()
 
         d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
-        timeline = getattr(op._impl, "timeline", None)
-        if cuda and rank == 0 and timeline is not None and env.get_bool("MORI_EP_TIMELINE", False):
-            # The stamps of the last replayed pair (MORI_EP_TIMELINE=1, a measurement aid).
-            print(f"timeline, {n} tokens {dt} {blocks} blocks, rank 0:\n{timeline()}", end="")
+        print_timeline(ctx, op, f"{impl_name(kt)}, {n} tokens {dt} {blocks} blocks")
         rec = record(impl_name(kt), n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
         rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
         ctx.floors.attach(rec, case, vol, "token")
