@@ -148,13 +148,15 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     const auto area = [&](size_t off, int s) -> char* {
       return kCe && s != me ? p.stage_comb + (off - p.layout.comb_tokens) : c.Peer(off, s);
     };
-    for (int64_t i = gwarp; i < total; i += nwarps) {
+    const int64_t C = RowChunks(total, nwarps, p.hidden_dim * eb);
+    for (int64_t item = gwarp; item < total * C; item += nwarps) {
+      const int64_t i = item / C, ch = item % C;
       const int s = static_cast<int>(a.src_pos[i] / M);
       const int64_t t = a.src_pos[i] % M;
       const int64_t slot = (kCe && s != me ? s : me) * M + t;
-      mori::shmem::device::detail::CopyBytes(
-          area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb, lane, 32);
-      if (a.weights != nullptr && lane < K) {
+      CopyChunk(area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb, ch,
+                C, lane);
+      if (ch == 0 && a.weights != nullptr && lane < K) {
         reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
       }
     }
@@ -185,7 +187,9 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
       if (lane == 0) prefix[0] = 0;
     }
     __syncthreads();
-    for (int64_t item = gwarp; item < prefix[E]; item += nwarps) {
+    const int64_t C = RowChunks(prefix[E], nwarps, p.hidden_dim * 2);
+    for (int64_t piece = gwarp; piece < prefix[E] * C; piece += nwarps) {
+      const int64_t item = piece / C, ch = piece % C;
       int lo = 0, hi = E;  // the expert e with prefix[e] <= item < prefix[e + 1]
       while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
@@ -207,9 +211,8 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
       const int64_t r = e * WM + pos;
       const int64_t t = a.src_info[r] - s * a.src_info_stride;
       const int64_t slot = t * K + a.slot_k[r];
-      mori::shmem::device::detail::CopyBytes(c.Peer(ct_off, s) + slot * Hc,
-                                             input + r * a.input_row_stride, p.hidden_dim * 2, lane,
-                                             32);
+      CopyChunk(c.Peer(ct_off, s) + slot * Hc, input + r * a.input_row_stride, p.hidden_dim * 2, ch,
+                C, lane);
     }
   }
   Stamp(stamps, 2);

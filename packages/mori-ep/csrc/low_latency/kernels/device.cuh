@@ -117,6 +117,36 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 __device__ __forceinline__ int WarpSum(int v) { return __reduce_add_sync(kFull, v); }
 
+// Few rows, many warps: a row moves in RowChunks() pieces, each by its own warp, so that
+// more of its loads are in flight at once. A warp keeps 8 x 16 B per lane in flight
+// (CopyBytes), so a 14 KiB row by one warp costs four load latencies in a row; in
+// pieces of at least kLlMinChunk bytes, one each.
+inline constexpr int64_t kLlMinChunk = 2048;
+
+__device__ __forceinline__ int64_t RowChunks(int64_t rows, int64_t nwarps, int64_t row_bytes) {
+  const int64_t by_warps = rows > 0 ? nwarps / rows : 1;
+  const int64_t by_size = (row_bytes + kLlMinChunk - 1) / kLlMinChunk;
+  return by_warps < by_size ? (by_warps > 1 ? by_warps : 1) : (by_size > 1 ? by_size : 1);
+}
+
+// Bytes [lo, hi) of piece `ch` of `chunks` of a `bytes`-byte row; pieces start at
+// multiples of 16 bytes, so that a piece keeps the row's alignment.
+struct LlSpan {
+  int64_t lo, hi;
+};
+__device__ __forceinline__ LlSpan ChunkSpan(int64_t bytes, int64_t ch, int64_t chunks) {
+  const int64_t per = ((bytes + chunks - 1) / chunks + 15) / 16 * 16;
+  const int64_t lo = ch * per < bytes ? ch * per : bytes;
+  return {lo, lo + per < bytes ? lo + per : bytes};
+}
+
+// Piece `ch` of a row of `bytes` bytes from src to dst, by one warp.
+__device__ __forceinline__ void CopyChunk(char* dst, const char* src, int64_t bytes, int64_t ch,
+                                          int64_t chunks, int lane) {
+  const LlSpan s = ChunkSpan(bytes, ch, chunks);
+  mori::shmem::device::detail::CopyBytes(dst + s.lo, src + s.lo, s.hi - s.lo, lane, 32);
+}
+
 // A sender's flag of another wire tag than this pe's (LlTagName): the first block's
 // first thread to see one prints both, pe 0 traps at once, the others after the
 // pause (as TrapRejected). Every pe with such a peer finds one: the tags differ

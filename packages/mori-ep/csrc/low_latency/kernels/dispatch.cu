@@ -75,7 +75,11 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   const int64_t gwarp = blockIdx.x * warps + threadIdx.x / 32;
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * warps;
   uint8_t* token_ranks = reinterpret_cast<uint8_t*>(c.Local(p.layout.token_ranks));
-  for (int64_t t = gwarp; t < n; t += nwarps) {
+  // Items are (token, piece of its row): piece 0 also moves the token's metadata.
+  const int64_t C = RowChunks(n, nwarps, a.fp8_cast ? hidden * 2 : a.token_row_bytes);
+  const int64_t QC = (Q + C - 1) / C;  // cast groups per piece
+  for (int64_t item = gwarp; item < n * C; item += nwarps) {
+    const int64_t t = item / C, ch = item % C;
     const uint32_t mask = masks[t];
     // Slot of t in each destination: the tokens before it routed there.
     int before[kMaxCudaWorldSize];
@@ -85,7 +89,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       for (int d = 0; d < W; ++d) before[d] += (m >> d) & 1;
     }
     for (int d = 0; d < W; ++d) before[d] = WarpSum(before[d]);
-    if (lane < W) token_ranks[t * W + lane] = (mask >> lane) & 1;
+    if (ch == 0 && lane < W) token_ranks[t * W + lane] = (mask >> lane) & 1;
     const char* row = static_cast<const char*>(a.tokens) + t * a.token_row_bytes;
     for (int d = 0; d < W; ++d) {
       // Past the receive slots: no row (the last block rejects the call).
@@ -95,27 +99,41 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
         const uint16_t* x = reinterpret_cast<const uint16_t*>(row);
         uint8_t* dst = reinterpret_cast<uint8_t*>(area(tok_off, d)) + slot * H;
         float* dsc = reinterpret_cast<float*>(area(cs_off, d)) + slot * Q;
-        for (int64_t g = 0; g < Q; ++g) {
-          float v[4];
-          float amax = kLlCastMargin;
-          for (int i = 0; i < 4; ++i) {
-            v[i] = Bf16BitsToFloat(x[g * kLlCastGroup + lane * 4 + i]);
-            amax = fmaxf(amax, fabsf(v[i]));
+        // kBatch groups' loads are issued before any of their maxima and stores, so a
+        // piece costs one load latency per kBatch groups, not one per group.
+        constexpr int kBatch = 4;
+        const int64_t g_end = (ch + 1) * QC < Q ? (ch + 1) * QC : Q;
+        for (int64_t g0 = ch * QC; g0 < g_end; g0 += kBatch) {
+          float v[kBatch][4];
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            for (int i = 0; i < 4; ++i) {
+              v[j][i] = g0 + j < g_end ? Bf16BitsToFloat(x[(g0 + j) * kLlCastGroup + lane * 4 + i])
+                                       : 0.0f;
+            }
           }
-          amax = WarpMax(amax);
-          float inv;
-          const float scale = LlCastScale(amax, a.round_scale, &inv);
-          uint32_t packed = 0;
-          for (int i = 0; i < 4; ++i) {
-            packed |= static_cast<uint32_t>(FloatToFloat8E4M3(__fmul_rn(v[i], scale))) << (8 * i);
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            const int64_t g = g0 + j;
+            if (g >= g_end) break;
+            float amax = kLlCastMargin;
+            for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[j][i]));
+            amax = WarpMax(amax);
+            float inv;
+            const float scale = LlCastScale(amax, a.round_scale, &inv);
+            uint32_t packed = 0;
+            for (int i = 0; i < 4; ++i) {
+              packed |= static_cast<uint32_t>(FloatToFloat8E4M3(__fmul_rn(v[j][i], scale)))
+                        << (8 * i);
+            }
+            reinterpret_cast<uint32_t*>(dst + g * kLlCastGroup)[lane] = packed;
+            if (lane == 0) dsc[g] = inv;
           }
-          reinterpret_cast<uint32_t*>(dst + g * kLlCastGroup)[lane] = packed;
-          if (lane == 0) dsc[g] = inv;
         }
       } else {
-        char* dst = area(tok_off, d) + slot * H;
-        mori::shmem::device::detail::CopyBytes(dst, row, a.token_row_bytes, lane, 32);
+        CopyChunk(area(tok_off, d) + slot * H, row, a.token_row_bytes, ch, C, lane);
       }
+      if (ch != 0) continue;
       float* dw = reinterpret_cast<float*>(area(w_off, d)) + slot * K;
       int32_t* di = reinterpret_cast<int32_t*>(area(i_off, d)) + slot * K;
       if (lane < K) {
@@ -231,12 +249,14 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
 
   if (p.recv_layout == LlLayout::kTokenMajor) {
     const int64_t rb = p.recv_row_bytes;
-    for (int64_t row = gwarp; row < base[W]; row += nwarps) {
+    const int64_t C = RowChunks(base[W], nwarps, rb);
+    for (int64_t item = gwarp; item < base[W] * C; item += nwarps) {
+      const int64_t row = item / C, ch = item % C;
       int s = 0;
       while (row >= base[s + 1]) ++s;
       const int64_t slot = s * P + (row - base[s]);
-      mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.out_tokens) + row * H,
-                                             tokens + slot * H, rb, lane, 32);
+      CopyChunk(static_cast<char*>(o.out_tokens) + row * H, tokens + slot * H, rb, ch, C, lane);
+      if (ch != 0) continue;
       if (lane < K) {
         o.out_weights[row * K + lane] = weights[slot * K + lane];
         o.out_indices[row * K + lane] = indices[slot * K + lane];
