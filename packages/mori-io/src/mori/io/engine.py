@@ -102,6 +102,8 @@ class TcpBackendConfig:
     max_inbound_statuses: int = _TCP.max_inbound_statuses
     max_inbound_status_bytes: int = _TCP.max_inbound_status_bytes
     enable_notification: bool = _TCP.enable_notification
+    max_pending_hellos: int = _TCP.max_pending_hellos
+    max_connections_per_peer: int = _TCP.max_connections_per_peer
 
     def to_native(self) -> Any:
         """The native config (``_C.TcpBackendConfig``), validated by the engine."""
