@@ -73,7 +73,7 @@ def main():
         elif cmd == "sha":
             print(hashlib.sha256(buf.tobytes()).hexdigest(), flush=True)
         elif cmd == "stats":
-            print(eng._engine.hellos_refused, getattr(eng._engine, "hellos_dropped", -1), flush=True)
+            print(eng._engine.hellos_refused, eng._engine.hellos_dropped, flush=True)
         elif cmd == "quit":
             break
     eng.close()

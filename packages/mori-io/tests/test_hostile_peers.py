@@ -513,7 +513,9 @@ class _Trickler:
 
     def __init__(self, socks, chunk, period_s=0.25):
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(socks, chunk, period_s), daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(socks, chunk, period_s), daemon=True
+        )
         self._thread.start()
 
     def _run(self, socks, chunk, period_s):

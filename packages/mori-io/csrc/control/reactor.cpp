@@ -254,7 +254,8 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
   const int64_t idle_ns = int64_t{host_->tcp_config().idle_timeout_ms} * 1000000;
   std::vector<std::pair<Conn*, std::string>> stuck;
   std::vector<std::pair<Conn*, std::string>> idle_candidates;  // inbound, idle_timeout_ms
-  std::vector<Conn*> shrink;  // receive buffers to give back
+  // Connections idle long enough to give their large receive buffer back.
+  std::vector<Conn*> shrink;
   int64_t oldest_hello = INT64_MAX;
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
@@ -327,12 +328,12 @@ std::string Reactor::DeadlineMissed(const Conn& c, int64_t now, int64_t timeout_
     // refused is drained as fast as it comes, and one that trickles is cut off.
     const uint64_t got = c.payload_bytes - c.payload_left;
     const int64_t allowed =
-        timeout_ns + static_cast<int64_t>(std::min<uint64_t>(got / kMinPayloadBytesPerS,
-                                                             uint64_t{1} << 30) *
-                                          1000000000);
+        timeout_ns +
+        static_cast<int64_t>(std::min<uint64_t>(got / kMinPayloadBytesPerS, uint64_t{1} << 30) *
+                             1000000000);
     if (now - c.payload_since_ns > allowed) {
       return StrCat("a payload of ", c.payload_bytes, " bytes (message type ", int(c.cur.type),
-                    ", memory ", c.cur.mem_id, ") had sent ", got, " bytes after ",
+                    ", memory ", c.cur.mem_id, ") had received ", got, " bytes after ",
                     (now - c.payload_since_ns) / 1000000, " ms: slower than transfer_timeout_ms (",
                     ms, ") plus ", kMinPayloadBytesPerS >> 10, " KiB/s");
     }

@@ -140,10 +140,10 @@ class Reactor {
   int64_t accept_resume_ns_ = 0;
   // Warnings a peer can repeat, one per second per cause (LogThrottle).
   LogThrottle accept_failed_log_;
-  LogThrottle no_secret_log_;       // a hello without this engine's secret
-  LogThrottle not_accepted_log_;    // a hello that may not speak for its key
-  LogThrottle peer_full_log_;       // a key holding max_connections_per_peer already
-  LogThrottle hello_dropped_log_;   // the oldest pending hello dropped (max_pending_hellos)
+  LogThrottle no_secret_log_;      // a hello without this engine's secret
+  LogThrottle not_accepted_log_;   // a hello that may not speak for its key
+  LogThrottle peer_full_log_;      // a key holding max_connections_per_peer already
+  LogThrottle hello_dropped_log_;  // the oldest pending hello dropped (max_pending_hellos)
   std::atomic<bool> stop_{false};
   // The last scan's start, and the oldest accept time of an inbound connection then still
   // in its hello (INT64_MAX: none); written by the reactor thread (HellosSettledSince).

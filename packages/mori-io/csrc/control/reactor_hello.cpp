@@ -64,9 +64,9 @@ void Reactor::DropPendingHello(const std::shared_ptr<Conn>& c) {
   uint64_t more = 0;
   if (hello_dropped_log_.Due(&more)) {
     MORI_LOG_WARN(kIo, "engine '", host_->key(), "': dropped the oldest inbound connection ",
-                  "still in its hello: max_pending_hellos (", host_->tcp_config().max_pending_hellos,
-                  ") reached (", host_->hellos_dropped(), " dropped so far, ", more,
-                  " since the last such message)");
+                  "still in its hello: max_pending_hellos (",
+                  host_->tcp_config().max_pending_hellos, ") reached (", host_->hellos_dropped(),
+                  " dropped so far, ", more, " since the last such message)");
   }
   const std::string why = "dropped in its hello: max_pending_hellos reached";
   if (c->reactor == this) {

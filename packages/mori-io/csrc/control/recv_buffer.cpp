@@ -16,7 +16,8 @@ bool RecvBuffer::Grow(size_t from, size_t to) {
   if (large_ != nullptr) return true;
   // mmap rather than malloc: munmap gives the pages back to the kernel when the
   // connection idles (a freed malloc block of this size stays in the process's heap).
-  void* p = ::mmap(nullptr, kLargeBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p =
+      ::mmap(nullptr, kLargeBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
   large_ = static_cast<char*>(p);
   std::memcpy(large_, small_ + from, to - from);

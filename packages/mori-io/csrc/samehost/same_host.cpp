@@ -151,9 +151,8 @@ wire::WireStatus SameHost::NoticeRingFor(const std::string& initiator_key, std::
   } catch (const std::exception& e) {
     uint64_t more = 0;
     if (ring_alloc_failed_log_.Due(&more)) {
-      MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ",
-                    LogSafe(initiator_key), " (", e.what(),
-                    "): its announcements come over TCP (", more,
+      MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
+                    " (", e.what(), "): its announcements come over TCP (", more,
                     " more such since the last such message)");
     }
     return wire::WireStatus::kNotShareable;
@@ -179,9 +178,8 @@ wire::WireStatus SameHost::NoticeRingFor(const std::string& initiator_key, std::
     FreeSharedHost(b.addr);
     uint64_t more = 0;
     if (ring_cap_log_.Due(&more)) {
-      MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ",
-                    LogSafe(initiator_key), " (", notice_rings_.size(),
-                    " granted, MORI_IO_MAX_NOTICE_RINGS ", cap,
+      MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
+                    " (", notice_rings_.size(), " granted, MORI_IO_MAX_NOTICE_RINGS ", cap,
                     "): its announcements come over TCP (", more,
                     " more such since the last such message)");
     }
