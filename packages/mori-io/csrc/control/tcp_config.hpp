@@ -25,7 +25,7 @@ struct TcpBackendConfig {
   // transfer. 0: never (unauthenticated ones are bounded by peer_timeout_ms).
   int idle_timeout_ms = 600000;
   // Inbound connections still in their hello at a time (a peer that only connects
-  // costs one descriptor and about 3 KiB each); past it the oldest is closed and counted
+  // costs one descriptor and a few KiB each); past it the oldest is closed and counted
   // (Engine.hellos_dropped). Initiators send their hello as they connect, so a real one
   // waits only while the reactor reaches it.
   uint64_t max_pending_hellos = 128;

@@ -89,7 +89,7 @@ class TcpBackendConfig:
     pop_inbound_transfer_status always returns None on this engine.
 
     max_pending_hellos: inbound connections still in their hello at a time (each costs
-    a descriptor and about 3 KiB); past it the oldest is closed and counted
+    a descriptor and a few KiB); past it the oldest is closed and counted
     (``_engine.hellos_dropped``). max_connections_per_peer: open inbound connections per
     initiator key; a hello past it is refused (its initiator connects again on its next
     transfer) and counted in ``_engine.hellos_refused``. Every phase of an inbound
