@@ -2,12 +2,16 @@
 # Copyright (c) 2026 The mori authors
 """A target engine driven over stdin/stdout by test_hostile_peers.py (not a test module).
 
+Arguments (optional): `nofile=N` lowers this process's RLIMIT_NOFILE to N before the
+engine starts; `field=value` sets a TcpBackendConfig field (int values).
+
 It prints its EngineDesc and one region's MemoryDesc (hex, one line each), then answers
 one command per stdin line:
   exhaust   open /dev/null until this process is out of descriptors (EMFILE)
   cpu <s>   sleep <s> seconds and print the CPU seconds this process used meanwhile
   free      close those descriptors again
   sha       print the sha256 of its region
+  stats     print hellos_refused and hellos_dropped
   quit      exit
 Only stdin/stdout are used once descriptors are exhausted.
 """
@@ -29,8 +33,16 @@ def _cpu():
 
 
 def main():
+    fields = {"transfer_timeout_ms": 1000}
+    for arg in sys.argv[1:]:
+        name, value = arg.split("=")
+        if name == "nofile":
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (int(value), hard))
+        else:
+            fields[name] = int(value)
     eng = IOEngine("target")
-    eng.create_backend(BackendType.TCP, TcpBackendConfig(transfer_timeout_ms=1000))
+    eng.create_backend(BackendType.TCP, TcpBackendConfig(**fields))
     buf = np.zeros(1 << 16, np.uint8)
     mem = eng.register_array(buf)
     print(eng.get_engine_desc().pack().hex(), flush=True)
@@ -60,6 +72,8 @@ def main():
             print("freed", flush=True)
         elif cmd == "sha":
             print(hashlib.sha256(buf.tobytes()).hexdigest(), flush=True)
+        elif cmd == "stats":
+            print(eng._engine.hellos_refused, eng._engine.hellos_dropped, flush=True)
         elif cmd == "quit":
             break
     eng.close()

@@ -10,7 +10,15 @@ import dataclasses
 
 import pytest
 
-from mori.io import _C, P2pBackendConfig, RdmaBackendConfig, TcpBackendConfig
+import mori.core as mc
+from mori.io import (
+    _C,
+    BackendType,
+    IOEngine,
+    P2pBackendConfig,
+    RdmaBackendConfig,
+    TcpBackendConfig,
+)
 
 
 def _native_fields(obj):
@@ -54,3 +62,13 @@ def test_rdma_defaults_are_the_native_defaults():
     py_fields = {f.name for f in dataclasses.fields(RdmaBackendConfig)} | {"max_recv_wr"}
     assert set(theirs) <= py_fields, set(theirs) - py_fields
     assert set(qp_native) - {"port_num", "pkey_index", "max_path_mtu"} <= py_fields
+
+
+@pytest.mark.parametrize("field", ["max_pending_hellos", "max_connections_per_peer"])
+def test_connection_bounds_are_checked_naming_the_value(field):
+    engine = IOEngine("bounds")
+    try:
+        with pytest.raises(mc.InvalidArgumentError, match=rf"{field} 0 not in \[1, 2\^20\]"):
+            engine.create_backend(BackendType.TCP, TcpBackendConfig(**{field: 0}))
+    finally:
+        engine.close()

@@ -3,10 +3,13 @@
 """A careless or hostile peer cannot make an engine spin, forge its log lines, or land
 part of a transfer it refused."""
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import queue
+import re
+import resource
 import socket
 import struct
 import subprocess
@@ -43,11 +46,11 @@ MIB = 1 << 20
 class _Target:
     """hostile_target_worker.py in a subprocess; stderr goes to a file (its log)."""
 
-    def __init__(self, tmp_path, env=None):
+    def __init__(self, tmp_path, env=None, args=()):
         self.log = tmp_path / "target.log"
         self._err = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, WORKER],
+            [sys.executable, WORKER, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._err,
@@ -457,3 +460,281 @@ def test_announcements_need_a_grant_of_the_region():
             s.close()
     finally:
         target.close()
+
+
+# Bounds on what a peer that can connect (or holds only the EngineDesc) costs the target:
+# memory per connection, connections per key, a deadline for every phase, and warnings.
+
+K_READ, K_NOTICE_RING_REQ, K_NOTICE_RING_GRANT = 3, 26, 27
+
+
+def _rss(pid):
+    """VmRSS of process `pid` in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def _fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@contextlib.contextmanager
+def _nofile_at_hard_limit():
+    """This process's RLIMIT_NOFILE soft limit raised to its hard limit meanwhile."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        yield hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _closed_by_target(s, timeout_s):
+    """Reads (and drops) whatever `s` receives until the target closes it: True, or False
+    when nothing arrives for `timeout_s` (the connection is still open)."""
+    s.settimeout(timeout_s)
+    try:
+        while s.recv(1 << 20):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+class _Trickler:
+    """Sends, every `period_s`, `chunk(sock)` on each socket of the list `socks` (which
+    may grow meanwhile): a peer keeping its connections busy with as few bytes as it can.
+    Errors (sockets the target closed) are ignored."""
+
+    def __init__(self, socks, chunk, period_s=0.25):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(socks, chunk, period_s), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, socks, chunk, period_s):
+        while not self._stop.wait(period_s):
+            for s in list(socks):
+                try:
+                    s.send(chunk(s), socket.MSG_DONTWAIT)
+                except OSError:
+                    pass
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_silent_connections_cost_the_target_bounded_memory(tmp_path):
+    """10,000 connections that never send a hello, opened in waves of up to 1,000 (this
+    process's descriptors bound a wave), leave the target's RSS within 16 MiB of where it
+    started: before its hello a connection holds a small fixed buffer, and past
+    max_pending_hellos (128) the oldest waiting is dropped and counted, so the target's
+    descriptors stay near that bound too. (Before: a 256 KiB zero-filled receive buffer per
+    accepted connection, RSS +190 MiB per 2,000 connections, kept after they closed.)"""
+    target = _Target(tmp_path)
+    pid, port = target.proc.pid, target.desc.port
+    try:
+        with _nofile_at_hard_limit() as limit:
+            wave = min(1000, limit - 64)
+            if wave < 256:
+                pytest.skip(f"RLIMIT_NOFILE hard limit {limit}: too few descriptors for a wave")
+            base, base_fds = _rss(pid), _fds(pid)
+            peak = peak_fds = opened = 0
+            t0 = time.monotonic()
+            while opened < 10000:
+                socks = []
+                try:
+                    for _ in range(min(wave, 10000 - opened)):
+                        socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+                    opened += len(socks)
+                    time.sleep(0.05)  # the target accepts what its backlog still holds
+                    peak, peak_fds = max(peak, _rss(pid)), max(peak_fds, _fds(pid))
+                finally:
+                    for s in socks:
+                        s.close()
+                assert peak - base <= 16 * MIB, (
+                    f"after {opened} silent connections the target's RSS grew by "
+                    f"{(peak - base) / MIB:.1f} MiB"
+                )
+            time.sleep(0.3)  # it closes the last wave's connections
+            end = _rss(pid)
+        refused, dropped = map(int, target.ask("stats").split())
+    finally:
+        target.close()
+    print(
+        f"{opened} connections in {time.monotonic() - t0:.1f} s: RSS {base / MIB:.1f} MiB ->"
+        f" peak {peak / MIB:.1f} -> {end / MIB:.1f} MiB; descriptors {base_fds} -> peak"
+        f" {peak_fds}; dropped {dropped}, refused {refused}"
+    )
+    assert end - base <= 16 * MIB
+    assert peak_fds <= base_fds + 128 + 64, f"{peak_fds} descriptors (from {base_fds})"
+    assert dropped > 0
+
+
+def test_receive_buffers_grow_with_traffic_and_return_when_idle(tmp_path):
+    """Authenticated connections get a large receive buffer only when their traffic fills
+    the small one, and give it back once idle (about a second): 64 connections that each
+    sent a 1 MiB write leave the target's RSS within 4 MiB of where it was before they
+    connected, while they stay open."""
+    target = _Target(tmp_path)
+    pid, port, secret = target.proc.pid, target.desc.port, target.desc.secret
+    socks = []
+    try:
+        time.sleep(0.2)
+        base = _rss(pid)
+        socks = [_hello(port, b"burst", secret) for _ in range(64)]
+        payload = bytes(MIB)
+        for s in socks:  # memory id 0 is never registered: refused, its payload drained
+            s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 1, 0, 0, MIB, 0) + payload)
+        for s in socks:
+            ack = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+            assert ack[0] == K_WRITE_ACK and ack[1] != 0, ack
+        busy = _rss(pid)
+        time.sleep(2.5)  # idle: the buffers go back
+        idle = _rss(pid)
+        print(f"RSS {base / MIB:.1f} MiB -> {busy / MIB:.1f} (busy) -> {idle / MIB:.1f} (idle)")
+        assert idle - base <= 4 * MIB, f"64 idle connections hold {(idle - base) / MIB:.1f} MiB"
+        # Still open and served.
+        s = socks[0]
+        s.sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 2, 0, 0, 16, 0) + bytes(16))
+        s.settimeout(5)
+        assert HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))[0] == K_WRITE_ACK
+    finally:
+        for s in socks:
+            s.close()
+        target.close()
+
+
+def test_every_phase_of_a_connection_has_a_deadline(tmp_path):
+    """A peer holding the EngineDesc that trickles bytes (each one resets the stuck clock)
+    is closed in whatever phase it dawdles: its hello (peer_timeout_ms), a header, the
+    payload of a write the target refused or accepted (transfer_timeout_ms, then 1 MiB/s),
+    or answers it does not read (transfer_timeout_ms without a byte sent). Before, a
+    header or a refused write's payload trickled were held for ever (the hello and an
+    accepted payload had their deadline; unread answers met TCP_USER_TIMEOUT, which is
+    peer_timeout_ms, 1 s here)."""
+    target = _Target(tmp_path, args=("peer_timeout_ms=1000",))  # transfer_timeout_ms=1000
+    port, secret, mem = target.desc.port, target.desc.secret, target.mem
+    socks = {}
+    trickle = None
+    try:
+        socks["hello"] = socket.create_connection(("127.0.0.1", port), timeout=5)
+        socks["header"] = _hello(port, b"slow-header", secret)
+        socks["refused payload"] = _hello(port, b"slow-refused", secret)
+        socks["refused payload"].sendall(HDR.pack(K_WRITE, 0, VERSION, 1, 1, 0, 0, MIB, 0))
+        socks["accepted payload"] = _hello(port, b"slow-accepted", secret)
+        socks["accepted payload"].sendall(
+            HDR.pack(K_WRITE, 0, VERSION, 1, 2, mem.id, 0, 4096, mem.capability)
+        )
+        unread = socket.socket()
+        unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        unread.settimeout(5)
+        unread.connect(("127.0.0.1", port))
+        unread.sendall(
+            HDR.pack(K_HELLO, 0, VERSION, 0, 0, 0, 0, len(secret) + 6, 0) + secret + b"unread"
+        )
+        read = HDR.pack(K_READ, 0, VERSION, 1, 3, mem.id, 0, mem.size, mem.capability)
+        unread.sendall(read * 400)  # 25 MiB of answers, never read
+        socks["answers"] = unread
+        extent = HDR.pack(K_EXTENT, 0, VERSION, 2, 4, mem.id, 0, 64, mem.capability)
+        # Whole headers (answered by nothing) on the unread connection, one byte elsewhere.
+        trickle = _Trickler(list(socks.values()), lambda s: extent if s is unread else b"\0")
+        time.sleep(2.5)  # 1 s deadlines, found within 200 ms
+        still_open = [name for name, s in socks.items() if not _closed_by_target(s, 2.0)]
+        assert not still_open, f"held open while trickling: {still_open}"
+    finally:
+        if trickle is not None:
+            trickle.stop()
+        for s in socks.values():
+            s.close()
+        target.close()
+
+
+def test_a_peer_holding_many_connections_leaves_room_for_others(tmp_path):
+    """At RLIMIT_NOFILE 256, a peer with the EngineDesc opens 300 connections under one
+    key, each sending a write the target refuses and trickling its payload. Connections
+    past max_connections_per_peer (128) are refused at their hello (counted), the others
+    are closed as their payloads fall behind, and a new initiator connects and transfers
+    meanwhile. (Before: the peer took every descriptor, and held them for ever.)"""
+    target = _Target(tmp_path, args=("nofile=256",))
+    port, secret = target.desc.port, target.desc.secret
+    evil = []
+    trickle = None
+    initiator = IOEngine("initiator")
+    try:
+        write = HDR.pack(K_WRITE, 0, VERSION, 1, 1, 0, 0, MIB, 0) + b"\0"
+        trickle = _Trickler(evil, lambda s: b"\0")  # from each one's start
+        for _ in range(300):
+            s = _hello(port, b"greedy", secret)
+            try:
+                s.sendall(write)
+            except OSError:
+                pass  # refused already
+            evil.append(s)
+        initiator.create_backend(BackendType.TCP)
+        initiator.register_remote_engine(target.desc)
+        src = np.full(4096, 7, np.uint8)
+        st = _write_ok(initiator, initiator.register_array(src), target.mem, src.size)
+        assert st.Succeeded(), st.Message()
+        expect = hashlib.sha256(src.tobytes() + bytes(target.mem.size - src.size)).hexdigest()
+        assert target.ask("sha") == expect
+        refused, _ = map(int, target.ask("stats").split())
+        assert refused >= 300 - 128, f"{refused} hellos refused"
+        deadline = time.monotonic() + 5
+        for s in evil:
+            assert _closed_by_target(s, max(0.1, deadline - time.monotonic())), (
+                "a connection trickling a refused payload is still open"
+            )
+    finally:
+        if trickle is not None:
+            trickle.stop()
+        for s in evil:
+            s.close()
+        initiator.close()
+        target.close()
+
+
+def test_refused_notice_rings_log_a_bounded_number_of_lines(monkeypatch, capfd):
+    """Each notice ring refused at the cap (MORI_IO_MAX_NOTICE_RINGS) used to log a warning
+    (1,000 lines in 0.46 s from a peer holding the EngineDesc): one a second now, which
+    counts the refusals it stands for."""
+    monkeypatch.setenv("MORI_IO_MAX_NOTICE_RINGS", "0")
+    target = IOEngine("target")
+    try:
+        target.create_backend(BackendType.TCP)
+        target.create_backend(BackendType.SHM)  # rings are granted only with SHM or P2P
+        port, secret = target._engine.port, target._engine.secret
+        capfd.readouterr()
+
+        def ask(n):
+            for i in range(0, n, 16):  # 16 side requests per connection at most
+                s = _hello(port, b"ringer", secret)
+                try:
+                    k = min(16, n - i)
+                    s.sendall(HDR.pack(K_NOTICE_RING_REQ, 0, VERSION, 0, 0, 0, 0, 0, 0) * k)
+                    for _ in range(k):
+                        grant = HDR.unpack(s.recv(HDR.size, socket.MSG_WAITALL))
+                        assert grant[0] == K_NOTICE_RING_GRANT and grant[1] != 0, grant
+                finally:
+                    s.close()
+
+        t0 = time.monotonic()
+        ask(1000)
+        elapsed = time.monotonic() - t0
+        time.sleep(1.1)
+        ask(1)  # logged: it counts the ones before that were not
+        err = capfd.readouterr().err
+    finally:
+        target.close()
+    lines = [ln for ln in err.splitlines() if "no notice ring for" in ln]
+    print(f"1001 refused rings in {elapsed:.2f} s + 1.1 s: {len(lines)} warning(s)")
+    assert 2 <= len(lines) <= 2 + int(elapsed) + 2, lines[:5]
+    counted = sum(int(m) for m in re.findall(r"\((\d+) more such since", "\n".join(lines)))
+    assert counted + len(lines) == 1001, (counted, lines)

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "control/recv_buffer.hpp"
 #include "registry/memory_registry.hpp"
 #include "wire/wire_protocol.hpp"
 
@@ -25,8 +26,6 @@ inline int64_t NowNs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-inline constexpr size_t kRecvBufBytes = 256 << 10;
 
 struct SendItem {
   wire::Header hdr;
@@ -103,12 +102,12 @@ struct Conn {
   // Last time a byte was sent, or work was queued on an idle connection (NowNs).
   int64_t progress_ns = 0;
 
-  std::vector<char> rbuf = std::vector<char>(kRecvBufBytes);
+  RecvBuffer rbuf;
   size_t rpos = 0;
   size_t rlen = 0;
   // Set after a payload was received straight into its destination: large messages
   // tend to follow each other, so the next buffered read takes only the header and
-  // the next payload goes direct too instead of up to kRecvBufBytes of it being
+  // the next payload goes direct too instead of up to a buffer's worth of it being
   // staged and copied.
   bool header_only = false;
   wire::Header cur{};
@@ -122,9 +121,19 @@ struct Conn {
   std::string hello;
   std::string credential;  // inbound: what the hello proved (InitiatorCredential); "" none
   int64_t opened_ns = 0;   // inbound: accepted (NowNs); a hello must complete in time
-  // Inbound write mid-payload into a region: by then the payload must have arrived,
-  // however slowly its bytes trickle in (each byte resets the stuck clock); 0: none.
-  int64_t payload_deadline_ns = 0;
+  // Inbound, accepted and not yet through its hello: counted against max_pending_hellos
+  // (ControlChannel::AdmitHello); cleared once, by whoever settles it (the hello's end,
+  // the close, or the drop of the oldest pending connection).
+  std::atomic<bool> awaiting_hello{false};
+  // Inbound, after the hello (reactor only). The first bytes of a header that has not
+  // completed arrived then (0: none buffered); it must complete within
+  // transfer_timeout_ms, however slowly its bytes trickle in.
+  int64_t header_since_ns = 0;
+  // The current payload began then, of this many bytes: it must keep up
+  // kMinPayloadBytesPerS after transfer_timeout_ms (Reactor::CloseStuck), refused or
+  // not, since a peer trickling bytes resets the stuck clock with each one.
+  int64_t payload_since_ns = 0;
+  uint64_t payload_bytes = 0;
   int64_t rx_ns = 0;             // last readiness event (reactor only)
   RegionUse* cur_use = nullptr;  // inbound write mid-payload: its region, entered
   // The current payload is received into stage_in and then copied to stage_dst, GPU

@@ -95,13 +95,61 @@ void ControlChannel::Post(std::function<void()> task) {
       std::move(task));
 }
 
-void ControlChannel::NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn) {
+std::shared_ptr<Conn> ControlChannel::AdmitHello(const std::shared_ptr<Conn>& conn) {
+  const size_t max = host_->tcp_config().max_pending_hellos;
+  conn->awaiting_hello.store(true, std::memory_order_relaxed);
+  hellos_pending_.fetch_add(1, std::memory_order_relaxed);
+  hello_queue_.push_back(conn);
+  auto waiting = [](const std::weak_ptr<Conn>& w) {
+    std::shared_ptr<Conn> c = w.lock();
+    return c && c->awaiting_hello.load(std::memory_order_relaxed);
+  };
+  std::shared_ptr<Conn> dropped;
+  while (hellos_pending_.load(std::memory_order_relaxed) > max && !hello_queue_.empty()) {
+    std::shared_ptr<Conn> oldest = hello_queue_.front().lock();
+    hello_queue_.pop_front();
+    if (oldest && oldest->awaiting_hello.exchange(false, std::memory_order_relaxed)) {
+      hellos_pending_.fetch_sub(1, std::memory_order_relaxed);
+      dropped = std::move(oldest);
+      break;  // one admitted, at most one out
+    }
+  }
+  while (!hello_queue_.empty() && !waiting(hello_queue_.front())) hello_queue_.pop_front();
+  // Settled entries behind a waiting one accumulate: swept when they outnumber the bound.
+  if (hello_queue_.size() > 2 * max + 64) {
+    std::deque<std::weak_ptr<Conn>> kept;
+    for (const auto& w : hello_queue_) {
+      if (waiting(w)) kept.push_back(w);
+    }
+    hello_queue_.swap(kept);
+  }
+  return dropped;
+}
+
+bool ControlChannel::SettleHello(Conn& conn) {
+  if (!conn.awaiting_hello.exchange(false, std::memory_order_relaxed)) return false;
+  hellos_pending_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool ControlChannel::NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn,
+                                 size_t max) {
   std::lock_guard<std::mutex> lock(inbound_mu_);
   // Drop entries of closed connections as they accumulate.
   for (auto it = inbound_by_key_.begin(); it != inbound_by_key_.end();) {
     it = it->second.expired() ? inbound_by_key_.erase(it) : std::next(it);
   }
+  size_t open = 0;
+  auto range = inbound_by_key_.equal_range(initiator_key);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (std::shared_ptr<Conn> c = it->second.lock()) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      open += c->dead ? 0 : 1;
+    }
+  }
+  if (open >= max) return false;
   inbound_by_key_.emplace(initiator_key, std::move(conn));
+  return true;
 }
 
 std::shared_ptr<Conn> ControlChannel::LiveInbound(const std::string& key) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -45,8 +46,16 @@ class ControlChannel {
   // Runs `task` on a reactor's thread (round robin).
   void Post(std::function<void()> task);
 
-  // Inbound connections by the initiator key their hello named.
-  void NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn);
+  // An inbound connection just accepted awaits its hello: counted against
+  // max_pending_hellos; past it, the oldest connection still awaiting its hello is
+  // returned, uncounted, for the caller to close (else null). The accepting reactor only.
+  std::shared_ptr<Conn> AdmitHello(const std::shared_ptr<Conn>& conn);
+  // The hello of `conn` ended (passed, refused, or the connection closed): uncounted.
+  // False when it was not counted any more (AdmitHello dropped it).
+  bool SettleHello(Conn& conn);
+  // Inbound connections by the initiator key their hello named: `conn` is noted unless
+  // `max` open connections of that key are already (then false).
+  bool NoteInbound(const std::string& initiator_key, std::weak_ptr<Conn> conn, size_t max);
   // An inbound connection of `key` that is not closed, or null.
   // Shuts down every inbound connection of initiator `key` (its reactors then close
   // them as hung up); how many there were.
@@ -86,6 +95,10 @@ class ControlChannel {
   ControlHandlers handlers_;
   std::vector<std::unique_ptr<Reactor>> reactors_;
   std::atomic<uint32_t> next_reactor_{0};
+  // AdmitHello's connections in accept order (accepting reactor only), and how many
+  // of them still await their hello.
+  std::deque<std::weak_ptr<Conn>> hello_queue_;
+  std::atomic<size_t> hellos_pending_{0};
   std::mutex inbound_mu_;
   std::unordered_multimap<std::string, std::weak_ptr<Conn>> inbound_by_key_;
 };

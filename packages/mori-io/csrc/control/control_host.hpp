@@ -70,6 +70,9 @@ class ControlHost {
   // Counters the engine reports.
   uint64_t hellos_refused() const { return hellos_refused_.load(std::memory_order_relaxed); }
   void CountRefusedHello() { hellos_refused_.fetch_add(1, std::memory_order_relaxed); }
+  // Inbound connections dropped while still in their hello (max_pending_hellos).
+  uint64_t hellos_dropped() const { return hellos_dropped_.load(std::memory_order_relaxed); }
+  void CountDroppedHello() { hellos_dropped_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t idle_closed() const { return idle_closed_.load(std::memory_order_relaxed); }
   void CountIdleClosed() { idle_closed_.fetch_add(1, std::memory_order_relaxed); }
   // Write announcements refused: the initiator held no grant of the region named.
@@ -115,6 +118,7 @@ class ControlHost {
 
  private:
   std::atomic<uint64_t> hellos_refused_{0};
+  std::atomic<uint64_t> hellos_dropped_{0};
   std::atomic<uint64_t> idle_closed_{0};
   std::atomic<uint64_t> announcements_refused_{0};
   std::atomic<uint64_t> answers_read_by_waiters_{0};

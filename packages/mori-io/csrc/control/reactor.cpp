@@ -219,6 +219,9 @@ void Reactor::LoopUntilStopped() {
         continue;
       }
       Conn& c = *static_cast<Conn*>(p);
+      // Closed earlier in this batch (a pending hello dropped by AcceptAll): its
+      // descriptor may already be another connection's.
+      if (c.dead) continue;
       bool alive = true;
       if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
         alive = OnReadable(c);
@@ -251,6 +254,8 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
   const int64_t idle_ns = int64_t{host_->tcp_config().idle_timeout_ms} * 1000000;
   std::vector<std::pair<Conn*, std::string>> stuck;
   std::vector<std::pair<Conn*, std::string>> idle_candidates;  // inbound, idle_timeout_ms
+  // Connections idle long enough to give their large receive buffer back.
+  std::vector<Conn*> shrink;
   int64_t oldest_hello = INT64_MAX;
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
@@ -267,13 +272,16 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
                                       " ms of connecting (peer_timeout_ms)"));
         continue;
       }
-      if (!c.outbound && c.payload_deadline_ns != 0 && now > c.payload_deadline_ns) {
-        stuck.emplace_back(
-            &c,
-            StrCat("a write of ", c.cur.length, " bytes into memory ", c.cur.mem_id,
-                   " did not arrive within transfer_timeout_ms plus ", kMinPayloadBytesPerS >> 10,
-                   " KiB/s of its length (it keeps the region from being deregistered)"));
-        continue;
+      if (!c.outbound && c.hello_done) {
+        // Every phase of an inbound request has its deadline, whatever the peer sends
+        // meanwhile (each byte would reset the stuck clock below): a trickling peer
+        // would otherwise hold a descriptor, a receive buffer and perhaps a region for
+        // as long as it liked.
+        std::string why = DeadlineMissed(c, now, timeout_ns);
+        if (!why.empty()) {
+          stuck.emplace_back(&c, std::move(why));
+          continue;
+        }
       }
       bool busy = !c.pending.empty() || !c.sendq.empty() || c.in_payload;
       for (const auto& e : c.ext) busy = busy || (e && e->Busy());
@@ -281,6 +289,7 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
       if (!busy && !c.outbound && c.hello_done && idle_ns > 0 && idle >= idle_ns) {
         idle_candidates.emplace_back(&c, c.remote_key);
       }
+      if (!busy && c.rbuf.large() && now - c.rx_ns >= kRecvBufIdleNs) shrink.push_back(&c);
       if (!busy || idle < timeout_ns) continue;
       stuck.emplace_back(&c, StrCat("no progress for ", idle / 1000000, " ms with ",
                                     c.pending.size(), " request(s) and ", c.sendq.size(),
@@ -294,6 +303,7 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
   oldest_hello_ns_.store(oldest_hello, std::memory_order_release);
   hello_scan_ns_.store(now, std::memory_order_release);
   for (auto& [c, why] : stuck) Close(*c, why, StatusDetail::ERR_TIMEOUT);
+  for (Conn* c : shrink) ShrinkRecvBuffer(*c);
   for (auto& [c, key] : idle_candidates) {  // asked without the reactor's locks
     if (!host_->InitiatorIdleClosable(key)) continue;
     {
@@ -305,6 +315,46 @@ void Reactor::CloseStuck(int64_t now, int64_t timeout_ns) {
     Close(*c, StrCat("idle for idle_timeout_ms (", idle_ns / 1000000, " ms)"));
   }
   host_->ConnectionsScanned();
+}
+
+std::string Reactor::DeadlineMissed(const Conn& c, int64_t now, int64_t timeout_ns) const {
+  const int64_t ms = timeout_ns / 1000000;
+  if (!c.in_payload && c.header_since_ns != 0 && now - c.header_since_ns >= timeout_ns) {
+    return StrCat("a header begun ", (now - c.header_since_ns) / 1000000,
+                  " ms ago did not complete (transfer_timeout_ms ", ms, ")");
+  }
+  if (c.in_payload) {
+    // transfer_timeout_ms, then kMinPayloadBytesPerS on average: a payload the target
+    // refused is drained as fast as it comes, and one that trickles is cut off.
+    const uint64_t got = c.payload_bytes - c.payload_left;
+    const int64_t allowed =
+        timeout_ns +
+        static_cast<int64_t>(std::min<uint64_t>(got / kMinPayloadBytesPerS, uint64_t{1} << 30) *
+                             1000000000);
+    if (now - c.payload_since_ns > allowed) {
+      return StrCat("a payload of ", c.payload_bytes, " bytes (message type ", int(c.cur.type),
+                    ", memory ", c.cur.mem_id, ") had received ", got, " bytes after ",
+                    (now - c.payload_since_ns) / 1000000, " ms: slower than transfer_timeout_ms (",
+                    ms, ") plus ", kMinPayloadBytesPerS >> 10, " KiB/s");
+    }
+  }
+  if (!c.sendq.empty() && now - c.progress_ns >= timeout_ns) {
+    return StrCat(c.sendq.size(), " answer(s) unread by the initiator for ",
+                  (now - c.progress_ns) / 1000000, " ms (transfer_timeout_ms ", ms, ")");
+  }
+  return {};
+}
+
+// Idle connections give their large receive buffer back (RecvBuffer). Only while no
+// other thread reads the connection (a waiter: control/answer_reader.hpp).
+void Reactor::ShrinkRecvBuffer(Conn& c) {
+  if (c.dead || c.rlen - c.rpos > RecvBuffer::kSmallBytes) return;
+  int owner = kRxFree;
+  if (!c.rx_owner.compare_exchange_strong(owner, kRxReactor, std::memory_order_acquire)) return;
+  c.rbuf.Shrink(c.rpos, c.rlen);
+  c.rlen -= c.rpos;
+  c.rpos = 0;
+  c.rx_owner.store(kRxFree, std::memory_order_release);
 }
 
 void Reactor::OnWritable(Conn& c) {
@@ -369,7 +419,11 @@ void Reactor::Close(Conn& c, const std::string& reason, StatusDetail code) {
   } else {
     MORI_LOG_DEBUG(kIo, "engine '", host_->key(), "': inbound connection from ",
                    LogSafe(c.remote_key), " closed: ", reason);
-    if (c.hello_done) host_->InboundClosed(c.remote_key);
+    if (c.hello_done) {
+      host_->InboundClosed(c.remote_key);
+    } else {
+      channel_->SettleHello(c);
+    }
   }
   c.in_payload = false;
   std::lock_guard<std::mutex> lock(conns_mu_);

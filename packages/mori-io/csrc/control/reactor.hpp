@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "control/connection.hpp"
+#include "control/log_throttle.hpp"
 #include "ledger/transfer_state.hpp"
 #include "registry/memory_registry.hpp"
 #include "wire/wire_protocol.hpp"
@@ -100,11 +101,15 @@ class Reactor {
   void Loop();
   void RunTasks();
   void LoopUntilStopped();
-  int64_t PayloadBudgetNs(uint64_t length) const;
   void CloseStuck(int64_t now, int64_t timeout_ns);
+  // Why an authenticated inbound connection missed the deadline of the phase it is in
+  // (header, payload, answers), or "" (reactor thread; c.mu held).
+  std::string DeadlineMissed(const Conn& c, int64_t now, int64_t timeout_ns) const;
+  void ShrinkRecvBuffer(Conn& c);
   void AcceptAll();
   void PauseAccept(int err);
-  bool RefusalLogDue();
+  // Closes (or, on another reactor, shuts down) a connection AdmitHello dropped.
+  void DropPendingHello(const std::shared_ptr<Conn>& c);
   void ResumeAcceptIfDue(int64_t now);
   void StagePayload(Conn& c, uint64_t length, char* dst, int dev);
   std::string Unstage(Conn& c, uint64_t length);
@@ -127,16 +132,18 @@ class Reactor {
   int listen_fd_ = -1;
   std::function<void()> on_start_;
   std::function<void()> on_stop_;
-  // PauseAccept's state (reactor thread only): the current interval, when the listener
-  // rejoins the epoll set (0: it is in it), the last warning and the failures since.
+  // PauseAccept's state (reactor thread only): the current interval and when the
+  // listener rejoins the epoll set (0: it is in it).
   static constexpr int64_t kAcceptBackoffMinMs = 10;
   static constexpr int64_t kAcceptBackoffMaxMs = 1000;
-  static constexpr int64_t kAcceptLogIntervalMs = 1000;
   int64_t accept_backoff_ms_ = 0;
   int64_t accept_resume_ns_ = 0;
-  int64_t accept_logged_ns_ = INT64_MIN / 2;
-  uint64_t accept_unlogged_ = 0;
-  int64_t refusal_logged_ns_ = INT64_MIN / 2;
+  // Warnings a peer can repeat, one per second per cause (LogThrottle).
+  LogThrottle accept_failed_log_;
+  LogThrottle no_secret_log_;      // a hello without this engine's secret
+  LogThrottle not_accepted_log_;   // a hello that may not speak for its key
+  LogThrottle peer_full_log_;      // a key holding max_connections_per_peer already
+  LogThrottle hello_dropped_log_;  // the oldest pending hello dropped (max_pending_hellos)
   std::atomic<bool> stop_{false};
   // The last scan's start, and the oldest accept time of an inbound connection then still
   // in its hello (INT64_MAX: none); written by the reactor thread (HellosSettledSince).

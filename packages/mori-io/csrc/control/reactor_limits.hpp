@@ -20,10 +20,17 @@ inline constexpr uint64_t kDirectRecvMin = 32 << 10;
 inline constexpr size_t kReadBudget = 8 << 20;
 inline constexpr int kMaxIov = 512;
 inline constexpr size_t kMaxSideAnswers = 16;
-// The slowest an inbound write's payload may arrive once it holds its region (beyond
-// transfer_timeout_ms): a peer trickling bytes resets the stuck clock with each one,
-// and would otherwise keep the region from being deregistered for as long as it likes.
+// The slowest an inbound payload may arrive on average, after transfer_timeout_ms
+// (Reactor::DeadlineMissed): a peer trickling bytes resets the stuck clock with each
+// one, and would otherwise hold its connection (and, for a write into a region, keep the
+// region from being deregistered) for as long as it liked.
 inline constexpr uint64_t kMinPayloadBytesPerS = 1 << 20;
+// Accepts per wake-up of the listener: the connections a flood brings in are counted
+// against max_pending_hellos (and the oldest dropped) between batches, so the
+// descriptors they hold stay near that bound.
+inline constexpr int kAcceptBatch = 32;
+// A connection that read nothing for this long gives back its large receive buffer.
+inline constexpr int64_t kRecvBufIdleNs = 1'000'000'000;
 // A target stops reading requests from a connection whose answers pile up unsent (the
 // initiator does not read them), and reads again once they drained: so a peer that
 // floods requests cannot grow the queue without bound, and its stalled connection is

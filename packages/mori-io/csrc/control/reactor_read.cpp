@@ -43,20 +43,15 @@ void Reactor::PaceRequests(Conn& c) {
   }
 }
 
-// How long an inbound write's payload may take once its region is entered: the stuck
-// bound plus its length at kMinPayloadBytesPerS.
-int64_t Reactor::PayloadBudgetNs(uint64_t length) const {
-  const int64_t timeout_ns = int64_t{host_->tcp_config().transfer_timeout_ms} * 1000000;
-  return timeout_ns +
-         static_cast<int64_t>(std::min<uint64_t>(length / kMinPayloadBytesPerS, uint64_t{1} << 20) *
-                              1000000000);
-}
-
 void Reactor::StartPayload(Conn& c, uint64_t length, char* dst) {
   if (length < kDirectRecvMin || dst == nullptr) c.header_only = false;
   c.in_payload = true;
   c.payload_left = length;
   c.payload_dst = dst;
+  if (!c.outbound) {  // its pace is checked (CloseStuck)
+    c.payload_since_ns = NowNs();
+    c.payload_bytes = length;
+  }
   // An empty payload is never a hello (HandleHeader refused it), so this cannot fail.
   if (length == 0) FinishPayload(c);
 }
@@ -99,7 +94,6 @@ std::string Reactor::Unstage(Conn& c, uint64_t length) {
 // False: the connection must be closed (a hello without our secret).
 bool Reactor::FinishPayload(Conn& c) {
   c.in_payload = false;
-  c.payload_deadline_ns = 0;
   const wire::Header& h = c.cur;
   std::string stage_error = Unstage(c, c.cur.length);
   if (c.outbound) {
@@ -231,8 +225,6 @@ bool Reactor::HandleRequest(Conn& c, std::string* why) {
                                                        : Target(c, h, true, true);
     c.cur_use = lk.use;
     c.cur_status = lk.status;
-    // While the payload lands the region cannot be deregistered: bound how long.
-    if (lk.use != nullptr) c.payload_deadline_ns = NowNs() + PayloadBudgetNs(h.length);
     if (lk.status == wire::WireStatus::kOk && lk.gpu_device >= 0) {
       StagePayload(c, h.length, lk.base + h.offset, lk.gpu_device);
       return true;
@@ -394,6 +386,7 @@ bool Reactor::OnReadable(Conn& c) {
       if (avail >= kHdr) {
         std::memcpy(&c.cur, c.rbuf.data() + c.rpos, kHdr);
         c.rpos += kHdr;
+        c.header_since_ns = 0;
         if (!HandleHeader(c, &why)) {
           Close(c, StrCat("protocol error: ", why));
           return false;
@@ -410,19 +403,28 @@ bool Reactor::OnReadable(Conn& c) {
     if (budget == 0) break;
     if (c.rpos == c.rlen) c.rpos = c.rlen = 0;
     size_t want = c.rbuf.size() - c.rlen;
-    if (c.header_only && !c.in_payload && c.rlen - c.rpos < kHdr) {
-      want = kHdr - (c.rlen - c.rpos);
-    }
+    const bool whole = !(c.header_only && !c.in_payload && c.rlen - c.rpos < kHdr);
+    if (!whole) want = kHdr - (c.rlen - c.rpos);
     if (drained && !c.in_payload && c.rpos == c.rlen) break;
     ssize_t n = ::recv(c.fd, c.rbuf.data() + c.rlen, want, 0);
     if (n > 0) {
       drained = static_cast<size_t>(n) < want;
       c.rlen += static_cast<size_t>(n);
       budget -= std::min(budget, static_cast<size_t>(n));
+      // Traffic filled the buffer: it grows, once the peer proved who it is.
+      if (whole && !drained && !c.rbuf.large() && (c.outbound || c.hello_done) &&
+          c.rbuf.Grow(c.rpos, c.rlen)) {
+        c.rlen -= c.rpos;
+        c.rpos = 0;
+      }
       continue;
     }
     if (!HandleRecvResult(c, n)) return false;
     break;
+  }
+  // A header left incomplete starts its clock (inbound; CloseStuck).
+  if (!c.outbound && !c.in_payload && c.rlen > c.rpos && c.header_since_ns == 0) {
+    c.header_since_ns = c.rx_ns;
   }
   return FlushResponses(c);
 }

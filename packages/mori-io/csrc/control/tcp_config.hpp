@@ -24,6 +24,15 @@ struct TcpBackendConfig {
   // queue pairs) is told kIdleClose and closed; its initiator connects again on its next
   // transfer. 0: never (unauthenticated ones are bounded by peer_timeout_ms).
   int idle_timeout_ms = 600000;
+  // Inbound connections still in their hello at a time (a peer that only connects
+  // costs one descriptor and a few KiB each); past it the oldest is closed and counted
+  // (Engine.hellos_dropped). Initiators send their hello as they connect, so a real one
+  // waits only while the reactor reaches it.
+  uint64_t max_pending_hellos = 128;
+  // Open inbound connections per initiator key (qp_per_transfer, at most 64, plus the
+  // short-lived ones of grants and keys); a hello past it is refused (kIdleClose: its
+  // initiator connects again on its next transfer) and counted in hellos_refused.
+  uint64_t max_connections_per_peer = 128;
   // Inbound statuses kept for pop_inbound_transfer_status; beyond it the oldest is
   // dropped (debug log), so a target whose application never pops stays bounded.
   uint64_t max_inbound_statuses = 1 << 16;

@@ -78,6 +78,11 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
   MORI_CHECK_ARG(config.peer_timeout_ms > 0, "peer_timeout_ms must be positive");
   MORI_CHECK_ARG(config.transfer_timeout_ms > 0, "transfer_timeout_ms ", config.transfer_timeout_ms,
                  " must be positive");
+  MORI_CHECK_ARG(config.max_pending_hellos >= 1 && config.max_pending_hellos <= (1 << 20),
+                 "max_pending_hellos ", config.max_pending_hellos, " not in [1, 2^20]");
+  MORI_CHECK_ARG(
+      config.max_connections_per_peer >= 1 && config.max_connections_per_peer <= (1 << 20),
+      "max_connections_per_peer ", config.max_connections_per_peer, " not in [1, 2^20]");
   MORI_CHECK_ARG(config.max_inbound_statuses >= 1, "max_inbound_statuses must be at least 1");
   MORI_CHECK_ARG(config.max_inbound_status_bytes >= InboundStatuses::kMinBytes,
                  "max_inbound_status_bytes ", config.max_inbound_status_bytes, " below ",

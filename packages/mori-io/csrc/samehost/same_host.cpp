@@ -149,8 +149,12 @@ wire::WireStatus SameHost::NoticeRingFor(const std::string& initiator_key, std::
   try {
     b = AllocateSharedHost(bytes);
   } catch (const std::exception& e) {
-    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
-                  " (", e.what(), "): its announcements come over TCP");
+    uint64_t more = 0;
+    if (ring_alloc_failed_log_.Due(&more)) {
+      MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
+                    " (", e.what(), "): its announcements come over TCP (", more,
+                    " more such since the last such message)");
+    }
     return wire::WireStatus::kNotShareable;
   }
   NoticeRing::Init(reinterpret_cast<void*>(b.addr), bytes, slots);
@@ -172,9 +176,13 @@ wire::WireStatus SameHost::NoticeRingFor(const std::string& initiator_key, std::
   auto it = notice_rings_.find(initiator_key);
   if (it == notice_rings_.end() && notice_rings_.size() >= cap) {
     FreeSharedHost(b.addr);
-    MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
-                  " (", notice_rings_.size(), " granted, MORI_IO_MAX_NOTICE_RINGS ", cap,
-                  "): its announcements come over TCP");
+    uint64_t more = 0;
+    if (ring_cap_log_.Due(&more)) {
+      MORI_LOG_WARN(kIo, "engine '", host_->key(), "': no notice ring for ", LogSafe(initiator_key),
+                    " (", notice_rings_.size(), " granted, MORI_IO_MAX_NOTICE_RINGS ", cap,
+                    "): its announcements come over TCP (", more,
+                    " more such since the last such message)");
+    }
     return wire::WireStatus::kNotShareable;
   }
   if (it != notice_rings_.end()) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "control/log_throttle.hpp"
 #include "registry/peer_registry.hpp"
 #include "samehost/liveness.hpp"
 #include "samehost/shared_host.hpp"
@@ -85,6 +86,10 @@ class SameHost {
   // drained into the inbound statuses when the application asks for them.
   std::mutex notice_mu_;
   std::unordered_map<std::string, GrantedRing> notice_rings_;
+  // A ring refused is a warning an initiator can repeat per request: one a second per
+  // cause, with the count of the rest.
+  LogThrottle ring_alloc_failed_log_;
+  LogThrottle ring_cap_log_;
 };
 
 }  // namespace mori::io

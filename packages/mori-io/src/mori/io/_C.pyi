@@ -93,6 +93,8 @@ class TcpBackendConfig:
     sock_buf_bytes: int
     transfer_timeout_ms: int
     idle_timeout_ms: int
+    max_pending_hellos: int
+    max_connections_per_peer: int
     max_inbound_statuses: int
     max_inbound_status_bytes: int
     enable_notification: bool
@@ -175,6 +177,7 @@ class Engine:
     host_id: str
     secret: bytes
     hellos_refused: int
+    hellos_dropped: int
     idle_connections_closed: int
     announcements_refused: int
     answers_read_by_waiters: int

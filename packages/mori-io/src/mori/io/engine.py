@@ -88,6 +88,14 @@ class TcpBackendConfig:
     enable_notification (MORI's name): False keeps no inbound statuses at all, so
     pop_inbound_transfer_status always returns None on this engine.
 
+    max_pending_hellos: inbound connections still in their hello at a time (each costs
+    a descriptor and a few KiB); past it the oldest is closed and counted
+    (``_engine.hellos_dropped``). max_connections_per_peer: open inbound connections per
+    initiator key; a hello past it is refused (its initiator connects again on its next
+    transfer) and counted in ``_engine.hellos_refused``. Every phase of an inbound
+    connection has a deadline: the hello peer_timeout_ms, a header transfer_timeout_ms,
+    a payload 1 MiB/s after transfer_timeout_ms, unread answers transfer_timeout_ms.
+
     Defaults are the native config's (``_C.TcpBackendConfig()``).
     """
 
@@ -102,6 +110,8 @@ class TcpBackendConfig:
     max_inbound_statuses: int = _TCP.max_inbound_statuses
     max_inbound_status_bytes: int = _TCP.max_inbound_status_bytes
     enable_notification: bool = _TCP.enable_notification
+    max_pending_hellos: int = _TCP.max_pending_hellos
+    max_connections_per_peer: int = _TCP.max_connections_per_peer
 
     def to_native(self) -> Any:
         """The native config (``_C.TcpBackendConfig``), validated by the engine."""
