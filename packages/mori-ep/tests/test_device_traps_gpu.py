@@ -45,11 +45,27 @@ def test_host_rejection_raises_there_and_traps_the_peer(cuda_gpus):
     assert "dispatch rejected by rank 0" in out1
 
 
-def test_absent_peer_traps_after_the_timeout(cuda_gpus):
-    (o0, out0), (o1, _) = _outcomes("absent_peer", cuda_gpus)
+@pytest.mark.parametrize(
+    ("case", "want"),
+    [
+        ("absent_peer", "mori.ep dispatch (call 1) on rank 0: rank 1 did not arrive (count words)"),
+        ("ll_absent_peer", "mori.ep low-latency dispatch (call 1) on rank 0: rank 1 did not "
+         "arrive (dispatch flag)"),
+        ("ll_async_absent_peer", "mori.ep low-latency dispatch (call 1) on rank 0: rank 1 did "
+         "not arrive (dispatch flag)"),
+        ("combine_absent", "mori.ep combine (call 1) on rank 0: rank 1 did not arrive (combine "
+         "rows)"),
+        ("ll_combine_absent", "mori.ep low-latency combine (call 1) on rank 0: rank 1 did not "
+         "arrive (combine flag)"),
+    ],
+)  # fmt: skip
+def test_absent_peer_traps_after_the_timeout_naming_it(case, want, cuda_gpus):
+    # The CPU implementations raise the same words (test_dispatch_combine.py's and
+    # test_low_latency.py's timeout tests).
+    (o0, out0), (o1, _) = _outcomes(case, cuda_gpus)
     assert o0.startswith("CUDA error"), o0
     assert seconds_of(o0) < 30
-    assert "timed out" in out0
+    assert f"{want} within 3000 ms (its last signal is from call " in out0, out0
     assert o1 == "stayed away"
 
 
@@ -103,6 +119,18 @@ def test_low_latency_ranks_of_different_dtypes_trap_naming_both(half, cuda_gpus)
     what = "tokens" if half == "dispatch" else "rows"
     assert f"low-latency {half} on rank 0: rank 1 sends float32 {what}, this rank bfloat16" in out0
     assert f"low-latency {half} on rank 1: rank 0 sends bfloat16 {what}, this rank float32" in out1
+    for o in (o0, o1):
+        assert o.startswith("CUDA error"), (o0, o1)
+        assert seconds_of(o) < 3.0, (o0, o1)
+
+
+def test_expert_major_ranks_of_different_dtypes_trap_naming_both(cuda_gpus):
+    # dispatch_standard_moe's wire tag carries the rows' dtype: bf16 beside fp16 traps
+    # on both ranks instead of reading one as the other.
+    (o0, out0), (o1, out1) = _outcomes("ll_expert_dtype", cuda_gpus)
+    mine0, mine1 = "expert-major bfloat16", "expert-major float16"
+    assert f"low-latency dispatch on rank 0: rank 1 sends {mine1} tokens, this rank {mine0}" in out0
+    assert f"low-latency dispatch on rank 1: rank 0 sends {mine0} tokens, this rank {mine1}" in out1
     for o in (o0, o1):
         assert o.startswith("CUDA error"), (o0, o1)
         assert seconds_of(o) < 3.0, (o0, o1)

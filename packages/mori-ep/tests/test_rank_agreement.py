@@ -21,3 +21,15 @@ def test_ranks_combining_different_dtypes_fail_the_call_on_every_rank(run_worker
 
 def test_low_latency_ranks_of_other_dtypes_or_layouts_fail_the_call_on_every_rank(run_workers):
     run_workers("ep_mismatch_worker.py", "ll", timeout_s=180)
+
+
+def test_expert_major_ranks_of_other_dtypes_or_casts_fail_the_call_on_every_rank(run_workers):
+    # dispatch_standard_moe's bf16 / fp16 / fp32 / fp8 rows and DeepEP's cast with and
+    # without round_scale travel under their own wire tags.
+    run_workers("ep_mismatch_worker.py", "expert", timeout_s=180)
+
+
+def test_low_latency_combine_refuses_a_stale_handle_on_every_rank(run_workers):
+    # The handle of an earlier dispatch (or of another op) once returned other tokens'
+    # rows; it now fails that combine on every rank, naming both dispatches.
+    run_workers("ep_mismatch_worker.py", "stale", timeout_s=180)

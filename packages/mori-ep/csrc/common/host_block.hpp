@@ -2,8 +2,13 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
 
+#include "common/peer_wait.hpp"
 #include "common/shape.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
@@ -28,6 +33,24 @@ inline void CheckHostBlock(const EpShape& shape, const shmem::DeviceContext& ctx
       MORI_THROW(NotSupportedError, mode, " dispatch/combine needs every pe on this node, ",
                  "but pe ", pe, " is not load/store reachable from pe ", ctx.my_pe);
     }
+  }
+}
+
+// Waits (acquire) until pe `peer`'s word `*word` (this pe's copy) >= `floor`; after
+// `timeout` throws TimeoutError naming the rank and the stage (MORI_EP_LOST_RANK_FORMAT,
+// the kernels' words).
+inline uint64_t WaitPeerWord(const uint64_t* word, uint64_t floor, std::chrono::nanoseconds timeout,
+                             int me, int peer, const PeerStage& at) {
+  try {
+    return shmem::host::WaitUntil(word, shmem::Cmp::kGe, floor, timeout);
+  } catch (const TimeoutError&) {
+    const uint64_t last = __atomic_load_n(word, __ATOMIC_ACQUIRE) >> at.call_shift;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    char text[512];
+    std::snprintf(text, sizeof(text), MORI_EP_LOST_RANK_FORMAT, at.op,
+                  static_cast<unsigned long long>(at.call), me, peer, at.stage,
+                  static_cast<unsigned long long>(ms), static_cast<unsigned long long>(last));
+    throw TimeoutError(std::string(text));
   }
 }
 

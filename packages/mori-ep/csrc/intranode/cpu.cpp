@@ -59,7 +59,8 @@ int IntraNodeCpu::WaitCounts(uint64_t epoch) {
   int rejected_by = -1;
   for (int s = 0; s < W; ++s) {
     for (int d = 0; d < W; ++d) {
-      uint64_t w = hs::WaitUntil(&words[s * W + d], Cmp::kGe, EpochFloor(epoch), timeout_);
+      const uint64_t w = WaitPeerWord(&words[s * W + d], EpochFloor(epoch), timeout_, shape_.rank,
+                                      s, {"dispatch", epoch, "count words", kCountBits});
       MORI_CHECK(EpochOf(w) == (epoch & kEpochMask), "count word from pe ", s, " has epoch ",
                  EpochOf(w), ", expected ", epoch);
       if (CountOf(w) == kRejectedCount && rejected_by < 0) rejected_by = s;
@@ -75,7 +76,9 @@ void IntraNodeCpu::FinishDispatchEpoch(uint64_t epoch) {
   // knows this pe has read every count word of the epoch (so the next epoch's words
   // may overwrite them).
   for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &done[me], epoch, d);
-  for (int s = 0; s < W; ++s) hs::WaitUntil(&done[s], Cmp::kGe, epoch, timeout_);
+  for (int s = 0; s < W; ++s) {
+    WaitPeerWord(&done[s], epoch, timeout_, me, s, {"dispatch", epoch, "rows written", 0});
+  }
 }
 
 void IntraNodeCpu::RejectDispatch(const std::string& reason) {
@@ -250,7 +253,8 @@ void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag) {
   uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
     for (int64_t g = 0; g < G; ++g) {
-      uint64_t v = hs::WaitUntil(&done[d * G + g], Cmp::kGe, CombineFloor(epoch), timeout_);
+      const uint64_t v = WaitPeerWord(&done[d * G + g], CombineFloor(epoch), timeout_, me, d,
+                                      {"combine", epoch, "combine rows", kCombineEpochShift});
       if ((v & 1) && rejected_by < 0) rejected_by = d;
       if (!(v & 1) && CombineTagOf(v) != tag && other < 0) other = d, other_tag = CombineTagOf(v);
     }

@@ -25,7 +25,8 @@ struct LlDispatchArgs {
   // (DeepEP's use_fp8), power-of-two scales with round_scale.
   bool fp8_cast = false;
   bool round_scale = false;
-  // Token-major: the rows' dtype code (DtypeTagName), compared across ranks.
+  // The rows' dtype code (DtypeTagName), compared across ranks in the wire tag
+  // (LlDispatchTag).
   uint32_t dtype_tag = 0;
 };
 
@@ -80,7 +81,8 @@ struct LlCombineArgs {
 
 // The wire tags a call posts in its flags (low_latency/protocol.hpp, LlTagName).
 MORI_HOST_DEVICE inline uint32_t LlDispatchTag(const LlDispatchArgs& a) {
-  if (a.layout == LlLayout::kExpertMajor) return a.fp8_cast ? kLlTagExpertCast : kLlTagExpertBf16;
+  if (a.layout == LlLayout::kExpertMajor)
+    return LlExpertTag(a.dtype_tag, a.fp8_cast, a.round_scale);
   return a.dtype_tag;
 }
 

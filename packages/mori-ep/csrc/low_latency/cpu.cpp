@@ -93,7 +93,10 @@ void LowLatencyCpu::RejectDispatch(const std::string& reason) {
   // sending call c + 1 before it has received call c.
   const int W = shape_.world_size;
   const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W;
-  for (int s = 0; s < W; ++s) hs::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), timeout_);
+  for (int s = 0; s < W; ++s) {
+    WaitPeerWord(&flags[s], LlWord(call, 0), timeout_, shape_.rank, s,
+                 {"low-latency dispatch", call, "dispatch flag", kCountBits});
+  }
   throw InvalidArgumentError(reason);
 }
 
@@ -237,7 +240,8 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   int rejected_by = -1, other_from = -1;
   uint32_t other_tag = 0;
   for (int s = 0; s < W; ++s) {
-    const uint64_t w = hs::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), timeout_);
+    const uint64_t w = WaitPeerWord(&flags[s], LlWord(call, 0), timeout_, me, s,
+                                    {"low-latency dispatch", call, "dispatch flag", kCountBits});
     MORI_CHECK(EpochOf(w) == (call & kEpochMask), "dispatch flag from pe ", s, " has call ",
                EpochOf(w), ", expected ", call);
     if (CountOf(w) == kLlRejected) {
@@ -368,7 +372,10 @@ void LowLatencyCpu::RejectCombine(const std::string& reason) {
   PostCombineFlags(call, true, 0);
   const int W = shape_.world_size;
   const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W;
-  for (int d = 0; d < W; ++d) hs::WaitUntil(&flags[d], Cmp::kGe, LlWord(call, 0), timeout_);
+  for (int d = 0; d < W; ++d) {
+    WaitPeerWord(&flags[d], LlWord(call, 0), timeout_, shape_.rank, d,
+                 {"low-latency combine", call, "combine flag", kCountBits});
+  }
   throw InvalidArgumentError(reason);
 }
 
@@ -509,7 +516,8 @@ void LowLatencyCpu::CombineRecv() {
   int rejected_by = -1, other_from = -1;
   uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
-    const uint64_t w = hs::WaitUntil(&flags[d], Cmp::kGe, LlWord(call, 0), timeout_);
+    const uint64_t w = WaitPeerWord(&flags[d], LlWord(call, 0), timeout_, shape_.rank, d,
+                                    {"low-latency combine", call, "combine flag", kCountBits});
     if (CountOf(w) == kLlRejected) {
       if (rejected_by < 0) rejected_by = d;
     } else if (RowTagOf(w) != mine && other_from < 0) {

@@ -133,22 +133,62 @@ MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count, uint32_t 
 
 // The wire format of a call, carried in its flags' tag bits (kRowTagBits): every
 // receiver compares each sender's with its own and fails that call where they differ,
-// so ranks passing different dtypes or layouts never mix rows. Token-major dispatch:
-// its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32); token-major
-// combine: CombineDtypeTag (1, 2, 4), or kLlTagBf16AsFp8 with fp8_direct_cast;
-// expert-major dispatch: kLlTagExpertBf16 or, cast to e4m3, kLlTagExpertCast; expert-
-// major combine: kLlTagExpertBf16, or kLlTagExpertPartial pre-reduced per rank.
+// so ranks passing different dtypes, layouts or casts never mix rows. Token-major
+// dispatch: its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32);
+// token-major combine: CombineDtypeTag (1, 2, 4), or kLlTagBf16AsFp8 with
+// fp8_direct_cast; expert-major dispatch: LlExpertTag, its rows' dtype (MORI's
+// dispatch_standard_moe takes bf16, fp16, fp32 and e4m3fn) or, cast to e4m3 on the
+// sender, the cast and whether its scales are powers of two (round_scale: a receiver
+// packing ue8m0 exponents reads only the exponent of each scale, so it must never get
+// another rank's unrounded ones); expert-major combine: kLlTagExpertBf16, or
+// kLlTagExpertPartial pre-reduced per rank. What stays on the receiver (use_ue8m0's
+// packing of the fp32 scales it received, src_info's stride) is not on the wire.
 inline constexpr uint32_t kLlTagExpertBf16 = 5;
 inline constexpr uint32_t kLlTagExpertCast = 6;
 inline constexpr uint32_t kLlTagBf16AsFp8 = 7;
 inline constexpr uint32_t kLlTagExpertPartial = 8;
+inline constexpr uint32_t kLlTagExpertFp16 = 9;
+inline constexpr uint32_t kLlTagExpertFp32 = 10;
+inline constexpr uint32_t kLlTagExpertFp8 = 11;
+inline constexpr uint32_t kLlTagExpertCastRounded = 12;
+inline constexpr uint32_t kLlTagExpertUnknown = 13;  // a dtype code other than 1..4
+static_assert(kLlTagExpertUnknown < (1u << kRowTagBits), "the wire tags fit the tag bits");
+
+// An expert-major dispatch's wire tag: the rows' dtype code (DtypeTagName), or the
+// fp8 cast of bf16 rows with or without power-of-two scales.
+MORI_HOST_DEVICE inline uint32_t LlExpertTag(uint32_t dtype_tag, bool fp8_cast, bool round_scale) {
+  if (fp8_cast) return round_scale ? kLlTagExpertCastRounded : kLlTagExpertCast;
+  switch (dtype_tag) {
+    case 1:
+      return kLlTagExpertBf16;
+    case 2:
+      return kLlTagExpertFp8;
+    case 3:
+      return kLlTagExpertFp16;
+    case 4:
+      return kLlTagExpertFp32;
+    default:
+      return kLlTagExpertUnknown;
+  }
+}
 
 MORI_HOST_DEVICE inline const char* LlTagName(uint32_t tag) {
   switch (tag) {
     case kLlTagExpertBf16:
       return "expert-major bfloat16";
+    case kLlTagExpertFp16:
+      return "expert-major float16";
+    case kLlTagExpertFp32:
+      return "expert-major float32";
+    case kLlTagExpertFp8:
+      return "expert-major float8_e4m3fn";
+    case kLlTagExpertUnknown:
+      return "expert-major unknown-dtype";
     case kLlTagExpertCast:
       return "expert-major bfloat16 cast to float8_e4m3fn";
+    case kLlTagExpertCastRounded:
+      return "expert-major bfloat16 cast to float8_e4m3fn with power-of-two scales "
+             "(round_scale)";
     case kLlTagBf16AsFp8:
       return "bfloat16 sent as float8_e4m3fn (fp8_direct_cast)";
     case kLlTagExpertPartial:

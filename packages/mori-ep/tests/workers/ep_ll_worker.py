@@ -16,7 +16,9 @@ DeepEP's entry points). argv: mode seed iters [device]
   errors   bad inputs on one rank fail the call on every rank; the op works after.
   cap      max_total_recv_tokens (MORI's receive cap; run_cap): at and under capacity,
            token- and expert-major, and (CPU) a rank past its slots failing every rank.
-  timeout  rank 1 never dispatches: rank 0's receive times out, then the op refuses calls.
+  timeout  rank 1 never dispatches: rank 0's receive times out naming rank 1 and the
+           stage, then the op refuses calls; on an IntraNodeLL op rank 1 dispatches and
+           leaves: rank 0's combine times out naming rank 1 and the combine stage.
   graph    (CUDA) an IntraNodeLL dispatch + combine, token-major and expert-major, each
            captured in a CUDA graph and replayed with fresh inputs, checked per replay.
 Prints "rank N ok" last. placement: "cpu" (default, a host heap), "shared" (every rank
@@ -662,6 +664,14 @@ def run_graph(base_seed):
     op.close()
 
 
+def timeout_op(kind) -> EpDispatchCombineOp:
+    """An op of `kind` whose waits time out after 1.5 s (the "timeout" mode)."""
+    cfg = EpDispatchCombineConfig(
+        torch.bfloat16, rank, world, HIDDEN, 0, 4, 2, M, EPR, K, kernel_type=kind
+    )
+    return EpDispatchCombineOp(cfg, timeout_s=1.5)
+
+
 if mode == "token":
     for i, kind in enumerate(LL):
         run_token(kind, False, seed + i)
@@ -677,20 +687,28 @@ elif mode == "cap":
 elif mode == "graph":
     run_graph(seed)
 elif mode == "timeout":
-    op = EpDispatchCombineOp(
-        EpDispatchCombineConfig(
-            torch.bfloat16, rank, world, HIDDEN, 0, 4, 2, M, EPR, K,
-            kernel_type=EpDispatchCombineKernelType.AsyncLL,
-        ),
-        timeout_s=1.5,
-    )  # fmt: skip
+    op = timeout_op(EpDispatchCombineKernelType.AsyncLL)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     idx = torch.zeros(2, K, dtype=torch.int32)
     if rank == 0:
         op.dispatch_send(x, None, None, idx)  # returns: the send does not wait
-        expect(mc.MoriTimeoutError, "", op.dispatch_recv)
+        lost = (
+            "low-latency dispatch (call 1) on rank 0: rank 1 did not arrive (dispatch flag) "
+            "within 1500 ms (its last signal is from call 0)"
+        )
+        expect(mc.MoriTimeoutError, lost, op.dispatch_recv)
         expect(mc.InvalidStateError, "timed out earlier", op.dispatch_send, x, None, None, idx)
         expect(mc.InvalidStateError, "timed out earlier", op.low_latency_dispatch, x, idx, M, E)
+    op2 = timeout_op(EpDispatchCombineKernelType.IntraNodeLL)  # rank 1 waits for rank 0 here
+    idx = torch.arange(2, 2 + K, dtype=torch.int32).repeat(2, 1)  # distinct, on both ranks
+    recv, _, handle, _, _ = op2.low_latency_dispatch(x, idx, M, E, use_fp8=False)
+    if rank == 0:
+        lost = (
+            "low-latency combine (call 1) on rank 0: rank 1 did not arrive (combine flag) "
+            "within 1500 ms"
+        )
+        expect(mc.MoriTimeoutError, lost, op2.low_latency_combine, recv, idx,
+               torch.ones(2, K), handle)  # fmt: skip
     print(f"rank {rank} ok", flush=True)
     os._exit(0)  # the pes no longer agree on the call they are in: no collective teardown
 else:

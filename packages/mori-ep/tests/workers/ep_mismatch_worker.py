@@ -16,6 +16,15 @@
           with and without the fp8 cast, a token-major dispatch beside an expert-major
           one, and token-major combines of other dtypes each fail that call on every
           rank naming both sides; the op then dispatches and combines correctly
+  expert  the expert-major layout (IntraNodeLL, AsyncLL): dispatch_standard_moe of bf16
+          rows on rank 0 beside fp16, fp32 or fp8 rows on rank 1, and DeepEP's fp8 cast
+          with round_scale on one rank only, each fail that call on every rank naming
+          both sides (no rank reads the other's rows as its own dtype); the op then
+          dispatches and combines correctly
+  stale   low_latency_combine with the handle of an earlier dispatch (rank 0 alone,
+          then both ranks), or of another op: the call fails on every rank, the stale
+          rank naming the handle's dispatch and the latest one; the latest handle then
+          combines correctly (DeepEP's receive hook and zero-copy variants alike)
 Prints "rank N ok" last.
 """
 
@@ -98,6 +107,13 @@ def run_combine() -> None:
     op.close()
 
 
+def ll_config(kind) -> EpDispatchCombineConfig:
+    """A low-latency op's config (4-byte token rows: every dtype fits)."""
+    return EpDispatchCombineConfig(
+        torch.bfloat16, rank, world, 128, 0, 4, 4, M, EPR, K, kernel_type=kind
+    )
+
+
 def ll_calls(op, kind):
     """dispatch(x, idx) and combine(y, idx), each with its receive half (AsyncLL)."""
     split = kind == EpDispatchCombineKernelType.AsyncLL
@@ -129,11 +145,7 @@ def ll_round_trip(dispatch, combine) -> None:
 def run_ll() -> None:
     other = 1 - rank
     for kind in (EpDispatchCombineKernelType.IntraNodeLL, EpDispatchCombineKernelType.AsyncLL):
-        op = EpDispatchCombineOp(
-            EpDispatchCombineConfig(
-                torch.bfloat16, rank, world, 128, 0, 4, 4, M, EPR, K, kernel_type=kind
-            )
-        )
+        op = EpDispatchCombineOp(ll_config(kind))
         dispatch, combine = ll_calls(op, kind)
 
         n = 3
@@ -173,7 +185,111 @@ def run_ll() -> None:
         op.close()
 
 
-{"config": run_config, "dtype": run_dtype, "combine": run_combine, "ll": run_ll}[scenario]()
+def run_expert() -> None:
+    other = 1 - rank
+    names = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
+             torch.float8_e4m3fn: "float8_e4m3fn"}  # fmt: skip
+    for kind in (EpDispatchCombineKernelType.IntraNodeLL, EpDispatchCombineKernelType.AsyncLL):
+        op = EpDispatchCombineOp(ll_config(kind))
+        dispatch, combine = ll_calls(op, kind)
+        n = 3
+        idx = to_all(n)
+        w = torch.rand(n, K, generator=gen)
+        x = torch.full((n, 128), 1.5)
+        for theirs_t in (torch.float16, torch.float32, torch.float8_e4m3fn):
+            mine_t = theirs_t if rank == 1 else torch.bfloat16
+            peer_t = torch.bfloat16 if rank == 1 else theirs_t
+            msg = (
+                f"dispatch: rank {other} sends expert-major {names[peer_t]} tokens, this rank "
+                f"expert-major {names[mine_t]} "
+            )
+            expect(mc.InvalidArgumentError, msg, op.dispatch_standard_moe, x.to(mine_t), w,
+                   None, idx)  # fmt: skip
+            ll_round_trip(dispatch, combine)
+        # The same dtype on both ranks still works, and combines.
+        for dt in (torch.float16, torch.bfloat16):
+            px, count, _, _ = op.dispatch_standard_moe(x.to(dt), w, None, idx)
+            assert px.dtype == dt
+            assert bool((px[0, : int(count[0])].float() == 1.5).all()), "rows read as sent"
+        out, _ = op.combine_standard_moe(px.to(torch.bfloat16), None, idx)
+        assert out.shape == (n, 128)
+        # DeepEP's fp8 cast with power-of-two scales (round_scale) on rank 1 only.
+        xb = torch.randn(n, 128, generator=gen).to(torch.bfloat16)
+        cast = "expert-major bfloat16 cast to float8_e4m3fn"
+        rounded = cast + " with power-of-two scales (round_scale)"
+        mine, theirs = (rounded, cast) if rank == 1 else (cast, rounded)
+        msg = f"dispatch: rank {other} sends {theirs} tokens, this rank {mine} "
+        expect(mc.InvalidArgumentError, msg, op.low_latency_dispatch, xb, idx, M, EPR * world,
+               use_fp8=True, round_scale=rank == 1)  # fmt: skip
+        ll_round_trip(dispatch, combine)
+        op.close()
+
+
+def run_stale_kind(kind) -> None:
+    E = EPR * world
+    cfg = ll_config(kind)
+    op = EpDispatchCombineOp(cfg)
+    n = 4
+    idx = to_all(n)
+    ones = torch.ones(n, K)
+
+    def fresh(hook=False):
+        x = torch.randint(-8, 8, (n, 128), generator=gen).to(torch.bfloat16)
+        recv, _, handle, _, recv_hook = op.low_latency_dispatch(
+            x, idx, M, E, use_fp8=False, return_recv_hook=hook
+        )
+        if hook:
+            recv_hook()
+        return x, recv, handle
+
+    def check(x, recv, handle, hook=False, zero_copy=False):
+        if zero_copy:
+            op.get_next_low_latency_combine_buffer(handle).copy_(recv)
+        y, _, combine_hook = op.low_latency_combine(
+            recv, idx, ones, handle, zero_copy=zero_copy, return_recv_hook=hook
+        )
+        if hook:
+            combine_hook()
+        assert torch.equal(y, (x.float() * K).to(torch.bfloat16)), "combine of the handle"
+
+    check(*fresh())
+    _, _, first = fresh()  # dispatch 2
+    x, recv, latest = fresh()  # dispatch 3: the latest
+    stale = "stale handle: it is of this op's dispatch 2, the latest dispatch is 3"
+    # Rank 0 alone passes the earlier handle: every rank fails the call.
+    if rank == 0:
+        expect(mc.InvalidArgumentError, stale, op.low_latency_combine, recv, idx, ones, first)
+    else:
+        expect(mc.InvalidArgumentError, "combine rejected by rank 0", op.low_latency_combine,
+               recv, idx, ones, latest)  # fmt: skip
+    # Both ranks pass it, after a fresh dispatch (the failed combine consumed 3).
+    x, recv, latest = fresh()
+    expect(mc.InvalidArgumentError, "stale handle", op.low_latency_combine, recv, idx, ones,
+           first)  # fmt: skip
+    # The latest handle combines, with the receive hooks and zero-copy too.
+    for hook, zero_copy in ((False, False), (True, False), (False, True), (True, True)):
+        x, recv, latest = fresh(hook)
+        check(x, recv, latest, hook, zero_copy)
+    # A handle of another op.
+    other = EpDispatchCombineOp(cfg)
+    theirs = other.low_latency_dispatch(torch.zeros(n, 128).to(torch.bfloat16), idx, M, E,
+                                        use_fp8=False)[2]  # fmt: skip
+    x, recv, latest = fresh()
+    expect(mc.InvalidArgumentError, "another EpDispatchCombineOp's", op.low_latency_combine,
+           recv, idx, ones, theirs)  # fmt: skip
+    other.close()
+    x, recv, latest = fresh()
+    check(x, recv, latest)
+    op.close()
+
+
+def run_stale() -> None:
+    for kind in (EpDispatchCombineKernelType.IntraNodeLL, EpDispatchCombineKernelType.AsyncLL):
+        run_stale_kind(kind)
+
+
+{"config": run_config, "dtype": run_dtype, "combine": run_combine, "ll": run_ll,
+ "expert": run_expert, "stale": run_stale}[scenario]()  # fmt: skip
 dist.barrier()
 print(f"rank {rank} ok", flush=True)
 dist.destroy_process_group()

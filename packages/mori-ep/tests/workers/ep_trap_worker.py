@@ -7,6 +7,12 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
       host_reject  rank 0 passes more tokens than max_num_inp_token_per_rank: it raises
                    InvalidArgumentError on the host, rank 1's kernel traps naming rank 0
       absent_peer  rank 1 never calls dispatch: rank 0's kernel traps after timeout_s
+                   naming rank 1 and the stage (count words); ll_absent_peer,
+                   ll_async_absent_peer: the same with IntraNodeLL / AsyncLL (dispatch flag)
+      combine_absent, ll_combine_absent  both dispatch, rank 1 then stays away: rank 0's
+                   combine traps naming rank 1 (combine rows / combine flag)
+      ll_expert_dtype  dispatch_standard_moe (IntraNodeLL) of bf16 rows on rank 0 and
+                   fp16 rows on rank 1: both receive halves print both wire tags and trap
       over_cap     max_total_recv_tokens 10: ranks 0 and 1 send 6 and 5 tokens to rank 0;
                    both kernels print the counts and trap (rank 0 at once, rank 1 after
                    the pause)
@@ -25,11 +31,12 @@ rank 1 of absent_peer stays away); a hang is the launcher's timeout.
 """
 
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
-from mori.core.testing import start_rank, trap_case
+from mori.core.testing import start_rank, trap_case, trap_report
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
 case, placement = sys.argv[1], sys.argv[2]
@@ -65,6 +72,8 @@ if case in ("ll_over_cap", "ll_async_over_cap"):
     n = 3 if rank == 0 else 5
 x = torch.randn(n, HIDDEN, device="cuda")
 x = x if case in ("dtype", "ll_dtype") and rank == 1 else x.to(torch.bfloat16)
+if case == "ll_expert_dtype" and rank == 1:
+    x = x.to(torch.float16)
 w = torch.rand(n, K, device="cuda")
 idx = torch.stack([torch.randperm(E)[:K] for _ in range(n)]).to(torch.int32).cuda()
 if case == "bad_expert" and rank == 0:
@@ -76,6 +85,19 @@ dist.barrier()
 
 
 def call() -> None:
+    if case == "ll_expert_dtype":
+        op.dispatch_standard_moe(x, w, None, idx)
+        torch.cuda.synchronize()
+        return
+    if case == "ll_combine_absent":
+        recv, _, handle, _, _ = op.low_latency_dispatch(x, idx, M, E, use_fp8=False)
+        torch.cuda.synchronize()
+        if rank == 1:
+            time.sleep(8.0)
+            trap_report(rank, "stayed away")
+        op.low_latency_combine(recv, idx, w, handle)
+        torch.cuda.synchronize()
+        return
     out, _, _, _, total = op.dispatch(x, w, None, idx)
     if cfg.kernel_type == EpDispatchCombineKernelType.AsyncLL:
         op.dispatch_recv()
@@ -83,6 +105,11 @@ def call() -> None:
     if case in ("combine_dtype", "ll_combine_dtype"):
         y = out[: int(total.item())]
         op.combine(y.float() if rank == 1 else y, None, idx)
+    if case == "combine_absent":
+        if rank == 1:
+            time.sleep(8.0)
+            trap_report(rank, "stayed away")
+        op.combine(out[: int(total.item())], None, idx)
 
 
 trap_case(rank, case, call, completed="dispatch completed")

@@ -9,7 +9,9 @@ Creates a host heap over gloo, runs the scenario and prints "rank N ok" last.
            reduction order is defined) and against an fp64 sum within bf16 rounding.
   errors   each validation error raised by one rank, its message checked there
            and the rejection seen by the others; the op still works afterwards.
-  timeout  rank 1 never dispatches: rank 0 times out, then the op refuses calls.
+  timeout  rank 1 never dispatches: rank 0 times out naming rank 1 and the stage, then
+           the op refuses calls; on a second op rank 1 dispatches and leaves: rank 0's
+           combine times out naming rank 1 and the combine stage.
 """
 
 import os
@@ -306,18 +308,27 @@ def run_readme_example() -> None:
 
 
 def run_timeout() -> None:
-    """Rank 1 never dispatches: rank 0 times out, and the op then refuses calls
-    (they would pair with stale epochs) instead of hanging or mismatching."""
+    """Rank 1 never dispatches: rank 0 times out naming rank 1 and the stage, and the
+    op then refuses calls (they would pair with stale epochs) instead of hanging or
+    mismatching. Then rank 1 dispatches on a second op and leaves before combining:
+    rank 0's combine names it."""
     cfg = EpDispatchCombineConfig(
         torch.bfloat16, rank, world, HIDDEN, 0, 4, 2, M, EPR, K
     )  # fmt: skip
     op = EpDispatchCombineOp(cfg, timeout_s=1.5)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     idx = torch.zeros(2, K, dtype=torch.int32)
+    idx[:, 0] = EPR  # to rank 1's first expert: rank 0's rows cross
     if rank == 0:
-        expect(mc.MoriTimeoutError, "", op.dispatch, x, None, None, idx)
+        lost = "dispatch (call 1) on rank 0: rank 1 did not arrive (count words) within 1500 ms"
+        expect(mc.MoriTimeoutError, lost, op.dispatch, x, None, None, idx)
         expect(mc.InvalidStateError, "timed out earlier", op.dispatch, x, None, None, idx)
         expect(mc.InvalidStateError, "timed out earlier", op.combine, x, None, None)
+    op2 = EpDispatchCombineOp(cfg, timeout_s=1.5)  # collective: rank 1 waits for rank 0 here
+    out, _, _, _, total = op2.dispatch(x, None, None, idx)
+    if rank == 0:
+        lost = "combine (call 1) on rank 0: rank 1 did not arrive (combine rows) within 1500 ms"
+        expect(mc.MoriTimeoutError, lost, op2.combine, out[: int(total.item())], None, None)
     print(f"rank {rank} ok", flush=True)
     os._exit(0)  # the heap's pes no longer agree either: no collective teardown
 

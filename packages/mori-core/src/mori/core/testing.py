@@ -200,7 +200,7 @@ def trap_case(
 ) -> NoReturn:
     """Run one case of a device-trap worker on this rank and report how it ended.
 
-    Case ``absent_peer``: rank 1 stays away for ``absent_s`` seconds (longer than the
+    Case ``absent_peer`` (or a case ending in ``_absent_peer``): rank 1 stays away for ``absent_s`` seconds (longer than the
     op's timeout, so rank 0 must not wait for it) and reports "stayed away". Otherwise
     ``call()`` runs and the device is synchronized; the outcome is "InvalidArgumentError
     after S s: message" (the host refused the input; the rejection it posted for the
@@ -210,7 +210,7 @@ def trap_case(
 
     import mori.core as mc
 
-    if case == "absent_peer" and rank == 1:
+    if (case == "absent_peer" or case.endswith("_absent_peer")) and rank == 1:
         time.sleep(absent_s)
         trap_report(rank, "stayed away")
     t0 = time.monotonic()

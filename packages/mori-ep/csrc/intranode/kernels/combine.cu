@@ -99,6 +99,14 @@ __device__ __noinline__ void TrapCombineTag(int me, int from, uint32_t theirs, u
   dev::TrapAfterReport();
 }
 
+// Pe d's combine word of a group (this pe's copy), once it carries `epoch`; a timeout
+// traps naming d.
+__device__ __forceinline__ uint64_t WaitCombineWord(const Common& c, const uint64_t* word,
+                                                    uint64_t epoch, int d) {
+  return WaitPeerWord(word, CombineFloor(epoch), c.timeout_ns, c.me, d, "combine", epoch,
+                      "combine rows", kCombineEpochShift);
+}
+
 // Traps when pe d's combine word `v` carries a rejection or another dtype. Before a
 // dtype trap this pe posts its words of every group (under its own tag) to every
 // other pe, so that no peer waits for a group this pe had not reached and times out
@@ -129,8 +137,7 @@ __device__ __forceinline__ void WaitGroupWords(const Common& c, uint64_t epoch, 
   const uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
   for (int d = static_cast<int>(lane); d < c.world; d += 32) {
     if (d == c.me) continue;
-    CheckCombineWord(c, epoch, d,
-                     dev::WaitUntil(&done[d * G + g], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
+    CheckCombineWord(c, epoch, d, WaitCombineWord(c, &done[d * G + g], epoch, d));
   }
   __syncwarp();
 }
@@ -216,9 +223,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
         for (int64_t i = wid; i < gw * W; i += wn) {
           const int d = static_cast<int>(i % W);
           if (d == me) continue;
-          CheckCombineWord(c, epoch, d,
-                           dev::WaitUntil(&done[d * G + h0 + i / W], Cmp::kGe, CombineFloor(epoch),
-                                          c.timeout_ns));
+          CheckCombineWord(c, epoch, d, WaitCombineWord(c, &done[d * G + h0 + i / W], epoch, d));
         }
         if (split) {
           __syncwarp();
@@ -484,9 +489,7 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(CombineParams p) {
   if (p.num_tokens == 0 && blockIdx.x == 0 && warp == 0) {
     for (int d = static_cast<int>(lane); d < W; d += 32) {
       if (d == me) continue;
-      CheckCombineWord(
-          c, epoch, d,
-          dev::WaitUntil(&done[d * G + G - 1], Cmp::kGe, CombineFloor(epoch), c.timeout_ns));
+      CheckCombineWord(c, epoch, d, WaitCombineWord(c, &done[d * G + G - 1], epoch, d));
     }
   }
 }

@@ -15,6 +15,7 @@
 
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
+#include "common/peer_wait.cuh"
 #include "common/timeline.cuh"
 #include "intranode/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"

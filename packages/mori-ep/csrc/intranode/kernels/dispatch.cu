@@ -123,7 +123,9 @@ __device__ void WaitCountWords(const Common& c, uint64_t epoch, unsigned lane, u
                                uint32_t tag) {
   const uint64_t* words = At<uint64_t>(c, c.layout.count_words);
   for (unsigned i = lane; i < static_cast<unsigned>(c.world * c.world); i += 32) {
-    const uint64_t w = dev::WaitUntil(&words[i], Cmp::kGe, EpochFloor(epoch), c.timeout_ns);
+    const uint64_t w =
+        WaitPeerWord(&words[i], EpochFloor(epoch), c.timeout_ns, c.me,
+                     static_cast<int>(i / c.world), "dispatch", epoch, "count words", kCountBits);
     if (EpochOf(w) != (epoch & kEpochMask)) {
       printf(
           "mori.ep dispatch on rank %d: count word from rank %u has epoch %llu, expected "
@@ -405,7 +407,8 @@ __device__ __forceinline__ void FinishDispatch(const DispatchParams& p, uint64_t
       dev::SignalSet(c.ctx, &done[c.me], epoch, static_cast<int>(pe));
     }
     for (unsigned s = lane; s < static_cast<unsigned>(c.world); s += 32) {
-      dev::WaitUntil(&done[s], Cmp::kGe, epoch, c.timeout_ns);
+      WaitPeerWord(&done[s], epoch, c.timeout_ns, c.me, static_cast<int>(s), "dispatch", epoch,
+                   "rows written", 0);
     }
     __syncwarp();
     if (lane == 0) {

@@ -18,7 +18,8 @@ namespace {
 __device__ void WaitCombConsumed(const LlParams& p, uint64_t call) {
   const uint64_t* consumed = reinterpret_cast<const uint64_t*>(p.block + p.layout.comb_consumed);
   if (threadIdx.x < p.world && threadIdx.x != p.me) {
-    dev::WaitUntil(&consumed[threadIdx.x], Cmp::kGe, LlWord(call - 1, 0), p.timeout_ns);
+    WaitPeerWord(&consumed[threadIdx.x], LlWord(call - 1, 0), p.timeout_ns, p.me, threadIdx.x,
+                 "low-latency combine", call, "consumed word", kCountBits);
   }
   __syncthreads();
 }

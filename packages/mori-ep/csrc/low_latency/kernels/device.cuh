@@ -16,6 +16,7 @@
 
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
+#include "common/peer_wait.cuh"
 #include "common/timeline.cuh"
 #include "low_latency/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
@@ -181,7 +182,9 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
   __syncthreads();
   if (threadIdx.x < p.world) {
     const int s = threadIdx.x;
-    const uint64_t w = dev::WaitUntil(&flags[s], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+    const uint64_t w = WaitPeerWord(&flags[s], LlWord(call, 0), p.timeout_ns, p.me, s,
+                                    dispatch ? "low-latency dispatch" : "low-latency combine", call,
+                                    dispatch ? "dispatch flag" : "combine flag", kCountBits);
     const bool rej = CountOf(w) == kLlRejected;
     counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
     if (rej) atomicCAS(rejected_by, -1, s);
@@ -217,7 +220,11 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
       reinterpret_cast<uint64_t*>(c.Local(dispatch ? p.layout.disp_flag : p.layout.comb_flag)) +
       half * W;
   if (threadIdx.x < W) dev::SignalSet(p.ctx, &flags[p.me], LlWord(call, kLlRejected), threadIdx.x);
-  if (threadIdx.x < W) dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+  if (threadIdx.x < W) {
+    WaitPeerWord(&flags[threadIdx.x], LlWord(call, 0), p.timeout_ns, p.me, threadIdx.x,
+                 dispatch ? "low-latency dispatch" : "low-latency combine", call,
+                 dispatch ? "dispatch flag" : "combine flag", kCountBits);
+  }
   __syncthreads();
   // Received (as rejected): the next copies may come.
   if (dispatch) {

@@ -198,7 +198,8 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
         p.stage_flags[d] = word;
         const uint64_t* consumed =
             reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_consumed));
-        dev::WaitUntil(&consumed[d], Cmp::kGe, LlWord(call - 1, 0), p.timeout_ns);
+        WaitPeerWord(&consumed[d], LlWord(call - 1, 0), p.timeout_ns, me, d, "low-latency dispatch",
+                     call, "consumed word", kCountBits);
       } else {
         dev::SignalSet(p.ctx, &flags[me], word, d);
       }
@@ -213,8 +214,10 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       // Receive the call as every pe does (its flags), then end the launch.
       const uint64_t* flags =
           reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
-      if (threadIdx.x < W)
-        dev::WaitUntil(&flags[threadIdx.x], Cmp::kGe, LlWord(call, 0), p.timeout_ns);
+      if (threadIdx.x < W) {
+        WaitPeerWord(&flags[threadIdx.x], LlWord(call, 0), p.timeout_ns, me, threadIdx.x,
+                     "low-latency dispatch", call, "dispatch flag", kCountBits);
+      }
       __syncthreads();
       if (threadIdx.x == 0) st->pad = 0;
       __threadfence();

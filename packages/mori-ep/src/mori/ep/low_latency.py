@@ -36,15 +36,32 @@ _FP8 = torch.float8_e4m3fn
 class LowLatencyHandle(tuple):
     """DeepEP's low-latency handle: ``(src_info, layout_range,
     num_max_dispatch_tokens_per_rank, hidden, num_experts)``, plus what this
-    implementation's combine needs (the top-k slot of every expert row)."""
+    implementation's combine needs (the top-k slot of every expert row) and which
+    dispatch it belongs to: ``dispatch_seq``, the op's count of dispatches when it made
+    this one (1 for its first). A combine takes the handle of the op's latest dispatch
+    only; any other (an earlier dispatch's, whose rows the two alternating output sets
+    or the next dispatches have overwritten, or another op's) is refused, naming both.
+
+    Under CUDA graphs the check runs when the combine is captured: a graph replays its
+    kernels in captured order, so a dispatch and the combine of its handle captured
+    together stay matched on every replay (each replay's dispatch rewrites the handle's
+    tensors before its combine reads them). A combine captured with the handle of a
+    dispatch that ran outside any capture would read, on each replay, whatever dispatch
+    last wrote that output set: it is refused (InvalidStateError) when captured."""
 
     slot_k: torch.Tensor
     src_info_stride: int
+    dispatch_seq: int
+    op_id: int
+    captured: bool
 
-    def __new__(cls, items, slot_k, src_info_stride):
+    def __new__(cls, items, slot_k, src_info_stride, dispatch_seq=0, op_id=0, captured=False):
         h = super().__new__(cls, items)
         h.slot_k = slot_k
         h.src_info_stride = src_info_stride
+        h.dispatch_seq = dispatch_seq
+        h.op_id = op_id
+        h.captured = captured  # made while a CUDA graph was being captured
         return h
 
 
@@ -105,6 +122,9 @@ class LowLatencyMode(Mode):
         self._combine_ready = False
         self._combine_layout = _TOKEN_MAJOR
         self._keep: tuple = ()  # the inputs of the call in flight (kept alive until the next)
+        # Dispatches sent (every layout): a LowLatencyHandle records the count at its
+        # dispatch, and combines take the latest dispatch's handle only.
+        self.dispatch_seq = 0
         self.stdmoe: dict[str, Any] | None = None
 
     def _send_launch(self, fuse: bool, block_num: int, warp_per_block: int) -> tuple:
@@ -134,6 +154,10 @@ class LowLatencyMode(Mode):
                 "receive hook) first"
             )
 
+    def _capturing(self) -> bool:
+        """Whether the current CUDA stream is being captured into a graph."""
+        return self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
     def event(self, async_finish: bool) -> LowLatencyEvent:
         return LowLatencyEvent(self.place.record_event() if async_finish else None)
 
@@ -161,6 +185,7 @@ class LowLatencyMode(Mode):
         except (RuntimeError, TypeError, ValueError) as e:
             self._reject_dispatch(f"dispatch inputs could not be prepared: {e}")
         self._keep = (input, weights, scales, indices)
+        self.dispatch_seq += 1
         # Before the send: a send the native side rejects (an expert id, the receive
         # cap) leaves no received dispatch to combine, on this rank as on the others.
         self._combine_ready = False
@@ -355,11 +380,15 @@ class LowLatencyMode(Mode):
             self._reject_dispatch(f"dispatch inputs could not be prepared: {e}")
         self._parity ^= 1
         self._keep = (x, idx, w)
+        self.dispatch_seq += 1
         self._combine_ready = False  # before the send (as in dispatch)
         with self.fails_on_timeout():
+            # The wire tag names the rows' dtype and the cast (fp8, round_scale): ranks
+            # that differ fail the call on every rank, naming both sides.
             self.impl.dispatch_send(
                 _EXPERT_MAJOR, x.data_ptr(), c.hidden_dim * x.element_size(), w.data_ptr(), 0,
                 idx.data_ptr(), n, fp8, round_scale, *self._send_launch(fuse, -1, -1),
+                dtype_tag=checks.ROW_TAGS[x.dtype],
             )  # fmt: skip
         self._pending_dispatch = dict(
             layout=_EXPERT_MAJOR, bufs=bufs, ue8m0=ue8m0, src_info_stride=src_stride,
@@ -408,7 +437,7 @@ class LowLatencyMode(Mode):
         handle = LowLatencyHandle(
             (bufs["src_info"], bufs["layout_range"], c.max_num_inp_token_per_rank, c.hidden_dim,
              c.num_experts),
-            bufs["slot_k"], 0,
+            bufs["slot_k"], 0, self.dispatch_seq, id(self), self._capturing(),
         )  # fmt: skip
 
         def receive():
@@ -432,6 +461,13 @@ class LowLatencyMode(Mode):
         if not self._combine_ready or self._combine_layout != _EXPERT_MAJOR:
             raise InvalidStateError(
                 f"{what} needs a received expert-major dispatch since the last combine"
+            )
+        if isinstance(handle, LowLatencyHandle) and self._capturing() and not handle.captured:
+            # Nothing runs while capturing: refused here, on this rank, before any launch.
+            raise InvalidStateError(
+                f"{what} captured in a CUDA graph with the handle of a dispatch that ran "
+                "outside the capture: each replay would combine whatever dispatch last wrote "
+                "that handle's outputs; capture the dispatch and its combine together"
             )
         problem = self._expert_combine_problem(x, topk_idx, topk_weights, handle, out)
         if problem is not None:
@@ -474,6 +510,14 @@ class LowLatencyMode(Mode):
         describe = checks.describe
         if not isinstance(handle, LowLatencyHandle):
             return f"handle must be the one low_latency_dispatch returned, got {describe(handle)}"
+        if handle.op_id != id(self):
+            return "handle is another EpDispatchCombineOp's (a handle combines on its own op only)"
+        if handle.dispatch_seq != self.dispatch_seq:
+            return (
+                f"stale handle: it is of this op's dispatch {handle.dispatch_seq}, the latest "
+                f"dispatch is {self.dispatch_seq} (a combine takes the handle of the latest "
+                "dispatch; an earlier one's rows may be overwritten)"
+            )
         if not isinstance(x, torch.Tensor) or x.dtype != torch.bfloat16:
             return f"x must be a bf16 tensor, got {describe(x)}"
         if x.device != self.device:
@@ -566,7 +610,8 @@ class LowLatencyMode(Mode):
             handle=LowLatencyHandle(
                 (bufs["src_info"], bufs["layout_range"], c.max_num_inp_token_per_rank,
                  c.hidden_dim, c.num_experts),
-                bufs["slot_k"], c.max_num_tokens_to_send,
+                bufs["slot_k"], c.max_num_tokens_to_send, self.dispatch_seq, id(self),
+                self._capturing(),
             ),
             weights=w, indices=self._keep[1], n=n,
         )  # fmt: skip

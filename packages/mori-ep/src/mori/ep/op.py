@@ -54,8 +54,9 @@ class EpDispatchCombineOp:
     host before any byte moves. A rank whose inputs fail them still takes part in
     the call's signal exchange, marking itself as rejecting, so every rank raises
     InvalidArgumentError in the same call and the op stays usable. A peer that never
-    arrives makes the others raise MoriTimeoutError after ``timeout_s``; the op is
-    then unusable (later calls raise InvalidStateError: create a new one). An input
+    arrives makes the others raise MoriTimeoutError after ``timeout_s``, naming that
+    rank and the stage it did not reach (on CUDA their kernels print the same and
+    trap); the op is then unusable (later calls raise InvalidStateError: create a new one). An input
     that passes the checks but that torch then refuses to prepare (a sparse tensor)
     or even to inspect (a sparse CSR tensor has no strides) fails the call on every
     rank like a failed check.
@@ -433,7 +434,9 @@ class EpDispatchCombineOp:
                 :meth:`get_next_low_latency_combine_buffer` is read instead.
             topk_idx: this rank's ``[num_tokens, k]`` routing of that dispatch.
             topk_weights: fp32 ``[num_tokens, k]``.
-            handle: from :meth:`low_latency_dispatch` (the latest one).
+            handle: from :meth:`low_latency_dispatch`, the op's latest dispatch: the
+                handle of an earlier dispatch or of another op fails the call on every
+                rank (InvalidArgumentError naming the handle's dispatch and the latest).
             use_logfmt, combine_wait_recv_cost_stats: not implemented.
             async_finish, return_recv_hook: as in low_latency_dispatch.
             out: a bf16 ``[num_tokens, hidden]`` tensor to write into.
