@@ -14,7 +14,7 @@
 #include "bindings.hpp"
 #include "mori/shmem/diag.hpp"
 #include "mori/shmem/shmem.hpp"
-#include "timeout.hpp"
+#include "mori/core/timeout.hpp"
 
 namespace py = pybind11;
 

@@ -15,7 +15,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/shmem/shmem.hpp"
-#include "timeout.hpp"
+#include "mori/core/timeout.hpp"
 
 namespace py = pybind11;
 
