@@ -19,6 +19,7 @@
 #include "intranode/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/shmem.hpp"
 
 namespace mori::ep {
@@ -62,7 +63,7 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
       layout_(MakeLayout(shape)),
       block_(static_cast<char*>(block)),
       device_(device),
-      timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
+      timeout_ns_(KernelTimeoutNs(timeout, "timeout")),
       tuning_(IntraNodeTuning::FromEnv()),
       capped_(RecvCapacity(shape) < shape.world_size * shape.max_tokens),
       ctx_(shmem::GetDeviceContext()) {
