@@ -14,8 +14,8 @@
 #include "dlpack.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
-#include "mori/shmem/shmem.hpp"
 #include "mori/core/timeout.hpp"
+#include "mori/shmem/shmem.hpp"
 
 namespace py = pybind11;
 
