@@ -13,6 +13,7 @@
 #include "collectives_device.cuh"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/shmem.hpp"
 
 namespace mori::ccl {
@@ -333,7 +334,7 @@ CommunicatorCuda::CommunicatorCuda(void* block, size_t max_bytes, int device,
     : block_(static_cast<char*>(block)),
       max_bytes_(max_bytes),
       device_(device),
-      timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
+      timeout_ns_(KernelTimeoutNs(timeout, "timeout")),
       max_blocks_(max_blocks),
       zero_copy_(zero_copy) {
   const shmem::DeviceContext heap = shmem::GetDeviceContext();

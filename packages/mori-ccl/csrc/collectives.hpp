@@ -63,8 +63,14 @@ class CommunicatorCpu {
     return reinterpret_cast<T*>(block_ + offset);
   }
   const char* PeerSource(int pe) const;
-  void Wait(uint64_t* words, int pe, uint64_t epoch, const char* what) const;
-  void PostAll(size_t words_offset, uint64_t epoch);
+  // Waits until words[pe] >= value (bounded); a timeout or a peer's failure mark
+  // fails the call in progress (protocol.hpp) with TimeoutError.
+  void Wait(uint64_t* words, int pe, uint64_t value, const char* what);
+  // Posts `epoch` into this rank's word on every pe; raises TimeoutError when a pe
+  // had given up waiting for it (`what`: what that pe waited for).
+  void PostAll(size_t words_offset, uint64_t epoch, const char* what);
+  // Marks this rank's signal words on every peer with the failure of call epoch_.
+  void FailCall();
   // Steps 1-3 of protocol.hpp; returns whether the input is read in place.
   bool Begin(Call& call);
   void CheckAgreement(const Call& call);

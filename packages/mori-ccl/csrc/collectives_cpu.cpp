@@ -10,6 +10,7 @@
 
 #include "collectives.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
 
@@ -41,6 +42,11 @@ bool SameCall(const CallHeader& a, const CallHeader& b) {
          a.root == b.root && a.row_bytes == b.row_bytes &&
          (a.bytes == b.bytes || static_cast<CollectiveKind>(a.kind) == CollectiveKind::kAllToAll);
 }
+
+// The bit a rank sets in a signal word (beside the call number) to say that the call
+// failed: in its own word for a peer it gave up waiting for, and in its words on every
+// peer once it fails the call (protocol.hpp).
+constexpr uint64_t kCallFailed = uint64_t{1} << 63;
 
 bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const char* pa = static_cast<const char*>(a);
@@ -74,7 +80,7 @@ CommunicatorCpu::CommunicatorCpu(void* block, size_t max_bytes, std::chrono::mil
       block_(static_cast<char*>(block)),
       max_bytes_(max_bytes),
       layout_(MakeBlockLayout(ctx_.n_pes, max_bytes)),
-      timeout_(timeout),
+      timeout_(CheckedTimeout(timeout, "timeout")),
       zero_copy_(zero_copy),
       headers_(ctx_.n_pes),
       srcs_(ctx_.n_pes) {
@@ -95,20 +101,62 @@ const char* CommunicatorCpu::PeerSource(int pe) const {
   return hs::Ptr(ctx_, ctx_.my_base + headers_[pe].src_offset, pe);
 }
 
-void CommunicatorCpu::Wait(uint64_t* words, int pe, uint64_t epoch, const char* what) const {
+void CommunicatorCpu::Wait(uint64_t* words, int pe, uint64_t value, const char* what) {
+  const uint64_t e = epoch_;  // the call in progress (`value` may be of the previous one)
+  uint64_t seen = 0;
   try {
-    hs::WaitUntil(&words[pe], Cmp::kGe, epoch, timeout_);
+    seen = hs::WaitUntil(&words[pe], Cmp::kGe, value, timeout_);
   } catch (const TimeoutError&) {
-    MORI_THROW(TimeoutError, CollectiveKindName(kind_), " (call ", epoch, ") on rank ", ctx_.my_pe,
-               ": rank ", pe, " did not ", what, " within ", timeout_.count(),
-               " ms (its last signal is from call ", __atomic_load_n(&words[pe], __ATOMIC_ACQUIRE),
-               ")");
+    seen = __atomic_load_n(&words[pe], __ATOMIC_ACQUIRE);
+    // Give up on pe, unless its signal lands first: the word is the one place where
+    // its post and this verdict meet, so exactly one of them wins (PostAll).
+    while (seen < value) {
+      if (__atomic_compare_exchange_n(&words[pe], &seen, kCallFailed | e, false,
+                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        FailCall();
+        MORI_THROW(TimeoutError, CollectiveKindName(kind_), " (call ", e, ") on rank ",
+                   ctx_.my_pe, ": rank ", pe, " did not ", what, " within ", timeout_.count(),
+                   " ms (its last signal is from call ", seen, ")");
+      }
+    }
+  }
+  // A peer's mark of the call in progress, seen while waiting for its word of the
+  // previous call, is left to this call's own signals: they name what it waited for.
+  const bool reported_later = value < e && seen == (kCallFailed | e);
+  if ((seen & kCallFailed) != 0 && !reported_later) {
+    FailCall();
+    MORI_THROW(TimeoutError, CollectiveKindName(kind_), " (call ", e, ") on rank ", ctx_.my_pe,
+               ": rank ", pe, " failed call ", seen & ~kCallFailed,
+               " (a rank timed out in it: its error names which), so this call fails too");
   }
 }
 
-void CommunicatorCpu::PostAll(size_t words_offset, uint64_t epoch) {
+void CommunicatorCpu::PostAll(size_t words_offset, uint64_t epoch, const char* what) {
   uint64_t* words = At<uint64_t>(words_offset);
-  for (int pe = 0; pe < ctx_.n_pes; ++pe) hs::SignalSet(ctx_, &words[ctx_.my_pe], epoch, pe);
+  int gave_up = -1;
+  for (int pe = 0; pe < ctx_.n_pes; ++pe) {
+    const uint64_t old = __atomic_exchange_n(hs::CheckedPtr(ctx_, &words[ctx_.my_pe], pe), epoch,
+                                             __ATOMIC_ACQ_REL);
+    if (old == (kCallFailed | epoch) && gave_up < 0) gave_up = pe;
+  }
+  if (gave_up >= 0) {
+    FailCall();
+    MORI_THROW(TimeoutError, CollectiveKindName(kind_), " (call ", epoch, ") on rank ", ctx_.my_pe,
+               ": rank ", gave_up, " timed out waiting for this rank to ", what,
+               " before it did; the call failed there, so it fails here too");
+  }
+}
+
+void CommunicatorCpu::FailCall() {
+  // Every signal word this rank posts now reads "call epoch_ failed": a peer still
+  // waiting for it fails at once naming this rank, and one that has not yet come to
+  // this call's waits fails there, instead of completing a call this rank abandoned.
+  for (size_t offset : {layout_.arrive, layout_.ready, layout_.done}) {
+    uint64_t* words = At<uint64_t>(offset);
+    for (int pe = 0; pe < ctx_.n_pes; ++pe) {
+      if (pe != ctx_.my_pe) hs::SignalSet(ctx_, &words[ctx_.my_pe], kCallFailed | epoch_, pe);
+    }
+  }
 }
 
 bool CommunicatorCpu::Begin(Call& call) {
@@ -136,7 +184,7 @@ bool CommunicatorCpu::Begin(Call& call) {
   call.header.epoch = e;
   call.header.src_offset = source - ctx_.my_base;
   *At<CallHeader>(layout_.header) = call.header;
-  PostAll(layout_.arrive, e);
+  PostAll(layout_.arrive, e, "arrive");
 
   uint64_t* arrive = At<uint64_t>(layout_.arrive);
   for (int s = 0; s < W; ++s) Wait(arrive, s, e, "arrive");
@@ -189,7 +237,7 @@ void CommunicatorCpu::CheckAgreement(const Call& call) {
 }
 
 void CommunicatorCpu::End(bool in_place_input) {
-  PostAll(layout_.done, epoch_);
+  PostAll(layout_.done, epoch_, "finish reading this call");
   if (!in_place_input) return;
   uint64_t* done = At<uint64_t>(layout_.done);
   for (int s = 0; s < ctx_.n_pes; ++s) Wait(done, s, epoch_, "finish reading this call");
@@ -229,7 +277,7 @@ void CommunicatorCpu::AllReduce(const void* src, void* dst, size_t count, DataTy
     const size_t first = ShardBegin(count, W, me), last = ShardBegin(count, W, me + 1);
     char* reduced = At<char>(layout_.reduced);
     ReduceRange(dtype, op, 0, first, last - first, reduced + first * es);
-    PostAll(layout_.ready, epoch_);
+    PostAll(layout_.ready, epoch_, "publish its reduced shard");
     uint64_t* ready = At<uint64_t>(layout_.ready);
     for (int s = 0; s < W; ++s) {
       Wait(ready, s, epoch_, "publish its reduced shard");

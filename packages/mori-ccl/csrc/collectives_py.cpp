@@ -13,6 +13,7 @@
 #include "bindings.hpp"
 #include "collectives.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "protocol.hpp"
 #include "protocol_cuda.hpp"
 #if MORI_CCL_WITH_CUDA
@@ -81,9 +82,9 @@ void register_collectives(py::module_& m) {
                               R"doc(The collectives on a host symmetric heap.)doc")
       .def(py::init([](uintptr_t block, size_t max_bytes, double timeout_s,
                        const std::vector<int>& pes, bool zero_copy) {
-             return new CommunicatorCpu(
-                 Ptr<void>(block), max_bytes,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), pes, zero_copy);
+             return new CommunicatorCpu(Ptr<void>(block), max_bytes,
+                                        TimeoutMsFromSeconds(timeout_s, "timeout_s"), pes,
+                                        zero_copy);
            }),
            py::arg("block"), py::arg("max_bytes"), py::arg("timeout_s"),
            py::arg("pes") = std::vector<int>{}, py::arg("zero_copy") = true,
@@ -167,10 +168,9 @@ heap are read by the peers in place; false: staged.)doc")
                                R"doc(The collectives on a CUDA symmetric heap, on a stream.)doc")
       .def(py::init([](uintptr_t block, size_t max_bytes, int device, double timeout_s,
                        int max_blocks, const std::vector<int>& pes, bool zero_copy) {
-             return new CommunicatorCuda(
-                 Ptr<void>(block), max_bytes, device,
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), max_blocks, pes,
-                 zero_copy);
+             return new CommunicatorCuda(Ptr<void>(block), max_bytes, device,
+                                         TimeoutMsFromSeconds(timeout_s, "timeout_s"), max_blocks,
+                                         pes, zero_copy);
            }),
            py::arg("block"), py::arg("max_bytes"), py::arg("device"), py::arg("timeout_s"),
            py::arg("max_blocks"), py::arg("pes") = std::vector<int>{}, py::arg("zero_copy") = true,

@@ -22,6 +22,18 @@
 // Signal words hold the call number and only grow, so nothing is reset between
 // calls, and a word from another call cannot satisfy a wait of this one.
 //
+// Failure (collectives_cpu.cpp): a word's top bit (kCallFailed) beside a call number
+// says that call failed. A rank whose wait for pe s's word times out sets that word,
+// in its own block, to kCallFailed | e with a compare-and-swap; s posts its words with
+// an exchange. The word is where the two meet, so exactly one wins: either s's post
+// landed first (the wait succeeds after all) or s reads the mark back and fails its
+// call too, naming the rank that gave up. A rank that fails a call (timed out, or
+// read such a mark) then writes kCallFailed | e into its arrive, ready and done words
+// on every peer, so that a peer waiting for it, now or in its next call, fails at
+// once naming it. With two ranks both therefore agree that a timed-out call failed;
+// with more, a rank that saw every peer's signal before any mark landed completes the
+// call (with whole data) and fails its next call, naming a rank that failed.
+//
 // Block layout (offsets in bytes, W = world size, B = max_bytes):
 //   arrive   u64 [W]   entry s = the last call pe s entered (written by pe s)
 //   ready    u64 [W]   entry s = the last call whose reduced shard pe s published

@@ -96,3 +96,9 @@ SDMA_WORKER = str(Path(__file__).parent / "workers" / "sdma_worker.py")
 
 def test_mori_sdma_adapters_on_a_host_heap():
     run_ranks([SDMA_WORKER, "cpu", str(new_seed())], 2, timeout_s=120)
+
+
+def test_an_out_that_partly_overlaps_the_input_is_refused_on_every_rank():
+    # all_reduce's docstring promised it; the host heap accepted it (only CUDA refused).
+    worker = str(Path(__file__).parent / "workers" / "overlap_worker.py")
+    run_ranks([worker, str(new_seed())], 2, timeout_s=120, env=ENV)

@@ -9,6 +9,7 @@ namespace mori::python {
 // One binding file per area; module.cpp only calls these.
 void register_errors(pybind11::module_& m);
 void register_env(pybind11::module_& m);
+void register_timeouts(pybind11::module_& m);
 void register_logging(pybind11::module_& m);
 void register_bootstrap(pybind11::module_& m);
 void register_topology(pybind11::module_& m);

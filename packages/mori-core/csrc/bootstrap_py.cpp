@@ -12,7 +12,7 @@
 
 #include "bindings.hpp"
 #include "mori/core/error.hpp"
-#include "timeout.hpp"
+#include "mori/core/timeout.hpp"
 
 namespace py = pybind11;
 

@@ -10,6 +10,7 @@ PYBIND11_MODULE(_C, m) {
   mori::python::InitExtension(m, "mori.core._C");
   mori::python::register_errors(m);
   mori::python::register_env(m);
+  mori::python::register_timeouts(m);
   mori::python::register_logging(m);
   mori::python::register_bootstrap(m);
   mori::python::register_topology(m);

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "bindings.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/diag.hpp"
 #include "mori/shmem/shmem.hpp"
-#include "timeout.hpp"
 
 namespace py = pybind11;
 

@@ -14,8 +14,8 @@
 #include "dlpack.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/shmem.hpp"
-#include "timeout.hpp"
 
 namespace py = pybind11;
 

@@ -12,6 +12,7 @@
 #include "engine/io_engine.hpp"
 #include "engine_py.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "p2p/p2p_backend.hpp"
 #include "p2p/p2p_transport.hpp"
 #include "rdma/rdma_backend.hpp"
@@ -200,16 +201,17 @@ exactly once; Wait/WaitFor release the GIL.)doc")
 the transfer within its timeout.)doc")
       .def(
           "WaitFor",
-          [](TransferState& s, int64_t timeout_ms) {
+          [](TransferState& s, double timeout_ms) {
+            const int64_t ms = WaitTimeoutMs(timeout_ms, "timeout_ms");
             if (s.InProgress()) {
               py::gil_scoped_release nogil;
-              s.WaitFor(timeout_ms);
+              s.WaitFor(ms);
             }
             return EnumObject(s.Code());
           },
           py::arg("timeout_ms") = -1,
           R"doc(Block while IN_PROGRESS, up to timeout_ms milliseconds (negative: no limit;
-0: poll once). Returns the StatusCode, still IN_PROGRESS when the time ran out.)doc")
+0: poll once; inf or above a year: a year; NaN is refused). Returns the StatusCode, still IN_PROGRESS when the time ran out.)doc")
       .def("__repr__", [](const TransferState& s) {
         std::string r = StrCat("TransferStatus(", StatusCodeName(s.Code()));
         if (s.Failed()) r += StrCat(" [", StatusDetailName(s.Detail()), "], '", s.Message(), "'");

@@ -21,6 +21,7 @@
 #include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "mori/core/timeout.hpp"
 
 namespace mori::bootstrap {
 namespace {
@@ -450,9 +451,8 @@ TcpBootstrap::TcpBootstrap(const TcpBootstrapOptions& options) : impl_(std::make
                  " out of range [0, 65535]");
   MORI_CHECK_ARG(options.rank == 0 || options.port != 0, "bootstrap: rank ", options.rank,
                  " needs rank 0's port (got 0)");
-  MORI_CHECK_ARG(options.timeout.count() > 0, "bootstrap: timeout ", options.timeout.count(),
-                 " ms must be positive");
   impl_->opts = options;
+  impl_->opts.timeout = CheckedTimeout(options.timeout, "bootstrap: timeout");
   impl_->port = options.port;
   impl_->peers.resize(options.rank == 0 ? options.world_size : 1);
   if (options.world_size == 1) {

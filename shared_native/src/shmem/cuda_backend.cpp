@@ -26,6 +26,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 #include "mori/core/str.hpp"
+#include "mori/core/timeout.hpp"
 #include "shmem/shmem_kernels.hpp"
 
 namespace mori::shmem::internal {
@@ -194,8 +195,7 @@ class CudaBackend final : public HeapBackend {
   void BarrierOnStream(const DeviceContext& ctx, uintptr_t stream) override {
     // No allocation and no synchronization here: this may be under graph capture.
     ScopedDevice guard(options_.device);
-    const auto timeout_ns =
-        static_cast<uint64_t>(std::chrono::nanoseconds(options_.timeout).count());
+    const uint64_t timeout_ns = KernelTimeoutNs(options_.timeout, "shmem timeout");
     LaunchBarrierOnStream(ctx, reinterpret_cast<cudaStream_t>(stream), timeout_ns);
   }
 

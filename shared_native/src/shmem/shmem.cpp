@@ -14,6 +14,7 @@
 #include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/host_ops.hpp"
 
 namespace mori::shmem {
@@ -229,8 +230,7 @@ void Init(std::shared_ptr<bootstrap::Bootstrap> boot, const InitOptions& options
   InitOptions o = options;
   o.heap_size = HeapSizeFrom(options);
   o.handle_type = HandleTypeFrom(options);
-  MORI_CHECK_ARG(o.timeout.count() > 0, "shmem timeout ", o.timeout.count(),
-                 " ms must be positive");
+  o.timeout = CheckedTimeout(o.timeout, "shmem timeout");
 
   LocalGroup group = internal::DiscoverLocalGroup(*boot);
   internal::BackendOptions bo{o.heap_size, o.device, o.handle_type, o.timeout};
@@ -391,6 +391,7 @@ void Signal(uint64_t* sig_sym, uint64_t value, int pe, SignalOp op) {
 
 uint64_t WaitUntil(uint64_t* sig_sym, Cmp cmp, uint64_t value, std::chrono::milliseconds timeout) {
   State& s = Checked();
+  timeout = CheckedTimeout(timeout, "wait_until timeout");
   MORI_CHECK_ARG(reinterpret_cast<uintptr_t>(sig_sym) % 8 == 0, "signal address ",
                  static_cast<void*>(sig_sym), " is not 8-byte aligned");
   OffsetOf(s, sig_sym, 8, "signal");

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "common/shape.hpp"
+#include "mori/core/timeout.hpp"
 
 namespace mori::ep::bind {
 
@@ -67,7 +68,7 @@ void DefInit(py::class_<Impl>& cls, const char* doc) {
             const EpShape shape =
                 MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
                           scale_bytes, num_experts_per_rank, recv_capacity);
-            const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+            const auto timeout = TimeoutMsFromSeconds(timeout_s, "timeout_s");
             if constexpr (std::is_constructible_v<Impl, const EpShape&, void*, int,
                                                   std::chrono::milliseconds>) {
               return new Impl(shape, P<void>(block), device, timeout);

@@ -12,6 +12,7 @@
 #include "common/numeric.hpp"
 #include "intranode/cpu.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
 
@@ -38,7 +39,7 @@ IntraNodeCpu::IntraNodeCpu(const EpShape& shape, void* block, std::chrono::milli
       layout_(MakeLayout(shape)),
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
-      timeout_(timeout) {
+      timeout_(CheckedTimeout(timeout, "timeout")) {
   CheckHostBlock(shape, ctx_, block, layout_.total_bytes, "intra-node");
   std::memset(block_, 0, SignalBytes(layout_));
   shmem::BarrierAll();

@@ -18,6 +18,7 @@
 #include "intranode/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/shmem.hpp"
 
 namespace mori::ep {
@@ -59,7 +60,7 @@ IntraNodeCuda::IntraNodeCuda(const EpShape& shape, void* block, int device,
       layout_(MakeLayout(shape)),
       block_(static_cast<char*>(block)),
       device_(device),
-      timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
+      timeout_ns_(KernelTimeoutNs(timeout, "timeout")),
       tuning_(IntraNodeTuning::FromEnv()),
       timeline_(device,
                 {{"dispatch", {"start", "routed", "counts", "scanned", "rows", "quiet", "done"}},

@@ -15,6 +15,7 @@
 #include "common/numeric.hpp"
 #include "low_latency/options.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
 
@@ -69,7 +70,7 @@ LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::mil
       layout_(MakeLlLayout(shape)),
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
-      timeout_(timeout),
+      timeout_(CheckedTimeout(timeout, "timeout")),
       pre_reduce_(LlPreReduce(shape, LowLatencyOptions::FromEnv().pre_reduce)) {
   LlCheckRecvCapacity(shape);
   CheckHostBlock(shape, ctx_, block, layout_.total_bytes, "low-latency");

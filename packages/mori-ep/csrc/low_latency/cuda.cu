@@ -17,6 +17,7 @@
 #include "low_latency/options.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/shmem.hpp"
 
 namespace mori::ep {
@@ -27,7 +28,7 @@ LowLatencyCuda::LowLatencyCuda(const EpShape& shape, void* block, int device,
       layout_(MakeLlLayout(shape)),
       block_(static_cast<char*>(block)),
       device_(device),
-      timeout_ns_(static_cast<uint64_t>(timeout.count()) * 1000000ull),
+      timeout_ns_(KernelTimeoutNs(timeout, "timeout")),
       ctx_(shmem::GetDeviceContext()) {
   const LowLatencyOptions options = LowLatencyOptions::FromEnv();
   timeline_ = std::make_unique<KernelTimeline>(

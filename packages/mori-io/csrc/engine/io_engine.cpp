@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,6 +14,7 @@
 #include "mori/core/logging.hpp"
 #include "mori/core/macros.hpp"
 #include "mori/core/telemetry.hpp"
+#include "mori/core/timeout.hpp"
 #include "wire/log_safe.hpp"
 #include "wire/secret.hpp"
 
@@ -75,9 +77,8 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
   MORI_CHECK_ARG(config.qp_per_transfer >= 1 && config.qp_per_transfer <= 64, "qp_per_transfer ",
                  config.qp_per_transfer, " not in [1, 64]");
   MORI_CHECK_ARG(config.chunk_size >= 4096, "chunk_size ", config.chunk_size, " below 4096");
-  MORI_CHECK_ARG(config.peer_timeout_ms > 0, "peer_timeout_ms must be positive");
-  MORI_CHECK_ARG(config.transfer_timeout_ms > 0, "transfer_timeout_ms ", config.transfer_timeout_ms,
-                 " must be positive");
+  TimeoutMs(config.peer_timeout_ms, "peer_timeout_ms", INT_MAX, false);
+  TimeoutMs(config.transfer_timeout_ms, "transfer_timeout_ms", INT_MAX, false);
   MORI_CHECK_ARG(config.max_pending_hellos >= 1 && config.max_pending_hellos <= (1 << 20),
                  "max_pending_hellos ", config.max_pending_hellos, " not in [1, 2^20]");
   MORI_CHECK_ARG(
@@ -87,8 +88,7 @@ void IoEngine::CreateTcpBackend(const TcpBackendConfig& config) {
   MORI_CHECK_ARG(config.max_inbound_status_bytes >= InboundStatuses::kMinBytes,
                  "max_inbound_status_bytes ", config.max_inbound_status_bytes, " below ",
                  InboundStatuses::kMinBytes);
-  MORI_CHECK_ARG(config.idle_timeout_ms >= 0, "idle_timeout_ms ", config.idle_timeout_ms,
-                 " must be 0 (off) or positive");
+  TimeoutMs(config.idle_timeout_ms, "idle_timeout_ms", INT_MAX, true);
   tcp_config_ = config;
   inbound_.Configure(config.enable_notification, config.max_inbound_statuses,
                      config.max_inbound_status_bytes);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ledger/wait_options.hpp"
+#include "mori/core/timeout.hpp"
 
 namespace mori::io {
 
@@ -173,6 +174,8 @@ class TransferState {
   // status is no longer IN_PROGRESS.
   bool WaitFor(int64_t timeout_ms) {
     using Clock = std::chrono::steady_clock;
+    // Saturated at kMaxTimeout (mori/core/timeout.hpp): start + timeout_ms cannot overflow.
+    timeout_ms = std::min<int64_t>(timeout_ms, kMaxTimeout.count());
     auto start = Clock::now();
     if (help_ != nullptr && InProgress() && !helping_.exchange(true, std::memory_order_acquire)) {
       const int64_t start_ns =

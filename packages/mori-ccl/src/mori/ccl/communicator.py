@@ -22,6 +22,7 @@ from mori.core import (
     NotSupportedError,
     env,
     shmem,
+    timeouts,
 )
 
 from . import _C
@@ -79,10 +80,12 @@ class Communicator:
             heap's pes must be the group's ranks.
         max_bytes: the largest input, in bytes, of any call (the symmetric staging
             buffers are sized from it: about 2 x max_bytes of heap per rank).
-        timeout_s: bound on every wait of every call; a rank that does not arrive in
-            time makes the others raise MoriTimeoutError naming it (host heap) or trap
-            with a message naming it (CUDA heap), after which this communicator
-            refuses further calls.
+        timeout_s: bound on every wait of every call, in seconds; a rank that does not
+            arrive in time makes the others raise MoriTimeoutError naming it (host heap)
+            or trap with a message naming it (CUDA heap), after which this communicator
+            refuses further calls. ``inf`` or anything above a year means "practically
+            forever" (a year); 0, negative values and NaN raise InvalidArgumentError
+            naming the value (``mori.core.timeouts``).
         max_blocks: CUDA heaps: the most thread blocks (hence SMs) any call's kernel
             uses, 1 to 64 (default 32); every call may lower it with ``max_blocks=``.
             Every rank must pass the same value (the grid is part of each call's
@@ -136,8 +139,7 @@ class Communicator:
     ):
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise InvalidArgumentError(f"max_bytes {max_bytes!r} must be a positive int")
-        if not timeout_s > 0:
-            raise InvalidArgumentError(f"timeout_s {timeout_s!r} must be > 0")
+        timeout_s = timeouts.seconds(timeout_s, "timeout_s")
         if max_blocks is not None and (
             not isinstance(max_blocks, int) or not 1 <= max_blocks <= _C.cuda_max_blocks
         ):
@@ -360,7 +362,9 @@ class Communicator:
             problem = self._check_out(out, x, x.numel())
         if problem is None and out is None:
             out = x
-        if problem is None and self.cuda and _overlap(x, out) not in (None, 0):
+        # As torch's out= and NCCL's in-place calls: out is x itself or disjoint from it,
+        # on every heap.
+        if problem is None and _overlap(x, out) not in (None, 0):
             problem = "out partially overlaps x (give x itself, or a disjoint tensor)"
         blocks, bad = self._blocks(max_blocks)
         problem = problem or bad

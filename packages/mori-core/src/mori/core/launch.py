@@ -18,6 +18,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from . import timeouts
+
 # NVLink multicast stays off on shared hosts (it can take every GPU of the host out of
 # service): the environment the benches and GPU tests give their workers.
 NO_MULTICAST_ENV = {
@@ -67,8 +69,11 @@ def launch_local(
 
     Raises WorkersFailed, with every worker's output, when a worker exits
     non-zero (the others get ``grace_s`` seconds to finish, then are killed) or
-    when the group is still running after ``timeout_s`` seconds (all are killed).
+    when the group is still running after ``timeout_s`` seconds (all are killed;
+    ``mori.core.timeouts``' rules: NaN, 0 and negative raise InvalidArgumentError, inf
+    means a year).
     """
+    timeout_s = timeouts.seconds(timeout_s, "timeout_s")
     if world_size < 1:
         raise ValueError(f"world_size {world_size} must be >= 1")
     if argv and argv[0].endswith(".py"):

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from mori.core import timeouts
 from mori.core.launch import NO_MULTICAST_ENV, WorkerResult, launch_local
 
 # -- GPU skips ---------------------------------------------------------------------------
@@ -169,7 +170,7 @@ def wait_for_path(path: str | Path, proc=None, timeout_s: float = 30.0, what: st
     the test after ``timeout_s`` seconds or as soon as ``proc`` (a ``subprocess.Popen``)
     has exited; ``what`` names the wait in the failure."""
     path = Path(path)
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeouts.seconds(timeout_s, "timeout_s")
     while not path.exists():
         exited = proc is not None and proc.poll() is not None
         if exited or time.monotonic() > deadline:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from mori.core import InvalidArgumentError, InvalidStateError, NotSupportedError, shmem
+from mori.core import InvalidArgumentError, InvalidStateError, NotSupportedError, shmem, timeouts
 
 from .config import EpDispatchCombineConfig, EpDispatchCombineKernelType, same_config_everywhere
 from .intranode import IntraNodeMode
@@ -56,7 +56,10 @@ class EpDispatchCombineOp:
     InvalidArgumentError in the same call and the op stays usable. A peer that never
     arrives makes the others raise MoriTimeoutError after ``timeout_s``, naming that
     rank and the stage it did not reach (on CUDA their kernels print the same and
-    trap); the op is then unusable (later calls raise InvalidStateError: create a new one). An input
+    trap); the op is then unusable (later calls raise InvalidStateError: create a new
+    one). ``timeout_s`` is in seconds: ``inf`` or anything above a year means
+    "practically forever" (a year); 0, negative values and NaN raise
+    InvalidArgumentError naming the value (``mori.core.timeouts``). An input
     that passes the checks but that torch then refuses to prepare (a sparse tensor)
     or even to inspect (a sparse CSR tensor has no strides) fails the call on every
     rank like a failed check.
@@ -86,6 +89,7 @@ class EpDispatchCombineOp:
                 f"kernel_type {config.kernel_type.name} is not implemented (implemented: "
                 f"{[k.name for k in _MODES]})"
             )
+        timeout_s = timeouts.seconds(timeout_s, "timeout_s")
         if not shmem.initialized():
             raise InvalidStateError(
                 "EpDispatchCombineOp needs mori.core.shmem.init() first (device='cpu' for the "
@@ -108,7 +112,7 @@ class EpDispatchCombineOp:
         place = placement_for(config)
         self.config = config
         self.device = place.device
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = timeout_s
         # Compared before the mode allocates its block, whose size may differ with the
         # configs; kept with the op (symmetric allocations are freed in the same order
         # on every rank).

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import mori.core
-from mori.core import env
+from mori.core import env, timeouts
 
 from . import _C
 from .descriptors import IPC_HANDLE_BYTES, EngineDesc, MemoryDesc
@@ -114,8 +114,19 @@ class TcpBackendConfig:
     max_connections_per_peer: int = _TCP.max_connections_per_peer
 
     def to_native(self) -> Any:
-        """The native config (``_C.TcpBackendConfig``), validated by the engine."""
-        return _native(_C.TcpBackendConfig, self)
+        """The native config (``_C.TcpBackendConfig``), validated by the engine. The
+        timeouts follow mori.core.timeouts: NaN, 0 (but idle_timeout_ms=0: never) and
+        negative values raise InvalidArgumentError naming the field; inf and values
+        beyond the native int fields (about 24.8 days) saturate to that bound."""
+        fields = dataclasses.replace(self)
+        for name in ("peer_timeout_ms", "transfer_timeout_ms", "idle_timeout_ms"):
+            value = timeouts.milliseconds(
+                getattr(self, name),
+                f"TcpBackendConfig.{name}",
+                zero_means_never=name == "idle_timeout_ms",
+            )
+            setattr(fields, name, value)
+        return _native(_C.TcpBackendConfig, fields)
 
 
 @dataclasses.dataclass
@@ -649,8 +660,9 @@ class IOEngine:
         returns the first failure in list order, else SUCCESS; 0 polls once: the first
         failure seen, else IN_PROGRESS if any is unfinished, else SUCCESS; > 0 waits up
         to the deadline and returns IN_PROGRESS if it passed first (a failure seen
-        before wins). None entries are skipped; an empty list is SUCCESS."""
-        return _wait_all(statuses, int(timeout_ms))
+        before wins). None entries are skipped; an empty list is SUCCESS. inf or more
+        than a year waits a year; NaN raises InvalidArgumentError (mori.core.timeouts)."""
+        return _wait_all(statuses, timeouts.wait_milliseconds(timeout_ms, "timeout_ms"))
 
     def create_session(
         self, local_mem: MemoryDesc, remote_mem: MemoryDesc
@@ -740,8 +752,12 @@ def _wait_all(statuses: Iterable[TransferStatus | None], timeout_ms: int) -> Sta
 
 def wait_all(statuses: Iterable[TransferStatus], timeout_ms: int | None = None) -> bool:
     """Wait for every status; True when all finished within ``timeout_ms`` (None: no limit,
-    still bounded by the peers' timeouts)."""
-    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    still bounded by the peers' timeouts; inf or more than a year: a year; a negative
+    one polls once; NaN raises InvalidArgumentError)."""
+    deadline = None
+    if timeout_ms is not None:
+        ms = max(0, timeouts.wait_milliseconds(timeout_ms, "timeout_ms"))
+        deadline = time.monotonic() + ms / 1000
     for s in statuses:
         if deadline is None:
             s.Wait()
