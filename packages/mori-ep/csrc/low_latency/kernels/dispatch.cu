@@ -15,17 +15,6 @@ namespace mori::ep::low_latency {
 namespace {
 
 // ------------------------------------------------------------- dispatch send
-// A bad expert id (the first in this launch): printed and the trap reported. Not
-// inlined, scalars only, so that the routing loop keeps its registers.
-__device__ __noinline__ void ReportBadId(int me, int32_t e, const char* why, int64_t t, int j,
-                                         int num_experts) {
-  printf(
-      "mori.ep low-latency dispatch on rank %d: expert id %d %s at token %lld slot %d "
-      "(valid: [-1, %d))\n",
-      me, e, why, static_cast<long long>(t), j, num_experts);
-  dev::TrapReported();
-}
-
 // kCe: the copy-engine variant (LlParams::copy_engine), a kernel of its own.
 template <bool kCe>
 __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) {
@@ -42,32 +31,26 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
     uint32_t mask = 0;
     const int32_t* row = a.indices + t * K;
-    // The ids in batches of 8, each batch loaded before any of it is checked: one load
-    // latency per batch instead of one per id.
-    constexpr int kIds = 8;
-    for (int j0 = 0; j0 < K; j0 += kIds) {
-      int32_t ids[kIds];
-#pragma unroll
-      for (int i = 0; i < kIds; ++i) ids[i] = j0 + i < K ? row[j0 + i] : -1;
-#pragma unroll
-      for (int i = 0; i < kIds; ++i) {
-        const int j = j0 + i;
-        const int32_t e = ids[i];
-        if (e == -1) continue;
-        bool bad = e < 0 || e >= num_experts;
-        const char* why = "out of range";
-        if (!bad && expert_major) {
-          for (int i2 = 0; i2 < j; ++i2) bad |= row[i2] == e;
-          why = "repeated (the expert-major layout needs distinct experts)";
-        }
-        if (bad) {
-          if (blockIdx.x == 0 && atomicCAS(&st->pad, 0u, 1u) == 0u) {
-            ReportBadId(me, e, why, t, j, num_experts);
-          }
-          continue;
-        }
-        mask |= 1u << (e / p.experts_per_rank);
+    for (int j = 0; j < K; ++j) {
+      const int32_t e = row[j];
+      if (e == -1) continue;
+      bool bad = e < 0 || e >= num_experts;
+      const char* why = "out of range";
+      if (!bad && expert_major) {
+        for (int i = 0; i < j; ++i) bad |= row[i] == e;
+        why = "repeated (the expert-major layout needs distinct experts)";
       }
+      if (bad) {
+        if (blockIdx.x == 0 && atomicCAS(&st->pad, 0u, 1u) == 0u) {
+          printf(
+              "mori.ep low-latency dispatch on rank %d: expert id %d %s at token %lld slot %d "
+              "(valid: [-1, %d))\n",
+              me, e, why, static_cast<long long>(t), j, num_experts);
+          dev::TrapReported();
+        }
+        continue;
+      }
+      mask |= 1u << (e / p.experts_per_rank);
     }
     masks[t] = mask;
   }
