@@ -116,13 +116,14 @@ def _ensure_ibverbs_headers(session: nox.Session, required: bool = False) -> Non
                 "apt-get", "install", "-y", "-qq", "--no-install-recommends", "libibverbs-dev",
                 external=True, env={"DEBIAN_FRONTEND": "noninteractive"},
             )  # fmt: skip
-            return
         except nox.command.CommandFailed:
             pass
+        if glob.glob("/usr/include/infiniband/verbs.h"):
+            return
     if required:
         session.error(
             "\n" + "*" * 72 + "\n*** rdma-core's headers (infiniband/verbs.h) are missing and "
-            "could not be installed\n*** (need root + apt-get): mori-io's wheel would have NO "
+            "could not be installed\n*** (apt-get, as root): mori-io's wheel would have NO "
             "RDMA backend.\n*** Install libibverbs-dev (RHEL: rdma-core-devel), or build "
             "without RDMA on purpose\n*** with MORI_IO_RDMA=off (the wheel then says so).\n"
             + "*"
