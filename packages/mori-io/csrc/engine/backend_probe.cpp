@@ -75,7 +75,9 @@ BackendAvailability ProbeBackend(BackendType type) {
       break;
     }
     case BackendType::kRdma:
-      result = ProbeIbverbs();
+      // A build without the backend says so (MORI_IO_RDMA_BUILD: no headers, or
+      // MORI_IO_RDMA=off), whatever libibverbs this machine has.
+      result = MORI_IO_WITH_RDMA ? ProbeIbverbs() : BackendAvailability{false, MORI_IO_RDMA_BUILD};
       break;
     case BackendType::kUnknown:
       result = {false, "Unknown is not a backend"};

@@ -98,18 +98,14 @@ std::unique_ptr<RdmaBackend> FromTestFactory([[maybe_unused]] const RdmaBackendC
 
 #if !MORI_IO_WITH_RDMA
 
-RdmaProbe ProbeRdma() {
-  return {false,
-          "built without ibverbs headers (libibverbs-dev was missing when mori-io was compiled)",
-          {}};
-}
+// MORI_IO_RDMA_BUILD (CMakeLists.txt) says why: no headers, or MORI_IO_RDMA=off.
+RdmaProbe ProbeRdma() { return {false, MORI_IO_RDMA_BUILD, {}}; }
 
 std::unique_ptr<RdmaBackend> RdmaBackend::Create(const RdmaBackendConfig& config) {
   if (std::unique_ptr<RdmaBackend> test_double = FromTestFactory(config)) return test_double;
   ValidateRdmaBackendConfig(config);
-  MORI_THROW(NotSupportedError,
-             "RDMA backend: built without ibverbs headers (install libibverbs-dev and rebuild "
-             "mori-io)");
+  MORI_THROW(NotSupportedError, MORI_IO_RDMA_BUILD,
+             " (rebuild mori-io with rdma-core's headers for RDMA)");
 }
 
 #else  // MORI_IO_WITH_RDMA

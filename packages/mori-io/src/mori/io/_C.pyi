@@ -247,6 +247,9 @@ def cuda_copy_seconds(
 ) -> float: ...
 def rdma_probe() -> tuple[bool, str, list[str]]: ...
 
+# How the RDMA backend was built: compiled in, or compiled out and why (MORI_IO_RDMA).
+rdma_build: str
+
 # The RDMA backend's native config (BackendConfig, QpConfig, PollCqMode,
 # mtu_enum_from_bytes) that mori.io.rdma builds: see csrc/rdma_py.cpp. A test build
 # (MORI_IO_TESTING=ON) adds _testing (csrc/testing/), which no wheel carries.
