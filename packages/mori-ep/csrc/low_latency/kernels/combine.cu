@@ -295,11 +295,13 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   if (a.layout == LlLayout::kTokenMajor) {
     const int64_t n = p.combine_tokens;
     const int64_t eb = CombineElementBytes(a.dtype), row_bytes = hidden * eb;
-    // Items are (token, 128 columns), 4 per lane, so that a few tokens still spread
-    // over many warps (a warp per token walked a 7168-column row alone).
-    const int64_t chunks = (hidden + 127) / 128;
+    // Items are (token, 256 columns), 8 per lane, so that a few tokens still spread
+    // over many warps (a warp per token walked a 7168-column row alone) while each item
+    // moves 16 bytes per lane per part (4 columns per lane cost a load latency per 8 B).
+    constexpr int kCols = 8;  // per lane: a 256-column item, one 16-byte load per bf16 part
+    const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
     for (int64_t item = gwarp; item < n * chunks; item += nwarps) {
-      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
       // As CombineTokenRow / CombineTokenWeights (common/numeric.hpp): no part: zeros; one
       // part: its bytes; else an fp32 sum from -0.0 in ascending pe order.
       int parts = 0, only = 0;
@@ -307,15 +309,15 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         if (token_ranks[t * W + d]) ++parts, only = d;
       }
       if (h0 < hidden) {
-        const int64_t cols = hidden - h0 < 4 ? hidden - h0 : 4;
+        const int64_t cols = hidden - h0 < kCols ? hidden - h0 : kCols;
         char* o = static_cast<char*>(a.out) + t * row_bytes + h0 * eb;
         if (parts == 0) {
           for (int64_t i = 0; i < cols * eb; ++i) o[i] = 0;
         } else if (CopiesSinglePart(parts, a.fp8_cast)) {
           CopySmall(o, comb + (only * M + t) * Hc + h0 * eb, cols * eb);
         } else {
-          float acc[4];
-          for (int i = 0; i < 4; ++i) acc[i] = kSumStart;
+          float acc[kCols];
+          for (int i = 0; i < kCols; ++i) acc[i] = kSumStart;
           for (int d = 0; d < W; ++d) {
             if (!token_ranks[t * W + d]) continue;
             const char* row = comb + (d * M + t) * Hc;
