@@ -18,6 +18,8 @@ blocks of 128):
           (7392 of the bf16 row's 14336 at hidden 7168: 51.6 %), and nothing past it.
   tags    a rank whose combine sends fp8_blockwise rows while the other sends bf16
           fails on every rank, each naming both wire formats.
+  narrow  rows whose wire size exceeds the combine slot (hidden 64) fail the combine
+          on every rank naming both sizes; the op keeps working.
 Before them: ops whose configs differ in the quant type or the scale blocks
 (MORI_FP8_COMBINE_SCALE_DIM) fail on every rank naming both values.
 Prints "rank N ok" last; any failed check raises.
@@ -252,8 +254,28 @@ def run_config_mismatch() -> None:
             raise AssertionError(f"ops of different configs were built: {want}")
 
 
+def run_too_narrow(kind: str) -> None:
+    """hidden 64 with 56 blocks: 64 fp8 bytes and 56 scales (288 bytes) do not fit the
+    128-byte combine slot; the combine fails on every rank naming both sizes, and the
+    op still works for a dispatch after it."""
+    op = make_op(kind, 64, None)
+    idx = torch.tensor([[rank * EPR, ((rank + 1) % world) * EPR, -1]] * M, dtype=torch.int32)
+    x = torch.randn(M, 64).to(torch.bfloat16)
+    for attempt in range(2):
+        out, out_w, _, _, total = dispatch(op, kind, x, torch.rand(M, K), idx)
+        assert int(total.item()) == M * min(world, 2), (kind, attempt)
+        try:
+            combine(op, kind, out[: int(total.item())], None, idx)
+        except InvalidArgumentError as e:
+            assert "fp8_blockwise rows of 288 bytes" in str(e) and "128" in str(e), str(e)
+        else:
+            raise AssertionError(f"{kind}: an fp8_blockwise row wider than its slot was sent")
+    op.close()
+
+
 run_config_mismatch()
 for kind in KINDS:
+    run_too_narrow(kind)
     for hidden, scale_env in SHAPES:
         run_ref(kind, hidden, scale_env)
     run_tags(kind)

@@ -317,6 +317,9 @@ class EpDispatchCombineOp:
             no expert). With ``quant_type="fp8_direct_cast"`` every returned value is
             first rounded to fp8 e4m3, as MORI sends it (on CUDA the rows cross
             NVLink as fp8 bytes and the kernel rounds this rank's own part likewise).
+            With ``quant_type="fp8_blockwise"`` (host heaps) every returned row is
+            quantized per block to fp8 e4m3 with an fp32 scale per block and
+            dequantized before the sum (README, Semantics).
             ``out_weights fp32 [num_tokens, k]`` likewise, or None. Views of the op's
             buffers, valid until the next combine.
 
