@@ -143,6 +143,81 @@ inline void CombineTokenRow(int parts, RowOf row_of, CombineDtype dtype, bool fp
   }
 }
 
+// MORI's fp8_blockwise combine (its WarpQuantizeToFp8Blockwise and blockwise
+// dequant): a bf16 row of `hidden` columns is cut into `scale_dim` blocks of
+// ceil(hidden / scale_dim) columns (the last short, any past the row empty). A block
+// whose largest |value| (bf16 bit compare, so NaN wins and leaves it unscaled) is at
+// most 448 crosses as fp8 e4m3fn of its values with scale 1; a larger one as
+// fp8(v * (448 / amax)) with scale amax * (1 / 448), each product rounded to fp32.
+// The receiver adds fp8 * scale, rounded to fp32, in fp32. On the wire a row is
+// BlockwiseRowBytes: the fp8 bytes, padded to 4, then the fp32 scales.
+inline constexpr float kFp8E4M3MaxFinite = 448.0f;
+
+MORI_HOST_DEVICE inline int64_t BlockwiseBlockElems(int64_t hidden, int scale_dim) {
+  return (hidden + scale_dim - 1) / scale_dim;
+}
+
+MORI_HOST_DEVICE inline int64_t BlockwiseScalesOffset(int64_t hidden) {
+  return (hidden + 3) / 4 * 4;
+}
+
+MORI_HOST_DEVICE inline int64_t BlockwiseRowBytes(int64_t hidden, int scale_dim) {
+  return BlockwiseScalesOffset(hidden) + 4 * static_cast<int64_t>(scale_dim);
+}
+
+// Quantizes one bf16 row into `wire` (BlockwiseRowBytes of it).
+inline void QuantizeRowFp8Blockwise(const uint16_t* row, int64_t hidden, int scale_dim,
+                                    char* wire) {
+  uint8_t* q = reinterpret_cast<uint8_t*>(wire);
+  const int64_t block = BlockwiseBlockElems(hidden, scale_dim);
+  for (int b = 0; b < scale_dim; ++b) {
+    const int64_t start = b * block, end = start + block < hidden ? start + block : hidden;
+    uint16_t max_bits = 0;
+    for (int64_t h = start; h < end; ++h) {
+      const uint16_t a = row[h] & 0x7FFFu;
+      if (a > max_bits) max_bits = a;
+    }
+    const float amax = Bf16BitsToFloat(max_bits);
+    const bool scaled = amax > kFp8E4M3MaxFinite;
+    const float inv = scaled ? kFp8E4M3MaxFinite / amax : 1.0f;
+    const float scale = scaled ? amax * (1.0f / kFp8E4M3MaxFinite) : 1.0f;
+    for (int64_t h = start; h < end; ++h) {
+      const float v = Bf16BitsToFloat(row[h]);
+      q[h] = FloatToFloat8E4M3(scaled ? v * inv : v);
+    }
+    std::memcpy(wire + BlockwiseScalesOffset(hidden) + 4 * b, &scale, 4);
+  }
+}
+
+// The host implementations' reduction of one token under fp8_blockwise: `parts`
+// wire rows (QuantizeRowFp8Blockwise), row_of(i) the i-th in ascending pe order, each
+// element dequantized (fp8 * scale, rounded to fp32, no fused multiply-add) and summed
+// in fp32 from kSumStart in that order, rounded once to bf16 `out`; no part: zeros.
+template <typename RowOf>
+inline void CombineTokenRowFp8Blockwise(int parts, RowOf row_of, int64_t hidden, int scale_dim,
+                                        float* acc, uint16_t* out) {
+  if (parts == 0) {
+    std::memset(out, 0, hidden * 2);
+    return;
+  }
+  const int64_t block = BlockwiseBlockElems(hidden, scale_dim);
+  for (int64_t h = 0; h < hidden; ++h) acc[h] = kSumStart;
+  for (int i = 0; i < parts; ++i) {
+    const char* wire = row_of(i);
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(wire);
+    for (int b = 0; b < scale_dim; ++b) {
+      const int64_t start = b * block, end = start + block < hidden ? start + block : hidden;
+      float scale;
+      std::memcpy(&scale, wire + BlockwiseScalesOffset(hidden) + 4 * b, 4);
+      for (int64_t h = start; h < end; ++h) {
+        volatile float p = Float8E4M3ToFloat(q[h]) * scale;
+        acc[h] = acc[h] + p;
+      }
+    }
+  }
+  for (int64_t h = 0; h < hidden; ++h) out[h] = FloatToBf16Bits(acc[h]);
+}
+
 // The same for a token's K combined weights (fp32; one part is copied).
 template <typename WeightsOf>
 inline void CombineTokenWeights(int parts, WeightsOf weights_of, int K, float* out) {

@@ -58,6 +58,10 @@ struct CombineArgs {
   bool fp8_cast = false;
   // Null: the last dispatch's routing.
   const RoutingSnapshot* routing = nullptr;
+  // MORI's fp8_blockwise (common/numeric.hpp, QuantizeRowFp8Blockwise): 0 off, else
+  // the scale blocks per row; bf16 rows cross as fp8 blocks with fp32 scales
+  // (implemented on host heaps only).
+  int fp8_block_scale_dim = 0;
 };
 
 // Which dispatch a combine may reverse, as both implementations track it on the host.

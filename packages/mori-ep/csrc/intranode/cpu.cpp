@@ -269,7 +269,7 @@ void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag) {
   // differs from some pe), so every pe fails the call.
   if (other >= 0) {
     MORI_THROW(InvalidArgumentError, "combine input dtype differs between ranks: rank ", other,
-               " passes ", DtypeTagName(other_tag), ", this rank ", DtypeTagName(tag),
+               " passes ", CombineTagName(other_tag), ", this rank ", CombineTagName(tag),
                " (every rank must pass the same dtype); outputs not written");
   }
 }
@@ -298,6 +298,17 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
     RejectCombine("fp8_direct_cast combines bf16 input only", a.routing);
   }
+  const int S = a.fp8_block_scale_dim;
+  if (S > 0 && a.dtype != CombineDtype::kBFloat16) {
+    RejectCombine("fp8_blockwise combines bf16 input only", a.routing);
+  }
+  const int64_t wire_bytes = S > 0 ? BlockwiseRowBytes(shape_.hidden_dim, S) : row_bytes;
+  if (wire_bytes > shape_.combine_row_bytes) {
+    RejectCombine(StrCat("fp8_blockwise rows of ", wire_bytes, " bytes (", shape_.hidden_dim,
+                         " fp8 values and ", S, " fp32 scales) exceed the combine buffer's ",
+                         shape_.combine_row_bytes),
+                  a.routing);
+  }
   const int64_t total_recv = *r->total_recv, num_tokens = r->num_tokens;
   if (a.input_rows < total_recv) {
     RejectCombine(
@@ -318,15 +329,23 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
   // the input (token_self_row). No pe writes these slots of s again before s has
   // finished reducing them: the next combine follows a dispatch, whose count exchange
   // waits for s to enter it, or a combine, and then the barrier above.
+  // fp8_blockwise: every row quantized once, here (the peers' rows to send and my own
+  // rows, which stay here), into `wire` at the row's index.
+  std::vector<char> wire(S > 0 ? static_cast<size_t>(total_recv) * wire_bytes : 0);
+  for (int64_t i = 0; S > 0 && i < total_recv; ++i) {
+    QuantizeRowFp8Blockwise(reinterpret_cast<const uint16_t*>(input + i * a.input_row_stride),
+                            shape_.hidden_dim, S, wire.data() + i * wire_bytes);
+  }
   for (int64_t i = 0; i < total_recv; ++i) {
     const int s = static_cast<int>(src_pos[i] / M);
     if (s == me) continue;
     const int64_t t = src_pos[i] % M;
     const size_t slot = static_cast<size_t>(me) * M + t;
-    hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
+    const char* row = S > 0 ? wire.data() + i * wire_bytes : input + i * a.input_row_stride;
+    hs::PutNbi(ctx_, comb_tokens + slot * Hc, row, wire_bytes, s);
     if (with_weights) hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
   }
-  FinishCombine(epoch, false, CombineDtypeTag(a.dtype));
+  FinishCombine(epoch, false, S > 0 ? kCombineTagFp8Blockwise : CombineDtypeTag(a.dtype));
 
   // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
   // order, accumulated in fp32 and rounded once.
@@ -344,11 +363,19 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
     }
     auto row_of = [&](int i) -> const char* {
       const int d = pes[i];
-      if (d == me) return input + self_row * a.input_row_stride;
+      if (d == me) {
+        return S > 0 ? wire.data() + self_row * wire_bytes : input + self_row * a.input_row_stride;
+      }
       return comb_tokens + (static_cast<size_t>(d) * M + t) * Hc;
     };
-    CombineTokenRow(parts, row_of, a.dtype, a.fp8_cast, hidden, acc.data(),
-                    static_cast<char*>(a.out) + t * row_bytes);
+    if (S > 0) {
+      CombineTokenRowFp8Blockwise(
+          parts, row_of, hidden, S, acc.data(),
+          reinterpret_cast<uint16_t*>(static_cast<char*>(a.out) + t * row_bytes));
+    } else {
+      CombineTokenRow(parts, row_of, a.dtype, a.fp8_cast, hidden, acc.data(),
+                      static_cast<char*>(a.out) + t * row_bytes);
+    }
     if (with_weights) {
       auto weights_of = [&](int i) -> const float* {
         const int d = pes[i];

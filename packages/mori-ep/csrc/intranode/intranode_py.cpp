@@ -68,6 +68,11 @@ void Dispatch(IntraNodeCuda& impl, const DispatchArgs& a, const Launch& l) {
   impl.RejectDispatch(reason, stream);
 }
 void Combine(IntraNodeCuda& impl, const CombineArgs& a, const Launch& l) {
+  // mori.ep refuses fp8_blockwise on CUDA when the op is built; this is the backstop.
+  if (a.fp8_block_scale_dim > 0) {
+    MORI_THROW(NotSupportedError, "quant_type fp8_blockwise is implemented on host heaps ",
+               "only; on CUDA: none, fp8_direct_cast");
+  }
   impl.Combine(a, LaunchShape{l.block_num, l.warp_per_block}, l.stream);
 }
 [[noreturn]] void RejectCombine(IntraNodeCuda& impl, const std::string& reason, uintptr_t stream,
@@ -113,23 +118,27 @@ then raise InvalidArgumentError(reason).)doc")
           "combine",
           [](Impl& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows, int dtype,
              uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast, int block_num,
-             int warp_per_block, uintptr_t stream, const RoutingWords& routing) {
+             int warp_per_block, uintptr_t stream, const RoutingWords& routing,
+             int fp8_block_scale_dim) {
             MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
                            " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
             const auto r = ToRouting(routing);
-            Combine(self,
-                    CombineArgs{P<const void>(input), input_row_stride, input_rows,
-                                static_cast<CombineDtype>(dtype), P<const float>(weights),
-                                P<void>(out), P<float>(out_weights), fp8_cast, Ptr(r)},
-                    Launch{block_num, warp_per_block, stream});
+            Combine(
+                self,
+                CombineArgs{P<const void>(input), input_row_stride, input_rows,
+                            static_cast<CombineDtype>(dtype), P<const float>(weights), P<void>(out),
+                            P<float>(out_weights), fp8_cast, Ptr(r), fp8_block_scale_dim},
+                Launch{block_num, warp_per_block, stream});
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
           py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
           py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
-          py::arg("routing") = py::none(), py::call_guard<py::gil_scoped_release>(),
+          py::arg("routing") = py::none(), py::arg("fp8_block_scale_dim") = 0,
+          py::call_guard<py::gil_scoped_release>(),
           R"doc(Collective combine over raw addresses (row stride in bytes; dtype 0 bf16,
 1 fp32, 2 fp8 e4m3fn; fp8_cast: bf16 rows rounded to fp8, on CUDA crossing as fp8), by
-the last dispatch's routing or ``routing``'s snapshot.)doc")
+the last dispatch's routing or ``routing``'s snapshot; fp8_block_scale_dim > 0: bf16
+rows cross as MORI's fp8_blockwise blocks (host heaps only).)doc")
       .def(
           "reject_combine",
           [](Impl& self, const std::string& reason, uintptr_t stream, const RoutingWords& routing) {

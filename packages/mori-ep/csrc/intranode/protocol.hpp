@@ -74,7 +74,8 @@ namespace mori::ep {
 // (common/shape.hpp).
 
 // combine_done words: (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
-// being the combine input's dtype (DtypeTagName's codes; 0 in a rejection), so every pe
+// being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise; 0 in a
+// rejection), so every pe
 // sees every returning pe's dtype with the words it waits for anyway. Waits compare
 // with CombineFloor(epoch).
 inline constexpr int kCombineEpochShift = 4;
@@ -87,6 +88,14 @@ MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
 }
 MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
   return static_cast<uint32_t>(word >> 1) & 7u;
+}
+// The combine tag of bf16 rows sent under fp8_blockwise (a code DtypeTagName does not
+// use), and the name of any combine tag.
+inline constexpr uint32_t kCombineTagFp8Blockwise = 5;
+MORI_HOST_DEVICE inline const char* CombineTagName(uint32_t tag) {
+  return tag == kCombineTagFp8Blockwise
+             ? "bfloat16 sent as float8_e4m3fn blocks with fp32 scales (fp8_blockwise)"
+             : DtypeTagName(tag);
 }
 // Tokens per combine signal group (combine_done, recv_group_row).
 inline constexpr int kCombineGroupTokens = 8;

@@ -74,6 +74,9 @@ struct LlCombineArgs {
   void* out = nullptr;           // [num_tokens][hidden_dim]
   float* out_weights = nullptr;  // token-major: [num_tokens][K] or nullptr
   bool fp8_cast = false;         // token-major bf16: MORI's fp8_direct_cast
+  // Token-major bf16: MORI's fp8_blockwise, 0 off, else the scale blocks per row
+  // (common/numeric.hpp; implemented on host heaps only).
+  int fp8_block_scale_dim = 0;
   // Expert-major: reduce per rank on the experts' pe with the weights the dispatch
   // sent (low_latency/protocol.hpp); topk_weights is then not read.
   bool pre_reduce = false;
@@ -89,6 +92,7 @@ MORI_HOST_DEVICE inline uint32_t LlDispatchTag(const LlDispatchArgs& a) {
 MORI_HOST_DEVICE inline uint32_t LlCombineTag(const LlCombineArgs& a) {
   if (a.layout == LlLayout::kExpertMajor)
     return a.pre_reduce ? kLlTagExpertPartial : kLlTagExpertBf16;
+  if (a.fp8_block_scale_dim > 0) return kLlTagBf16Fp8Blockwise;
   return a.fp8_cast ? kLlTagBf16AsFp8 : CombineDtypeTag(a.dtype);
 }
 

@@ -388,11 +388,22 @@ void LowLatencyCpu::CombineSendTokenMajor(const LlCombineArgs& a, int half) {
   float* comb_weights =
       reinterpret_cast<float*>(At<char>(layout_.comb_weights) + half * layout_.half_comb_weights);
   const char* input = static_cast<const char*>(a.input);
+  // fp8_blockwise: each row quantized into `wire` before it is sent (to every pe, this
+  // one included).
+  const int S = a.fp8_block_scale_dim;
+  const int64_t wire_bytes = S > 0 ? BlockwiseRowBytes(shape_.hidden_dim, S) : row_bytes;
+  std::vector<char> wire(S > 0 ? wire_bytes : 0);
   for (int64_t i = 0; i < a.total_recv; ++i) {
     const int s = static_cast<int>(a.src_pos[i] / M);
     const int64_t t = a.src_pos[i] % M;
     const int64_t slot = me * M + t;
-    hs::PutNbi(ctx_, comb_tokens + slot * Hc, input + i * a.input_row_stride, row_bytes, s);
+    const char* row = input + i * a.input_row_stride;
+    if (S > 0) {
+      QuantizeRowFp8Blockwise(reinterpret_cast<const uint16_t*>(row), shape_.hidden_dim, S,
+                              wire.data());
+      row = wire.data();
+    }
+    hs::PutNbi(ctx_, comb_tokens + slot * Hc, row, wire_bytes, s);
     if (a.weights != nullptr)
       hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
   }
@@ -472,6 +483,16 @@ void LowLatencyCpu::CombineSend(const LlCombineArgs& a) {
     if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
       RejectCombine("fp8_direct_cast combines bf16 input only");
     }
+    if (a.fp8_block_scale_dim > 0 && a.dtype != CombineDtype::kBFloat16) {
+      RejectCombine("fp8_blockwise combines bf16 input only");
+    }
+    if (a.fp8_block_scale_dim > 0 &&
+        BlockwiseRowBytes(shape_.hidden_dim, a.fp8_block_scale_dim) > shape_.combine_row_bytes) {
+      RejectCombine(StrCat("fp8_blockwise rows of ",
+                           BlockwiseRowBytes(shape_.hidden_dim, a.fp8_block_scale_dim), " bytes (",
+                           shape_.hidden_dim, " fp8 values and ", a.fp8_block_scale_dim,
+                           " fp32 scales) exceed the combine buffer's ", shape_.combine_row_bytes));
+    }
     if (a.input_rows < a.total_recv) {
       RejectCombine(StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ",
                            a.total_recv));
@@ -550,9 +571,15 @@ void LowLatencyCpu::CombineRecv() {
       for (int d = 0; d < W; ++d) {
         if (token_ranks[t * W + d]) slots[parts++] = d * M + t;
       }
-      CombineTokenRow(
-          parts, [&](int i) { return comb_tokens + slots[i] * Hc; }, a.dtype, a.fp8_cast, hidden,
-          acc.data(), static_cast<char*>(a.out) + t * row_bytes);
+      auto row_of = [&](int i) { return comb_tokens + slots[i] * Hc; };
+      if (a.fp8_block_scale_dim > 0) {
+        CombineTokenRowFp8Blockwise(
+            parts, row_of, hidden, a.fp8_block_scale_dim, acc.data(),
+            reinterpret_cast<uint16_t*>(static_cast<char*>(a.out) + t * row_bytes));
+      } else {
+        CombineTokenRow(parts, row_of, a.dtype, a.fp8_cast, hidden, acc.data(),
+                        static_cast<char*>(a.out) + t * row_bytes);
+      }
       if (a.out_weights != nullptr) {
         CombineTokenWeights(
             parts, [&](int i) { return comb_weights + slots[i] * K; }, K, a.out_weights + t * K);

@@ -56,6 +56,11 @@ void DispatchRecv(LowLatencyCuda& impl, const LlRecvArgs& o, const Launch& l) {
 }
 void CombineSend(LowLatencyCuda& impl, const LlCombineArgs& a, const int32_t* total_recv, bool fuse,
                  const Launch& l) {
+  // mori.ep refuses fp8_blockwise on CUDA when the op is built; this is the backstop.
+  if (a.fp8_block_scale_dim > 0) {
+    MORI_THROW(NotSupportedError, "quant_type fp8_blockwise is implemented on host heaps ",
+               "only; on CUDA: none, fp8_direct_cast");
+  }
   impl.CombineSend(a, total_recv, fuse, LaunchShape{l.block_num, l.warp_per_block}, l.stream);
 }
 void CombineRecv(LowLatencyCuda& impl, const Launch& l) {
@@ -151,7 +156,7 @@ goes to ``total_recv`` (int32 [1]).)doc")
           [](Impl& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows, int dtype,
              uintptr_t weights, uintptr_t src_pos, uintptr_t total_recv, uintptr_t out,
              uintptr_t out_weights, bool fp8_cast, bool fuse, int block_num, int warp_per_block,
-             uintptr_t stream) {
+             uintptr_t stream, int fp8_block_scale_dim) {
             MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
                            " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
             LlCombineArgs a{LlLayout::kTokenMajor,
@@ -164,15 +169,19 @@ goes to ``total_recv`` (int32 [1]).)doc")
             a.out = P<void>(out);
             a.out_weights = P<float>(out_weights);
             a.fp8_cast = fp8_cast;
+            a.fp8_block_scale_dim = fp8_block_scale_dim;
             CombineSend(self, a, P<const int32_t>(total_recv), fuse,
                         Launch{block_num, warp_per_block, stream});
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
           py::arg("weights"), py::arg("src_pos"), py::arg("total_recv"), py::arg("out"),
           py::arg("out_weights"), py::arg("fp8_cast"), py::arg("fuse"), py::arg("block_num"),
-          py::arg("warp_per_block"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          py::arg("warp_per_block"), py::arg("stream"), py::arg("fp8_block_scale_dim") = 0,
+          py::call_guard<py::gil_scoped_release>(),
           R"doc(Return every received row to its source's slot and post the flags;
-``total_recv``: the address of the dispatch's row count (int32 [1]).)doc")
+``total_recv``: the address of the dispatch's row count (int32 [1]);
+fp8_block_scale_dim > 0: bf16 rows cross as MORI's fp8_blockwise blocks (host heaps
+only).)doc")
       .def(
           "combine_send_expert_major",
           [](Impl& self, uintptr_t input, int64_t input_row_stride, uintptr_t src_info,

@@ -165,6 +165,7 @@ class IntraNodeCpu:
         warp_per_block: int,
         stream: int,
         routing: list[int] | None = None,
+        fp8_block_scale_dim: int = 0,
     ) -> None: ...
     def reject_combine(
         self, reason: str, stream: int, routing: list[int] | None = None
@@ -226,6 +227,7 @@ class IntraNodeCuda:
         warp_per_block: int,
         stream: int,
         routing: list[int] | None = None,
+        fp8_block_scale_dim: int = 0,
     ) -> None: ...
     def reject_combine(
         self, reason: str, stream: int, routing: list[int] | None = None
@@ -334,6 +336,7 @@ class LowLatencyCpu:
         block_num: int,
         warp_per_block: int,
         stream: int,
+        fp8_block_scale_dim: int = 0,
     ) -> None: ...
     def combine_send_expert_major(
         self,
@@ -447,6 +450,7 @@ class LowLatencyCuda:
         block_num: int,
         warp_per_block: int,
         stream: int,
+        fp8_block_scale_dim: int = 0,
     ) -> None: ...
     def combine_send_expert_major(
         self,

@@ -176,6 +176,8 @@ def combine_problem(
         return f"combine input dtype {input.dtype} must be bf16, fp32 or fp8 e4m3"
     if m.quant == EpDispatchCombineQuantType.Fp8DirectCast and input.dtype != torch.bfloat16:
         return f"quant_type fp8_direct_cast combines bf16 input, got {input.dtype}"
+    if m.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant and input.dtype != torch.bfloat16:
+        return f"quant_type fp8_blockwise combines bf16 input, got {input.dtype}"
     if input.element_size() > max(c.max_token_type_size, 2):
         return (
             f"combine input dtype {input.dtype} needs {input.element_size()}-byte elements, "

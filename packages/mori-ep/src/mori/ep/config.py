@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mori.core import InvalidArgumentError, NotSupportedError, shmem
+from mori.core import InvalidArgumentError, NotSupportedError, env, shmem
 
 from ._C import EpDispatchCombineConfig as RawConfig
 from ._C import ep_max_tokens_per_rank
@@ -37,8 +37,10 @@ class EpDispatchCombineKernelType(enum.IntEnum):
 
 
 class EpDispatchCombineQuantType(enum.IntEnum):
-    """How combine quantises what it sends (MORI's names and values). ``None_`` and
-    ``Fp8DirectCast`` are implemented; the blockwise types raise NotSupportedError."""
+    """How combine quantises what it sends (MORI's names and values). ``None_``,
+    ``Fp8DirectCast`` and ``Fp8BlockwiseQuant`` are implemented (the last on host heaps
+    only: on CUDA the op raises NotSupportedError); ``Fp4BlockwiseQuant`` raises
+    NotSupportedError."""
 
     None_ = 0
     Fp8DirectCast = 1
@@ -55,7 +57,15 @@ _QUANT_NAMES = {
     "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
     "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant,
 }
-_IMPLEMENTED_QUANT = (EpDispatchCombineQuantType.None_, EpDispatchCombineQuantType.Fp8DirectCast)
+_IMPLEMENTED_QUANT = (
+    EpDispatchCombineQuantType.None_,
+    EpDispatchCombineQuantType.Fp8DirectCast,
+    EpDispatchCombineQuantType.Fp8BlockwiseQuant,
+)
+# Scale blocks per row of the fp8_blockwise combine: MORI's MORI_FP8_COMBINE_SCALE_DIM
+# and its default (7168 columns / 56 = blocks of 128).
+_SCALE_DIM_ENV = "MORI_FP8_COMBINE_SCALE_DIM"
+_DEFAULT_COMBINE_SCALE_DIM = 56
 
 
 def _quant_type(value) -> EpDispatchCombineQuantType:
@@ -115,9 +125,13 @@ class EpDispatchCombineConfig:
         kernel_type: an :class:`EpDispatchCombineKernelType`: ``IntraNode``, or
             ``IntraNodeLL`` / ``AsyncLL`` (the low-latency protocol, the expert-major
             methods and DeepEP's low_latency_*; see :mod:`mori.ep.low_latency`).
-        quant_type: ``"none"`` or ``"fp8_direct_cast"`` (bf16 combine input rounded
-            to fp8 e4m3 before it is reduced, fp32 accumulation, bf16 output); the
-            blockwise types raise NotSupportedError.
+        quant_type: ``"none"``, ``"fp8_direct_cast"`` (bf16 combine input rounded
+            to fp8 e4m3 before it is reduced, fp32 accumulation, bf16 output) or
+            ``"fp8_blockwise"`` (MORI's: each bf16 row sent as fp8 e4m3 in
+            :attr:`combine_scale_dim` blocks of ``ceil(hidden_dim / combine_scale_dim)``
+            columns with one fp32 scale each, dequantized and summed in fp32, bf16
+            output; host heaps only, README "Semantics"); ``"fp4_blockwise"`` raises
+            NotSupportedError.
         device: ``"cpu"``, ``"cuda"`` or None (follow the shmem heap: a host heap
             selects the CPU implementation). Keyword-only, mori's addition.
     """
@@ -205,6 +219,12 @@ class EpDispatchCombineConfig:
                 f"{[k.name for k in EpDispatchCombineKernelType]}"
             ) from None
         _quant_type(self.quant_type)
+        # Read once, when the config is made (MORI reads it when its op is built).
+        self._combine_scale_dim = (
+            env.get_int(_SCALE_DIM_ENV, _DEFAULT_COMBINE_SCALE_DIM, 1, 1 << 20)
+            if self.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant
+            else 0
+        )
         if self.device not in (None, "cpu", "cuda"):
             raise InvalidArgumentError(f"device {self.device!r} must be 'cpu', 'cuda' or None")
 
@@ -216,6 +236,12 @@ class EpDispatchCombineConfig:
     def quant(self) -> EpDispatchCombineQuantType:
         """``quant_type`` as an :class:`EpDispatchCombineQuantType`."""
         return _quant_type(self.quant_type)
+
+    @property
+    def combine_scale_dim(self) -> int:
+        """fp8_blockwise's scale blocks per combine row (``MORI_FP8_COMBINE_SCALE_DIM``,
+        default 56, read when the config is made); 0 for the other quant types."""
+        return self._combine_scale_dim
 
     @property
     def max_num_tokens_to_send_per_rank(self) -> int:
@@ -284,6 +310,7 @@ _SHARED_FIELDS = (
     "max_total_recv_tokens",
     "kernel_type",
     "quant",
+    "combine_scale_dim",
 )
 
 

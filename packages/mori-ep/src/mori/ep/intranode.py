@@ -191,5 +191,6 @@ class IntraNodeMode(Mode):
             impl.combine(
                 *addrs, checks.COMBINE_DTYPE_CODES[input.dtype], *outs, fp8_cast,
                 *self.launch(block_num, warp_per_block), words,
+                fp8_block_scale_dim=self.config.combine_scale_dim,
             )  # fmt: skip
         return out[:n], (out_weights[:n] if out_weights is not None else None)

@@ -293,7 +293,9 @@ class LowLatencyMode(Mode):
         self._combine_ready = False
         with self.fails_on_timeout():
             impl.combine_send_token_major(
-                *args, *self._send_launch(self.fused, block_num, warp_per_block)
+                *args,
+                *self._send_launch(self.fused, block_num, warp_per_block),
+                fp8_block_scale_dim=self.config.combine_scale_dim,
             )
         self._pending_combine = dict(block_num=block_num, warp_per_block=warp_per_block)
         if self.fused:

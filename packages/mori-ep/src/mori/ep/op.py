@@ -19,7 +19,12 @@ import torch
 
 from mori.core import InvalidArgumentError, InvalidStateError, NotSupportedError, shmem, timeouts
 
-from .config import EpDispatchCombineConfig, EpDispatchCombineKernelType, same_config_everywhere
+from .config import (
+    EpDispatchCombineConfig,
+    EpDispatchCombineKernelType,
+    EpDispatchCombineQuantType,
+    same_config_everywhere,
+)
 from .intranode import IntraNodeMode
 from .low_latency import LowLatencyMode
 from .placement import placement_for
@@ -110,6 +115,12 @@ class EpDispatchCombineOp:
                 f"{shmem.my_pe()} of {shmem.n_pes()}"
             )
         place = placement_for(config)
+        blockwise = config.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant
+        if blockwise and place.device.type != "cpu":
+            raise NotSupportedError(
+                "quant_type fp8_blockwise is implemented on host heaps only (device='cpu'); "
+                "on CUDA: ['none', 'fp8_direct_cast']"
+            )
         self.config = config
         self.device = place.device
         self.timeout_s = timeout_s
@@ -117,6 +128,8 @@ class EpDispatchCombineOp:
         # configs; kept with the op (symmetric allocations are freed in the same order
         # on every rank).
         self._config_table = same_config_everywhere(config)
+        # MORI's attribute: fp8_blockwise's scale blocks per combine row (0 otherwise).
+        self._fp8_blockwise_combine_scale_dim = config.combine_scale_dim
         self._mode = _MODES[config.kernel_type](config, place, self.timeout_s)
         self.local_expert_count = self._mode.local_expert_count
         """int32 ``[num_experts_per_rank]``: after a dispatch with
@@ -304,6 +317,9 @@ class EpDispatchCombineOp:
             no expert). With ``quant_type="fp8_direct_cast"`` every returned value is
             first rounded to fp8 e4m3, as MORI sends it (on CUDA the rows cross
             NVLink as fp8 bytes and the kernel rounds this rank's own part likewise).
+            With ``quant_type="fp8_blockwise"`` (host heaps) every returned row is
+            quantized per block to fp8 e4m3 with an fp32 scale per block and
+            dequantized before the sum (README, Semantics).
             ``out_weights fp32 [num_tokens, k]`` likewise, or None. Views of the op's
             buffers, valid until the next combine.
 
