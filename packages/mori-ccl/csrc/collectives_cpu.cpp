@@ -111,11 +111,11 @@ void CommunicatorCpu::Wait(uint64_t* words, int pe, uint64_t value, const char* 
     // Give up on pe, unless its signal lands first: the word is the one place where
     // its post and this verdict meet, so exactly one of them wins (PostAll).
     while (seen < value) {
-      if (__atomic_compare_exchange_n(&words[pe], &seen, kCallFailed | e, false,
-                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      if (__atomic_compare_exchange_n(&words[pe], &seen, kCallFailed | e, false, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
         FailCall();
-        MORI_THROW(TimeoutError, CollectiveKindName(kind_), " (call ", e, ") on rank ",
-                   ctx_.my_pe, ": rank ", pe, " did not ", what, " within ", timeout_.count(),
+        MORI_THROW(TimeoutError, CollectiveKindName(kind_), " (call ", e, ") on rank ", ctx_.my_pe,
+                   ": rank ", pe, " did not ", what, " within ", timeout_.count(),
                    " ms (its last signal is from call ", seen, ")");
       }
     }
@@ -135,8 +135,8 @@ void CommunicatorCpu::PostAll(size_t words_offset, uint64_t epoch, const char* w
   uint64_t* words = At<uint64_t>(words_offset);
   int gave_up = -1;
   for (int pe = 0; pe < ctx_.n_pes; ++pe) {
-    const uint64_t old = __atomic_exchange_n(hs::CheckedPtr(ctx_, &words[ctx_.my_pe], pe), epoch,
-                                             __ATOMIC_ACQ_REL);
+    const uint64_t old =
+        __atomic_exchange_n(hs::CheckedPtr(ctx_, &words[ctx_.my_pe], pe), epoch, __ATOMIC_ACQ_REL);
     if (old == (kCallFailed | epoch) && gave_up < 0) gave_up = pe;
   }
   if (gave_up >= 0) {

@@ -18,8 +18,7 @@ namespace mori::python {
 // the same errors as the native code.
 void register_env(py::module_& m) {
   m.def(
-      "env_get",
-      [](const std::string& name) { return env::Get(name.c_str()); }, py::arg("name"),
+      "env_get", [](const std::string& name) { return env::Get(name.c_str()); }, py::arg("name"),
       R"doc(The variable's value, or None when it is unset or empty.)doc");
   m.def(
       "env_parse_bool",

@@ -17,8 +17,12 @@ CUDA_ONLY = {"IntraNodeCuda", "LowLatencyCuda", "dispatch_layout_cuda", "local_e
 TWINS = [("IntraNodeCpu", "IntraNodeCuda"), ("LowLatencyCpu", "LowLatencyCuda")]
 EXTRAS = {
     "IntraNodeCuda": {"max_resident_blocks", "timeline"},
-    "LowLatencyCpu": {"dispatch_calls", "combine_calls", "dispatch_recv_pending",
-                      "combine_recv_pending"},  # fmt: skip
+    "LowLatencyCpu": {
+        "dispatch_calls",
+        "combine_calls",
+        "dispatch_recv_pending",
+        "combine_recv_pending",
+    },  # fmt: skip
     "LowLatencyCuda": {"copy_engine", "timeline"},
 }
 

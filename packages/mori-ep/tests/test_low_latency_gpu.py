@@ -69,7 +69,13 @@ def test_bench_low_latency_kernel_types(cuda_gpus, tmp_path):
     assert "token-major kernel types' combine outputs identical: yes" in stdout
     recs = json.loads(out.read_text())["records"]
     impls = {r["impl"] for r in recs}
-    assert {"mori", "mori IntraNodeLL", "mori AsyncLL", "mori AsyncLL-ce", "mori deepep-ll"} <= impls
+    assert {
+        "mori",
+        "mori IntraNodeLL",
+        "mori AsyncLL",
+        "mori AsyncLL-ce",
+        "mori deepep-ll",
+    } <= impls
     assert all(r["matches_intranode"] for r in recs if r["impl"] == "mori AsyncLL-ce")
     # top-8 on 2 ranks: standard-moe's combine sends per-rank fp32 partials, fewer
     # bytes than the bf16 expert rows of standard-moe-rows.

@@ -56,11 +56,12 @@ int64_t ParseInt(const char* name, const std::string& value, int64_t lo, int64_t
   const bool ok = Digits(value, negative ? 1 : 0, &magnitude, &end) && end == value.size() &&
                   magnitude <= (negative ? uint64_t{1} << 63 : uint64_t{INT64_MAX});
   if (ok) {
-    const int64_t v = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+    const int64_t v =
+        negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
     if (v >= lo && v <= hi) return v;
   }
-  MORI_THROW(InvalidArgumentError, name, "='", value, "': expected an integer in [", lo, ", ",
-             hi, "]");
+  MORI_THROW(InvalidArgumentError, name, "='", value, "': expected an integer in [", lo, ", ", hi,
+             "]");
 }
 
 uint64_t ParseSize(const char* name, const std::string& value, uint64_t lo, uint64_t hi) {

@@ -17,13 +17,13 @@ IntraNodeTuning IntraNodeTuning::FromEnv() {
                "': expected 4 or 8 (16-byte words per lane)");
   }
   t.combine_split = env::Bool("MORI_EP_COMBINE_SPLIT", t.combine_split);
-  t.combine_onepass_rows = static_cast<int>(
-      env::Int("MORI_EP_COMBINE_ONEPASS_ROWS", t.combine_onepass_rows, 0, kMany));
+  t.combine_onepass_rows =
+      static_cast<int>(env::Int("MORI_EP_COMBINE_ONEPASS_ROWS", t.combine_onepass_rows, 0, kMany));
   t.combine_stream = env::Bool("MORI_EP_COMBINE_STREAM", t.combine_stream);
-  t.combine_return_warps = static_cast<int>(
-      env::Int("MORI_EP_COMBINE_RETURN_WARPS", t.combine_return_warps, 0, 32));
-  t.combine_step_groups = static_cast<int>(
-      env::Int("MORI_EP_COMBINE_STEP_GROUPS", t.combine_step_groups, 0, kMany));
+  t.combine_return_warps =
+      static_cast<int>(env::Int("MORI_EP_COMBINE_RETURN_WARPS", t.combine_return_warps, 0, 32));
+  t.combine_step_groups =
+      static_cast<int>(env::Int("MORI_EP_COMBINE_STEP_GROUPS", t.combine_step_groups, 0, kMany));
   t.even_segments = env::Bool("MORI_EP_EVEN_SEG", t.even_segments);
   if (const auto dynamic = env::Get("MORI_EP_DISPATCH_DYNAMIC")) {
     t.dispatch_dynamic = env::ParseBool("MORI_EP_DISPATCH_DYNAMIC", *dynamic) ? 1 : 0;

@@ -77,9 +77,7 @@ Loaded Load(const std::string& path) {
 
 }  // namespace
 
-std::string VerbsLibraryPath() {
-  return env::String("MORI_IO_IBVERBS_LIB", "libibverbs.so.1");
-}
+std::string VerbsLibraryPath() { return env::String("MORI_IO_IBVERBS_LIB", "libibverbs.so.1"); }
 
 const std::vector<std::string>& RequiredVerbsSymbols() { return kRequired; }
 const std::vector<std::string>& OptionalVerbsSymbols() { return kOptional; }

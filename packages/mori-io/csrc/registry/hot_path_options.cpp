@@ -19,7 +19,8 @@ HotPathOptions HotPathOptions::FromEnv() {
       static_cast<uint32_t>(env::Int("MORI_IO_TCP_BUSY_POLL_US", o.tcp_busy_poll_us, 0, 1'000'000));
   o.shm_split_bytes = env::Size("MORI_IO_SHM_SPLIT_BYTES", o.shm_split_bytes, 0, uint64_t{1} << 40);
   if (o.shm_split_bytes != 0 && o.shm_split_bytes < 4096) {
-    MORI_THROW(InvalidArgumentError, "MORI_IO_SHM_SPLIT_BYTES='", *env::Get("MORI_IO_SHM_SPLIT_BYTES"),
+    MORI_THROW(InvalidArgumentError, "MORI_IO_SHM_SPLIT_BYTES='",
+               *env::Get("MORI_IO_SHM_SPLIT_BYTES"),
                "': expected 0 (never split) or bytes in [4096, 2^40]");
   }
   const int64_t slots = env::Int("MORI_IO_NOTICE_RING_SLOTS", o.notice_ring_slots, 0, 1 << 20);

@@ -31,9 +31,7 @@
 
 namespace mori::io::rdma {
 
-bool LoopbackBackendRequested() {
-  return env::Bool(kLoopbackEnvVar, false);
-}
+bool LoopbackBackendRequested() { return env::Bool(kLoopbackEnvVar, false); }
 
 namespace {
 

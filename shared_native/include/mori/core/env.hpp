@@ -29,8 +29,7 @@ MORI_API bool ParseBool(const char* name, const std::string& value);
 MORI_API int64_t ParseInt(const char* name, const std::string& value, int64_t lo, int64_t hi);
 // Byte counts in [lo, hi]: a decimal number with an optional unit K, M, G or T
 // (powers of 1024; "KiB", "KB", "k" alike).
-MORI_API uint64_t ParseSize(const char* name, const std::string& value, uint64_t lo,
-                            uint64_t hi);
+MORI_API uint64_t ParseSize(const char* name, const std::string& value, uint64_t lo, uint64_t hi);
 
 MORI_API bool Bool(const char* name, bool fallback);
 MORI_API int64_t Int(const char* name, int64_t fallback, int64_t lo, int64_t hi);

@@ -74,8 +74,8 @@ inline int64_t TimeoutMs(double ms, const char* name, int64_t max_ms, bool zero_
   MORI_CHECK_ARG(!std::isnan(ms) && ms > 0, name, " ", ms, " must be > 0",
                  zero_means_never ? " or 0 (never)" : "",
                  " (milliseconds; inf means practically forever)");
-  const double limit = std::min<double>(static_cast<double>(max_ms),
-                                        static_cast<double>(kMaxTimeout.count()));
+  const double limit =
+      std::min<double>(static_cast<double>(max_ms), static_cast<double>(kMaxTimeout.count()));
   return static_cast<int64_t>(std::ceil(std::min(ms, limit)));
 }
 
