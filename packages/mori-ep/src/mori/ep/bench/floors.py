@@ -69,9 +69,9 @@ class Floors:
     every record of that case (``floor_*`` keys)."""
 
     def __init__(self, args, ctx):
-        self.args, self.ctx = args, ctx
+        self.ctx = ctx
         self.reps = max(3, args.reps)
-        self.enabled = getattr(args, "floors", True)
+        self.enabled = args.floors
         self.empty_us = empty_kernel_us(ctx, self.reps) if self.enabled else None
         self._cache: dict = {}
 
