@@ -375,12 +375,18 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     PostConsumed<ce>(p, call, true);  // every block gets here
     Stamp(stamps, 3);
   } else {
-    // Items are (token, 128 columns), 4 per lane; lane k < K holds slot k's id and
+    // Items are (token, 256 columns), 8 per lane; lane k < K holds slot k's id and
     // weight. No part: zeros; else a sum from -0.0 over k ascending (low_latency/cpu.cpp).
-    const int64_t chunks = (hidden + 127) / 128;
-    const bool vec = hidden % 4 == 0 && Hc % 8 == 0;
+    // The loads of four slots are issued before their sums (one 16-byte load per slot
+    // where rows allow), so an item costs a load latency per four slots, not per slot.
+    constexpr int kCols = 8, kBatch = 4;
+    const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
+    const bool vec = hidden % kCols == 0 && Hc % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+    uint16_t* out = static_cast<uint16_t*>(a.out);
     for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
-      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
+      const bool mine = h0 < hidden;
       int32_t g = -1;
       float w = 1.0f;
       if (lane < K) {
@@ -388,25 +394,48 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         if (a.topk_weights != nullptr) w = a.topk_weights[t * K + lane];
       }
       const bool any = __any_sync(kFull, lane < K && g >= 0);
-      float acc[4];
-      for (int i = 0; i < 4; ++i) acc[i] = any ? kSumStart : 0.0f;
-      for (int k = 0; k < K; ++k) {
-        const int32_t gk = __shfl_sync(kFull, g, k);
-        const float wk = __shfl_sync(kFull, w, k);
-        if (gk < 0 || h0 >= hidden) continue;
-        const uint16_t* y = reinterpret_cast<const uint16_t*>(comb + (t * K + k) * Hc) + h0;
-        uint16_t v[4];
-        if (vec) {
-          *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(y);
-        } else {
-          for (int i = 0; i < 4; ++i) v[i] = h0 + i < hidden ? y[i] : 0;
+      float acc[kCols];
+      for (int i = 0; i < kCols; ++i) acc[i] = any ? kSumStart : 0.0f;
+      for (int k0 = 0; k0 < K; k0 += kBatch) {
+        int32_t gk[kBatch];
+        float wk[kBatch];
+        uint4 v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const bool in = k0 + j < K;
+          gk[j] = __shfl_sync(kFull, g, in ? k0 + j : 0);
+          wk[j] = __shfl_sync(kFull, w, in ? k0 + j : 0);
+          if (!in) gk[j] = -1;
         }
-        for (int i = 0; i < 4; ++i) {
-          acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, Bf16BitsToFloat(v[i])));
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (gk[j] < 0 || !mine) continue;
+          const uint16_t* y = reinterpret_cast<const uint16_t*>(comb + (t * K + k0 + j) * Hc) + h0;
+          if (vec) {
+            v[j] = *reinterpret_cast<const uint4*>(y);
+          } else {
+            uint16_t* vv = reinterpret_cast<uint16_t*>(&v[j]);
+            for (int i = 0; i < kCols; ++i) vv[i] = h0 + i < hidden ? y[i] : 0;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (gk[j] < 0 || !mine) continue;
+          const uint16_t* vv = reinterpret_cast<const uint16_t*>(&v[j]);
+          for (int i = 0; i < kCols; ++i) {
+            acc[i] = __fadd_rn(acc[i], __fmul_rn(wk[j], Bf16BitsToFloat(vv[i])));
+          }
         }
       }
-      for (int i = 0; i < 4 && h0 + i < hidden; ++i) {
-        static_cast<uint16_t*>(a.out)[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
+      if (!mine) continue;
+      if (vec) {
+        uint16_t o[kCols];
+        for (int i = 0; i < kCols; ++i) o[i] = FloatToBf16Bits(acc[i]);
+        *reinterpret_cast<uint4*>(out + t * hidden + h0) = *reinterpret_cast<const uint4*>(o);
+      } else {
+        for (int i = 0; i < kCols && h0 + i < hidden; ++i) {
+          out[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
+        }
       }
     }
     Stamp(stamps, 2);

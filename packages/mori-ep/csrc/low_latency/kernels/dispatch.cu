@@ -8,6 +8,8 @@
 // of all tokens in shared memory instead of a grid-wide scan. The arithmetic (the fp8
 // cast, bf16/fp8 rounding) is the CPU implementation's (low_latency/cpu.cpp), so
 // outputs are bit-identical.
+#include <algorithm>
+
 #include "low_latency/kernels/device.cuh"
 
 namespace mori::ep::low_latency {
@@ -211,7 +213,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
 
 // ---------------------------------------------------------- dispatch receive
 template <bool kCe>
-__device__ void DispatchRecv(const LlParams& p, uint64_t call) {
+__device__ void DispatchRecv(const LlParams& p, uint64_t call, uint32_t* scratch) {
   const Ctx c{p};
   const LlRecvArgs& o = p.r;
   const int W = p.world, K = p.top_k, E = p.experts_per_rank;
@@ -277,60 +279,80 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call) {
     return;
   }
 
-  // Expert-major: warp per (local expert e, source s).
+  // Expert-major. Each block first counts the rows per (local expert, source) in shared
+  // memory (`table`, E x W); then items (received row, slot k, piece of the row) go to
+  // every warp of the grid. A row's packed position is begin(e, s) (the rows of e from
+  // lower sources) plus its rank among source s's rows for e, so the order is the CPU
+  // implementation's (source pe, then slot) while the copies of one expert's rows run
+  // in parallel warps instead of one after another.
   const int32_t lo = p.me * E;
   int32_t* disp_pos = reinterpret_cast<int32_t*>(c.Local(p.layout.disp_pos));
   const int64_t xb = p.recv_fp8 ? hidden : p.recv_row_bytes;
-  auto slot_of = [&](int64_t slot, int e) -> int {  // the k naming e in that row, or -1
-    int kk = -1;
-    for (int k = 0; k < K; ++k) kk = (kk < 0 && indices[slot * K + k] == lo + e) ? k : kk;
-    return kk;
-  };
-  for (int64_t item = gwarp; item < static_cast<int64_t>(E) * W; item += nwarps) {
-    const int e = static_cast<int>(item / W), s = static_cast<int>(item % W);
-    int64_t begin = 0;
-    for (int s2 = 0; s2 < s; ++s2) {
-      for (int64_t j0 = 0; j0 < counts[s2]; j0 += 32) {
-        const bool hit = j0 + lane < counts[s2] && slot_of(s2 * P + j0 + lane, e) >= 0;
-        begin += __popc(__ballot_sync(kFull, hit));
-      }
+  int32_t* table = reinterpret_cast<int32_t*>(scratch);
+  __shared__ int64_t hits;
+  for (int i = threadIdx.x; i < E * W; i += blockDim.x) table[i] = 0;
+  if (threadIdx.x == 0) hits = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < base[W] * K; i += blockDim.x) {
+    const int64_t row = i / K;
+    int s = 0;
+    while (row >= base[s + 1]) ++s;
+    const int32_t e = indices[(s * P + (row - base[s])) * K + i % K] - lo;
+    if (e >= 0 && e < E) {
+      atomicAdd(&table[e * W + s], 1);
+      atomicAdd(reinterpret_cast<unsigned long long*>(&hits), 1ull);
     }
-    int64_t pos = begin;
-    for (int64_t j0 = 0; j0 < counts[s]; j0 += 32) {
-      const int64_t j = j0 + lane;
-      const int k = j < counts[s] ? slot_of(s * P + j, e) : -1;
-      uint32_t hits = __ballot_sync(kFull, k >= 0);
-      while (hits != 0) {
-        const int l = __ffs(hits) - 1;
-        hits &= hits - 1;
-        const int64_t slot = s * P + j0 + l;
-        const int kl = __shfl_sync(kFull, k, l);
-        const int64_t r = e * WM + pos;
-        mori::shmem::device::detail::CopyBytes(static_cast<char*>(o.packed_x) + r * xb,
-                                               tokens + slot * H, xb, lane, 32);
-        if (lane == 0) {
-          o.src_info[r] = static_cast<int32_t>(s * o.src_info_stride + src[slot]);
-          o.slot_k[r] = kl;
-          disp_pos[slot * K + kl] = static_cast<int32_t>(r);
-        }
-        if (p.recv_fp8) {
-          for (int64_t q = lane; q < Q; q += 32) {
-            const float v = cast[slot * Q + q];
-            if (o.ue8m0) {
-              static_cast<uint8_t*>(
-                  o.packed_scales)[((e * (Q / 4) + q / 4) * WM + pos) * 4 + q % 4] =
-                  static_cast<uint8_t>(__float_as_uint(v) >> 23);
-            } else {
-              static_cast<float*>(o.packed_scales)[(e * Q + q) * WM + pos] = v;
-            }
-          }
-        }
-        ++pos;
+  }
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      int64_t b = 0;
+      for (int s = 0; s < W; ++s) {
+        o.layout_range[e * W + s] = (b << 32) | table[e * W + s];
+        b += table[e * W + s];
       }
+      o.packed_count[e] = static_cast<int32_t>(b);
     }
+  }
+  const int64_t C = RowChunks(hits, nwarps, xb);
+  for (int64_t item = gwarp; item < base[W] * K * C; item += nwarps) {
+    const int64_t row = item / (K * C), ch = item % C;
+    const int k = static_cast<int>(item / C % K);
+    int s = 0;
+    while (row >= base[s + 1]) ++s;
+    const int64_t j = row - base[s], slot = s * P + j;
+    const int32_t e = indices[slot * K + k] - lo;
+    if (e < 0 || e >= E) continue;
+    // Rank among source s's rows for e (rows name an expert at most once).
+    int64_t rank = 0;
+    for (int64_t j0 = 0; j0 < j; j0 += 32) {
+      bool hit = false;
+      if (j0 + lane < j) {
+        const int32_t* ids = indices + (s * P + j0 + lane) * K;
+        for (int kk = 0; kk < K; ++kk) hit |= ids[kk] == lo + e;
+      }
+      rank += __popc(__ballot_sync(kFull, hit));
+    }
+    int64_t pos = rank;
+    for (int s2 = 0; s2 < s; ++s2) pos += table[e * W + s2];
+    const int64_t r = e * WM + pos;
+    CopyChunk(static_cast<char*>(o.packed_x) + r * xb, tokens + slot * H, xb, ch, C, lane);
+    if (ch != 0) continue;
     if (lane == 0) {
-      o.layout_range[e * W + s] = (begin << 32) | (pos - begin);
-      if (s == W - 1) o.packed_count[e] = static_cast<int32_t>(pos);
+      o.src_info[r] = static_cast<int32_t>(s * o.src_info_stride + src[slot]);
+      o.slot_k[r] = k;
+      disp_pos[slot * K + k] = static_cast<int32_t>(r);
+    }
+    if (p.recv_fp8) {
+      for (int64_t q = lane; q < Q; q += 32) {
+        const float v = cast[slot * Q + q];
+        if (o.ue8m0) {
+          static_cast<uint8_t*>(o.packed_scales)[((e * (Q / 4) + q / 4) * WM + pos) * 4 + q % 4] =
+              static_cast<uint8_t>(__float_as_uint(v) >> 23);
+        } else {
+          static_cast<float*>(o.packed_scales)[(e * Q + q) * WM + pos] = v;
+        }
+      }
     }
   }
   Stamp(stamps, 2);
@@ -353,13 +375,18 @@ __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
   const uint64_t dcall = st->dispatch_calls + ((p.phases & kLlDispatchSend) ? 1 : 0);
   __syncthreads();
   if (p.phases & kLlDispatchSend) DispatchSend<kCe>(p, dcall, masks);
-  if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall);
+  if (p.phases & kLlDispatchRecv) DispatchRecv<kCe>(p, dcall, masks);
 }
 
 }  // namespace
 
 void LaunchDispatch(const LlParams& p, int blocks, int threads, uintptr_t stream) {
-  const size_t smem = (p.phases & kLlDispatchSend) ? static_cast<size_t>(p.max_tokens) * 4 : 0;
+  // Shared scratch: the send's routing masks (a word per token), the expert-major
+  // receive's row counts (a word per local expert and source).
+  size_t smem = (p.phases & kLlDispatchSend) ? static_cast<size_t>(p.max_tokens) * 4 : 0;
+  if ((p.phases & kLlDispatchRecv) && p.recv_layout == LlLayout::kExpertMajor) {
+    smem = std::max(smem, static_cast<size_t>(p.experts_per_rank) * p.world * 4);
+  }
   auto kernel = p.copy_engine ? LowLatencyDispatchKernel<kLlCopyEngine>
                               : LowLatencyDispatchKernel<kLlDefault>;
   if (smem > 48 * 1024) {
