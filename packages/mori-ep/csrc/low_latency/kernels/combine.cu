@@ -60,48 +60,79 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   const int32_t lo = me * E;
   const int64_t Hp = hidden * 4;
   // Items are (received token, 256 columns): a lane sums 8 columns over the token's
-  // local slots (16-byte loads where rows allow, independent across k so several are
-  // in flight) and stores 32 bytes of the fp32 partial into the source.
-  const int64_t chunks = (hidden + 255) / 256;
-  const bool vec = hidden % 8 == 0 && stride % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  for (int64_t item = gwarp; item < base[W] * chunks; item += nwarps) {
-    const int64_t tok = item / chunks, h0 = (item % chunks) * 256 + lane * 8;
-    int s = 0;
-    while (tok >= base[s + 1]) ++s;
-    const int64_t slot = s * P + (tok - base[s]);
-    // Lane k < K holds slot k's packed row (or -1 when its expert is not here) and weight.
-    int32_t row = -1;
-    float w = 0.0f;
-    if (lane < K) {
-      const int32_t g = indices[slot * K + lane];
-      if (g >= lo && g < lo + E) {
-        row = disp_pos[slot * K + lane];
-        w = weights[slot * K + lane];
+  // local slots (16-byte loads where rows allow, all slots' loads issued before their
+  // sums) and stores 32 bytes of the fp32 partial into the source. A warp takes a run
+  // of consecutive items, so that it looks a token's rows and weights up once, not once
+  // per 256 columns.
+  constexpr int kCols = 8, kBatch = 4;
+  const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
+  const bool vec = hidden % kCols == 0 && stride % kCols == 0 &&
+                   reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const int64_t items = base[W] * chunks, run = (items + nwarps - 1) / nwarps;
+  const int64_t first = gwarp * run, last = first + run < items ? first + run : items;
+  int64_t cached = -1;
+  int s = 0;
+  int64_t slot = 0;
+  int32_t row = -1;
+  float w = 0.0f;
+  for (int64_t item = first; item < last; ++item) {
+    const int64_t tok = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
+    if (tok != cached) {
+      cached = tok;
+      while (tok >= base[s + 1]) ++s;
+      slot = s * P + (tok - base[s]);
+      // Lane k < K holds slot k's packed row (or -1 when its expert is not here) and weight.
+      row = -1;
+      w = 0.0f;
+      if (lane < K) {
+        const int32_t g = indices[slot * K + lane];
+        if (g >= lo && g < lo + E) {
+          row = disp_pos[slot * K + lane];
+          w = weights[slot * K + lane];
+        }
       }
     }
-    float acc[8];
-    for (int i = 0; i < 8; ++i) acc[i] = kSumStart;
-#pragma unroll 4
-    for (int k = 0; k < K; ++k) {
-      const int32_t rk = __shfl_sync(kFull, row, k);
-      const float wk = __shfl_sync(kFull, w, k);
-      if (rk < 0 || h0 >= hidden) continue;
-      const uint16_t* yr = y + static_cast<int64_t>(rk) * stride + h0;
-      uint16_t v[8];
-      if (vec) {
-        *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(yr);
-      } else {
-        for (int i = 0; i < 8; ++i) v[i] = h0 + i < hidden ? yr[i] : 0;
+    const bool mine = h0 < hidden;
+    float acc[kCols];
+    for (int i = 0; i < kCols; ++i) acc[i] = kSumStart;
+    for (int k0 = 0; k0 < K; k0 += kBatch) {
+      int32_t rk[kBatch];
+      float wk[kBatch];
+      uint4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const bool in = k0 + j < K;
+        rk[j] = __shfl_sync(kFull, row, in ? k0 + j : 0);
+        wk[j] = __shfl_sync(kFull, w, in ? k0 + j : 0);
+        if (!in) rk[j] = -1;
       }
-      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(wk, Bf16BitsToFloat(v[i])));
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (rk[j] < 0 || !mine) continue;
+        const uint16_t* yr = y + static_cast<int64_t>(rk[j]) * stride + h0;
+        if (vec) {
+          v[j] = *reinterpret_cast<const uint4*>(yr);
+        } else {
+          uint16_t* vv = reinterpret_cast<uint16_t*>(&v[j]);
+          for (int i = 0; i < kCols; ++i) vv[i] = h0 + i < hidden ? yr[i] : 0;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (rk[j] < 0 || !mine) continue;
+        const uint16_t* vv = reinterpret_cast<const uint16_t*>(&v[j]);
+        for (int i = 0; i < kCols; ++i) {
+          acc[i] = __fadd_rn(acc[i], __fmul_rn(wk[j], Bf16BitsToFloat(vv[i])));
+        }
+      }
     }
-    if (h0 >= hidden) continue;
+    if (!mine) continue;
     float* dst = reinterpret_cast<float*>(c.Peer(ct_off, s) + (src[slot] * W + me) * Hp) + h0;
     if (vec) {
       reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     } else {
-      for (int i = 0; i < 8 && h0 + i < hidden; ++i) dst[i] = acc[i];
+      for (int i = 0; i < kCols && h0 + i < hidden; ++i) dst[i] = acc[i];
     }
   }
 }
@@ -345,31 +376,44 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   }
   if constexpr (kPartials) {
     // The partials of the pes each token went to, ascending pe (low_latency/cpu.cpp);
-    // items are (token, 128 columns), 4 per lane (16-byte loads where rows allow).
+    // items are (token, 256 columns), 8 per lane (two 16-byte loads per part where rows
+    // allow), four parts' loads issued before their sums.
+    constexpr int kCols = 8;
     const int64_t Hp = hidden * 4;
-    const int64_t chunks = (hidden + 127) / 128;
-    const bool vec = hidden % 4 == 0;
+    const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
+    const bool vec = hidden % kCols == 0;
     uint16_t* out = static_cast<uint16_t*>(a.out);
     for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
-      const int64_t t = item / chunks, h0 = (item % chunks) * 128 + lane * 4;
+      const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
       if (h0 >= hidden) continue;
       bool any = false;
       for (int d = 0; d < W; ++d) any |= token_ranks[t * W + d] != 0;
-      float acc[4];
-      for (int i = 0; i < 4; ++i) acc[i] = any ? kSumStart : 0.0f;
-      for (int d = 0; d < W; ++d) {
-        if (!token_ranks[t * W + d]) continue;
-        const float* part = reinterpret_cast<const float*>(comb + (t * W + d) * Hp) + h0;
-        float v[4];
-        if (vec) {
-          *reinterpret_cast<float4*>(v) = *reinterpret_cast<const float4*>(part);
-        } else {
-          for (int i = 0; i < 4; ++i) v[i] = h0 + i < hidden ? part[i] : 0.0f;
+      float acc[kCols];
+      for (int i = 0; i < kCols; ++i) acc[i] = any ? kSumStart : 0.0f;
+      for (int d0 = 0; d0 < W; d0 += 4) {
+        float v[4][kCols];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int d = d0 + j;
+          if (d >= W || !token_ranks[t * W + d]) continue;
+          const float* part = reinterpret_cast<const float*>(comb + (t * W + d) * Hp) + h0;
+          if (vec) {
+            reinterpret_cast<float4*>(v[j])[0] = reinterpret_cast<const float4*>(part)[0];
+            reinterpret_cast<float4*>(v[j])[1] = reinterpret_cast<const float4*>(part)[1];
+          } else {
+            for (int i = 0; i < kCols; ++i) v[j][i] = h0 + i < hidden ? part[i] : 0.0f;
+          }
         }
-        for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], v[i]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int d = d0 + j;
+          if (d >= W || !token_ranks[t * W + d]) continue;
+          for (int i = 0; i < kCols; ++i) acc[i] = __fadd_rn(acc[i], v[j][i]);
+        }
       }
-      for (int i = 0; i < 4 && h0 + i < hidden; ++i)
+      for (int i = 0; i < kCols && h0 + i < hidden; ++i) {
         out[t * hidden + h0 + i] = FloatToBf16Bits(acc[i]);
+      }
     }
     Stamp(stamps, 2);
     PostConsumed<ce>(p, call, true);  // every block gets here
@@ -377,8 +421,8 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   } else {
     // Items are (token, 256 columns), 8 per lane; lane k < K holds slot k's id and
     // weight. No part: zeros; else a sum from -0.0 over k ascending (low_latency/cpu.cpp).
-    // The loads of four slots are issued before their sums (one 16-byte load per slot
-    // where rows allow), so an item costs a load latency per four slots, not per slot.
+    // The loads of eight slots are issued before their sums (one 16-byte load per slot
+    // where rows allow), so an item costs a load latency per eight slots, not per slot.
     constexpr int kCols = 8, kBatch = 4;
     const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
     const bool vec = hidden % kCols == 0 && Hc % 16 == 0 &&

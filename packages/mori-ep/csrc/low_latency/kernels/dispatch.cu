@@ -29,6 +29,10 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   LlDeviceState* st = c.State();
   uint64_t* stamps = p.stamps[kLlPartDispatchSend];
   Stamp(stamps, 0);
+  // Rows per destination, counted with the masks (the last block posts them).
+  __shared__ int sent[kMaxCudaWorldSize];
+  if (threadIdx.x < W) sent[threadIdx.x] = 0;
+  __syncthreads();
   // Routing masks of every token (each block its own copy), and the id checks.
   for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
     uint32_t mask = 0;
@@ -55,6 +59,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
       mask |= 1u << (e / p.experts_per_rank);
     }
     masks[t] = mask;
+    for (uint32_t m = mask; m != 0; m &= m - 1) atomicAdd(&sent[__ffs(m) - 1], 1);
   }
   __syncthreads();
   Stamp(stamps, 1);
@@ -154,17 +159,10 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     // The last block: every block's rows are released; post the counts. A count past
     // the receive slots rejects the call, its note (the first such pe) written into
     // every pe before the flag that releases it.
-    __shared__ int64_t sent[kMaxCudaWorldSize];
     __shared__ int over;
     if (threadIdx.x == 0) over = W;
     __syncthreads();
-    if (threadIdx.x < W) {
-      const int d = threadIdx.x;
-      int64_t count = 0;
-      for (int64_t t = 0; t < n; ++t) count += (masks[t] >> d) & 1;
-      sent[d] = count;
-      if (count > P) atomicMin(&over, d);
-    }
+    if (threadIdx.x < W && sent[threadIdx.x] > P) atomicMin(&over, threadIdx.x);
     __syncthreads();
     const bool rejected = st->pad != 0 || over < W;
     if (threadIdx.x < W) {
