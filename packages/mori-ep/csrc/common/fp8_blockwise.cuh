@@ -82,7 +82,8 @@ __device__ __forceinline__ void QuantizeRowWarp(const uint16_t* src, int64_t hid
     const Fp8BlockScale s =
         Fp8BlockScaleOf(static_cast<uint16_t>(__reduce_max_sync(0xFFFFFFFFu, m)));
     for (int64_t h = lo + lane; h < hi; h += 32) q[h] = Fp8BlockQuantize(__ldg(src + h), s);
-    if (lane < 4) dst[so + 4 * b + lane] = static_cast<char>(__float_as_uint(s.scale) >> (8 * lane));
+    if (lane < 4)
+      dst[so + 4 * b + lane] = static_cast<char>(__float_as_uint(s.scale) >> (8 * lane));
   }
   for (int64_t h = hidden + lane; h < so; h += 32) q[h] = 0;
 }

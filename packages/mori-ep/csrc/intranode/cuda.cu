@@ -246,9 +246,9 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
                   stream, a.routing);
   }
   // fp8 input, and bf16 under fp8_direct_cast, cross as fp8 e4m3 bytes (half of bf16's).
-  const int wire = S > 0                                                     ? kWireBlockwise
+  const int wire = S > 0                                                ? kWireBlockwise
                    : a.dtype == CombineDtype::kFloat8E4M3 || a.fp8_cast ? kWireFp8
-                                                                           : kWireNative;
+                                                                        : kWireNative;
   mori::cuda::ScopedDevice guard(device_);
   launch = Resolve(launch, false, wire);
   CombineParams p{};

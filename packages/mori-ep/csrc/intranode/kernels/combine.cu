@@ -529,9 +529,8 @@ void LaunchCombine(const CombineParams& p, int path, int wire, LaunchShape launc
                    uintptr_t stream) {
   const unsigned threads = launch.warp_per_block * 32;
   void* args[] = {const_cast<CombineParams*>(&p)};
-  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, wire),
-                                   dim3(launch.block_num), dim3(threads), args, 0,
-                                   reinterpret_cast<cudaStream_t>(stream)));
+  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, wire), dim3(launch.block_num),
+                                   dim3(threads), args, 0, reinterpret_cast<cudaStream_t>(stream)));
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 

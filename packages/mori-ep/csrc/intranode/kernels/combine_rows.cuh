@@ -314,7 +314,8 @@ __device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t,
 }
 
 // One reduce item: segment `seg` of token t's row (the whole row without vector
-// access; kWireBlockwise: combine_blockwise.cuh), and with segment 0 the token's weights. Shared by every combine path.
+// access; kWireBlockwise: combine_blockwise.cuh), and with segment 0 the token's weights. Shared by
+// every combine path.
 template <int kU, int kWire>
 __device__ __forceinline__ void ReduceItem(const CombineParams& p, int64_t t, int seg,
                                            unsigned lane) {

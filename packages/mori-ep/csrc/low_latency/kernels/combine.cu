@@ -141,7 +141,8 @@ __device__ __forceinline__ void CombineSendBlockwise(const LlParams& p, int64_t 
   const bool words = BlockwiseWordParallel(p);
   const int L = static_cast<int>(BlockwiseBlockElems(hidden, S) / 8);
   const int64_t nwords = hidden / 8;
-  const int64_t pieces = words ? (nwords + 32 * kLlBlockwiseWords - 1) / (32 * kLlBlockwiseWords) : 1;
+  const int64_t pieces =
+      words ? (nwords + 32 * kLlBlockwiseWords - 1) / (32 * kLlBlockwiseWords) : 1;
   for (int64_t item = gwarp; item < total * pieces; item += nwarps) {
     const int64_t i = item / pieces, pc = item % pieces;
     const int s = static_cast<int>(a.src_pos[i] / M);
@@ -230,18 +231,18 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     if constexpr (kBlockwise) {
       CombineSendBlockwise<kCe>(p, total, area, ct_off, cw_off, gwarp, nwarps, lane);
     } else {
-    const int64_t C = RowChunks(total, nwarps, p.hidden_dim * eb);
-    for (int64_t item = gwarp; item < total * C; item += nwarps) {
-      const int64_t i = item / C, ch = item % C;
-      const int s = static_cast<int>(a.src_pos[i] / M);
-      const int64_t t = a.src_pos[i] % M;
-      const int64_t slot = (kCe && s != me ? s : me) * M + t;
-      CopyChunk(area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb, ch,
-                C, lane);
-      if (ch == 0 && a.weights != nullptr && lane < K) {
-        reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+      const int64_t C = RowChunks(total, nwarps, p.hidden_dim * eb);
+      for (int64_t item = gwarp; item < total * C; item += nwarps) {
+        const int64_t i = item / C, ch = item % C;
+        const int s = static_cast<int>(a.src_pos[i] / M);
+        const int64_t t = a.src_pos[i] % M;
+        const int64_t slot = (kCe && s != me ? s : me) * M + t;
+        CopyChunk(area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb,
+                  ch, C, lane);
+        if (ch == 0 && a.weights != nullptr && lane < K) {
+          reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+        }
       }
-    }
     }
   } else if constexpr (kPartials) {
     CombineSendPartials(p, ct_off);
