@@ -4,7 +4,7 @@
 IntraNode, IntraNodeLL and AsyncLL at world 2 and 4 against a torch reference, bit for
 bit and within the tolerance derived from e4m3's rounding; the bytes a row crosses as;
 ranks whose wire formats differ fail naming both (tests/workers/ep_fp8_blockwise_worker.py).
-The CUDA op refuses it (test_fp8_cap_gpu.py)."""
+The CUDA kernels: test_fp8_blockwise_gpu.py."""
 
 from pathlib import Path
 
