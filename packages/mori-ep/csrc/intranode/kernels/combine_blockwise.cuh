@@ -75,44 +75,10 @@ __device__ __forceinline__ const char* BlockwisePeerRow(const CombineParams& p, 
          (static_cast<int64_t>(d) * p.c.max_tokens + t) * p.combine_row_bytes;
 }
 
-// Part loads of word w: a peer's 8 fp8 bytes (x, y) and its block's scale, or my own
-// part's 16 bf16 bytes (quantized in AccumulateBlockwise).
-struct BlockwisePart {
-  uint4 raw;
-  float scale;
-};
-
-__device__ __forceinline__ BlockwisePart LoadBlockwisePart(const CombineParams& p, int d, int64_t t,
-                                                           int64_t self_row, int64_t w, bool own) {
-  if (own) {
-    const uint4 v =
-        __ldcg(reinterpret_cast<const uint4*>(p.input + self_row * p.input_row_stride) + w);
-    return {v, 0.0f};
-  }
-  const char* row = BlockwisePeerRow(p, d, t);
-  const uint2 q = __ldcg(reinterpret_cast<const uint2*>(row) + w);
-  const float s = __ldcg(reinterpret_cast<const float*>(row + p.scales_offset) + w / p.block_lanes);
-  return {make_uint4(q.x, q.y, 0, 0), s};
-}
-
-// Adds a part's 8 values to acc. My own part is quantized here: its block's largest
-// |value| comes from the group's lanes, so every lane of the warp must call this for
-// it (`own` is the warp's).
-__device__ __forceinline__ void AccumulateBlockwise(float* acc, const BlockwisePart& part, bool own,
-                                                    int lanes) {
-  if (own) {
-    const Fp8BlockScale s =
-        Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(part.raw), lanes)));
-    AccumulateFp8Word(acc, QuantizeWord(part.raw, s), s.scale);
-  } else {
-    AccumulateFp8Word(acc, make_uint2(part.raw.x, part.raw.y), part.scale);
-  }
-}
-
 // Words [seg * kU * 32, ...) of my token t's bf16 output: the dequantized parts of the
 // pes it went to, ascending, summed in fp32 from -0.0 and rounded once; no part:
-// zeros. Pes two at a time, kU words per lane each, so 2 x kU part loads are in
-// flight (ReduceSegment's schedule).
+// zeros. Pes two at a time, kU words per lane each, so 2 x kU part loads (and their
+// scales) are in flight (ReduceSegment's schedule).
 template <int kU>
 __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, int64_t t, int seg,
                                                        unsigned lane) {
@@ -132,33 +98,67 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
     }
     return;
   }
+  // My own part first, quantized here as the host quantizes it (its blocks' maxima
+  // need every lane of a group, so the whole warp takes part), held as fp8 words.
+  uint2 own_q[kU];
+  float own_s[kU];
+  if (ranks[c.me]) {
+    const uint4* mine = reinterpret_cast<const uint4*>(p.input + self_row * p.input_row_stride);
+    uint4 raw[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const int64_t w = w0 + k * 32;
+      raw[k] = w < nwords ? __ldcg(mine + w) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const Fp8BlockScale s =
+          Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(raw[k]), L)));
+      own_q[k] = QuantizeWord(raw[k], s);
+      own_s[k] = s.scale;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kU; ++k) own_q[k] = make_uint2(0, 0), own_s[k] = 0.0f;
+  }
+  const char* comb = At<char>(c, c.layout.comb_tokens);
+  const int64_t pe_stride = c.max_tokens * p.combine_row_bytes;
+  const char* row0 = comb + t * p.combine_row_bytes;
   float acc[kU][8];
 #pragma unroll
   for (int k = 0; k < kU; ++k) {
 #pragma unroll
     for (int v = 0; v < 8; ++v) acc[k][v] = kSumStart;
   }
+  // The pes' parts two at a time: kU fp8 words and their scales per pe in flight.
 #pragma unroll
   for (int d0 = 0; d0 < kW; d0 += 2) {
     if (d0 >= W) break;
-    const bool a = ranks[d0] != 0;
-    const bool b = d0 + 1 < W && ranks[d0 + 1] != 0;
-    const bool own_a = d0 == c.me, own_b = d0 + 1 == c.me;
-    BlockwisePart pa[kU], pb[kU];
+    uint2 q[2][kU];
+    float sc[2][kU];
 #pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      const int64_t w = w0 + k * 32;
-      const BlockwisePart none{make_uint4(0, 0, 0, 0), 0.0f};
-      pa[k] = a && w < nwords ? LoadBlockwisePart(p, d0, t, self_row, w, own_a) : none;
-      pb[k] = b && w < nwords ? LoadBlockwisePart(p, d0 + 1, t, self_row, w, own_b) : none;
+    for (int j = 0; j < 2; ++j) {
+      const int d = d0 + j;
+      const bool has = d < W && ranks[d] != 0;
+      const char* row = row0 + d * pe_stride;
+      const float* scales = reinterpret_cast<const float*>(row + p.scales_offset);
+#pragma unroll
+      for (int k = 0; k < kU; ++k) {
+        const int64_t w = w0 + k * 32;
+        q[j][k] = own_q[k];
+        sc[j][k] = own_s[k];
+        if (has && d != c.me && w < nwords) {
+          q[j][k] = __ldcg(reinterpret_cast<const uint2*>(row) + w);
+          sc[j][k] = __ldcg(scales + w / L);
+        }
+      }
     }
-    if (a) {
 #pragma unroll
-      for (int k = 0; k < kU; ++k) AccumulateBlockwise(acc[k], pa[k], own_a, L);
-    }
-    if (b) {
+    for (int j = 0; j < 2; ++j) {
+      if (d0 + j < W && ranks[d0 + j] != 0) {
 #pragma unroll
-      for (int k = 0; k < kU; ++k) AccumulateBlockwise(acc[k], pb[k], own_b, L);
+        for (int k = 0; k < kU; ++k) AccumulateFp8Word(acc[k], q[j][k], sc[j][k]);
+      }
     }
   }
 #pragma unroll
