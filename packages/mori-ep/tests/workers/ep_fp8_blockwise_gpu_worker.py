@@ -2,7 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """One rank of the fp8_blockwise combine tests on the CUDA kernels.
 
-argv: placement seed (placement: shared or per_gpu, as ep_fp8_cap_worker.py). Per
+argv: placement seed (placement: shared or per_gpu, as ep_fp8_cap_worker.py; cpu runs
+the same checks on the CPU implementation, without the CUDA graphs: a check of the
+worker itself). Per
 kernel type (IntraNode, IntraNodeLL, AsyncLL; IntraNodeLL also with the copy engines)
 and shape, chosen so every kernel path runs:
   7168 / 56 blocks   blocks of 128 columns (16 words: half-warp lane groups)
@@ -41,7 +43,7 @@ from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDisp
 
 placement, seed = sys.argv[1], int(sys.argv[2])
 rank, world, dev = start_rank(placement, "1G", 60)
-assert dev.type == "cuda", "a GPU worker"
+CUDA = dev.type == "cuda"
 print(f"rank {rank}: seed {seed}", flush=True)
 EPR, K, M = 2, 3, 16
 E = EPR * world
@@ -53,6 +55,11 @@ PATHS = (
 )
 ENV_NAMES = ("MORI_FP8_COMBINE_SCALE_DIM", "MORI_EP_COMBINE_ONEPASS_ROWS",
              "MORI_EP_COMBINE_STREAM", "MORI_EP_LL_COPY_ENGINE")  # fmt: skip
+
+
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
 
 
 def make_op(kind: str, hidden: int, scale_env: str | None, env: dict) -> EpDispatchCombineOp:
@@ -188,11 +195,11 @@ def run_ref(kind: str, hidden: int, scale_env, env: dict, launches, aligned_case
             if wire_check:
                 block = op._mode.block
                 block[op._mode.layout["comb_tokens"] :][: world * M * hidden * 2].fill_(0xAB)
-                torch.cuda.synchronize()
+                sync()
                 dist.barrier()
             x = marked_input(hidden).to(dev)
             got, got_w = round_trip(op, kind, x, w.to(dev), idx.to(dev), tab_dev, launch, aligned)
-            torch.cuda.synchronize()
+            sync()
             want, want_w = expected(tab, idx, w, S)
             same_bits(got, want, tag)
             assert torch.equal(got_w.cpu(), want_w), (tag, "weights")
@@ -256,10 +263,11 @@ for kind, env in (
     ("IntraNode", PATHS[0]), ("IntraNode", PATHS[1]), ("IntraNode", PATHS[2]),
     ("IntraNodeLL", {}), ("IntraNodeLL", {"MORI_EP_LL_COPY_ENGINE": "1"}), ("AsyncLL", {}),
 ):  # fmt: skip
-    run_graph(kind, env)
+    if CUDA:
+        run_graph(kind, env)
 for name in ENV_NAMES:
     os.environ.pop(name, None)
-torch.cuda.synchronize()
+sync()
 shmem.barrier_all()
 import gc  # noqa: E402
 
