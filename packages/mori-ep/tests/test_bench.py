@@ -164,3 +164,43 @@ def test_replot_draws_from_an_earlier_json_without_running(tmp_path, capsys):
     bench.main(["--replot", str(src), "--plot", str(tmp_path / "p.png")])
     out = capsys.readouterr().out
     assert ("wrote" in out) or ("matplotlib is not installed" in out)
+
+
+def test_bench_combine_quant_rows(tmp_path):
+    """``--combine-quant none,fp8_blockwise``: for each token-major kernel type an
+    fp8_blockwise op beside the bf16 one; its combine bytes are what crosses (hidden
+    256 with 56 scale blocks: 256 fp8 bytes and 56 fp32 scales, 480 bytes per row
+    against bf16's 512), its output agrees across kernel types and stays within e4m3's
+    rounding of the bf16 combine's, and the table compares the two."""
+    out = tmp_path / "bench.json"
+    device = _device()
+    kinds = "IntraNode,IntraNodeLL,AsyncLL"
+    cmd = [
+        sys.executable, "-m", "mori.ep.bench", "--device", device, "--world-size", "2",
+        "--max-tokens", "16", "--tokens", "16", "--hidden-dim", "256",
+        "--num-experts-per-token", "4", "--num-experts-per-rank", "4", "--dtype", "bf16",
+        "--block-num", "4", "--warp-per-block", "4", "--iters", "2", "--reps", "3",
+        "--no-baseline", "--no-floors", "--json", str(out), "--kernel-type", kinds,
+        "--combine-quant", "none,fp8_blockwise",
+    ]  # fmt: skip
+    env = {k: v for k, v in NO_MULTICAST_ENV.items()}
+    stdout = launch_local(cmd, 2, timeout_s=120, env=env)[0].output
+    print(stdout[-4000:])
+    assert "combine by quant type, same run" in stdout
+    recs = json.loads(out.read_text())["records"]
+    for kt in kinds.split(","):
+        for rank in (0, 1):
+            bf16, fp8 = (
+                next(r for r in recs if r["kernel_type"] == kt and r["rank"] == rank
+                     and r["combine_quant"] == q)
+                for q in ("none", "fp8_blockwise")
+            )  # fmt: skip
+            assert fp8["impl"].endswith(" fp8_blockwise"), fp8["impl"]
+            assert bf16["recv_rows"] == fp8["recv_rows"] > 0
+            assert bf16["combine_sent_bytes"] == bf16["recv_rows"] * 512
+            assert fp8["combine_sent_bytes"] == fp8["recv_rows"] * (256 + 4 * 56)
+            assert fp8["matches_intranode"] and bf16["matches_intranode"], kt
+            # randn rows (|v| < 448: scale 1): each part within 2^-4 of itself, summed
+            # over at most 2 ranks, then bf16; relative to the largest bf16 value.
+            assert 0.0 < fp8["combine_rel_diff_vs_bf16"] < 2.0**-3, fp8
+            assert fp8["combine_us"] > 0

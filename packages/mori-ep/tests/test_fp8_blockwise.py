@@ -4,7 +4,7 @@
 IntraNode, IntraNodeLL and AsyncLL at world 2 and 4 against a torch reference, bit for
 bit and within the tolerance derived from e4m3's rounding; the bytes a row crosses as;
 ranks whose wire formats differ fail naming both (tests/workers/ep_fp8_blockwise_worker.py).
-The CUDA op refuses it (test_fp8_cap_gpu.py)."""
+The CUDA kernels: test_fp8_blockwise_gpu.py."""
 
 from pathlib import Path
 
@@ -45,3 +45,11 @@ def test_fp4_blockwise_stays_refused_naming_what_exists():
     match = r"implemented: \['none', 'fp8_direct_cast', 'fp8_blockwise'\]"
     with pytest.raises(mc.NotSupportedError, match=match):
         _config(quant_type="fp4_blockwise")
+
+
+def test_the_cuda_tests_checks_hold_on_the_cpu_implementation():
+    """test_fp8_blockwise_gpu.py's worker with a host heap (its CUDA graphs left out):
+    its shapes, paths, unaligned rows and wire checks hold for the CPU implementation,
+    so on a GPU they test the kernels, not the worker."""
+    gpu_worker = str(Path(__file__).parent / "workers" / "ep_fp8_blockwise_gpu_worker.py")
+    run_ranks([gpu_worker, "cpu", str(new_seed())], 2, timeout_s=600)

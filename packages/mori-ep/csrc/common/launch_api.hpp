@@ -39,12 +39,13 @@ void LaunchRejectDispatch(const Common& c, uintptr_t stream);
 
 // intranode/kernels/combine.cu. The combine kernel of `path` (CombinePath) on
 // launch.block_num blocks of launch.warp_per_block warps (the 512-thread build up to
-// kNarrowThreads, else the 1024-thread one), moving fp8 e4m3 rows (fp8_wire: fp8
-// input, or bf16 input with fp8_cast) or the input's own (bf16, fp32).
-void LaunchCombine(const CombineParams& p, int path, bool fp8_wire, LaunchShape launch,
+// kNarrowThreads, else the 1024-thread one), its rows crossing as `wire`
+// (CombineWire: the input's own dtype, fp8 e4m3 bytes for fp8 input or bf16 input
+// with fp8_cast, or fp8_blockwise's blocks and scales).
+void LaunchCombine(const CombineParams& p, int path, int wire, LaunchShape launch,
                    uintptr_t stream);
 // How many blocks of `warps` warps of that kernel an SM keeps resident.
-int CombineBlocksPerSm(int warps, int path, bool fp8_wire);
+int CombineBlocksPerSm(int warps, int path, int wire);
 // One warp posts a rejected combine word of epoch *epoch (device memory) to every pe,
 // for every group (IntraNodeCuda::RejectCombine).
 void LaunchRejectCombine(const Common& c, const uint64_t* epoch, uintptr_t stream);

@@ -165,7 +165,59 @@ MORI_HOST_DEVICE inline int64_t BlockwiseRowBytes(int64_t hidden, int scale_dim)
   return BlockwiseScalesOffset(hidden) + 4 * static_cast<int64_t>(scale_dim);
 }
 
-// Quantizes one bf16 row into `wire` (BlockwiseRowBytes of it).
+// One block's quantization, from the largest |value| of the block as bf16 bits (NaN's
+// bits win and leave it unscaled). Host and device compute it with the same roundings:
+// the quotient and the product are single fp32 operations, never fused.
+struct Fp8BlockScale {
+  bool scaled;
+  float inv;    // what a value is multiplied by before the cast
+  float scale;  // what crosses with the block
+};
+
+MORI_HOST_DEVICE inline float MulRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  volatile float p = a * b;  // no contraction into a neighbouring add
+  return p;
+#endif
+}
+
+MORI_HOST_DEVICE inline Fp8BlockScale Fp8BlockScaleOf(uint16_t max_bits) {
+  const float amax = Bf16BitsToFloat(max_bits);
+  if (!(amax > kFp8E4M3MaxFinite)) return {false, 1.0f, 1.0f};
+#ifdef __CUDA_ARCH__
+  const float inv = __fdiv_rn(kFp8E4M3MaxFinite, amax);
+#else
+  const float inv = kFp8E4M3MaxFinite / amax;
+#endif
+  return {true, inv, MulRn(amax, 1.0f / kFp8E4M3MaxFinite)};
+}
+
+// A bf16 value (bits) of a block quantized by `s`.
+MORI_HOST_DEVICE inline uint8_t Fp8BlockQuantize(uint16_t v, const Fp8BlockScale& s) {
+  const float f = Bf16BitsToFloat(v);
+  return FloatToFloat8E4M3(s.scaled ? MulRn(f, s.inv) : f);
+}
+
+// What an fp8 value of a block with `scale` adds to a sum: the product, rounded to fp32.
+MORI_HOST_DEVICE inline float Fp8BlockDequantize(uint8_t q, float scale) {
+  return MulRn(Float8E4M3ToFloat(q), scale);
+}
+
+// Adds b to a, one fp32 rounding (the device never fuses it with a product).
+MORI_HOST_DEVICE inline float AddRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// Quantizes one bf16 row into `wire` (BlockwiseRowBytes of it; the padding before the
+// scales is left as it is). The CUDA kernels (intranode/kernels/combine_blockwise.cuh,
+// low_latency/kernels/combine.cu) compute the same blocks with Fp8BlockScaleOf and
+// Fp8BlockQuantize, their maxima in parallel.
 inline void QuantizeRowFp8Blockwise(const uint16_t* row, int64_t hidden, int scale_dim,
                                     char* wire) {
   uint8_t* q = reinterpret_cast<uint8_t*>(wire);
@@ -177,22 +229,16 @@ inline void QuantizeRowFp8Blockwise(const uint16_t* row, int64_t hidden, int sca
       const uint16_t a = row[h] & 0x7FFFu;
       if (a > max_bits) max_bits = a;
     }
-    const float amax = Bf16BitsToFloat(max_bits);
-    const bool scaled = amax > kFp8E4M3MaxFinite;
-    const float inv = scaled ? kFp8E4M3MaxFinite / amax : 1.0f;
-    const float scale = scaled ? amax * (1.0f / kFp8E4M3MaxFinite) : 1.0f;
-    for (int64_t h = start; h < end; ++h) {
-      const float v = Bf16BitsToFloat(row[h]);
-      q[h] = FloatToFloat8E4M3(scaled ? v * inv : v);
-    }
-    std::memcpy(wire + BlockwiseScalesOffset(hidden) + 4 * b, &scale, 4);
+    const Fp8BlockScale s = Fp8BlockScaleOf(max_bits);
+    for (int64_t h = start; h < end; ++h) q[h] = Fp8BlockQuantize(row[h], s);
+    std::memcpy(wire + BlockwiseScalesOffset(hidden) + 4 * b, &s.scale, 4);
   }
 }
 
 // The host implementations' reduction of one token under fp8_blockwise: `parts`
 // wire rows (QuantizeRowFp8Blockwise), row_of(i) the i-th in ascending pe order, each
-// element dequantized (fp8 * scale, rounded to fp32, no fused multiply-add) and summed
-// in fp32 from kSumStart in that order, rounded once to bf16 `out`; no part: zeros.
+// element dequantized (Fp8BlockDequantize) and summed in fp32 from kSumStart in that
+// order, rounded once to bf16 `out`; no part: zeros.
 template <typename RowOf>
 inline void CombineTokenRowFp8Blockwise(int parts, RowOf row_of, int64_t hidden, int scale_dim,
                                         float* acc, uint16_t* out) {
@@ -209,10 +255,7 @@ inline void CombineTokenRowFp8Blockwise(int parts, RowOf row_of, int64_t hidden,
       const int64_t start = b * block, end = start + block < hidden ? start + block : hidden;
       float scale;
       std::memcpy(&scale, wire + BlockwiseScalesOffset(hidden) + 4 * b, 4);
-      for (int64_t h = start; h < end; ++h) {
-        volatile float p = Float8E4M3ToFloat(q[h]) * scale;
-        acc[h] = acc[h] + p;
-      }
+      for (int64_t h = start; h < end; ++h) acc[h] = acc[h] + Fp8BlockDequantize(q[h], scale);
     }
   }
   for (int64_t h = 0; h < hidden; ++h) out[h] = FloatToBf16Bits(acc[h]);

@@ -59,8 +59,7 @@ struct CombineArgs {
   // Null: the last dispatch's routing.
   const RoutingSnapshot* routing = nullptr;
   // MORI's fp8_blockwise (common/numeric.hpp, QuantizeRowFp8Blockwise): 0 off, else
-  // the scale blocks per row; bf16 rows cross as fp8 blocks with fp32 scales
-  // (implemented on host heaps only).
+  // the scale blocks per row; bf16 rows cross as fp8 blocks with fp32 scales.
   int fp8_block_scale_dim = 0;
 };
 

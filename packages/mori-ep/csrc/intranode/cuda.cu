@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/launch_api.hpp"
+#include "common/numeric.hpp"
 #include "intranode/kernels/params.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
@@ -36,6 +37,9 @@ using intranode::kOnePassPath;
 using intranode::kSegWords;
 using intranode::kStreamPath;
 using intranode::kTiledPath;
+using intranode::kWireBlockwise;
+using intranode::kWireFp8;
+using intranode::kWireNative;
 using intranode::ScratchOffsets;
 using intranode::SplitRow;
 
@@ -103,10 +107,12 @@ IntraNodeCuda::~IntraNodeCuda() {
   if (scratch_ != nullptr) cudaFree(scratch_);
 }
 
-int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire) {
+int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, int wire) {
   MORI_CHECK_ARG(warps >= 1 && warps <= kMaxWarpsPerBlock, "warp_per_block ", warps,
                  " must be in [1, ", kMaxWarpsPerBlock, "]");
-  int& cached = max_blocks_[dispatch ? 1 : fp8_wire ? 2 : 0][warps];
+  MORI_CHECK_ARG(wire >= 0 && wire < intranode::kCombineWires, "combine wire ", wire,
+                 " must be in [0, ", intranode::kCombineWires, ")");
+  int& cached = max_blocks_[dispatch ? 0 : 1 + wire][warps];
   if (cached == 0) {
     int per_sm = 0;
     if (dispatch) {  // either kernel may run on the grid: the smaller bound holds
@@ -114,9 +120,9 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire) {
       per_sm = std::min(intranode::DispatchBlocksPerSm(warps, seg, false, capped_),
                         intranode::DispatchBlocksPerSm(warps, seg, true, capped_));
     } else {  // any combine path may run on the grid: the smallest bound holds
-      per_sm = intranode::CombineBlocksPerSm(warps, kTiledPath, fp8_wire);
+      per_sm = intranode::CombineBlocksPerSm(warps, kTiledPath, wire);
       for (int path : {kOnePassPath, kStreamPath}) {
-        per_sm = std::min(per_sm, intranode::CombineBlocksPerSm(warps, path, fp8_wire));
+        per_sm = std::min(per_sm, intranode::CombineBlocksPerSm(warps, path, wire));
       }
     }
     MORI_CHECK(per_sm > 0, "the ", dispatch ? "dispatch" : "combine", " kernel cannot run with ",
@@ -126,11 +132,11 @@ int IntraNodeCuda::MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire) {
   return cached;
 }
 
-LaunchShape IntraNodeCuda::Resolve(LaunchShape launch, bool dispatch, bool fp8_wire) {
+LaunchShape IntraNodeCuda::Resolve(LaunchShape launch, bool dispatch, int wire) {
   MORI_CHECK_ARG(launch.block_num >= 1, "block_num ", launch.block_num, " must be >= 1");
   // Blocks wait for signals of other blocks of the grid: all must be resident.
   launch.block_num =
-      std::min(launch.block_num, MaxResidentBlocks(dispatch, launch.warp_per_block, fp8_wire));
+      std::min(launch.block_num, MaxResidentBlocks(dispatch, launch.warp_per_block, wire));
   return launch;
 }
 
@@ -146,7 +152,7 @@ void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
                    stream);
   }
   mori::cuda::ScopedDevice guard(device_);
-  launch = Resolve(launch, true, false);
+  launch = Resolve(launch, true, 0);
   DispatchParams p{};
   p.c = Common{ctx_, block_, layout_, shape_.world_size, shape_.rank, shape_.top_k, M, timeout_ns_};
   p.experts_per_rank = shape_.num_experts_per_rank;
@@ -227,14 +233,28 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
     RejectCombine("fp8_direct_cast combines bf16 input only", stream, a.routing);
   }
+  // fp8_blockwise: bf16 rows cross as fp8 blocks with fp32 scales (IntraNodeCpu's
+  // checks, in its order).
+  const int S = a.fp8_block_scale_dim;
+  if (S > 0 && a.dtype != CombineDtype::kBFloat16) {
+    RejectCombine("fp8_blockwise combines bf16 input only", stream, a.routing);
+  }
+  if (S > 0 && BlockwiseRowBytes(shape_.hidden_dim, S) > shape_.combine_row_bytes) {
+    RejectCombine(StrCat("fp8_blockwise rows of ", BlockwiseRowBytes(shape_.hidden_dim, S),
+                         " bytes (", shape_.hidden_dim, " fp8 values and ", S,
+                         " fp32 scales) exceed the combine buffer's ", shape_.combine_row_bytes),
+                  stream, a.routing);
+  }
   // fp8 input, and bf16 under fp8_direct_cast, cross as fp8 e4m3 bytes (half of bf16's).
-  const bool fp8_wire = a.dtype == CombineDtype::kFloat8E4M3 || a.fp8_cast;
+  const int wire = S > 0                                                ? kWireBlockwise
+                   : a.dtype == CombineDtype::kFloat8E4M3 || a.fp8_cast ? kWireFp8
+                                                                        : kWireNative;
   mori::cuda::ScopedDevice guard(device_);
-  launch = Resolve(launch, false, fp8_wire);
+  launch = Resolve(launch, false, wire);
   CombineParams p{};
   p.c = Common{ctx_,        block_,       layout_,           shape_.world_size,
                shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
-  p.c.combine_tag = CombineDtypeTag(a.dtype);
+  p.c.combine_tag = S > 0 ? kCombineTagFp8Blockwise : CombineDtypeTag(a.dtype);
   p.hidden = shape_.hidden_dim;
   p.combine_row_bytes = shape_.combine_row_bytes;
   p.row_bytes = row_bytes;
@@ -258,6 +278,16 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   };
   p.vec = row_bytes % 16 == 0 && p.combine_row_bytes % 16 == 0 && p.input_row_stride % 16 == 0 &&
           aligned(p.input, 16) && aligned(p.out, 16);
+  p.scale_dim = S;
+  if (S > 0) {
+    p.block_elems = BlockwiseBlockElems(shape_.hidden_dim, S);
+    p.scales_offset = BlockwiseScalesOffset(shape_.hidden_dim);
+    // The word-parallel rows need a block of whole 16-byte words, a power of two of
+    // them up to a warp (combine_blockwise.cuh); other blocks go column by column.
+    const int64_t words = p.block_elems / 8;
+    p.block_lanes = static_cast<int>(words);
+    p.vec = p.vec && p.block_elems % 8 == 0 && words <= 32 && (words & (words - 1)) == 0;
+  }
   p.steps = tuning_.combine_steps;
   p.split = tuning_.combine_split;
   // Few rows per block: the one-pass path. total_recv is only on the device, so the
@@ -293,7 +323,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   }
   if (CombineNeedsBarrier(order_.Enter(r->host_epoch), stream)) shmem::BarrierOnStream(stream);
   p.stamps = timeline_.Begin(1, launch.block_num, stream);
-  intranode::LaunchCombine(p, path, fp8_wire, launch, stream);
+  intranode::LaunchCombine(p, path, wire, launch, stream);
 }
 
 void IntraNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,

@@ -45,7 +45,8 @@ class IntraNodeCuda {
 
   // Enqueues the combine kernel: rows back to their sources, then the reduction in
   // ascending pe order (fp32, one rounding), bit-identical to IntraNodeCpu. fp8
-  // e4m3 input, and bf16 with args.fp8_cast, cross NVLink as fp8 bytes.
+  // e4m3 input, and bf16 with args.fp8_cast, cross NVLink as fp8 bytes; bf16 with
+  // args.fp8_block_scale_dim as MORI's fp8_blockwise blocks and scales.
   // A total_recv above args.input_rows is a device-side trap. By the last dispatch's
   // routing or args.routing's, as IntraNodeCpu::Combine (a combine that follows a
   // combine first enqueues a heap barrier on `stream`).
@@ -60,14 +61,14 @@ class IntraNodeCuda {
   bool combine_pending() const { return order_.Pending(epoch_); }
   uint64_t combined_epoch() const { return order_.combined_epoch(); }
   // The largest grid of `warps` warps per block that stays resident, for dispatch's
-  // kernels or combine's (those moving fp8 rows with fp8_wire).
-  int MaxResidentBlocks(bool dispatch, int warps, bool fp8_wire = false);
+  // kernels or combine's (those moving rows as `wire`, intranode::CombineWire).
+  int MaxResidentBlocks(bool dispatch, int warps, int wire = 0);
   // With MORI_EP_TIMELINE=1: the per-phase stamps of the last dispatch and combine
   // kernels as text (synchronises the device); else "". A measurement aid.
   std::string Timeline() { return timeline_.Format(); }
 
  private:
-  LaunchShape Resolve(LaunchShape launch, bool dispatch, bool fp8_wire);
+  LaunchShape Resolve(LaunchShape launch, bool dispatch, int wire);
   RoutingSnapshot LastRouting() const;
 
   EpShape shape_;
@@ -82,7 +83,8 @@ class IntraNodeCuda {
   KernelTimeline timeline_;  // MORI_EP_TIMELINE: parts 0 (dispatch) and 1 (combine)
   bool capped_;              // a receive cap below world x max tokens: dispatch checks it
   shmem::DeviceContext ctx_;
-  int max_blocks_[3][intranode::kMaxWarpsPerBlock + 1] = {};  // combine, dispatch, combine fp8
+  // [0]: dispatch, [1 + wire]: combine moving rows as `wire`.
+  int max_blocks_[1 + intranode::kCombineWires][intranode::kMaxWarpsPerBlock + 1] = {};
   uint64_t epoch_ = 0;
   int64_t num_tokens_ = 0;
   CombineOrder order_;

@@ -68,11 +68,6 @@ void Dispatch(IntraNodeCuda& impl, const DispatchArgs& a, const Launch& l) {
   impl.RejectDispatch(reason, stream);
 }
 void Combine(IntraNodeCuda& impl, const CombineArgs& a, const Launch& l) {
-  // mori.ep refuses fp8_blockwise on CUDA when the op is built; this is the backstop.
-  if (a.fp8_block_scale_dim > 0) {
-    MORI_THROW(NotSupportedError, "quant_type fp8_blockwise is implemented on host heaps ",
-               "only; on CUDA: none, fp8_direct_cast");
-  }
   impl.Combine(a, LaunchShape{l.block_num, l.warp_per_block}, l.stream);
 }
 [[noreturn]] void RejectCombine(IntraNodeCuda& impl, const std::string& reason, uintptr_t stream,
@@ -138,7 +133,7 @@ then raise InvalidArgumentError(reason).)doc")
           R"doc(Collective combine over raw addresses (row stride in bytes; dtype 0 bf16,
 1 fp32, 2 fp8 e4m3fn; fp8_cast: bf16 rows rounded to fp8, on CUDA crossing as fp8), by
 the last dispatch's routing or ``routing``'s snapshot; fp8_block_scale_dim > 0: bf16
-rows cross as MORI's fp8_blockwise blocks (host heaps only).)doc")
+rows cross as MORI's fp8_blockwise blocks.)doc")
       .def(
           "reject_combine",
           [](Impl& self, const std::string& reason, uintptr_t stream, const RoutingWords& routing) {
@@ -196,9 +191,19 @@ void register_dispatch_combine(py::module_& m) {
 #if MORI_EP_WITH_CUDA
   BindIntraNode<IntraNodeCuda>(
       m, "IntraNodeCuda", R"doc(Intra-node dispatch/combine kernels on a CUDA symmetric heap.)doc")
-      .def("max_resident_blocks", &IntraNodeCuda::MaxResidentBlocks, py::arg("dispatch"),
-           py::arg("warps"), py::arg("fp8_wire") = false,
-           R"doc(Largest grid of ``warps`` warps per block kept resident (the launch clamp).)doc")
+      .def(
+          "max_resident_blocks",
+          [](IntraNodeCuda& self, bool dispatch, int warps, bool fp8_wire, bool fp8_blockwise) {
+            return self.MaxResidentBlocks(dispatch, warps,
+                                          fp8_blockwise ? intranode::kWireBlockwise
+                                          : fp8_wire    ? intranode::kWireFp8
+                                                        : intranode::kWireNative);
+          },
+          py::arg("dispatch"), py::arg("warps"), py::arg("fp8_wire") = false,
+          py::arg("fp8_blockwise") = false,
+          R"doc(Largest grid of ``warps`` warps per block kept resident (the launch clamp), for
+the dispatch kernels or the combine kernels moving fp8 rows (``fp8_wire``) or
+fp8_blockwise rows (``fp8_blockwise``).)doc")
       .def("timeline", &IntraNodeCuda::Timeline, py::call_guard<py::gil_scoped_release>(),
            R"doc(Per-phase timestamps of the last dispatch and combine kernels as text, when the
 op was built with ``MORI_EP_TIMELINE=1`` in the environment (else ""); synchronises the

@@ -75,7 +75,7 @@ struct LlCombineArgs {
   float* out_weights = nullptr;  // token-major: [num_tokens][K] or nullptr
   bool fp8_cast = false;         // token-major bf16: MORI's fp8_direct_cast
   // Token-major bf16: MORI's fp8_blockwise, 0 off, else the scale blocks per row
-  // (common/numeric.hpp; implemented on host heaps only).
+  // (common/numeric.hpp).
   int fp8_block_scale_dim = 0;
   // Expert-major: reduce per rank on the experts' pe with the weights the dispatch
   // sent (low_latency/protocol.hpp); topk_weights is then not read.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/launch_api.hpp"
+#include "common/numeric.hpp"
 #include "low_latency/options.hpp"
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/core/error.hpp"
@@ -264,6 +265,17 @@ void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_re
   }
   if (a.pre_reduce && dispatch_.layout != LlLayout::kExpertMajor) {
     RejectCombine("a combine pre-reduced per rank needs an expert-major dispatch before it",
+                  stream);
+  }
+  // fp8_blockwise (token-major bf16 rows): LowLatencyCpu::CombineSend's checks.
+  const int S = a.fp8_block_scale_dim;
+  if (S > 0 && a.dtype != CombineDtype::kBFloat16) {
+    RejectCombine("fp8_blockwise combines bf16 input only", stream);
+  }
+  if (S > 0 && BlockwiseRowBytes(shape_.hidden_dim, S) > shape_.combine_row_bytes) {
+    RejectCombine(StrCat("fp8_blockwise rows of ", BlockwiseRowBytes(shape_.hidden_dim, S),
+                         " bytes (", shape_.hidden_dim, " fp8 values and ", S,
+                         " fp32 scales) exceed the combine buffer's ", shape_.combine_row_bytes),
                   stream);
   }
   combine_ = a;

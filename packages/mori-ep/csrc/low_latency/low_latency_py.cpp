@@ -56,11 +56,6 @@ void DispatchRecv(LowLatencyCuda& impl, const LlRecvArgs& o, const Launch& l) {
 }
 void CombineSend(LowLatencyCuda& impl, const LlCombineArgs& a, const int32_t* total_recv, bool fuse,
                  const Launch& l) {
-  // mori.ep refuses fp8_blockwise on CUDA when the op is built; this is the backstop.
-  if (a.fp8_block_scale_dim > 0) {
-    MORI_THROW(NotSupportedError, "quant_type fp8_blockwise is implemented on host heaps ",
-               "only; on CUDA: none, fp8_direct_cast");
-  }
   impl.CombineSend(a, total_recv, fuse, LaunchShape{l.block_num, l.warp_per_block}, l.stream);
 }
 void CombineRecv(LowLatencyCuda& impl, const Launch& l) {
@@ -180,8 +175,7 @@ goes to ``total_recv`` (int32 [1]).)doc")
           py::call_guard<py::gil_scoped_release>(),
           R"doc(Return every received row to its source's slot and post the flags;
 ``total_recv``: the address of the dispatch's row count (int32 [1]);
-fp8_block_scale_dim > 0: bf16 rows cross as MORI's fp8_blockwise blocks (host heaps
-only).)doc")
+fp8_block_scale_dim > 0: bf16 rows cross as MORI's fp8_blockwise blocks.)doc")
       .def(
           "combine_send_expert_major",
           [](Impl& self, uintptr_t input, int64_t input_row_stride, uintptr_t src_info,

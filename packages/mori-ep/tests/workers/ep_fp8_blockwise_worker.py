@@ -30,6 +30,8 @@ import sys
 
 import torch
 import torch.distributed as dist
+from ep_reference import blockwise_dequantize as dequantize
+from ep_reference import blockwise_quantize as quantize
 
 from mori.core import InvalidArgumentError, shmem
 from mori.core.testing import start_rank
@@ -37,7 +39,6 @@ from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDisp
 
 seed = int(sys.argv[1])
 rank, world, dev = start_rank("cpu", "512M", 60)
-FP8 = torch.float8_e4m3fn
 EPR, K, M = 2, 3, 6
 E = EPR * world
 KINDS = ("IntraNode", "IntraNodeLL", "AsyncLL")
@@ -53,32 +54,6 @@ def make_op(kind: str, hidden: int, scale_env: str | None, quant="fp8_blockwise"
         kernel_type=EpDispatchCombineKernelType[kind], quant_type=quant,
     )  # fmt: skip
     return EpDispatchCombineOp(cfg, timeout_s=60)
-
-
-def quantize(rows: torch.Tensor, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """MORI's fp8_blockwise quantization of bf16 rows [n, hidden]: fp8 [n, hidden] and
-    fp32 scales [n, blocks]. Blocks of ceil(hidden / blocks) columns (the last short,
-    any past the row empty); a block with amax <= 448 is cast as is (scale 1), a larger
-    one as fp8(v * (448 / amax)) with scale amax * (1 / 448), in fp32."""
-    n, hidden = rows.shape
-    width = -(-hidden // blocks)
-    x = torch.zeros(n, blocks * width)
-    x[:, :hidden] = rows.float()
-    x = x.view(n, blocks, width)
-    amax = x.abs().amax(dim=2)
-    scaled = amax > 448.0
-    f448 = torch.tensor(448.0)
-    inv = torch.where(scaled, f448 / amax, torch.ones(()))
-    scale = torch.where(scaled, amax * (torch.tensor(1.0) / f448), torch.ones(()))
-    q = (x * inv[:, :, None]).to(FP8).view(n, blocks * width)[:, :hidden]
-    return q, scale
-
-
-def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """fp8 [n, hidden] times its block's scale, each product rounded to fp32."""
-    n, hidden = q.shape
-    width = -(-hidden // scale.size(1))
-    return q.float() * scale.repeat_interleave(width, dim=1)[:, :hidden]
 
 
 def table(hidden: int, blocks: int) -> torch.Tensor:

@@ -17,8 +17,6 @@ are not 16-byte aligned (the element-wise kernels).
          rounds, bit for bit; weights combined exactly
   cast   quant_type="fp8_direct_cast": every bf16 bit pattern, the same routing, the
          parts rounded to fp8 before the fp32 sum (MORI's numbers), bf16 output
-  refused (CUDA) quant_type="fp8_blockwise": the op raises NotSupportedError naming
-         what the CUDA op implements
 Prints "rank N ok" last; any failed check raises.
 """
 
@@ -29,7 +27,7 @@ import torch
 import torch.distributed as dist
 from ep_reference import FP8, factor, sum_start, to_dtype
 
-from mori.core import NotSupportedError, shmem
+from mori.core import shmem
 from mori.core.testing import start_rank
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineOp
 
@@ -193,22 +191,6 @@ def run_fp8(cast: bool) -> None:
     print(f"rank {rank}: {name} ok")
 
 
-def run_blockwise_refused() -> None:
-    """fp8_blockwise on CUDA: NotSupportedError naming what the CUDA op implements (the
-    CPU implementation's fp8_blockwise: test_fp8_blockwise.py)."""
-    cfg = EpDispatchCombineConfig(torch.bfloat16, rank, world, 7168, 0, 4, 2, 8, EPR, K,
-                                  quant_type="fp8_blockwise")  # fmt: skip
-    try:
-        EpDispatchCombineOp(cfg, timeout_s=60)
-    except NotSupportedError as e:
-        assert "on CUDA: ['none', 'fp8_direct_cast']" in str(e), str(e)
-    else:
-        raise AssertionError("an fp8_blockwise op was built on CUDA")
-    print(f"rank {rank}: blockwise refused ok")
-
-
-if CUDA:
-    run_blockwise_refused()
 run_cap()
 run_fp8(cast=False)
 run_fp8(cast=True)

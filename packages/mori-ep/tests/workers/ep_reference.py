@@ -103,3 +103,29 @@ class Routing:
         p = p.view(FP8) if t.dtype == FP8 else p.fill_(fill)
         p[:n] = t
         return p
+
+
+def blockwise_quantize(rows: torch.Tensor, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """MORI's fp8_blockwise quantization of bf16 rows [n, hidden]: fp8 [n, hidden] and
+    fp32 scales [n, blocks]. Blocks of ceil(hidden / blocks) columns (the last short,
+    any past the row empty); a block with amax <= 448 is cast as is (scale 1), a larger
+    one as fp8(v * (448 / amax)) with scale amax * (1 / 448), in fp32."""
+    n, hidden = rows.shape
+    width = -(-hidden // blocks)
+    x = torch.zeros(n, blocks * width)
+    x[:, :hidden] = rows.float()
+    x = x.view(n, blocks, width)
+    amax = x.abs().amax(dim=2)
+    scaled = amax > 448.0
+    f448 = torch.tensor(448.0)
+    inv = torch.where(scaled, f448 / amax, torch.ones(()))
+    scale = torch.where(scaled, amax * (torch.tensor(1.0) / f448), torch.ones(()))
+    q = (x * inv[:, :, None]).to(FP8).view(n, blocks * width)[:, :hidden]
+    return q, scale
+
+
+def blockwise_dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """fp8 [n, hidden] times its block's scale, each product rounded to fp32."""
+    n, hidden = q.shape
+    width = -(-hidden // scale.size(1))
+    return q.float() * scale.repeat_interleave(width, dim=1)[:, :hidden]

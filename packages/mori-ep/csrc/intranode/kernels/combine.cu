@@ -92,7 +92,7 @@ __device__ __noinline__ void TrapCombineTag(int me, int from, uint32_t theirs, u
     printf(
         "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
         "pass the same dtype)\n",
-        me, from, DtypeTagName(theirs), DtypeTagName(mine));
+        me, from, CombineTagName(theirs), CombineTagName(mine));
     dev::TrapReported();
   }
   if (me != 0) PauseBeforePeerTrap(timeout_ns);
@@ -512,27 +512,32 @@ const void* CombineKernelOf(int threads, int path) {
               CombineKernel<kNarrowThreads, kStreamPath, kWire>);
 }
 
-const void* CombineKernelFor(int threads, int path, bool fp8_wire) {
-  return fp8_wire ? CombineKernelOf<kWireFp8>(threads, path)
-                  : CombineKernelOf<kWireNative>(threads, path);
+const void* CombineKernelFor(int threads, int path, int wire) {
+  switch (wire) {
+    case kWireFp8:
+      return CombineKernelOf<kWireFp8>(threads, path);
+    case kWireBlockwise:
+      return CombineKernelOf<kWireBlockwise>(threads, path);
+    default:
+      return CombineKernelOf<kWireNative>(threads, path);
+  }
 }
 
 }  // namespace
 
-void LaunchCombine(const CombineParams& p, int path, bool fp8_wire, LaunchShape launch,
+void LaunchCombine(const CombineParams& p, int path, int wire, LaunchShape launch,
                    uintptr_t stream) {
   const unsigned threads = launch.warp_per_block * 32;
   void* args[] = {const_cast<CombineParams*>(&p)};
-  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, fp8_wire),
-                                   dim3(launch.block_num), dim3(threads), args, 0,
-                                   reinterpret_cast<cudaStream_t>(stream)));
+  MORI_CUDA_CHECK(cudaLaunchKernel(CombineKernelFor(threads, path, wire), dim3(launch.block_num),
+                                   dim3(threads), args, 0, reinterpret_cast<cudaStream_t>(stream)));
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
-int CombineBlocksPerSm(int warps, int path, bool fp8_wire) {
+int CombineBlocksPerSm(int warps, int path, int wire) {
   int n = 0;
   MORI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &n, CombineKernelFor(warps * 32, path, fp8_wire), warps * 32, 0));
+      &n, CombineKernelFor(warps * 32, path, wire), warps * 32, 0));
   return n;
 }
 

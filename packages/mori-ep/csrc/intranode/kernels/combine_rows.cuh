@@ -9,17 +9,12 @@
 // implementation's order, hence its bits). Included by combine.cu only; internal
 // linkage, as when it was part of that file.
 
+#include "intranode/kernels/combine_blockwise.cuh"
 #include "intranode/kernels/device.cuh"
 
 namespace mori::ep::intranode {
 
 namespace {
-
-// How combine rows cross to their sources: kWireNative as the input dtype (bf16 or
-// fp32), kWireFp8 as fp8 e4m3 bytes (fp8 input, or bf16 input rounded to fp8 on the
-// way: MORI's fp8_direct_cast). A kernel template parameter, so the bf16/fp32
-// kernels carry none of the fp8 code (their registers are their own).
-enum CombineWire : int { kWireNative = 0, kWireFp8 = 1 };
 
 // 8 bf16 values (a 16-byte word) rounded to 8 fp8 e4m3 bytes, element j in byte j.
 __device__ __forceinline__ uint2 Bf16WordToFp8(const int4& v) {
@@ -36,7 +31,8 @@ __device__ __forceinline__ uint2 Bf16WordToFp8(const int4& v) {
 
 // Segment `seg` of received row i back to its source s, slot [me][t] there (with
 // segment 0, its weights). kWireFp8 with p.fp8_cast: each bf16 word goes as 8 fp8
-// bytes (the slot's row is hidden bytes long).
+// bytes (the slot's row is hidden bytes long); kWireBlockwise: as fp8 blocks with
+// their scales (combine_blockwise.cuh; without p.vec the whole row, one segment).
 template <int kSeg, int kWire>
 __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t i, int s, int seg,
                                                  unsigned lane) {
@@ -46,7 +42,14 @@ __device__ __forceinline__ void ReturnRowSegment(const CombineParams& p, int64_t
   const int64_t slot = static_cast<int64_t>(c.me) * M + t;
   const char* src_row = p.input + i * p.input_row_stride;
   const bool cast = kWire == kWireFp8 && p.fp8_cast;
-  if (p.vec) {
+  if constexpr (kWire == kWireBlockwise) {
+    char* dst = PeerAt<char>(c, c.layout.comb_tokens + slot * p.combine_row_bytes, s);
+    if (p.vec) {
+      ReturnBlockwiseSegment<kSeg>(p, i, dst, seg, lane);
+    } else {
+      ReturnBlockwiseRowScalar(p, i, dst, lane);
+    }
+  } else if (p.vec) {
     const int64_t nwords = p.row_bytes / 16;
     const int4* src = reinterpret_cast<const int4*>(src_row);
     int4* dst = PeerAt<int4>(c, c.layout.comb_tokens + slot * p.combine_row_bytes, s);
@@ -311,11 +314,18 @@ __device__ __forceinline__ void ReduceWeights(const CombineParams& p, int64_t t,
 }
 
 // One reduce item: segment `seg` of token t's row (the whole row without vector
-// access), and with segment 0 the token's weights. Shared by every combine path.
+// access; kWireBlockwise: combine_blockwise.cuh), and with segment 0 the token's weights. Shared by
+// every combine path.
 template <int kU, int kWire>
 __device__ __forceinline__ void ReduceItem(const CombineParams& p, int64_t t, int seg,
                                            unsigned lane) {
-  if (!p.vec) {
+  if constexpr (kWire == kWireBlockwise) {
+    if (p.vec) {
+      ReduceBlockwiseSegment<kU>(p, t, seg, lane);
+    } else {
+      ReduceBlockwiseTokenScalar(p, t, lane);
+    }
+  } else if (!p.vec) {
     ReduceTokenScalar<kWire>(p, t, lane);
   } else if constexpr (kWire == kWireNative) {
     if (p.dtype == CombineDtype::kBFloat16) {

@@ -76,7 +76,15 @@ struct CombineParams {
   int64_t input_row_stride, input_rows;
   CombineDtype dtype;  // of input and output
   bool fp8_cast;       // bf16 rows cross as fp8 e4m3 (MORI's fp8_direct_cast)
-  bool vec;            // rows, slots, input and output all move as 16-byte words
+  // Rows, slots, input and output all move as 16-byte words; under kWireBlockwise
+  // also: a scale block is block_lanes whole 16-byte words (combine_blockwise.cuh).
+  bool vec;
+  // kWireBlockwise (MORI's fp8_blockwise, common/numeric.hpp): scale blocks per row,
+  // columns per block, where the scales start in a wire row, and (vec) the 16-byte
+  // bf16 words per block, a power of two <= 32.
+  int scale_dim;
+  int64_t block_elems, scales_offset;
+  int block_lanes;
   const float* weights;
   void* out;
   float* out_weights;
@@ -116,6 +124,14 @@ struct DispatchScratch {
   int32_t* token_rows;     // [M][kW] row of token t at pe d, -1 when not sent there
   uint32_t* work;          // (token, segment) items handed out; the last block resets it
 };
+
+// How combine rows cross to their sources (a kernel template parameter, so the
+// bf16/fp32 kernels carry none of the fp8 code): kWireNative as the input dtype (bf16
+// or fp32), kWireFp8 as fp8 e4m3 bytes (fp8 input, or bf16 input rounded to fp8 on the
+// way: MORI's fp8_direct_cast), kWireBlockwise as MORI's fp8_blockwise rows (bf16
+// input: fp8 e4m3 blocks with fp32 scales, BlockwiseRowBytes).
+enum CombineWire : int { kWireNative = 0, kWireFp8 = 1, kWireBlockwise = 2 };
+inline constexpr int kCombineWires = 3;
 
 // Combine's paths; the host picks one per call (IntraNodeCuda::Combine). One kernel
 // per path keeps each path's register allocation its own (both in one kernel spilled

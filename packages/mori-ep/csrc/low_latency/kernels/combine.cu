@@ -7,6 +7,7 @@
 // layout). The arithmetic (bf16/fp8 rounding, the reduction order, fp32 products and
 // sums without fused multiply-adds) is the CPU implementation's (low_latency/cpu.cpp),
 // so outputs are bit-identical.
+#include "common/fp8_blockwise.cuh"
 #include "low_latency/kernels/device.cuh"
 
 namespace mori::ep::low_latency {
@@ -137,10 +138,88 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   }
 }
 
+// 16-byte words of bf16 per lane a token-major fp8_blockwise send keeps in flight: an
+// item is (row, 32 x kLlBlockwiseWords words), 2 KiB of bf16 (kLlMinChunk).
+inline constexpr int kLlBlockwiseWords = 4;
+
+// Whether token-major rows quantize word-parallel under fp8_blockwise: rows of whole
+// 16-byte words, a scale block a power of two of them up to a warp, 16-byte aligned
+// input rows and slot rows (combine_blockwise.cuh in intranode/kernels explains the
+// lane groups); else a warp quantizes a row column by column (QuantizeRowWarp).
+__device__ __forceinline__ bool BlockwiseWordParallel(const LlParams& p) {
+  const LlCombineArgs& a = p.c;
+  const int64_t B = BlockwiseBlockElems(p.hidden_dim, a.fp8_block_scale_dim), L = B / 8;
+  return p.hidden_dim % 8 == 0 && B % 8 == 0 && L <= 32 && (L & (L - 1)) == 0 &&
+         a.input_row_stride % 16 == 0 && reinterpret_cast<uintptr_t>(a.input) % 16 == 0 &&
+         p.combine_row_bytes % 16 == 0;
+}
+
+// The token-major send under fp8_blockwise (LowLatencyCpu::CombineSendTokenMajor):
+// every received row, quantized, to its source's slot [me][t] (own rows too); `area`
+// as in CombineSend. Word-parallel items are (row, piece of 32 x kLlBlockwiseWords
+// words): the loads of a piece are issued before its stores, a block's largest
+// |value| comes from the block_lanes lanes holding it, its first lane stores the
+// scale, and piece 0 also stores scale 1 for the blocks past the row.
+template <bool kCe, typename Area>
+__device__ __forceinline__ void CombineSendBlockwise(const LlParams& p, int64_t total, Area area,
+                                                     size_t ct_off, size_t cw_off, int64_t gwarp,
+                                                     int64_t nwarps, unsigned lane) {
+  const LlCombineArgs& a = p.c;
+  const int K = p.top_k, me = p.me, S = a.fp8_block_scale_dim;
+  const int64_t M = p.max_tokens, Hc = p.combine_row_bytes, hidden = p.hidden_dim;
+  const int64_t so = BlockwiseScalesOffset(hidden);
+  const char* input = static_cast<const char*>(a.input);
+  const bool words = BlockwiseWordParallel(p);
+  const int L = static_cast<int>(BlockwiseBlockElems(hidden, S) / 8);
+  const int64_t nwords = hidden / 8;
+  const int64_t pieces =
+      words ? (nwords + 32 * kLlBlockwiseWords - 1) / (32 * kLlBlockwiseWords) : 1;
+  for (int64_t item = gwarp; item < total * pieces; item += nwarps) {
+    const int64_t i = item / pieces, pc = item % pieces;
+    const int s = static_cast<int>(a.src_pos[i] / M);
+    const int64_t t = a.src_pos[i] % M;
+    const int64_t slot = (kCe && s != me ? s : me) * M + t;
+    char* dst = area(ct_off, s) + slot * Hc;
+    const char* src_row = input + i * a.input_row_stride;
+    if (words) {
+      const uint4* src = reinterpret_cast<const uint4*>(src_row);
+      const int64_t w0 = pc * 32 * kLlBlockwiseWords + lane;
+      uint4 v[kLlBlockwiseWords];
+#pragma unroll
+      for (int k = 0; k < kLlBlockwiseWords; ++k) {
+        const int64_t w = w0 + k * 32;
+        v[k] = w < nwords ? __ldg(src + w) : make_uint4(0, 0, 0, 0);
+      }
+      uint2* dst8 = reinterpret_cast<uint2*>(dst);
+      float* scales = reinterpret_cast<float*>(dst + so);
+#pragma unroll
+      for (int k = 0; k < kLlBlockwiseWords; ++k) {
+        const int64_t w = w0 + k * 32;
+        const Fp8BlockScale sc =
+            Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(v[k]), L)));
+        if (w < nwords) {
+          dst8[w] = QuantizeWord(v[k], sc);
+          if ((lane & (L - 1)) == 0) scales[w / L] = sc.scale;
+        }
+      }
+      if (pc == 0) {
+        for (int64_t b = (nwords + L - 1) / L + lane; b < S; b += 32) scales[b] = 1.0f;
+      }
+    } else {
+      QuantizeRowWarp(reinterpret_cast<const uint16_t*>(src_row), hidden, S, dst, lane);
+    }
+    if (pc == 0 && a.weights != nullptr && lane < K) {
+      reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+    }
+  }
+}
+
 // kLlPartials: the pre-reduced expert-major combine (LlCombineArgs::pre_reduce);
 // kLlCopyEngine: a copy-engine op's combine (token-major rows for other pes go to the
 // staging, the host copies them; every combine of such an op uses half 0).
-template <int kVariant>
+// kBlockwise: a token-major combine under fp8_blockwise (the bf16 kernels carry none
+// of its code).
+template <int kVariant, bool kBlockwise>
 __device__ void CombineSend(const LlParams& p, uint64_t call) {
   constexpr bool kPartials = CombinePartials<kVariant>, kCe = kVariant == kLlCopyEngine;
   constexpr bool ce = CombineCe<kVariant>;
@@ -180,16 +259,20 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     const auto area = [&](size_t off, int s) -> char* {
       return kCe && s != me ? p.stage_comb + (off - p.layout.comb_tokens) : c.Peer(off, s);
     };
-    const int64_t C = RowChunks(total, nwarps, p.hidden_dim * eb);
-    for (int64_t item = gwarp; item < total * C; item += nwarps) {
-      const int64_t i = item / C, ch = item % C;
-      const int s = static_cast<int>(a.src_pos[i] / M);
-      const int64_t t = a.src_pos[i] % M;
-      const int64_t slot = (kCe && s != me ? s : me) * M + t;
-      CopyChunk(area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb, ch,
-                C, lane);
-      if (ch == 0 && a.weights != nullptr && lane < K) {
-        reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+    if constexpr (kBlockwise) {
+      CombineSendBlockwise<kCe>(p, total, area, ct_off, cw_off, gwarp, nwarps, lane);
+    } else {
+      const int64_t C = RowChunks(total, nwarps, p.hidden_dim * eb);
+      for (int64_t item = gwarp; item < total * C; item += nwarps) {
+        const int64_t i = item / C, ch = item % C;
+        const int s = static_cast<int>(a.src_pos[i] / M);
+        const int64_t t = a.src_pos[i] % M;
+        const int64_t slot = (kCe && s != me ? s : me) * M + t;
+        CopyChunk(area(ct_off, s) + slot * Hc, input + i * a.input_row_stride, p.hidden_dim * eb,
+                  ch, C, lane);
+        if (ch == 0 && a.weights != nullptr && lane < K) {
+          reinterpret_cast<float*>(area(cw_off, s))[slot * K + lane] = a.weights[i * K + lane];
+        }
       }
     }
   } else if constexpr (kPartials) {
@@ -297,8 +380,66 @@ __device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, Combin
   static_cast<float*>(out)[i] = v;
 }
 
+// Columns [h0, h0 + 8) of my token t under fp8_blockwise (CombineTokenRowFp8Blockwise):
+// each part's fp8 values times its block's scale, summed in fp32 from -0.0 in
+// ascending pe order, rounded once to bf16; no part: zeros. With `words` (rows of
+// whole 8-column pieces within a block, 8-byte aligned slot rows, a 16-byte aligned
+// output) one 8-byte load and one scale per part, every part's loads issued before
+// the sums; else column by column.
+__device__ __forceinline__ void ReduceBlockwiseColumns(const LlParams& p, const char* comb,
+                                                       const uint8_t* ranks, int64_t t, int64_t h0,
+                                                       bool words) {
+  const LlCombineArgs& a = p.c;
+  const int W = p.world;
+  const int64_t M = p.max_tokens, Hc = p.combine_row_bytes, hidden = p.hidden_dim;
+  const int64_t B = BlockwiseBlockElems(hidden, a.fp8_block_scale_dim);
+  const int64_t so = BlockwiseScalesOffset(hidden);
+  uint16_t* out = static_cast<uint16_t*>(a.out) + t * hidden + h0;
+  bool any = false;
+  for (int d = 0; d < W; ++d) any |= ranks[d] != 0;
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = any ? kSumStart : 0.0f;
+  if (words) {
+    uint2 q[kMaxCudaWorldSize];
+    float sc[kMaxCudaWorldSize];
+#pragma unroll
+    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
+      q[d] = make_uint2(0, 0);
+      sc[d] = 0.0f;
+      if (d < W && ranks[d]) {
+        const char* row = comb + (d * M + t) * Hc;
+        q[d] = __ldcg(reinterpret_cast<const uint2*>(row + h0));
+        sc[d] = __ldcg(reinterpret_cast<const float*>(row + so) + h0 / B);
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
+      if (d < W && ranks[d]) AccumulateFp8Word(acc, q[d], sc[d]);
+    }
+    uint32_t o[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      o[v] = FloatToBf16Bits(acc[2 * v]) |
+             (static_cast<uint32_t>(FloatToBf16Bits(acc[2 * v + 1])) << 16);
+    }
+    *reinterpret_cast<uint4*>(out) = make_uint4(o[0], o[1], o[2], o[3]);
+    return;
+  }
+  const int64_t cols = hidden - h0 < 8 ? hidden - h0 : 8;
+  for (int d = 0; d < W; ++d) {
+    if (!ranks[d]) continue;
+    const char* row = comb + (d * M + t) * Hc;
+    for (int i = 0; i < cols; ++i) {
+      const float scale = LoadScaleBytes(row + so + 4 * ((h0 + i) / B));
+      acc[i] = AddRn(acc[i], Fp8BlockDequantize(static_cast<uint8_t>(__ldcg(row + h0 + i)), scale));
+    }
+  }
+  for (int i = 0; i < cols; ++i) out[i] = FloatToBf16Bits(acc[i]);
+}
+
 // ----------------------------------------------------------- combine receive
-template <int kVariant>
+template <int kVariant, bool kBlockwise>
 __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   constexpr bool kPartials = CombinePartials<kVariant>;
   constexpr bool ce = CombineCe<kVariant>;
@@ -331,6 +472,11 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     // moves 16 bytes per lane per part (4 columns per lane cost a load latency per 8 B).
     constexpr int kCols = 8;  // per lane: a 256-column item, one 16-byte load per bf16 part
     const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
+    bool words = false;
+    if constexpr (kBlockwise) {
+      words = hidden % 8 == 0 && BlockwiseBlockElems(hidden, a.fp8_block_scale_dim) % 8 == 0 &&
+              Hc % 8 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+    }
     for (int64_t item = gwarp; item < n * chunks; item += nwarps) {
       const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
       // As CombineTokenRow / CombineTokenWeights (common/numeric.hpp): no part: zeros; one
@@ -339,7 +485,9 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
       for (int d = 0; d < W; ++d) {
         if (token_ranks[t * W + d]) ++parts, only = d;
       }
-      if (h0 < hidden) {
+      if constexpr (kBlockwise) {
+        if (h0 < hidden) ReduceBlockwiseColumns(p, comb, token_ranks + t * W, t, h0, words);
+      } else if (h0 < hidden) {
         const int64_t cols = hidden - h0 < kCols ? hidden - h0 : kCols;
         char* o = static_cast<char*>(a.out) + t * row_bytes + h0 * eb;
         if (parts == 0) {
@@ -488,7 +636,7 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   }
 }
 
-template <int kVariant>
+template <int kVariant, bool kBlockwise = false>
 __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
     LowLatencyCombineKernel(const __grid_constant__ LlParams p) {
   constexpr bool kCe = kVariant == kLlCopyEngine;
@@ -496,8 +644,8 @@ __global__ void __launch_bounds__(kLlMaxWarps * 32, 1)
   if (p.phases & kLlRejectCombine) return Reject<kCe>(p, false);
   const uint64_t ccall = st->combine_calls + ((p.phases & kLlCombineSend) ? 1 : 0);
   __syncthreads();
-  if (p.phases & kLlCombineSend) CombineSend<kVariant>(p, ccall);
-  if (p.phases & kLlCombineRecv) CombineRecv<kVariant>(p, ccall);
+  if (p.phases & kLlCombineSend) CombineSend<kVariant, kBlockwise>(p, ccall);
+  if (p.phases & kLlCombineRecv) CombineRecv<kVariant, kBlockwise>(p, ccall);
 }
 
 }  // namespace
@@ -507,6 +655,10 @@ void LaunchCombine(const LlParams& p, int blocks, int threads, uintptr_t stream)
   if (p.c.pre_reduce && (p.phases & kLlRejectCombine) == 0) {
     kernel = p.copy_engine ? LowLatencyCombineKernel<kLlPartialsCe>
                            : LowLatencyCombineKernel<kLlPartials>;
+  } else if (p.c.fp8_block_scale_dim > 0 && (p.phases & kLlRejectCombine) == 0) {
+    // fp8_blockwise: token-major only (LowLatencyCuda::CombineSend refuses the rest).
+    kernel = p.copy_engine ? LowLatencyCombineKernel<kLlCopyEngine, true>
+                           : LowLatencyCombineKernel<kLlDefault, true>;
   } else if (p.copy_engine) {
     kernel = LowLatencyCombineKernel<kLlCopyEngine>;
   }

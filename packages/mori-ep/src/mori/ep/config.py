@@ -38,9 +38,8 @@ class EpDispatchCombineKernelType(enum.IntEnum):
 
 class EpDispatchCombineQuantType(enum.IntEnum):
     """How combine quantises what it sends (MORI's names and values). ``None_``,
-    ``Fp8DirectCast`` and ``Fp8BlockwiseQuant`` are implemented (the last on host heaps
-    only: on CUDA the op raises NotSupportedError); ``Fp4BlockwiseQuant`` raises
-    NotSupportedError."""
+    ``Fp8DirectCast`` and ``Fp8BlockwiseQuant`` are implemented (host heaps and CUDA);
+    ``Fp4BlockwiseQuant`` raises NotSupportedError."""
 
     None_ = 0
     Fp8DirectCast = 1
@@ -130,7 +129,7 @@ class EpDispatchCombineConfig:
             ``"fp8_blockwise"`` (MORI's: each bf16 row sent as fp8 e4m3 in
             :attr:`combine_scale_dim` blocks of ``ceil(hidden_dim / combine_scale_dim)``
             columns with one fp32 scale each, dequantized and summed in fp32, bf16
-            output; host heaps only, README "Semantics"); ``"fp4_blockwise"`` raises
+            output; README "Semantics"); ``"fp4_blockwise"`` raises
             NotSupportedError.
         device: ``"cpu"``, ``"cuda"`` or None (follow the shmem heap: a host heap
             selects the CPU implementation). Keyword-only, mori's addition.

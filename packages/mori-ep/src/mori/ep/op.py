@@ -22,7 +22,6 @@ from mori.core import InvalidArgumentError, InvalidStateError, NotSupportedError
 from .config import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
-    EpDispatchCombineQuantType,
     same_config_everywhere,
 )
 from .intranode import IntraNodeMode
@@ -115,12 +114,6 @@ class EpDispatchCombineOp:
                 f"{shmem.my_pe()} of {shmem.n_pes()}"
             )
         place = placement_for(config)
-        blockwise = config.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant
-        if blockwise and place.device.type != "cpu":
-            raise NotSupportedError(
-                "quant_type fp8_blockwise is implemented on host heaps only (device='cpu'); "
-                "on CUDA: ['none', 'fp8_direct_cast']"
-            )
         self.config = config
         self.device = place.device
         self.timeout_s = timeout_s
@@ -317,9 +310,10 @@ class EpDispatchCombineOp:
             no expert). With ``quant_type="fp8_direct_cast"`` every returned value is
             first rounded to fp8 e4m3, as MORI sends it (on CUDA the rows cross
             NVLink as fp8 bytes and the kernel rounds this rank's own part likewise).
-            With ``quant_type="fp8_blockwise"`` (host heaps) every returned row is
+            With ``quant_type="fp8_blockwise"`` every returned row is
             quantized per block to fp8 e4m3 with an fp32 scale per block and
-            dequantized before the sum (README, Semantics).
+            dequantized before the sum (README, Semantics; on CUDA the rows cross
+            NVLink as fp8 blocks and scales, this rank's own part quantized likewise).
             ``out_weights fp32 [num_tokens, k]`` likewise, or None. Views of the op's
             buffers, valid until the next combine.
 

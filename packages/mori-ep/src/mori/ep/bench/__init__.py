@@ -5,6 +5,7 @@
     python -m mori.ep.bench [--world-size 2] [--tokens 128,512,4096] [--dtype bf16,fp8]
                             [--block-num 24,96] [--warp-per-block 16] [--iters 20]
                             [--kernel-type IntraNode,IntraNodeLL,AsyncLL,standard-moe,deepep-ll]
+                            [--combine-quant none,fp8_blockwise]
                             [--overlap] [--json PATH] [--plot PATH]
 
 Starts ``--world-size`` local processes (or runs as one rank under torchrun), one per
@@ -28,6 +29,13 @@ Bandwidth, per rank (GB/s = 1e9 bytes/s), in two definitions:
     combine: the bytes it sends back, ``recv rows x hidden x 2`` (bf16).
   * cross-GPU: the same, counting only rows from (dispatch) / to (combine) other ranks.
 Weights and indices (8 bytes per top-k slot) move too but are not counted, as in MORI.
+``--combine-quant none,fp8_blockwise`` adds, for the token-major kernel types, an op
+built with ``quant_type="fp8_blockwise"`` (MORI's blockwise fp8 combine; its dispatch is
+the bf16 op's): its rows are labelled ``<impl> fp8_blockwise``, its combine GB/s count
+the bytes that cross (``recv rows x (align4(hidden) + 4 x MORI_FP8_COMBINE_SCALE_DIM)``,
+7392 of bf16's 14336 per row at hidden 7168), and a table puts its bytes sent and
+times beside the bf16 combine of the same case, with the largest difference of its
+output from the bf16 combine's relative to the largest bf16 value.
 A peer-copy reference (rank 0's copy engine into rank 1's heap) is measured in the
 same run. Beside every mori row, the floors of the same case (``--no-floors`` skips
 them; mori.ep.bench.floors): an empty kernel's graph replay, one device copy of the
@@ -66,6 +74,17 @@ def _str_list(text: str) -> list[str]:
     for v in vals:
         if v not in ("bf16", "fp8"):
             raise argparse.ArgumentTypeError(f"dtype {v!r} must be bf16 or fp8")
+    return vals
+
+
+COMBINE_QUANTS = ("none", "fp8_blockwise")
+
+
+def _quant_list(text: str) -> list[str]:
+    vals = scaffold.comma_list(text)
+    for v in vals:
+        if v not in COMBINE_QUANTS:
+            raise argparse.ArgumentTypeError(f"combine quant {v!r} must be one of {COMBINE_QUANTS}")
     return vals
 
 
@@ -135,6 +154,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "so), standard-moe-rows (the same with one row per (token, expert) sent back: "
         "MORI_EP_LL_PRE_REDUCE=0), deepep-ll (low_latency_dispatch/combine "
         "on an IntraNodeLL op; fp8 = the cast inside dispatch)",
+    )  # fmt: skip
+    p.add_argument(
+        "--combine-quant", type=_quant_list, default=["none"],
+        help="combine quant types, comma separated: none (bf16 rows), fp8_blockwise "
+        "(MORI's blockwise fp8 combine; token-major kernel types only)",
     )  # fmt: skip
     p.add_argument(
         "--overlap", action="store_true",

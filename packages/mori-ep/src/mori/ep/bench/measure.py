@@ -19,6 +19,8 @@ KERNEL_TYPES = (
     "IntraNode", "IntraNodeLL", "AsyncLL", "AsyncLL-ce", "standard-moe", "standard-moe-rows",
     "deepep-ll",
 )  # fmt: skip
+# The kernel types measured by measure_token_major (the ones --combine-quant applies to).
+TOKEN_MAJOR = ("IntraNode", "IntraNodeLL", "AsyncLL", "AsyncLL-ce")
 # The expert-major entry points run on an op of this kernel type.
 OP_KERNEL_TYPE = {
     "standard-moe": "IntraNodeLL", "standard-moe-rows": "IntraNodeLL", "deepep-ll": "IntraNodeLL",
@@ -31,8 +33,16 @@ OP_ENV = {
 }
 
 
-def impl_name(kt: str) -> str:
-    return "mori" if kt == "IntraNode" else f"mori {kt}"
+def impl_name(kt: str, quant: str = "none") -> str:
+    name = "mori" if kt == "IntraNode" else f"mori {kt}"
+    return name if quant == "none" else f"{name} {quant}"
+
+
+def combine_row_bytes(op, hidden: int) -> int:
+    """Bytes one combine row crosses as: bf16, or under fp8_blockwise the fp8 values
+    padded to 4 bytes and one fp32 scale per block (BlockwiseRowBytes)."""
+    blocks = op._fp8_blockwise_combine_scale_dim
+    return hidden * 2 if blocks == 0 else -(-hidden // 4) * 4 + 4 * blocks
 
 
 def print_timeline(ctx, op, label: str) -> None:
@@ -218,9 +228,12 @@ def measure_overlap(args, ctx, op, case: Case, kt="AsyncLL") -> list[dict]:
     return rows
 
 
-def measure_token_major(args, ctx, op, case: Case, kt="IntraNode", baseline=True) -> list[dict]:
+def measure_token_major(
+    args, ctx, op, case: Case, kt="IntraNode", baseline=True, quant="none"
+) -> list[dict]:
     """Time mori's dispatch/combine (each block count) and, with `baseline`, the
-    all_to_all baseline on one case; returns this rank's records."""
+    all_to_all baseline on one case; returns this rank's records. `quant`: the op's
+    combine quant type (its combine bytes are what crosses: combine_row_bytes)."""
     import torch
     import torch.distributed as dist
 
@@ -246,11 +259,12 @@ def measure_token_major(args, ctx, op, case: Case, kt="IntraNode", baseline=True
     mori_out = mori_out.clone()
     del out, out_w, total_t  # views of the heap: finalize needs them gone
     row_bytes = hidden * x.element_size() + (scale_dim * 4 if dt == "fp8" else 0)
+    comb_row = combine_row_bytes(op, hidden)
     vol = {
         "dispatch": total * row_bytes,
         "dispatch_cross": (total - local_rows) * row_bytes,
-        "combine": total * hidden * 2,
-        "combine_cross": (total - local_rows) * hidden * 2,
+        "combine": total * comb_row,
+        "combine_cross": (total - local_rows) * comb_row,
     }
     for blocks in args.block_num if cuda else [0]:
 
@@ -265,13 +279,24 @@ def measure_token_major(args, ctx, op, case: Case, kt="IntraNode", baseline=True
                 op.combine_recv()
 
         d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
-        print_timeline(ctx, op, f"{impl_name(kt)}, {n} tokens {dt} {blocks} blocks")
-        rec = record(impl_name(kt), n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
+        name = impl_name(kt, quant)
+        print_timeline(ctx, op, f"{name}, {n} tokens {dt} {blocks} blocks")
+        rec = record(name, n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
         rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
         ctx.floors.attach(rec, case, vol, "token")
         rec["matches_intranode"] = bool(
-            torch.equal(mori_out, ctx.reference.setdefault((n, dt), mori_out))
+            torch.equal(mori_out, ctx.reference.setdefault((n, dt, quant), mori_out))
         )
+        rec.update(kernel_type=kt, combine_quant=quant, combine_sent_bytes=vol["combine"],
+                   combine_sent_cross_bytes=vol["combine_cross"])  # fmt: skip
+        bf16 = ctx.reference.get((n, dt, "none"))
+        if quant != "none" and bf16 is not None:
+            # The quantized combine beside the bf16 one of the same rows: the largest
+            # difference relative to the largest bf16 value.
+            top = float(bf16.float().abs().max()) or 1.0
+            rec["combine_rel_diff_vs_bf16"] = (
+                float((mori_out.float() - bf16.float()).abs().max()) / top
+            )
         records.append(rec)
     if args.no_baseline or not baseline:
         return records

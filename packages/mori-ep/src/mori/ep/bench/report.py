@@ -65,7 +65,8 @@ def report(args, meta, records) -> None:
     print(scaffold.table(rows, headers))
     print(
         "GB/s: bytes received per rank incl. the copy to itself (MORI/DeepEP); cross: "
-        "cross-GPU (cross-rank) bytes only; combine counts the bf16 rows sent back; "
+        "cross-GPU (cross-rank) bytes only; combine counts the bf16 rows sent back "
+        "(fp8_blockwise rows: the bytes that cross); "
         "us: per call (CUDA events around each graph replay); kern us: the kernel's own "
         "GPU time (profiler, median; as DeepEP measures)"
     )
@@ -138,6 +139,7 @@ def report(args, meta, records) -> None:
              for r in sorted(wire, key=lambda r: (r["tokens"], r["dtype"], r["impl"], r["rank"]))],
             ["tokens", "dtype", "impl", "rank", "sends", "MB sent", "comb us", "comb kern us"],
         ))  # fmt: skip
+    quant_table(records)
     same = [r.get("matches_intranode") for r in records if "matches_intranode" in r]
     if len({r["impl"] for r in records if "matches_intranode" in r}) > 1:
         print(
@@ -148,6 +150,40 @@ def report(args, meta, records) -> None:
         scaffold.write_json(args.json, {"meta": meta, "records": records})
     if args.plot:
         plot(args.plot, meta, records)
+
+
+def quant_table(records) -> None:
+    """With --combine-quant fp8_blockwise: each quantized combine beside the bf16
+    combine of the same case (kernel type, tokens, dtype, blocks, rank)."""
+    quant = [r for r in records if r.get("combine_quant", "none") != "none"]
+    if not quant:
+        return
+    key = lambda r: (r["kernel_type"], r["tokens"], r["dtype"], r["block_num"], r["rank"])  # noqa: E731
+    bf16 = {key(r): r for r in records if r.get("combine_quant") == "none"}
+    rows = []
+    for r in sorted(quant + list(bf16.values()), key=lambda r: (key(r), r["combine_quant"])):
+        if key(r) not in {key(q) for q in quant}:
+            continue
+        base = bf16.get(key(r))
+        mine = r.get("combine_kernel_us") or r["combine_us"]
+        ref = (base.get("combine_kernel_us") or base["combine_us"]) if base else None
+        rows.append([
+            r["tokens"], r["dtype"], r["kernel_type"], r["block_num"] or "-", r["rank"],
+            r["combine_quant"],
+            f"{r['combine_sent_bytes'] / 1e6:.3f} ({r['combine_sent_cross_bytes'] / 1e6:.3f})",
+            r["combine_us"], or_dash(r.get("combine_kernel_us")),
+            f"{mine / ref:.2f}x" if ref else "-",
+            f"{r['combine_rel_diff_vs_bf16']:.2e}" if "combine_rel_diff_vs_bf16" in r else "-",
+        ])  # fmt: skip
+    print(
+        "combine by quant type, same run: MB each rank sends back incl. the copy to itself "
+        "(cross-rank in brackets); x bf16: kernel time over the bf16 combine's; diff: "
+        "largest |output - bf16 output| / largest |bf16 output|"
+    )
+    print(scaffold.table(rows, [
+        "tokens", "dtype", "kernel", "blocks", "rank", "quant", "MB sent", "comb us",
+        "comb kern us", "x bf16", "diff",
+    ]))  # fmt: skip
 
 
 def floors_table(meta, records) -> None:

@@ -16,6 +16,7 @@ from .floors import Floors
 from .measure import (
     OP_ENV,
     OP_KERNEL_TYPE,
+    TOKEN_MAJOR,
     Case,
     measure_deepep,
     measure_overlap,
@@ -53,8 +54,11 @@ def worker(args: argparse.Namespace) -> None:
         sd = scale_dim if dt == "fp8" else 0
         return (world, rank, m, k, hidden, 2, sd * 4, epr)
 
+    # (kernel type, combine quant) of every op: fp8_blockwise for token-major ones only.
+    kinds = [(kt, cq) for kt in args.kernel_type for cq in args.combine_quant
+             if cq == "none" or kt in TOKEN_MAJOR]  # fmt: skip
     heap = 0
-    for kt in args.kernel_type:
+    for kt, _ in kinds:
         layout = _C.ep_buffer_layout if kt == "IntraNode" else _C.ll_buffer_layout
         heap += sum(layout(*shape(dt))["total_bytes"] for dt in args.dtype)
     heap += (PEER_COPY_BYTES if cuda and world > 1 else 0) + (64 << 20)
@@ -65,7 +69,7 @@ def worker(args: argparse.Namespace) -> None:
 
     timer = Timer(cuda)
     ops = {}
-    for kt, dt in ((kt, dt) for kt in args.kernel_type for dt in args.dtype):
+    for kt, cq, dt in ((kt, cq, dt) for kt, cq in kinds for dt in args.dtype):
         cfg = EpDispatchCombineConfig(
             rank=rank,
             world_size=world,
@@ -80,11 +84,12 @@ def worker(args: argparse.Namespace) -> None:
             block_num=max(args.block_num),
             data_type=fp8 if dt == "fp8" else torch.bfloat16,
             kernel_type=EpDispatchCombineKernelType[OP_KERNEL_TYPE.get(kt, kt)],
+            quant_type=cq,
         )
         saved = os.environ.copy()
         os.environ.update(OP_ENV.get(kt, {}))
         try:
-            ops[kt, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+            ops[kt, cq, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
         finally:
             for v in OP_ENV.get(kt, {}):
                 if v in saved:
@@ -103,7 +108,7 @@ def worker(args: argparse.Namespace) -> None:
     ctx = SimpleNamespace(
         rank=rank, world=world, epr=epr, k=k, hidden=hidden, m=m, cuda=cuda, device=device,
         timer=timer, barrier=barrier, scale_dim=scale_dim, a2a_group=a2a_group,
-        reference={},  # (tokens, dtype) -> the first token-major kernel type's combine output
+        reference={},  # (tokens, dtype, quant) -> the first token-major kind's combine output
     )  # fmt: skip
     ctx.floors = Floors(args, ctx)
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
@@ -117,18 +122,19 @@ def worker(args: argparse.Namespace) -> None:
         for dt in args.dtype:
             x = (x32.to(fp8) if dt == "fp8" else x32.to(torch.bfloat16)).to(device)
             case = Case(n, dt, x, w, sc if dt == "fp8" else None, idx)
-            for i, kt in enumerate(args.kernel_type):
+            for i, (kt, cq) in enumerate(kinds):
+                op = ops[kt, cq, dt]
                 if kt == "deepep-ll":
                     bf = x32.to(torch.bfloat16).to(device)
-                    records += measure_deepep(args, ctx, ops[kt, dt], case, bf)
+                    records += measure_deepep(args, ctx, op, case, bf)
                 elif kt in ("standard-moe", "standard-moe-rows"):
-                    records += measure_standard_moe(args, ctx, ops[kt, dt], case, kt)
+                    records += measure_standard_moe(args, ctx, op, case, kt)
                 else:
                     records += measure_token_major(
-                        args, ctx, ops[kt, dt], case, kt, baseline=i == 0
+                        args, ctx, op, case, kt, baseline=i == 0 and cq == "none", quant=cq
                     )
-                if kt in ("AsyncLL", "AsyncLL-ce") and args.overlap:
-                    overlaps += measure_overlap(args, ctx, ops[kt, dt], case, kt)
+                if kt in ("AsyncLL", "AsyncLL-ce") and args.overlap and cq == "none":
+                    overlaps += measure_overlap(args, ctx, op, case, kt)
 
     gathered, gathered_overlaps = [None] * world, [None] * world
     dist.all_gather_object(gathered, records)
