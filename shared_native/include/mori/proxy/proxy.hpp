@@ -87,7 +87,8 @@ class MORI_API Proxy {
   Path PathTo(int pe) const;
   // The node key of pe (hostname/boot_id, or "env:<MORI_SHMEM_NODE_ID>").
   std::string NodeOf(int pe) const;
-  // Throws the proxy's error (TransportError) if it failed, InvalidStateError if closed.
+  // Throws the proxy's error (TransportError, naming the lost pe and its node) if it
+  // failed; pushing into a closed proxy's queues throws InvalidStateError.
   void CheckHealth() const;
   ProxyStats Stats() const;
 
