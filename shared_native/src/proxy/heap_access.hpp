@@ -38,6 +38,12 @@ class HeapAccess {
   std::vector<PeerInfo>& peers() { return peers_; }
   const std::vector<PeerInfo>& peers() const { return peers_; }
 
+  // "proxy of pe 0 (node 'env:0')": how this process's messages start.
+  std::string Self() const { return StrCat("proxy of pe ", my_pe_, " (node '", NodeOf(my_pe_), "')"); }
+  std::string NodeOf(int pe) const {
+    return pe >= 0 && pe < static_cast<int>(peers_.size()) ? peers_[pe].node : std::string("?");
+  }
+
   // "pe 3 (node 'env:1')".
   std::string PeName(int pe) const {
     if (pe < 0 || pe >= static_cast<int>(peers_.size())) return StrCat("pe ", pe);

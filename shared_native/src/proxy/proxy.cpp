@@ -17,6 +17,7 @@
 #include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/shmem/shmem.hpp"
 #include "samehost_transports.hpp"
 #include "shmem/local_group.hpp"
@@ -311,12 +312,11 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
   }
   MORI_CHECK_ARG(options.num_queues >= 1 && options.num_queues <= 1024,
                  "proxy: num_queues ", options.num_queues, " outside [1, 1024]");
-  MORI_CHECK_ARG(options.timeout.count() > 0, "proxy: timeout ", options.timeout.count(),
-                 " ms must be positive");
   impl_ = std::make_unique<Impl>(n);
   Impl& s = *impl_;
   s.boot = bootstrap;
   s.opts = options;
+  s.opts.timeout = CheckedTimeout(options.timeout, "proxy timeout");
   if (s.opts.queue_capacity == 0) {
     s.opts.queue_capacity = env::Size("MORI_PROXY_QUEUE_CAPACITY", 1024, 2, uint64_t{1} << 30);
   }
@@ -346,7 +346,7 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
   bootstrap->Broadcast(&session, sizeof(session), 0);
 
   internal::TcpOptions topts;
-  topts.timeout_ms = static_cast<int>(std::min<int64_t>(options.timeout.count(), INT32_MAX));
+  topts.timeout_ms = static_cast<int>(std::min<int64_t>(s.opts.timeout.count(), INT32_MAX));
   topts.session = session;
   s.tcp = std::make_unique<internal::TcpTransport>(&s.heap, topts);
 
@@ -391,7 +391,7 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
     qo.capacity = s.opts.queue_capacity;
     qo.producer = options.producer;
     qo.device = info.device;
-    qo.timeout = options.timeout;
+    qo.timeout = s.opts.timeout;
     qo.queue_id = q;
     qo.my_pe = me;
     qo.n_pes = n;

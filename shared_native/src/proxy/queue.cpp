@@ -11,6 +11,7 @@
 #include <new>
 
 #include "mori/core/error.hpp"
+#include "mori/core/timeout.hpp"
 #include "mori/core/version.hpp"
 
 #if MORI_CORE_WITH_CUDA
@@ -106,10 +107,7 @@ void FreeHost(void* p, Producer producer) {
 
 CommandQueue::CommandQueue(const QueueOptions& options) : options_(options) {
   capacity_ = RoundCapacity(options.capacity);
-  if (options.timeout.count() <= 0) {
-    MORI_THROW(InvalidArgumentError, "proxy queue timeout must be positive, got ",
-               options.timeout.count(), " ms");
-  }
+  options_.timeout = CheckedTimeout(options.timeout, "proxy queue timeout");
   slots_ = static_cast<Command*>(AllocHost(capacity_ * sizeof(Command), options.producer));
   try {
     control_ = static_cast<QueueControl*>(AllocHost(sizeof(QueueControl), options.producer));

@@ -87,8 +87,7 @@ TcpTransport::~TcpTransport() {
 }
 
 std::string TcpTransport::Lost(int pe, const std::string& stage, const std::string& detail) const {
-  return StrCat("proxy of pe ", heap_->my_pe(), " (node '", heap_->peers()[heap_->my_pe()].node,
-                "'): ", heap_->PeName(pe), " lost while ", stage, ": ", detail);
+  return StrCat(heap_->Self(), ": ", heap_->PeName(pe), " lost while ", stage, ": ", detail);
 }
 
 void TcpTransport::Connect(bootstrap::Bootstrap& bootstrap) {

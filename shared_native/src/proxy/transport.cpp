@@ -83,7 +83,7 @@ void CmaTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = errno;
-      MORI_THROW(TransportError, "proxy of pe ", heap_->my_pe(), ": ", heap_->PeName(pe),
+      MORI_THROW(TransportError, heap_->Self(), ": ", heap_->PeName(pe),
                  " lost while writing into its heap (process_vm_writev of pid ", p.pid, ", ",
                  nbytes, " bytes at offset ", dst_offset, "): ",
                  n == 0 ? std::string("nothing written") : transport::ErrnoText(err),
