@@ -445,6 +445,12 @@ QueueView Proxy::DeviceQueue(int queue) const {
   return impl_->queues[queue]->DeviceView();
 }
 
+void Proxy::WaitRetired(int queue, uint64_t upto) const {
+  MORI_CHECK_ARG(queue >= 0 && queue < num_queues(), "proxy: queue ", queue, " out of range [0, ",
+                 num_queues(), ")");
+  impl_->queues[queue]->WaitRetiredFromHost(upto);
+}
+
 Path Proxy::PathTo(int pe) const {
   MORI_CHECK_ARG(pe >= 0 && pe < n_pes(), "proxy: pe ", pe, " out of range [0, ", n_pes(), ")");
   return impl_->paths[pe];

@@ -116,7 +116,7 @@ CommandQueue::CommandQueue(const QueueOptions& options) : options_(options) {
     } else {
 #if MORI_CORE_WITH_CUDA
       cuda::ScopedDevice guard(options.device);
-      MORI_CUDA_CHECK(cudaMalloc(&device_head_, sizeof(uint64_t)));
+      MORI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_head_), sizeof(uint64_t)));
       MORI_CUDA_CHECK(cudaMemset(device_head_, 0, sizeof(uint64_t)));
       void* d = nullptr;
       MORI_CUDA_CHECK(cudaHostGetDevicePointer(&d, slots_, 0));
@@ -170,6 +170,11 @@ QueueView CommandQueue::DeviceView() const {
                " was made for CPU producers: use HostView (HostQueue)");
   }
   return MakeView(options_, capacity_, device_slots_, device_head_, device_control_);
+}
+
+void CommandQueue::WaitRetiredFromHost(uint64_t upto) const {
+  // Host pointers only: the wait reads the control block, never the head.
+  WaitRetired(MakeView(options_, capacity_, slots_, nullptr, control_), upto);
 }
 
 bool CommandQueue::TryPop(Command* out) {

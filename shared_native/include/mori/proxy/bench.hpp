@@ -28,4 +28,15 @@ MORI_API ThroughputResult MeasureThroughput(const QueueView& q, const Command& c
 MORI_API std::vector<uint64_t> MeasureLatency(const QueueView& q, const Command& command,
                                               uint64_t count);
 
+// Kernel producers (Producer::kCuda queues; libmori_core built with CUDA, else
+// NotSupportedError). Asynchronous on `stream` (a cudaStream_t as integer).
+// `blocks` blocks, thread 0 of each pushing `per_block` copies of `command`; with
+// `quiet` each then waits (device::Quiet) for its queue's earlier commands.
+MORI_API void LaunchDevicePush(const QueueView& device_view, const Command& command,
+                               uint64_t per_block, int blocks, bool quiet, uintptr_t stream);
+// One thread pushing `count` copies one at a time, each waited for until retired;
+// out_ns (device memory, count entries) receives each round trip's nanoseconds.
+MORI_API void LaunchDevicePushLatency(const QueueView& device_view, const Command& command,
+                                      uint64_t count, uint64_t* out_ns, uintptr_t stream);
+
 }  // namespace mori::proxy

@@ -84,6 +84,9 @@ class MORI_API Proxy {
   QueueView HostQueue(int queue) const;
   // For kernels (Producer::kCuda).
   QueueView DeviceQueue(int queue) const;
+  // Host-side wait until the commands of `queue` with index < upto retired, for either
+  // producer kind (a host thread waiting on what a kernel pushed).
+  void WaitRetired(int queue, uint64_t upto) const;
   Path PathTo(int pe) const;
   // The node key of pe (hostname/boot_id, or "env:<MORI_SHMEM_NODE_ID>").
   std::string NodeOf(int pe) const;

@@ -54,6 +54,9 @@ class MORI_API CommandQueue {
   bool TryPop(Command* out);
   // Index of the next command TryPop returns.
   uint64_t popped() const { return popped_; }
+  // Host-side wait (any producer kind) until commands with index < upto retired: for
+  // a host thread waiting on a kernel's commands. Bounded; throws as the push API does.
+  void WaitRetiredFromHost(uint64_t upto) const;
   // Consumer: commands with index < upto have completed (monotone).
   void Retire(uint64_t upto);
   uint64_t retired() const;

@@ -17,8 +17,12 @@ CMA where the kernel permits it, else TCP; then ``tcp`` forced):
   push, the proxy's pop, the post, the retire it publishes;
 - write bandwidth to rank 1 for each of ``--sizes`` (write commands back to back).
 
-The loops run in C++ (mori/proxy/bench.hpp). The GPU version (a kernel pushing
-through mori/proxy/queue_device.cuh) is not measured here.
+The loops run in C++ (mori/proxy/bench.hpp). With ``--device cuda`` the heaps are
+CUDA heaps on GPU 0 and a kernel pushes (mori/proxy/queue_device.cuh): commands per
+second of ``--blocks`` blocks pushing into one queue (then a device quiet), and the
+push -> retire latency of one kernel thread; the ranks share GPU 0 (time-sliced), so
+the rank-to-rank figures there are for correctness, the self column is the
+proxy's own cost.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--sizes", type=scaffold.comma_list, default=["64", "4K", "64K", "1M"],
         help="write sizes for the bandwidth column",
     )  # fmt: skip
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--blocks", type=int, default=8, help="--device cuda: pushing blocks")
     p.add_argument("--timeout-s", type=float, default=540.0)
     return p.parse_args(argv)
 
@@ -71,6 +77,36 @@ def _measure(p, me, peer, off_word, off_src, off_dst, args) -> dict:
     return out
 
 
+def _measure_cuda(p, me, peer, off_word, args) -> dict:
+    import time
+
+    import torch
+
+    stream = torch.cuda.current_stream().cuda_stream
+    out: dict = {}
+    per_block = max(1, args.count // args.blocks)
+    lat_buf = torch.zeros(args.latency_count, dtype=torch.int64, device="cuda")
+    for name, pe in (("self", me), ("peer", peer)):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        p._p._device_push("atomic_add", pe, 0, 0, 0, off_word, 1, per_block, args.blocks, True,
+                          stream)  # fmt: skip
+        torch.cuda.synchronize()
+        secs = time.perf_counter() - t0
+        p._p._device_push_latency("atomic_add", pe, 0, 0, 0, off_word, args.latency_count,
+                                  lat_buf.data_ptr(), stream)  # fmt: skip
+        torch.cuda.synchronize()
+        lat = sorted(lat_buf.cpu().tolist())
+        out[name] = {
+            "path": p.path_to(pe),
+            "commands_per_s": per_block * args.blocks / secs,
+            "latency_median_us": statistics.median(lat) / 1000,
+            "latency_p99_us": lat[int(0.99 * (len(lat) - 1))] / 1000,
+        }
+    out["write"] = []
+    return out
+
+
 def worker(args: argparse.Namespace) -> None:
     rank, world, _ = scaffold.rank_env()
     os.environ["MORI_SHMEM_NODE_ID"] = f"bench-node-{rank}"
@@ -78,17 +114,26 @@ def worker(args: argparse.Namespace) -> None:
     from mori.core.bootstrap import TcpBootstrap
 
     sizes = [scaffold.parse_size(s) for s in args.sizes]
+    cuda = args.device == "cuda"
+    if cuda:
+        import torch
+
+        torch.cuda.set_device(0)
+        sizes = []
     boot = TcpBootstrap.from_env()
-    shmem.init(device="cpu", heap_size=scaffold.heap_bytes(2 * max(sizes) + (4 << 20)),
-               bootstrap=boot, timeout_s=120)  # fmt: skip
+    heap = scaffold.heap_bytes(2 * max(sizes, default=0) + (4 << 20))
+    shmem.init(device=0 if cuda else "cpu", heap_size=heap, bootstrap=boot, timeout_s=120)
     word = shmem.malloc(8, 8)
-    src = shmem.malloc(max(sizes))
-    dst = shmem.malloc(max(sizes))
+    src = shmem.malloc(max(sizes, default=256))
+    dst = shmem.malloc(max(sizes, default=256))
     results = {}
     for transport in ("auto", "tcp"):
-        p = proxy.Proxy(boot, transport=transport, timeout_s=120)
+        p = proxy.Proxy(boot, transport=transport, timeout_s=120,
+                        producer="cuda" if cuda else "host")  # fmt: skip
         boot.barrier()
-        if rank == 0:
+        if rank == 0 and cuda:
+            results[transport] = _measure_cuda(p, 0, 1, proxy.heap_offset(word), args)
+        elif rank == 0:
             results[transport] = _measure(
                 p, 0, 1, proxy.heap_offset(word), proxy.heap_offset(src),
                 proxy.heap_offset(dst), args,
@@ -97,8 +142,9 @@ def worker(args: argparse.Namespace) -> None:
         p.close()
     if rank == 0:
         print(
-            f"mori proxy bench: {world} ranks on one host, one emulated node each; rank 0 "
-            f"pushes, one proxy thread per rank; {os.cpu_count()} CPUs, "
+            f"mori proxy bench ({'kernel' if cuda else 'CPU'} producer): {world} ranks on one "
+            f"host, one emulated node each; rank 0 pushes, one proxy thread per rank; "
+            f"{os.cpu_count()} CPUs, "
             f"{scaffold.compilers_running()} compilers running"
         )
         rows = []
@@ -112,13 +158,15 @@ def worker(args: argparse.Namespace) -> None:
             floatfmt=".2f",
         ))  # fmt: skip
         rows = []
-        for i, size in enumerate(sizes):
+        for i, size in enumerate(sizes if not cuda else []):
             rows.append([scaffold.format_size(size)]
                         + [results[t]["write"][i]["gbps"] for t in results])  # fmt: skip
-        print(scaffold.table(
-            rows, ["write size"] + [f"{t} ({results[t]['peer']['path']}) GB/s" for t in results],
-            floatfmt=".3f",
-        ))  # fmt: skip
+        if rows:
+            print(scaffold.table(
+                rows, ["write size"] + [f"{t} ({results[t]['peer']['path']}) GB/s"
+                                        for t in results],
+                floatfmt=".3f",
+            ))  # fmt: skip
         if args.json:
             scaffold.write_json(args.json, {"machine": scaffold.machine(), "results": results})
     shmem.finalize(force=True)
