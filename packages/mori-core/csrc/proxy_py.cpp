@@ -135,8 +135,9 @@ void register_proxy(py::module_& m) {
           },
           py::arg("upto"), py::arg("queue") = 0)
       .def("check_health", &px::Proxy::CheckHealth)
-      .def("path_to", [](const px::Proxy& p, int pe) { return px::PathName(p.PathTo(pe)); },
-           py::arg("pe"))
+      .def(
+          "path_to", [](const px::Proxy& p, int pe) { return px::PathName(p.PathTo(pe)); },
+          py::arg("pe"))
       .def("node_of", &px::Proxy::NodeOf, py::arg("pe"))
       .def("stats",
            [](const px::Proxy& p) {
@@ -154,9 +155,8 @@ void register_proxy(py::module_& m) {
       .def("close", &px::Proxy::Close, py::call_guard<py::gil_scoped_release>())
       .def(
           "_measure_throughput",
-          [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset,
-             uint64_t src_offset, uint64_t nbytes, uint64_t signal_offset, uint64_t count,
-             int queue) {
+          [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
+             uint64_t nbytes, uint64_t signal_offset, uint64_t count, int queue) {
             const px::Command c =
                 MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
             const px::QueueView q = p.HostQueue(queue);
@@ -171,9 +171,8 @@ void register_proxy(py::module_& m) {
           py::arg("nbytes"), py::arg("signal_offset"), py::arg("count"), py::arg("queue") = 0)
       .def(
           "_measure_latency",
-          [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset,
-             uint64_t src_offset, uint64_t nbytes, uint64_t signal_offset, uint64_t count,
-             int queue) {
+          [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
+             uint64_t nbytes, uint64_t signal_offset, uint64_t count, int queue) {
             const px::Command c =
                 MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
             const px::QueueView q = p.HostQueue(queue);
@@ -203,9 +202,9 @@ void register_proxy(py::module_& m) {
 copies of the command (then device Quiet if `quiet`); asynchronous on `stream`.)doc")
       .def(
           "_device_push_latency",
-          [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset,
-             uint64_t src_offset, uint64_t nbytes, uint64_t signal_offset, uint64_t count,
-             uintptr_t out_ns, uintptr_t stream, int queue) {
+          [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
+             uint64_t nbytes, uint64_t signal_offset, uint64_t count, uintptr_t out_ns,
+             uintptr_t stream, int queue) {
             const px::Command c =
                 MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
             const px::QueueView q = p.DeviceQueue(queue);

@@ -16,9 +16,9 @@
 namespace mori::proxy::internal {
 
 struct PeerInfo {
-  std::string node;       // shmem's node key (what makes a local group)
-  std::string host_id;    // hostname/boot_id/pid namespace: same-host paths need equality
-  std::string address;    // where its TCP listener is reached from another host
+  std::string node;     // shmem's node key (what makes a local group)
+  std::string host_id;  // hostname/boot_id/pid namespace: same-host paths need equality
+  std::string address;  // where its TCP listener is reached from another host
   uint16_t port = 0;
   int64_t pid = 0;
   uint64_t heap_base = 0;  // address of its heap in its own process (CMA)
@@ -39,7 +39,9 @@ class HeapAccess {
   const std::vector<PeerInfo>& peers() const { return peers_; }
 
   // "proxy of pe 0 (node 'env:0')": how this process's messages start.
-  std::string Self() const { return StrCat("proxy of pe ", my_pe_, " (node '", NodeOf(my_pe_), "')"); }
+  std::string Self() const {
+    return StrCat("proxy of pe ", my_pe_, " (node '", NodeOf(my_pe_), "')");
+  }
   std::string NodeOf(int pe) const {
     return pe >= 0 && pe < static_cast<int>(peers_.size()) ? peers_[pe].node : std::string("?");
   }

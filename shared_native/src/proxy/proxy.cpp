@@ -60,7 +60,11 @@ std::string HostIdentity() {
 
 std::string Encode(const PeerInfo& p) {
   std::ostringstream os;
-  os << p.node << '\n' << p.host_id << '\n' << p.address << '\n' << p.port << '\n' << p.pid << '\n'
+  os << p.node << '\n'
+     << p.host_id << '\n'
+     << p.address << '\n'
+     << p.port << '\n'
+     << p.pid << '\n'
      << p.heap_base << '\n';
   return os.str();
 }
@@ -99,8 +103,8 @@ struct Proxy::Impl {
     std::vector<uint8_t> dirty;  // per pe: posted to since this queue's last quiet
   };
   std::vector<QueueState> qstate;
-  std::map<uint64_t, int> fence_queue;       // token -> queue
-  std::map<uint64_t, int> notifies;          // barrier epoch -> pes arrived
+  std::map<uint64_t, int> fence_queue;  // token -> queue
+  std::map<uint64_t, int> notifies;     // barrier epoch -> pes arrived
   uint64_t next_token = 1;
   uint64_t barrier_epoch = 0;
   bool closing = false;
@@ -181,8 +185,8 @@ struct Proxy::Impl {
     CommandQueue& queue = *queues[q];
     QueueState& st = qstate[q];
     if (st.blocked) {
-      bool done = st.op == static_cast<uint32_t>(Op::kQuiet) ? st.pending_acks == 0
-                                                             : Arrived(st.epoch);
+      bool done =
+          st.op == static_cast<uint32_t>(Op::kQuiet) ? st.pending_acks == 0 : Arrived(st.epoch);
       if (!done) return false;
       st.blocked = false;
       queue.Retire(st.index + 1);
@@ -310,8 +314,8 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
     MORI_THROW(InvalidArgumentError, "proxy: the bootstrap's rank ", bootstrap->Rank(), " of ",
                bootstrap->WorldSize(), " is not shmem's pe ", me, " of ", n);
   }
-  MORI_CHECK_ARG(options.num_queues >= 1 && options.num_queues <= 1024,
-                 "proxy: num_queues ", options.num_queues, " outside [1, 1024]");
+  MORI_CHECK_ARG(options.num_queues >= 1 && options.num_queues <= 1024, "proxy: num_queues ",
+                 options.num_queues, " outside [1, 1024]");
   impl_ = std::make_unique<Impl>(n);
   Impl& s = *impl_;
   s.boot = bootstrap;

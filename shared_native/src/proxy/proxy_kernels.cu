@@ -41,7 +41,7 @@ void LaunchDevicePush(const QueueView& device_view, const Command& command, uint
                       int blocks, bool quiet, uintptr_t stream) {
   MORI_CHECK_ARG(blocks >= 1, "blocks ", blocks, " must be >= 1");
   PushKernel<<<blocks, 32, 0, reinterpret_cast<cudaStream_t>(stream)>>>(device_view, command,
-                                                                         per_block, quiet);
+                                                                        per_block, quiet);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 

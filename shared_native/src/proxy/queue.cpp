@@ -86,7 +86,8 @@ void* AllocHost(size_t bytes, Producer producer) {
 #endif
   } else {
     p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (p == nullptr) MORI_THROW(OutOfMemoryError, "proxy queue: cannot allocate ", bytes, " bytes");
+    if (p == nullptr)
+      MORI_THROW(OutOfMemoryError, "proxy queue: cannot allocate ", bytes, " bytes");
   }
   std::memset(p, 0, bytes);
   return p;

@@ -40,8 +40,10 @@ struct Hello {
   int32_t dst_pe;
 };
 
-// Small writes travel in one send with their header.
+// Small writes travel in the send buffer with their header; a buffer is sent when it
+// reaches kFlushBytes or at the end of the proxy's round (Poll).
 constexpr uint64_t kInlinePayload = 4096;
+constexpr size_t kFlushBytes = 256 << 10;
 
 }  // namespace
 
@@ -57,9 +59,10 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
   const int n = heap_->n_pes();
   out_fds_.assign(n, -1);
   in_fds_.assign(n, -1);
+  out_buf_.resize(n);
   for (int i = 0; i < n; ++i) bye_from_.push_back(std::make_unique<std::atomic<bool>>(false));
-  listen_fd_ = transport::ListenOn("0.0.0.0", 0, StrCat("the proxy of pe ", heap_->my_pe()),
-                                   &port_);
+  listen_fd_ =
+      transport::ListenOn("0.0.0.0", 0, StrCat("the proxy of pe ", heap_->my_pe()), &port_);
   if (::pipe2(wake_fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
     MORI_THROW(TransportError, "proxy: pipe2 failed: ", transport::ErrnoText(errno));
@@ -140,8 +143,8 @@ void TcpTransport::Connect(bootstrap::Bootstrap& bootstrap) {
     std::string error;
     if (!transport::RecvAll(fd, reinterpret_cast<char*>(&h), sizeof(h), options_.timeout_ms,
                             &error) ||
-        h.magic != kHelloMagic || h.session != options_.session || h.dst_pe != me ||
-        h.src_pe < 0 || h.src_pe >= n || h.src_pe == me || in_fds_[h.src_pe] >= 0) {
+        h.magic != kHelloMagic || h.session != options_.session || h.dst_pe != me || h.src_pe < 0 ||
+        h.src_pe >= n || h.src_pe == me || in_fds_[h.src_pe] >= 0) {
       MORI_LOG_WARN(kCore, "proxy of pe ", me, ": dropping a connection that is not a stream of ",
                     "this job's proxies", error.empty() ? "" : ": ", error);
       ::close(fd);
@@ -171,28 +174,34 @@ void TcpTransport::ThrowError() {
   MORI_THROW(TransportError, why);
 }
 
-void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
-  if (failed_.load(std::memory_order_acquire)) ThrowError();
+void TcpTransport::SendRaw(int pe, const char* data, uint64_t nbytes) {
   std::string error;
-  const int fd = out_fds_[pe];
-  bool ok;
-  if (nbytes > 0 && nbytes <= kInlinePayload && payload != nullptr) {
-    char buf[sizeof(Frame) + kInlinePayload];
-    std::memcpy(buf, &f, sizeof(f));
-    std::memcpy(buf + sizeof(f), payload, nbytes);
-    ok = transport::SendAll(fd, buf, sizeof(f) + nbytes, options_.timeout_ms, &error);
-  } else {
-    ok = transport::SendAll(fd, reinterpret_cast<const char*>(&f), sizeof(f), options_.timeout_ms,
-                            &error);
-    if (ok && payload != nullptr && nbytes > 0) {
-      ok = transport::SendAll(fd, static_cast<const char*>(payload), nbytes, options_.timeout_ms,
-                              &error);
-    }
-  }
-  if (!ok) {
+  if (!transport::SendAll(out_fds_[pe], data, nbytes, options_.timeout_ms, &error)) {
     SetError(Lost(pe, "sending to it", error));
     ThrowError();
   }
+}
+
+void TcpTransport::Flush(int pe) {
+  std::vector<char>& buf = out_buf_[pe];
+  if (buf.empty()) return;
+  SendRaw(pe, buf.data(), buf.size());
+  buf.clear();
+}
+
+void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
+  if (failed_.load(std::memory_order_acquire)) ThrowError();
+  std::vector<char>& buf = out_buf_[pe];
+  const char* h = reinterpret_cast<const char*>(&f);
+  buf.insert(buf.end(), h, h + sizeof(f));
+  if (payload != nullptr && nbytes > 0 && nbytes <= kInlinePayload) {
+    const char* d = static_cast<const char*>(payload);
+    buf.insert(buf.end(), d, d + nbytes);
+  } else if (payload != nullptr && nbytes > 0) {
+    Flush(pe);
+    SendRaw(pe, static_cast<const char*>(payload), nbytes);
+  }
+  if (buf.size() >= kFlushBytes) Flush(pe);
 }
 
 void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
@@ -201,17 +210,13 @@ void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
     SendFrame(pe, f, heap_->my_base() + src_offset, nbytes);
     return;
   }
-  // CUDA heap: the payload goes through a pinned-size host staging buffer, chunk by chunk.
+  // CUDA heap: the payload goes through a host staging buffer, chunk by chunk.
   SendFrame(pe, f, nullptr, 0);
-  std::string error;
+  Flush(pe);
   for (uint64_t done = 0; done < nbytes;) {
     const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_stage_.size());
     heap_->CopyOut(send_stage_.data(), src_offset + done, chunk);
-    if (!transport::SendAll(out_fds_[pe], send_stage_.data(), chunk, options_.timeout_ms,
-                            &error)) {
-      SetError(Lost(pe, "sending to it", error));
-      ThrowError();
-    }
+    SendRaw(pe, send_stage_.data(), chunk);
     done += chunk;
   }
 }
@@ -261,6 +266,9 @@ void TcpTransport::ReadAcks(int pe, std::vector<Completion>* out) {
 
 void TcpTransport::Poll(std::vector<Completion>* out) {
   if (failed_.load(std::memory_order_acquire)) ThrowError();
+  for (int pe = 0; pe < heap_->n_pes(); ++pe) {
+    if (out_fds_[pe] >= 0) Flush(pe);
+  }
   // Acknowledgements come back on the outbound streams; they are read when fences are
   // outstanding, and now and then otherwise so that a closed stream is noticed.
   if (fences_outstanding_ > 0 || (++polls_ & 1023) == 0) {
@@ -381,8 +389,8 @@ void TcpTransport::ReceiverLoop() {
     int rc = ::poll(fds.data(), fds.size(), 200);
     if (rc < 0) {
       if (errno == EINTR) continue;
-      SetError(StrCat("proxy of pe ", heap_->my_pe(), ": poll failed: ",
-                      transport::ErrnoText(errno)));
+      SetError(
+          StrCat("proxy of pe ", heap_->my_pe(), ": poll failed: ", transport::ErrnoText(errno)));
       return;
     }
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -404,12 +412,10 @@ void TcpTransport::ReceiverLoop() {
 
 void TcpTransport::Shutdown() {
   shutting_down_.store(true);
-  std::string error;
   for (int pe = 0; pe < heap_->n_pes(); ++pe) {
     if (out_fds_[pe] < 0) continue;
-    Frame bye{kFrameMagic, kFrameBye, 0, 0};
-    (void)transport::SendAll(out_fds_[pe], reinterpret_cast<const char*>(&bye), sizeof(bye),
-                             options_.timeout_ms, &error);
+    SendFrame(pe, Frame{kFrameMagic, kFrameBye, 0, 0}, nullptr, 0);
+    Flush(pe);
   }
   // Every peer's goodbye (after the close barrier they all send one), bounded.
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);

@@ -47,7 +47,12 @@ class TcpTransport final : public Transport {
 
  private:
   struct Frame;
+  // Appends the frame (and a small payload) to pe's send buffer; a large payload is
+  // sent at once after the buffer. Poll flushes every buffer, so frames leave in
+  // batches (one send per peer per proxy round) and in posting order.
   void SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes);
+  void SendRaw(int pe, const char* data, uint64_t nbytes);
+  void Flush(int pe);
   void ReceiverLoop();
   // Reads and applies one frame from pe's inbound stream; false when the stream ended.
   bool ApplyOne(int pe);
@@ -68,9 +73,10 @@ class TcpTransport final : public Transport {
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> failed_{false};
   std::vector<std::unique_ptr<std::atomic<bool>>> bye_from_;  // per pe
-  std::mutex mu_;                 // guards error_ and notices_
+  std::mutex mu_;                                             // guards error_ and notices_
   std::string error_;
-  std::vector<Completion> notices_;  // from the receiver thread
+  std::vector<Completion> notices_;         // from the receiver thread
+  std::vector<std::vector<char>> out_buf_;  // per pe: frames not sent yet
   std::vector<char> send_stage_, recv_stage_;
   uint64_t fences_outstanding_ = 0;
   uint64_t polls_ = 0;

@@ -25,8 +25,7 @@ MappedTransport::MappedTransport(const HeapAccess* heap, TcpTransport* control)
   }
 }
 
-void MappedTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset,
-                                uint64_t nbytes) {
+void MappedTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
   if (nbytes == 0) return;
   if (heap_->cuda()) {
     shmem::Put(heap_->my_base() + dst_offset, heap_->my_base() + src_offset, nbytes, pe);
@@ -85,8 +84,8 @@ void CmaTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
       const int err = errno;
       MORI_THROW(TransportError, heap_->Self(), ": ", heap_->PeName(pe),
                  " lost while writing into its heap (process_vm_writev of pid ", p.pid, ", ",
-                 nbytes, " bytes at offset ", dst_offset, "): ",
-                 n == 0 ? std::string("nothing written") : transport::ErrnoText(err),
+                 nbytes, " bytes at offset ", dst_offset,
+                 "): ", n == 0 ? std::string("nothing written") : transport::ErrnoText(err),
                  err == ESRCH ? " (the process exited)" : "");
     }
     src += n;

@@ -58,7 +58,9 @@ def wait_ge(addr, value, what):
             p.check_health()
             if time.monotonic() > deadline:
                 seen = ctypes.c_uint64.from_address(addr).value
-                raise AssertionError(f"pe {me}: {what}: word at {seen}, waited for {value}")
+                raise AssertionError(
+                    f"pe {me}: {what}: word at {seen}, waited for {value}"
+                ) from None
 
 
 def payload(src, dst, r, nbytes):

@@ -104,13 +104,13 @@ struct alignas(64) QueueControl {
 // kernels by value. Get it from Proxy::HostQueue (CPU producers) or
 // Proxy::DeviceQueue (kernels); the pointers are valid where the view is used.
 struct QueueView {
-  Command* slots;          // capacity slots
-  uint64_t* head;          // producers' claim counter
-  QueueControl* control;   // the proxy's side
-  uint64_t capacity;       // a power of two
-  uint64_t timeout_ns;     // bound of each producer wait (full queue, quiet, barrier)
-  int32_t queue_id;        // index of the queue within its proxy
-  int32_t my_pe;           // the producer's pe
+  Command* slots;         // capacity slots
+  uint64_t* head;         // producers' claim counter
+  QueueControl* control;  // the proxy's side
+  uint64_t capacity;      // a power of two
+  uint64_t timeout_ns;    // bound of each producer wait (full queue, quiet, barrier)
+  int32_t queue_id;       // index of the queue within its proxy
+  int32_t my_pe;          // the producer's pe
   int32_t n_pes;
   int32_t reserved;
 };

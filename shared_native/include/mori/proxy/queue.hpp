@@ -91,11 +91,9 @@ class MORI_API CommandQueue {
 MORI_API uint64_t Push(const QueueView& q, const Command& command);
 MORI_API uint64_t PushWrite(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
                             uint64_t nbytes);
-MORI_API uint64_t PushAtomicAdd(const QueueView& q, int pe, uint64_t signal_offset,
-                                uint64_t value);
-MORI_API uint64_t PushWriteAdd(const QueueView& q, int pe, uint64_t dst_offset,
-                               uint64_t src_offset, uint64_t nbytes, uint64_t signal_offset,
-                               uint64_t value);
+MORI_API uint64_t PushAtomicAdd(const QueueView& q, int pe, uint64_t signal_offset, uint64_t value);
+MORI_API uint64_t PushWriteAdd(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
+                               uint64_t nbytes, uint64_t signal_offset, uint64_t value);
 // Waits until commands with index < upto have retired.
 MORI_API void WaitRetired(const QueueView& q, uint64_t upto);
 // Push kQuiet and wait for it: every earlier command of the queue has completed.

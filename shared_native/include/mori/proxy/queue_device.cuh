@@ -72,9 +72,8 @@ __device__ __forceinline__ void WaitCounter(const QueueView& q, const volatile u
 // Claims the next index, waits (bounded) for its slot to be free, writes the command
 // and publishes it. Returns the index.
 __device__ __forceinline__ uint64_t Push(const QueueView& q, uint32_t op, int pe,
-                                         uint64_t dst_offset, uint64_t src_offset,
-                                         uint64_t nbytes, uint64_t signal_offset,
-                                         uint64_t value) {
+                                         uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes,
+                                         uint64_t signal_offset, uint64_t value) {
   const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(q.head), 1ull);
   if (index >= q.capacity) {
     detail::WaitCounter(q, &q.control->tail, index - q.capacity + 1, "queue full", index);
