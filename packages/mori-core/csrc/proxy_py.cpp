@@ -27,26 +27,20 @@ namespace {
 
 namespace px = mori::proxy;
 
-px::Command MakeCommand(const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
-                        uint64_t nbytes, uint64_t signal_offset, uint64_t value) {
-  px::Command c{};
+px::Command CommandOf(const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
+                      uint64_t nbytes, uint64_t signal_offset, uint64_t value) {
+  px::Op code;
   if (op == "write") {
-    c.op = static_cast<uint32_t>(px::Op::kWrite);
+    code = px::Op::kWrite;
   } else if (op == "atomic_add") {
-    c.op = static_cast<uint32_t>(px::Op::kAtomicAdd);
+    code = px::Op::kAtomicAdd;
   } else if (op == "write_add") {
-    c.op = static_cast<uint32_t>(px::Op::kWriteAdd);
+    code = px::Op::kWriteAdd;
   } else {
     MORI_THROW(InvalidArgumentError, "proxy command op '", op,
                "': expected write, atomic_add or write_add");
   }
-  c.pe = pe;
-  c.dst_offset = dst_offset;
-  c.src_offset = src_offset;
-  c.nbytes = nbytes;
-  c.signal_offset = signal_offset;
-  c.value = value;
-  return c;
+  return px::MakeCommand(code, pe, dst_offset, src_offset, nbytes, signal_offset, value);
 }
 
 }  // namespace
@@ -103,7 +97,7 @@ void register_proxy(py::module_& m) {
           [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
              uint64_t nbytes, uint64_t signal_offset, uint64_t value, int queue) {
             const px::Command c =
-                MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, value);
+                CommandOf(op, pe, dst_offset, src_offset, nbytes, signal_offset, value);
             const px::QueueView q = p.HostQueue(queue);
             py::gil_scoped_release release;
             return px::Push(q, c);
@@ -158,7 +152,7 @@ void register_proxy(py::module_& m) {
           [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
              uint64_t nbytes, uint64_t signal_offset, uint64_t count, int queue) {
             const px::Command c =
-                MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
+                CommandOf(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
             const px::QueueView q = p.HostQueue(queue);
             px::ThroughputResult r;
             {
@@ -174,7 +168,7 @@ void register_proxy(py::module_& m) {
           [](px::Proxy& p, const std::string& op, int pe, uint64_t dst_offset, uint64_t src_offset,
              uint64_t nbytes, uint64_t signal_offset, uint64_t count, int queue) {
             const px::Command c =
-                MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
+                CommandOf(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
             const px::QueueView q = p.HostQueue(queue);
             std::vector<uint64_t> ns;
             {
@@ -191,7 +185,7 @@ void register_proxy(py::module_& m) {
              uint64_t nbytes, uint64_t signal_offset, uint64_t value, uint64_t per_block,
              int blocks, bool quiet, uintptr_t stream, int queue) {
             const px::Command c =
-                MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, value);
+                CommandOf(op, pe, dst_offset, src_offset, nbytes, signal_offset, value);
             const px::QueueView q = p.DeviceQueue(queue);
             px::LaunchDevicePush(q, c, per_block, blocks, quiet, stream);
           },
@@ -206,7 +200,7 @@ copies of the command (then device Quiet if `quiet`); asynchronous on `stream`.)
              uint64_t nbytes, uint64_t signal_offset, uint64_t count, uintptr_t out_ns,
              uintptr_t stream, int queue) {
             const px::Command c =
-                MakeCommand(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
+                CommandOf(op, pe, dst_offset, src_offset, nbytes, signal_offset, 1);
             const px::QueueView q = p.DeviceQueue(queue);
             px::LaunchDevicePushLatency(q, c, count, reinterpret_cast<uint64_t*>(out_ns), stream);
           },

@@ -232,35 +232,17 @@ uint64_t Push(const QueueView& q, const Command& command) {
 
 uint64_t PushWrite(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
                    uint64_t nbytes) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kWrite);
-  c.pe = pe;
-  c.dst_offset = dst_offset;
-  c.src_offset = src_offset;
-  c.nbytes = nbytes;
-  return Push(q, c);
+  return Push(q, MakeCommand(Op::kWrite, pe, dst_offset, src_offset, nbytes));
 }
 
 uint64_t PushAtomicAdd(const QueueView& q, int pe, uint64_t signal_offset, uint64_t value) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kAtomicAdd);
-  c.pe = pe;
-  c.signal_offset = signal_offset;
-  c.value = value;
-  return Push(q, c);
+  return Push(q, MakeCommand(Op::kAtomicAdd, pe, 0, 0, 0, signal_offset, value));
 }
 
 uint64_t PushWriteAdd(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
                       uint64_t nbytes, uint64_t signal_offset, uint64_t value) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kWriteAdd);
-  c.pe = pe;
-  c.dst_offset = dst_offset;
-  c.src_offset = src_offset;
-  c.nbytes = nbytes;
-  c.signal_offset = signal_offset;
-  c.value = value;
-  return Push(q, c);
+  return Push(q,
+              MakeCommand(Op::kWriteAdd, pe, dst_offset, src_offset, nbytes, signal_offset, value));
 }
 
 void WaitRetired(const QueueView& q, uint64_t upto) {
@@ -268,16 +250,12 @@ void WaitRetired(const QueueView& q, uint64_t upto) {
 }
 
 void Quiet(const QueueView& q) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kQuiet);
-  const uint64_t index = Push(q, c);
+  const uint64_t index = Push(q, MakeCommand(Op::kQuiet));
   WaitCounter(q, &q.control->retired, index + 1, "quiet", index);
 }
 
 void Barrier(const QueueView& q) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kBarrier);
-  const uint64_t index = Push(q, c);
+  const uint64_t index = Push(q, MakeCommand(Op::kBarrier));
   WaitCounter(q, &q.control->retired, index + 1, "barrier", index);
 }
 

@@ -80,6 +80,21 @@ struct alignas(64) Command {
 };
 static_assert(sizeof(Command) == 64, "a command is one 64-byte slot");
 
+// A command with its fields (seq is the queue's to write).
+MORI_PROXY_HD inline Command MakeCommand(Op op, int pe = 0, uint64_t dst_offset = 0,
+                                         uint64_t src_offset = 0, uint64_t nbytes = 0,
+                                         uint64_t signal_offset = 0, uint64_t value = 0) {
+  Command c{};
+  c.op = static_cast<uint32_t>(op);
+  c.pe = pe;
+  c.dst_offset = dst_offset;
+  c.src_offset = src_offset;
+  c.nbytes = nbytes;
+  c.signal_offset = signal_offset;
+  c.value = value;
+  return c;
+}
+
 // health values
 constexpr uint32_t kHealthy = 0;
 constexpr uint32_t kFailed = 1;  // the proxy stopped; control->error says why
