@@ -15,7 +15,9 @@ CMA where the kernel permits it, else TCP; then ``tcp`` forced):
   (``mapped``: the queue and the proxy alone) and to rank 1 (the transport too);
 - push -> retire latency of one command at a time (median, p99): the producer's
   push, the proxy's pop, the post, the retire it publishes;
-- write bandwidth to rank 1 for each of ``--sizes`` (write commands back to back).
+- write bandwidth to rank 1 for each of ``--sizes`` (write commands back to back),
+  beside the same bytes over a plain TCP socket between the same two processes
+  (``sendall`` of each size, timed until the receiver's one-byte acknowledgement).
 
 The loops run in C++ (mori/proxy/bench.hpp). With ``--device cuda`` the heaps are
 CUDA heaps on GPU 0 and a kernel pushes (mori/proxy/queue_device.cuh): commands per
@@ -70,7 +72,7 @@ def _measure(p, me, peer, off_word, off_src, off_dst, args) -> dict:
     bw = []
     for text in args.sizes:
         size = scaffold.parse_size(text)
-        count = max(16, min(args.count, (256 << 20) // max(size, 1)))
+        count = _write_count(size, args.count)
         n, secs = p._p._measure_throughput("write", peer, off_dst, off_src, size, 0, count)
         bw.append({"bytes": size, "commands": n, "gbps": n * size / secs / 1e9})
     out["write"] = bw
@@ -107,6 +109,54 @@ def _measure_cuda(p, me, peer, off_word, args) -> dict:
     return out
 
 
+def _raw_socket_gbps(boot, rank: int, sizes: list[int], count_of) -> list[float]:
+    """Rank 0 -> rank 1 over one loopback TCP connection: GB/s per size."""
+    import socket
+    import time
+
+    listener = None
+    if rank == 1:
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+    else:
+        port = 0
+    ports = boot.all_gather(port.to_bytes(4, "little"))
+    out = []
+    if rank == 0:
+        conn = socket.create_connection(("127.0.0.1", int.from_bytes(ports[1], "little")))
+    else:
+        conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.settimeout(120)
+    for size in sizes:
+        count = count_of(size)
+        if rank == 0:
+            block = bytes(size)
+            t0 = time.perf_counter()
+            for _ in range(count):
+                conn.sendall(block)
+            conn.recv(1)
+            out.append(count * size / (time.perf_counter() - t0) / 1e9)
+        else:
+            buf = bytearray(1 << 20)
+            view = memoryview(buf)
+            left = count * size
+            while left:
+                got = conn.recv_into(view[: min(left, len(buf))])
+                if not got:
+                    raise RuntimeError("bench_proxy: the raw socket baseline's sender closed")
+                left -= got
+            conn.sendall(b"k")
+    conn.close()
+    if listener is not None:
+        listener.close()
+    return out
+
+
+def _write_count(size: int, count: int) -> int:
+    return max(16, min(count, (256 << 20) // max(size, 1)))
+
+
 def worker(args: argparse.Namespace) -> None:
     rank, world, _ = scaffold.rank_env()
     os.environ["MORI_SHMEM_NODE_ID"] = f"bench-node-{rank}"
@@ -140,6 +190,7 @@ def worker(args: argparse.Namespace) -> None:
             )  # fmt: skip
         boot.barrier()
         p.close()
+    raw = _raw_socket_gbps(boot, rank, sizes, lambda s: _write_count(s, args.count))
     if rank == 0:
         print(
             f"mori proxy bench ({'kernel' if cuda else 'CPU'} producer): {world} ranks on one "
@@ -160,15 +211,17 @@ def worker(args: argparse.Namespace) -> None:
         rows = []
         for i, size in enumerate(sizes if not cuda else []):
             rows.append([scaffold.format_size(size)]
-                        + [results[t]["write"][i]["gbps"] for t in results])  # fmt: skip
+                        + [results[t]["write"][i]["gbps"] for t in results]
+                        + [raw[i]])  # fmt: skip
         if rows:
             print(scaffold.table(
                 rows, ["write size"] + [f"{t} ({results[t]['peer']['path']}) GB/s"
-                                        for t in results],
+                                        for t in results] + ["raw socket GB/s"],
                 floatfmt=".3f",
             ))  # fmt: skip
         if args.json:
-            scaffold.write_json(args.json, {"machine": scaffold.machine(), "results": results})
+            scaffold.write_json(args.json, {"machine": scaffold.machine(), "results": results,
+                                            "raw_socket_gbps": dict(zip(map(str, sizes), raw, strict=True))})  # fmt: skip
     shmem.finalize(force=True)
 
 
