@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +57,21 @@ void register_proxy(py::module_& m) {
       },
       py::arg("ptr"), py::arg("nbytes") = 1,
       R"doc(Byte offset of a symmetric address in the heap (the same on every pe).)doc");
+  m.def(
+      "proxy_mapped_ping_pong",
+      [](int device, uint64_t count, double timeout_s) {
+        const uint64_t timeout_ns =
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      TimeoutFromSeconds(timeout_s, "timeout_s"))
+                                      .count());
+        py::gil_scoped_release release;
+        return px::MeasureMappedPingPong(device, count, timeout_ns);
+      },
+      py::arg("device"), py::arg("count"), py::arg("timeout_s") = 60.0,
+      R"doc(The nanoseconds of each of `count` round trips of a host-mapped flag between a
+kernel thread on `device` and this thread (the PCIe round trip a kernel's push ->
+retire stands beside). CUDA builds only.)doc");
+
   py::class_<px::Proxy>(m, "Proxy", R"doc(A proxy thread over this process's host heap
 (see mori.core.proxy.Proxy).)doc")
       .def(py::init([](py::handle bootstrap, int num_queues, uint64_t queue_capacity,

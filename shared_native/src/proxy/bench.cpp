@@ -45,6 +45,10 @@ void LaunchDevicePush(const QueueView&, const Command&, uint64_t, int, bool, uin
 void LaunchDevicePushLatency(const QueueView&, const Command&, uint64_t, uint64_t*, uintptr_t) {
   MORI_THROW(NotSupportedError, "proxy kernel producers need libmori_core built with CUDA");
 }
+
+std::vector<uint64_t> MeasureMappedPingPong(int, uint64_t, uint64_t) {
+  MORI_THROW(NotSupportedError, "the mapped ping-pong needs libmori_core built with CUDA");
+}
 #endif
 
 }  // namespace mori::proxy

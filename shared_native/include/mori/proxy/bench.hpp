@@ -39,4 +39,12 @@ MORI_API void LaunchDevicePush(const QueueView& device_view, const Command& comm
 MORI_API void LaunchDevicePushLatency(const QueueView& device_view, const Command& command,
                                       uint64_t count, uint64_t* out_ns, uintptr_t stream);
 
+// The baseline of a kernel's push -> retire: a host-mapped flag ping-pong on `device`.
+// A kernel thread writes i to a pinned, device-mapped word and waits until the host
+// (the calling thread) echoes i into a second one; returns the nanoseconds of each of
+// `count` round trips (GPU globaltimer). Bounded by `timeout` per round trip (the
+// kernel traps, the host throws TimeoutError). CUDA builds only.
+MORI_API std::vector<uint64_t> MeasureMappedPingPong(int device, uint64_t count,
+                                                     uint64_t timeout_ns);
+
 }  // namespace mori::proxy

@@ -24,7 +24,8 @@ CUDA heaps on GPU 0 and a kernel pushes (mori/proxy/queue_device.cuh): commands 
 second of ``--blocks`` blocks pushing into one queue (then a device quiet), and the
 push -> retire latency of one kernel thread; the ranks share GPU 0 (time-sliced), so
 the rank-to-rank figures there are for correctness, the self column is the
-proxy's own cost.
+proxy's own cost; beside them, the PCIe round trip of a host-mapped flag between a
+kernel thread and a host thread (the floor of a kernel's push -> retire).
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ def _measure_cuda(p, me, peer, off_word, args) -> dict:
             "latency_p99_us": lat[int(0.99 * (len(lat) - 1))] / 1000,
         }
     out["write"] = []
+    from mori.core import _C
+
+    pp = sorted(_C.proxy_mapped_ping_pong(0, args.latency_count))
+    out["mapped_ping_pong_median_us"] = statistics.median(pp) / 1000
+    out["mapped_ping_pong_p99_us"] = pp[int(0.99 * (len(pp) - 1))] / 1000
     return out
 
 
@@ -208,6 +214,12 @@ def worker(args: argparse.Namespace) -> None:
             rows, ["transport", "to", "Mcommands/s", "push->retire med us", "p99 us"],
             floatfmt=".2f",
         ))  # fmt: skip
+        if cuda:
+            r = results["auto"]
+            print(
+                f"baseline: host-mapped flag ping-pong (kernel thread <-> host thread) median "
+                f"{r['mapped_ping_pong_median_us']:.2f} us, p99 {r['mapped_ping_pong_p99_us']:.2f} us"
+            )
         rows = []
         for i, size in enumerate(sizes if not cuda else []):
             rows.append([scaffold.format_size(size)]
