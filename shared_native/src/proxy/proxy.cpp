@@ -180,6 +180,18 @@ struct Proxy::Impl {
     return true;
   }
 
+  // Names the pe a command is being posted to in the queue's control block for as
+  // long as the post takes (a producer's timeout then names it).
+  struct PostingGuard {
+    PostingGuard(CommandQueue& q, const Command& c) : queue(q) {
+      const bool to_pe =
+          c.op != static_cast<uint32_t>(Op::kQuiet) && c.op != static_cast<uint32_t>(Op::kBarrier);
+      if (to_pe) queue.SetPostingPe(c.pe);
+    }
+    ~PostingGuard() { queue.SetPostingPe(-1); }
+    CommandQueue& queue;
+  };
+
   // Pops and posts a batch from queue q; true when anything happened.
   bool Serve(int q) {
     CommandQueue& queue = *queues[q];
@@ -198,6 +210,7 @@ struct Proxy::Impl {
       const uint64_t index = queue.popped() - 1;
       commands.fetch_add(1, std::memory_order_relaxed);
       Validate(q, index, c);
+      PostingGuard posting(queue, c);
       switch (static_cast<Op>(c.op)) {
         case Op::kWrite:
         case Op::kWriteAdd:

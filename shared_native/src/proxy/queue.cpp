@@ -65,10 +65,13 @@ void WaitCounter(const QueueView& q, const volatile uint64_t* counter, uint64_t 
     if (health != kHealthy) ThrowUnhealthy(q, health);
     if (spins > 64) {
       if (Clock::now() - start > limit) {
+        const int posting = q.control->posting_pe;
         MORI_THROW(TimeoutError, "proxy queue ", q.queue_id, " of pe ", q.my_pe, ": ", what,
                    " timed out after ", q.timeout_ns / 1000000, " ms (command ", index,
                    ", counter at ", seen, ", waiting for ", floor, "; capacity ", q.capacity,
-                   " slots)");
+                   " slots)",
+                   posting >= 0 ? StrCat("; the proxy is posting a command to pe ", posting)
+                                : std::string());
       }
       sched_yield();
     }
@@ -112,6 +115,7 @@ CommandQueue::CommandQueue(const QueueOptions& options) : options_(options) {
   slots_ = static_cast<Command*>(AllocHost(capacity_ * sizeof(Command), options.producer));
   try {
     control_ = static_cast<QueueControl*>(AllocHost(sizeof(QueueControl), options.producer));
+    control_->posting_pe = -1;
     if (options.producer == Producer::kHost) {
       host_head_ = static_cast<uint64_t*>(AllocHost(64, Producer::kHost));
     } else {
@@ -187,6 +191,10 @@ bool CommandQueue::TryPop(Command* out) {
   // The copy is complete before the producers may reuse the slot.
   __atomic_store_n(const_cast<uint64_t*>(&control_->tail), popped_, __ATOMIC_RELEASE);
   return true;
+}
+
+void CommandQueue::SetPostingPe(int pe) {
+  __atomic_store_n(const_cast<int32_t*>(&control_->posting_pe), pe, __ATOMIC_RELAXED);
 }
 
 void CommandQueue::Retire(uint64_t upto) {

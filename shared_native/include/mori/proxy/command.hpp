@@ -109,7 +109,10 @@ struct alignas(64) QueueControl {
   volatile uint64_t retired;  // commands with index < retired have completed
   char pad1[56];
   volatile uint32_t health;  // kHealthy, kFailed or kClosed (shared by the proxy's queues)
-  char pad2[60];
+  // The pe the proxy is posting this queue's command to right now, -1 between
+  // commands: a producer's timeout names the peer the proxy is stuck on.
+  volatile int32_t posting_pe;
+  char pad2[56];
   // NUL-terminated, set before health becomes kFailed: names the peer pe, its node
   // and what failed.
   char error[kErrorTextBytes];

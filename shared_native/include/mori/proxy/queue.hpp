@@ -60,6 +60,8 @@ class MORI_API CommandQueue {
   // Consumer: commands with index < upto have completed (monotone).
   void Retire(uint64_t upto);
   uint64_t retired() const;
+  // Consumer: the pe the command being posted goes to (-1: none).
+  void SetPostingPe(int pe);
   // Consumer: stops the producers: their waits fail with `why` (set once; the first
   // reason stays).
   void Fail(const std::string& why);

@@ -37,11 +37,12 @@ __device__ __noinline__ void TrapQueue(const QueueView& q, const char* what, uin
   const uint32_t health = LoadVolatile32(&q.control->health);
   printf(
       "mori.proxy queue %d of pe %d: %s (command %llu, counter at %llu, timeout %llu ms); "
-      "proxy %s: %s [block %d thread %d]\n",
+      "proxy %s, posting to pe %d: %s [block %d thread %d]\n",
       q.queue_id, q.my_pe, what, static_cast<unsigned long long>(index),
       static_cast<unsigned long long>(seen),
       static_cast<unsigned long long>(q.timeout_ns / 1000000),
       health == kFailed ? "failed" : (health == kClosed ? "closed" : "alive"),
+      static_cast<int>(q.control->posting_pe),
       health == kFailed ? const_cast<const char*>(q.control->error) : "-",
       static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));
   mori::shmem::device::TrapReported();
