@@ -69,6 +69,7 @@ class MORI_API Proxy {
  public:
   Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions& options);
   // Stops the threads. Without Close(), peers see this process's connections drop.
+  // Destroy (or Close) a proxy before mori::shmem::Finalize: its threads use the heap.
   ~Proxy();
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;

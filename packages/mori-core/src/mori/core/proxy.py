@@ -40,6 +40,7 @@ def heap_offset(ptr: Any, nbytes: int = 1) -> int:
 
 class Proxy:
     """A proxy thread and its command queues; collective construction and close.
+    Close it (or drop it) before ``shmem.finalize``: its threads use the heap.
 
     Args:
         bootstrap: the bootstrap ``shmem.init`` used (its ranks are the pes).
