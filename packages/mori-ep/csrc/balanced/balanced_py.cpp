@@ -16,6 +16,9 @@
 #include "balanced/planner.hpp"
 #include "common/bind_py.hpp"
 #include "mori/core/timeout.hpp"
+#if MORI_EP_WITH_CUDA
+#include "common/launch_api.hpp"
+#endif
 
 namespace py = pybind11;
 
@@ -91,6 +94,23 @@ void register_balanced(py::module_& m) {
       SHAPE_ARGS, py::arg("dst_all"), py::arg("dest"), py::arg("dup_src"), py::arg("groups"),
       py::arg("loffs"), py::arg("counts"), py::call_guard<py::gil_scoped_release>(),
       "Rank dest's duplicate groups from every rank's dst [R, S*K].");
+
+#if MORI_EP_WITH_CUDA
+  m.def(
+      "balanced_plan_cuda",
+      [](int R, int E, int64_t S, int K, int pad, uintptr_t tpe, uintptr_t topk, int rank,
+         std::array<uintptr_t, 6> tables, uintptr_t dst, uintptr_t error, uintptr_t stream) {
+        balanced::LaunchPlanner(
+            balanced::PlannerParams{Shape(R, E, S, K, pad), rank, P<const int32_t>(tpe),
+                                    P<const int32_t>(topk), Tables(tables), P<int32_t>(dst),
+                                    P<int32_t>(error)},
+            stream);
+      },
+      SHAPE_ARGS, py::arg("tpe"), py::arg("topk"), py::arg("rank"), py::arg("tables"),
+      py::arg("dst"), py::arg("error"), py::arg("stream"),
+      py::call_guard<py::gil_scoped_release>(),
+      "The CUDA planner on `stream` (device pointers; error [4] int32, zero when good).");
+#endif
 
   py::class_<balanced::BalancedCpu>(m, "BalancedCpu",
                                     "The balanced mode's data paths on a host heap.")

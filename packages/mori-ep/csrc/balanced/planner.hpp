@@ -85,4 +85,25 @@ void DuplicateSourcesCpu(const PlanShape& shape, const int32_t* dst_all, int des
 void DuplicateGroupsCpu(int64_t nvs, const int32_t* dup_src, int32_t* groups, int32_t* loffs,
                         int32_t* counts);
 
+// The CUDA planner's arguments (balanced/kernels/planner.cu, one launch after the counts
+// are gathered; every rank runs it on the same counts, so no table is broadcast). All
+// pointers are device memory: tpe [R, E] (every rank's counts), topk [S, K] (this
+// rank's), the tables (every rank's), dst [S*K] (this rank's), error [4]: zero, or a
+// code and its values (kPlannerError*) when the inputs broke a rule the CPU planner
+// refuses; the tables are then undefined.
+struct PlannerParams {
+  PlanShape shape;
+  int rank;
+  const int32_t* tpe;
+  const int32_t* topk;
+  PlanTables tables;
+  int32_t* dst;
+  int32_t* error;
+};
+
+inline constexpr int32_t kPlannerErrorRowSum = 1;      // (rank, its sum)
+inline constexpr int32_t kPlannerErrorExpertId = 2;    // (pair index, expert id)
+inline constexpr int32_t kPlannerErrorCounts = 3;      // (expert, pairs routed to it)
+inline constexpr int32_t kPlannerErrorInvariant = 4;   // (rank, slots or remote experts)
+
 }  // namespace mori::ep::balanced

@@ -66,4 +66,14 @@ void LaunchCombine(const LlParams& p, int blocks, int threads, uintptr_t stream)
 
 }  // namespace low_latency
 
+namespace balanced {
+
+struct PlannerParams;
+
+// balanced/kernels/planner.cu. The planner in one launch on `stream`: every block plans
+// the tables (block 0 writes them) and computes dst for its range of tokens.
+void LaunchPlanner(const PlannerParams& p, uintptr_t stream);
+
+}  // namespace balanced
+
 }  // namespace mori::ep

@@ -203,3 +203,58 @@ def plan(tpe, S: int, K: int, token_padding: int = 128, topk=None) -> PlanSet:
             out.dup_counts[d].data_ptr(),
         )  # fmt: skip
     return out
+
+
+_PLANNER_ERRORS = {
+    1: "tokens_per_expert of rank {0} sums to (or holds) {1}, expected S*K",
+    2: "expert id {1} out of range at pair {0}",
+    3: "tokens_per_expert[{0}] differs from topk_experts by {1} pairs",
+    4: "planner invariant broken at rank {0} ({1})",
+}
+
+
+def plan_cuda(tpe, topk, rank: int, S: int, K: int, token_padding: int = 128, *,
+              check: bool = True) -> tuple[PlanSet, torch.Tensor]:  # fmt: skip
+    """The CUDA planner (one launch on the current stream; needs a CUDA build).
+
+    Args:
+        tpe: [R, E] int32 CUDA tensor, every rank's counts (gathered).
+        topk: [S, K] int32 CUDA tensor, this rank's expert ids.
+        rank: this rank.
+        check: synchronize and raise InvalidArgumentError naming the value when the
+            kernel's error record is set (False: return without synchronizing).
+
+    Returns:
+        (PlanSet with every rank's tables and this rank's ``dst`` [1, S*K] as CUDA
+        tensors, the kernel's error record [4] int32).
+    """
+    if not getattr(_C, "with_cuda", False):
+        from mori.core import NotSupportedError
+
+        raise NotSupportedError("plan_cuda needs mori.ep built with CUDA")
+    S, K = _int(S, "S"), _int(K, "K")
+    token_padding = _int(token_padding, "token_padding")
+    R, E = int(tpe.shape[0]), int(tpe.shape[1])
+    for name, x, shape in (("tpe", tpe, (R, E)), ("topk", topk, (S, K))):
+        if x.dtype != torch.int32 or not x.is_cuda or not x.is_contiguous():
+            raise InvalidArgumentError(f"{name} must be a contiguous int32 CUDA tensor")
+        if tuple(x.shape) != shape:
+            raise InvalidArgumentError(f"{name} shape {tuple(x.shape)} must be {shape}")
+    nvs = nvs_of(S, K, E, R, token_padding)
+    dev = tpe.device
+    tables = {n: t.to(dev) for n, t in empty_tables(R, E).items()}
+    dst = torch.empty(1, S * K, dtype=torch.int32, device=dev)
+    error = torch.empty(4, dtype=torch.int32, device=dev)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    _C.balanced_plan_cuda(R, E, S, K, token_padding, tpe.data_ptr(), topk.data_ptr(), int(rank),
+                          table_addresses(tables), dst.data_ptr(), error.data_ptr(),
+                          stream)  # fmt: skip
+    out = PlanSet(R, S, K, E, token_padding, nvs, **tables)
+    out.dst = dst
+    if check:
+        code, a, b, _ = error.tolist()
+        if code:
+            raise InvalidArgumentError(
+                "CUDA planner: " + _PLANNER_ERRORS.get(code, "error {0} {1}").format(a, b)
+            )
+    return out, error
