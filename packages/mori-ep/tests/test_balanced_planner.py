@@ -130,15 +130,26 @@ def test_skewed_plan_balances_where_routing_does_not():
         (dict(token_padding=0), "token_padding 0 must be an int >= 1"),
         (dict(tpe=torch.zeros(2, 3, dtype=torch.int32)), "E 3 must be a positive multiple"),
         (dict(tpe=torch.ones(2, 4)), "tpe dtype torch.float32 must be an integer dtype"),
-        (dict(tpe=torch.tensor([[4, 0, 0, 0], [2, 2, 0, 1]], dtype=torch.int32)),
-         "tokens_per_expert of rank 1 sums to 5, expected S*K = 4"),
-        (dict(tpe=torch.tensor([[4, 0, 0, 0], [6, -2, 0, 0]], dtype=torch.int32)),
-         "tokens_per_expert of rank 1 is -2 for expert 1 (negative)"),
-        (dict(topk=torch.tensor([[[0, 0], [0, 9]], [[0, 0], [0, 0]]])),
-         "expert id 9 out of range [0, 4) at token 1, k 1"),
-        (dict(topk=torch.tensor([[[0, 0], [0, 1]], [[0, 0], [0, 0]]])),
-         "tokens_per_expert[0] is 4 but topk_experts routes 3 tokens to expert 0 on rank 0"),
-        (dict(topk=torch.zeros(2, 2, 3, dtype=torch.int32)), "topk shape (2, 2, 3) must be (2, 2, 2)"),
+        (
+            dict(tpe=torch.tensor([[4, 0, 0, 0], [2, 2, 0, 1]], dtype=torch.int32)),
+            "tokens_per_expert of rank 1 sums to 5, expected S*K = 4",
+        ),
+        (
+            dict(tpe=torch.tensor([[4, 0, 0, 0], [6, -2, 0, 0]], dtype=torch.int32)),
+            "tokens_per_expert of rank 1 is -2 for expert 1 (negative)",
+        ),
+        (
+            dict(topk=torch.tensor([[[0, 0], [0, 9]], [[0, 0], [0, 0]]])),
+            "expert id 9 out of range [0, 4) at token 1, k 1",
+        ),
+        (
+            dict(topk=torch.tensor([[[0, 0], [0, 1]], [[0, 0], [0, 0]]])),
+            "tokens_per_expert[0] is 4 but topk_experts routes 3 tokens to expert 0 on rank 0",
+        ),
+        (
+            dict(topk=torch.zeros(2, 2, 3, dtype=torch.int32)),
+            "topk shape (2, 2, 3) must be (2, 2, 2)",
+        ),
         (dict(S=(1 << 28) + 1, K=8, tpe=torch.zeros(2, 4, dtype=torch.int32)), "exceeds 2^31"),
     ],
 )

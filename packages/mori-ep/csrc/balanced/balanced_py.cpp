@@ -43,7 +43,7 @@ balanced::RankPlan Rank(const std::array<uintptr_t, 6>& a) {
                             P<int32_t>(a[3]), P<int32_t>(a[4]), P<int32_t>(a[5])};
 }
 
-#define SHAPE_ARGS                                                                       \
+#define SHAPE_ARGS                                                           \
   py::arg("ranks"), py::arg("experts"), py::arg("tokens"), py::arg("top_k"), \
       py::arg("token_padding")
 
@@ -75,9 +75,8 @@ void register_balanced(py::module_& m) {
       "balanced_plan_destinations_cpu",
       [](int R, int E, int64_t S, int K, int pad, uintptr_t tpe, std::array<uintptr_t, 6> tables,
          int rank, uintptr_t topk, uintptr_t dst) {
-        balanced::PlanDestinationsCpu(Shape(R, E, S, K, pad), P<const int32_t>(tpe),
-                                      Tables(tables), rank, P<const int32_t>(topk),
-                                      P<int32_t>(dst));
+        balanced::PlanDestinationsCpu(Shape(R, E, S, K, pad), P<const int32_t>(tpe), Tables(tables),
+                                      rank, P<const int32_t>(topk), P<int32_t>(dst));
       },
       SHAPE_ARGS, py::arg("tpe"), py::arg("tables"), py::arg("rank"), py::arg("topk"),
       py::arg("dst"), py::call_guard<py::gil_scoped_release>(),
@@ -107,8 +106,7 @@ void register_balanced(py::module_& m) {
             stream);
       },
       SHAPE_ARGS, py::arg("tpe"), py::arg("topk"), py::arg("rank"), py::arg("tables"),
-      py::arg("dst"), py::arg("error"), py::arg("stream"),
-      py::call_guard<py::gil_scoped_release>(),
+      py::arg("dst"), py::arg("error"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
       "The CUDA planner on `stream` (device pointers; error [4] int32, zero when good).");
 #endif
 
@@ -116,12 +114,11 @@ void register_balanced(py::module_& m) {
                                     "The balanced mode's data paths on a host heap.")
       .def(py::init([](int R, int E, int64_t S, int K, int pad, int64_t hidden, int rank,
                        uintptr_t block, double timeout_s) {
-             return new balanced::BalancedCpu(Shape(R, E, S, K, pad), hidden, rank,
-                                              P<void>(block),
+             return new balanced::BalancedCpu(Shape(R, E, S, K, pad), hidden, rank, P<void>(block),
                                               TimeoutMsFromSeconds(timeout_s, "timeout_s"));
            }),
-           SHAPE_ARGS, py::arg("hidden"), py::arg("rank"), py::arg("block"),
-           py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
+           SHAPE_ARGS, py::arg("hidden"), py::arg("rank"), py::arg("block"), py::arg("timeout_s"),
+           py::call_guard<py::gil_scoped_release>())
       .def(
           "plan",
           [](balanced::BalancedCpu& self, uintptr_t tpe, uintptr_t topk, const std::string& reason,

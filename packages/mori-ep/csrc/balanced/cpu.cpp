@@ -300,7 +300,8 @@ void BalancedCpu::ReduceGrad(const int32_t* experts_to_copy, const std::vector<f
       for (int b = 0; b < epn; ++b) {
         if (experts_to_copy[d * epn + b] != e) continue;
         for (size_t i = 0; i < pools.size(); ++i) {
-          const float* slot = hs::Ptr(ctx_, pools[i] + (static_cast<int64_t>(d) * epn + b) * elems[i], d);
+          const float* slot =
+              hs::Ptr(ctx_, pools[i] + (static_cast<int64_t>(d) * epn + b) * elems[i], d);
           float* grad = locals[i] + static_cast<int64_t>(le) * elems[i];
           for (int64_t x = 0; x < elems[i]; ++x) grad[x] += slot[x];
         }

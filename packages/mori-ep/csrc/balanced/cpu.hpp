@@ -22,13 +22,13 @@ namespace mori::ep::balanced {
 
 // The op's symmetric block: offsets in bytes, each 256-aligned.
 struct BlockLayout {
-  size_t hidden;       // [NvS, H] bf16: this rank's received rows (the shard)
-  size_t weights;      // [NvS] fp32: the route weight of each received pair
-  size_t dup_src;      // [NvS] int32: a duplicate slot's primary slot, written by senders
-  size_t counts;       // [R, E] int32: every rank's tokens_per_expert (row r from rank r)
-  size_t reasons;      // [2, R, kReasonBytes]: a refusing rank's reason, by call parity
-  size_t entry;        // [2, R] uint64: each rank's verdict word, by call parity
-  size_t phase;        // [R] uint64: each rank's barrier count
+  size_t hidden;   // [NvS, H] bf16: this rank's received rows (the shard)
+  size_t weights;  // [NvS] fp32: the route weight of each received pair
+  size_t dup_src;  // [NvS] int32: a duplicate slot's primary slot, written by senders
+  size_t counts;   // [R, E] int32: every rank's tokens_per_expert (row r from rank r)
+  size_t reasons;  // [2, R, kReasonBytes]: a refusing rank's reason, by call parity
+  size_t entry;    // [2, R] uint64: each rank's verdict word, by call parity
+  size_t phase;    // [R] uint64: each rank's barrier count
   size_t total_bytes;
 };
 
@@ -38,12 +38,12 @@ BlockLayout MakeBlockLayout(const PlanShape& shape, int64_t hidden);
 
 // One rank's plan as the data paths use it (caller-owned arrays; mori.ep.balanced.Plan).
 struct RankPlan {
-  int32_t* dst;               // [S*K]
-  int32_t* experts_to_copy;   // [R, epn]
-  int32_t* zero_fill;         // [2*epn, 2]
-  int32_t* dup_groups;        // [NvS, 3]
-  int32_t* dup_loffs;         // [NvS]
-  int32_t* dup_counts;        // [2]
+  int32_t* dst;              // [S*K]
+  int32_t* experts_to_copy;  // [R, epn]
+  int32_t* zero_fill;        // [2*epn, 2]
+  int32_t* dup_groups;       // [NvS, 3]
+  int32_t* dup_loffs;        // [NvS]
+  int32_t* dup_counts;       // [2]
 };
 
 class BalancedCpu {

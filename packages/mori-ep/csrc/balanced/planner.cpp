@@ -154,8 +154,8 @@ void PlanDestinationsCpu(const PlanShape& s, const int32_t* tpe, const PlanTable
   std::vector<int64_t> seen(E, 0);
   for (int64_t i = 0; i < S * K; ++i) {
     const int32_t e = topk[i];
-    MORI_CHECK_ARG(e >= 0 && e < E, "expert id ", e, " out of range [0, ", E, ") at token ",
-                   i / K, ", k ", i % K);
+    MORI_CHECK_ARG(e >= 0 && e < E, "expert id ", e, " out of range [0, ", E, ") at token ", i / K,
+                   ", k ", i % K);
     ++seen[e];
   }
   for (int e = 0; e < E; ++e) {

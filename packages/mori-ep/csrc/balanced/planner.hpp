@@ -101,9 +101,9 @@ struct PlannerParams {
   int32_t* error;
 };
 
-inline constexpr int32_t kPlannerErrorRowSum = 1;      // (rank, its sum)
-inline constexpr int32_t kPlannerErrorExpertId = 2;    // (pair index, expert id)
-inline constexpr int32_t kPlannerErrorCounts = 3;      // (expert, pairs routed to it)
-inline constexpr int32_t kPlannerErrorInvariant = 4;   // (rank, slots or remote experts)
+inline constexpr int32_t kPlannerErrorRowSum = 1;     // (rank, its sum)
+inline constexpr int32_t kPlannerErrorExpertId = 2;   // (pair index, expert id)
+inline constexpr int32_t kPlannerErrorCounts = 3;     // (expert, pairs routed to it)
+inline constexpr int32_t kPlannerErrorInvariant = 4;  // (rank, slots or remote experts)
 
 }  // namespace mori::ep::balanced

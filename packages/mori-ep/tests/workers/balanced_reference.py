@@ -87,7 +87,7 @@ def plan_tables(tpe: list[list[int]], S: int, K: int, pad: int) -> dict:
 
 def destinations(tpe, tables, topk_rank: list[list[int]], rank: int) -> list[int]:
     """dst [S*K] of source `rank` (topk_rank [S][K])."""
-    R, E = len(tpe), len(tpe[0])
+    E = len(tpe[0])
     NvS, alloc, offs = tables["nvs"], tables["alloc"], tables["expert_offsets"]
     nxt = [sum(tpe[r][e] for r in range(rank)) for e in range(E)]
     out = []
@@ -164,4 +164,3 @@ def counts(topk_rank: list[list[int]], E: int) -> list[int]:
         for e in row:
             c[e] += 1
     return c
-

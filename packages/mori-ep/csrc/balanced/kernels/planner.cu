@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(kThreads) PlannerKernel(PlannerParams p) {
       }
       start += __shfl_sync(kFull, incl, 31);
     }
-    if (lane == 0 && start > nvs) Fail(p.error, kPlannerErrorInvariant, d, static_cast<int32_t>(start));
+    if (lane == 0 && start > nvs)
+      Fail(p.error, kPlannerErrorInvariant, d, static_cast<int32_t>(start));
   }
   __syncthreads();
 

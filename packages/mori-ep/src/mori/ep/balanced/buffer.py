@@ -95,7 +95,9 @@ class Buffer:
         self.num_sms = 32 if num_sms is None else _positive(num_sms, "num_sms")
         self.token_padding = _positive(token_padding, "token_padding")
         if self.E % self.R:
-            raise InvalidArgumentError(f"E ({E}) must be divisible by num_ep_ranks ({num_ep_ranks})")
+            raise InvalidArgumentError(
+                f"E ({E}) must be divisible by num_ep_ranks ({num_ep_ranks})"
+            )
         if not isinstance(comm_stream_priority, int) or not isinstance(enable_pdl, bool):
             raise InvalidArgumentError(
                 f"comm_stream_priority {comm_stream_priority!r} must be an int and "
@@ -352,7 +354,9 @@ class Buffer:
             elif pool.dtype != local.dtype:
                 reason = f"{op}: {name} buffer dtype {pool.dtype} differs from {local.dtype}"
             elif local.dim() < 2 or int(local.shape[0]) != self.epn:
-                reason = f"{op}: {name} local shape {tuple(local.shape)} must be [epn={self.epn}, ...]"
+                reason = (
+                    f"{op}: {name} local shape {tuple(local.shape)} must be [epn={self.epn}, ...]"
+                )
             elif tuple(pool.shape) != (self.R, *local.shape):
                 reason = (
                     f"{op}: {name} buffer shape {tuple(pool.shape)} must be "
