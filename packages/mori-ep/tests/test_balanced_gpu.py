@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """The CUDA balanced planner (one launch) against the CPU planner, table for table, over
-the planner's case matrix; and its time for R=8, E=384, S=8192, K=8 (printed: the
-target is 20 us on an H200). Skips without a GPU."""
+the planner's case matrix; its time for R=8, E=384, S=8192, K=8 (printed: the target
+is 20 us on an H200); the Buffer's data-path kernels with 2 processes against the CPU
+tests' references. Skips without a GPU."""
 
 import random
 import sys
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 import mori.core as mc
-from mori.core.testing import new_seed
+from mori.core.testing import new_seed, run_ranks
 from mori.ep import balanced
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,3 +72,15 @@ def test_cuda_planner_time(cuda_gpus):
     assert int(err[0]) == 0
     want = balanced.plan(tpe, S, K, 128, topk=topk)
     assert torch.equal(got.dst[0].cpu(), want.dst[3])
+
+
+@pytest.mark.parametrize(
+    ("S", "H", "K", "epn", "pad"), [(24, 64, 4, 3, 8), (9, 32, 8, 1, 1), (16, 256, 6, 2, 128)]
+)
+def test_buffer_kernels(S, H, K, epn, pad, gpu_placement):
+    # The CPU tests' "paths" scenario on a CUDA heap: the data-path kernels against the
+    # same references, bit for bit, 2 processes.
+    worker = str(Path(__file__).parent / "workers" / "balanced_worker.py")
+    argv = [worker, "paths", str(new_seed()), *(str(v) for v in (S, H, K, epn, pad)),
+            gpu_placement]  # fmt: skip
+    run_ranks(argv, 2, timeout_s=300)

@@ -18,9 +18,14 @@ CUDA_ONLY = {
     "dispatch_layout_cuda",
     "local_expert_count_cuda",
     "balanced_plan_cuda",
+    "BalancedCuda",
 }
 # Each mode's (CPU, CUDA) native classes; what one has beyond the shared methods.
-TWINS = [("IntraNodeCpu", "IntraNodeCuda"), ("LowLatencyCpu", "LowLatencyCuda")]
+TWINS = [
+    ("IntraNodeCpu", "IntraNodeCuda"),
+    ("LowLatencyCpu", "LowLatencyCuda"),
+    ("BalancedCpu", "BalancedCuda"),
+]
 EXTRAS = {
     "IntraNodeCuda": {"max_resident_blocks", "timeline"},
     "LowLatencyCpu": {

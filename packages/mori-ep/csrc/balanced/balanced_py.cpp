@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "balanced/cpu.hpp"
@@ -17,6 +18,7 @@
 #include "common/bind_py.hpp"
 #include "mori/core/timeout.hpp"
 #if MORI_EP_WITH_CUDA
+#include "balanced/cuda.hpp"
 #include "common/launch_api.hpp"
 #endif
 
@@ -46,6 +48,117 @@ balanced::RankPlan Rank(const std::array<uintptr_t, 6>& a) {
 #define SHAPE_ARGS                                                           \
   py::arg("ranks"), py::arg("experts"), py::arg("tokens"), py::arg("top_k"), \
       py::arg("token_padding")
+
+// Binds one implementation with the signature both share; a host implementation runs
+// each call on the calling thread and ignores the stream and the device.
+template <class Impl>
+void BindImpl(py::class_<Impl> cls) {
+  constexpr bool kCuda = !std::is_same_v<Impl, balanced::BalancedCpu>;
+  cls.def(py::init([](int R, int E, int64_t S, int K, int pad, int64_t hidden, int rank,
+                      uintptr_t block, int device, double timeout_s) {
+            const auto timeout = TimeoutMsFromSeconds(timeout_s, "timeout_s");
+            if constexpr (kCuda) {
+              return new Impl(Shape(R, E, S, K, pad), hidden, rank, P<void>(block), device,
+                              timeout);
+            } else {
+              return new Impl(Shape(R, E, S, K, pad), hidden, rank, P<void>(block), timeout);
+            }
+          }),
+          SHAPE_ARGS, py::arg("hidden"), py::arg("rank"), py::arg("block"), py::arg("device"),
+          py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "plan",
+          [](Impl& self, uintptr_t tpe, uintptr_t topk, const std::string& reason,
+             std::array<uintptr_t, 6> tables, uintptr_t dst, uintptr_t stream) {
+            if constexpr (kCuda) {
+              self.Plan(P<const int32_t>(tpe), P<const int32_t>(topk), reason, Tables(tables),
+                        P<int32_t>(dst), stream);
+            } else {
+              self.Plan(P<const int32_t>(tpe), P<const int32_t>(topk), reason, Tables(tables),
+                        P<int32_t>(dst));
+            }
+          },
+          py::arg("tpe"), py::arg("topk"), py::arg("reason"), py::arg("tables"), py::arg("dst"),
+          py::arg("stream"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "dispatch",
+          [](Impl& self, std::array<uintptr_t, 6> plan, uintptr_t hidden, int64_t row_stride,
+             uintptr_t weights, bool fresh, const std::string& reason, uintptr_t stream) {
+            if constexpr (kCuda) {
+              self.Dispatch(Rank(plan), P<const uint16_t>(hidden), row_stride,
+                            P<const float>(weights), fresh, reason, stream);
+            } else {
+              self.Dispatch(Rank(plan), P<const uint16_t>(hidden), row_stride,
+                            P<const float>(weights), fresh, reason);
+            }
+          },
+          py::arg("plan"), py::arg("hidden"), py::arg("row_stride"), py::arg("weights"),
+          py::arg("fresh"), py::arg("reason"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "combine",
+          [](Impl& self, std::array<uintptr_t, 6> plan, uintptr_t hidden_nvsh,
+             uintptr_t weights_nvs, uintptr_t out, uintptr_t out_weights,
+             const std::string& reason, uintptr_t stream) {
+            if constexpr (kCuda) {
+              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh),
+                           P<const float>(weights_nvs), P<uint16_t>(out), P<float>(out_weights),
+                           reason, stream);
+            } else {
+              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh),
+                           P<const float>(weights_nvs), P<uint16_t>(out), P<float>(out_weights),
+                           reason);
+            }
+          },
+          py::arg("plan"), py::arg("hidden_nvsh"), py::arg("weights_nvs"), py::arg("out"),
+          py::arg("out_weights"), py::arg("reason"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "prefetch",
+          [](Impl& self, uintptr_t experts_to_copy, const std::vector<uintptr_t>& locals,
+             const std::vector<uintptr_t>& pools, const std::vector<int64_t>& bytes,
+             const std::string& reason, uintptr_t stream) {
+            std::vector<const char*> l;
+            std::vector<char*> p;
+            for (auto a : locals) l.push_back(P<const char>(a));
+            for (auto a : pools) p.push_back(P<char>(a));
+            if constexpr (kCuda) {
+              self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason, stream);
+            } else {
+              self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason);
+            }
+          },
+          py::arg("experts_to_copy"), py::arg("locals"), py::arg("pools"), py::arg("bytes"),
+          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "reduce_grad",
+          [](Impl& self, uintptr_t experts_to_copy, const std::vector<uintptr_t>& locals,
+             const std::vector<uintptr_t>& pools, const std::vector<int64_t>& elems,
+             const std::string& reason, uintptr_t stream) {
+            std::vector<float*> l, p;
+            for (auto a : locals) l.push_back(P<float>(a));
+            for (auto a : pools) p.push_back(P<float>(a));
+            if constexpr (kCuda) {
+              self.ReduceGrad(P<const int32_t>(experts_to_copy), l, p, elems, reason, stream);
+            } else {
+              self.ReduceGrad(P<const int32_t>(experts_to_copy), l, p, elems, reason);
+            }
+          },
+          py::arg("experts_to_copy"), py::arg("locals"), py::arg("pools"), py::arg("elems"),
+          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "refuse",
+          [](Impl& self, const std::string& op, const std::string& reason, uintptr_t stream) {
+            if constexpr (kCuda) {
+              self.Refuse(op.c_str(), reason, stream);
+            } else {
+              self.Refuse(op.c_str(), reason);
+            }
+          },
+          py::arg("op"), py::arg("reason"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("calls", &Impl::calls);
+}
 
 }  // namespace
 
@@ -110,75 +223,14 @@ void register_balanced(py::module_& m) {
       "The CUDA planner on `stream` (device pointers; error [4] int32, zero when good).");
 #endif
 
-  py::class_<balanced::BalancedCpu>(m, "BalancedCpu",
-                                    "The balanced mode's data paths on a host heap.")
-      .def(py::init([](int R, int E, int64_t S, int K, int pad, int64_t hidden, int rank,
-                       uintptr_t block, double timeout_s) {
-             return new balanced::BalancedCpu(Shape(R, E, S, K, pad), hidden, rank, P<void>(block),
-                                              TimeoutMsFromSeconds(timeout_s, "timeout_s"));
-           }),
-           SHAPE_ARGS, py::arg("hidden"), py::arg("rank"), py::arg("block"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>())
-      .def(
-          "plan",
-          [](balanced::BalancedCpu& self, uintptr_t tpe, uintptr_t topk, const std::string& reason,
-             std::array<uintptr_t, 6> tables, uintptr_t dst) {
-            self.Plan(P<const int32_t>(tpe), P<const int32_t>(topk), reason, Tables(tables),
-                      P<int32_t>(dst));
-          },
-          py::arg("tpe"), py::arg("topk"), py::arg("reason"), py::arg("tables"), py::arg("dst"),
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "dispatch",
-          [](balanced::BalancedCpu& self, std::array<uintptr_t, 6> plan, uintptr_t hidden,
-             int64_t row_stride, uintptr_t weights, bool fresh, const std::string& reason) {
-            self.Dispatch(Rank(plan), P<const uint16_t>(hidden), row_stride,
-                          P<const float>(weights), fresh, reason);
-          },
-          py::arg("plan"), py::arg("hidden"), py::arg("row_stride"), py::arg("weights"),
-          py::arg("fresh"), py::arg("reason"), py::call_guard<py::gil_scoped_release>())
-      .def(
-          "combine",
-          [](balanced::BalancedCpu& self, std::array<uintptr_t, 6> plan, uintptr_t hidden_nvsh,
-             uintptr_t weights_nvs, uintptr_t out, uintptr_t out_weights,
-             const std::string& reason) {
-            self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh), P<const float>(weights_nvs),
-                         P<uint16_t>(out), P<float>(out_weights), reason);
-          },
-          py::arg("plan"), py::arg("hidden_nvsh"), py::arg("weights_nvs"), py::arg("out"),
-          py::arg("out_weights"), py::arg("reason"), py::call_guard<py::gil_scoped_release>())
-      .def(
-          "prefetch",
-          [](balanced::BalancedCpu& self, uintptr_t experts_to_copy,
-             const std::vector<uintptr_t>& locals, const std::vector<uintptr_t>& pools,
-             const std::vector<int64_t>& bytes, const std::string& reason) {
-            std::vector<const char*> l;
-            std::vector<char*> p;
-            for (auto a : locals) l.push_back(P<const char>(a));
-            for (auto a : pools) p.push_back(P<char>(a));
-            self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason);
-          },
-          py::arg("experts_to_copy"), py::arg("locals"), py::arg("pools"), py::arg("bytes"),
-          py::arg("reason"), py::call_guard<py::gil_scoped_release>())
-      .def(
-          "reduce_grad",
-          [](balanced::BalancedCpu& self, uintptr_t experts_to_copy,
-             const std::vector<uintptr_t>& locals, const std::vector<uintptr_t>& pools,
-             const std::vector<int64_t>& elems, const std::string& reason) {
-            std::vector<float*> l, p;
-            for (auto a : locals) l.push_back(P<float>(a));
-            for (auto a : pools) p.push_back(P<float>(a));
-            self.ReduceGrad(P<const int32_t>(experts_to_copy), l, p, elems, reason);
-          },
-          py::arg("experts_to_copy"), py::arg("locals"), py::arg("pools"), py::arg("elems"),
-          py::arg("reason"), py::call_guard<py::gil_scoped_release>())
-      .def(
-          "refuse",
-          [](balanced::BalancedCpu& self, const std::string& op, const std::string& reason) {
-            self.Refuse(op.c_str(), reason);
-          },
-          py::arg("op"), py::arg("reason"), py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("calls", &balanced::BalancedCpu::calls);
+  BindImpl(py::class_<balanced::BalancedCpu>(
+               m, "BalancedCpu",
+               "The balanced mode's data paths on a host heap (the stream is ignored: a call "
+               "has finished when it returns)."));
+#if MORI_EP_WITH_CUDA
+  BindImpl(py::class_<balanced::BalancedCuda>(
+      m, "BalancedCuda", "The balanced mode's data paths as CUDA kernels on `stream`."));
+#endif
 }
 
 }  // namespace mori::ep

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""One rank of the balanced mode's CPU tests. argv: mode seed S H K epn token_padding
+"""One rank of the balanced mode's tests. argv: mode seed S H K epn token_padding
+[placement]: "cpu" (a host heap, the default), "shared" (every rank on GPU 0) or
+"per_gpu" (rank r on GPU r): a CUDA heap, the kernels.
 
 Creates a host heap over gloo, runs the scenario and prints "rank N ok" last. Every
 rank draws every rank's inputs from the shared seed, so each checks its own results
@@ -12,11 +14,11 @@ against a reference of all ranks' inputs without communication.
           reuse, zero_copy and async_finish give the same bits; prefetch slots equal
           their owners' weights bitwise, other slots untouched; reduce_grad bitwise
           against an ascending-order sum, consumed slots zeroed; autograd functions.
-  errors  each rank in turn passes a bad input: that rank's error names the value,
-          the others' name that rank; the Buffer still works afterwards.
+  errors  (host heap) each rank in turn passes a bad input: that rank's error names
+          the value, the others' name that rank; the Buffer still works afterwards.
 """
 
-import os
+import dataclasses
 import random
 import sys
 import zlib
@@ -28,14 +30,27 @@ from balanced_reference import KINDS, counts, destinations, plan_tables, routing
 import mori.core as mc
 from mori.core import shmem
 from mori.core.launch import expect_raises
+from mori.core.testing import start_rank
 from mori.ep import balanced
 
 mode, seed = sys.argv[1], int(sys.argv[2])
 S, H, K, EPN, PAD = (int(x) for x in sys.argv[3:8])
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("gloo", init_method="env://")
-shmem.init(device="cpu", heap_size="64M", timeout_s=60)
+placement = sys.argv[8] if len(sys.argv) > 8 else "cpu"
+rank, world, DEV = start_rank(placement, "64M", 60)
 R, E = world, EPN * world
+
+
+def D(x):
+    """x on the heap's device."""
+    return None if x is None else x.to(DEV)
+
+
+def host_plan(p):
+    """p with every tensor on the CPU (checks compare on the host)."""
+    return dataclasses.replace(
+        p, **{f.name: getattr(p, f.name).cpu() for f in dataclasses.fields(p)
+              if isinstance(getattr(p, f.name), torch.Tensor)}
+    )  # fmt: skip
 
 
 def gen(*key) -> torch.Generator:
@@ -134,46 +149,58 @@ def dup_tables(ps) -> list[dict]:
     return out
 
 
-def check_weights(buf, p):
+def sync():
+    """Device work done and every rank past this point."""
+    if DEV.type == "cuda":
+        torch.cuda.synchronize(DEV)
+    shmem.barrier_all()
+
+
+def check_weights(buf, p, hp):
     """prefetch_weight and reduce_grad on [R, epn, 8, 4] pools."""
     shape = (EPN, 8, 4)
     names = ("gate", "up", "down")
-    local = {n: random_bf16(shape, "w", n, rank) for n in names}
+    local = {n: D(random_bf16(shape, "w", n, rank)) for n in names}
     owner = {n: [random_bf16(shape, "w", n, r) for r in range(R)] for n in names}
     pools = {n: shmem.empty((R, *shape), torch.bfloat16) for n in names}
     sentinel = torch.full((R, *shape), -7.0, dtype=torch.bfloat16)
     for n in names:
         pools[n].copy_(sentinel)
-    shmem.barrier_all()
+    sync()
     buf.prefetch_weight(
         p, local_gate_weight=local["gate"], local_up_weight=local["up"],
         local_down_weight=local["down"], gate_prefetch_buffer=pools["gate"],
         up_prefetch_buffer=pools["up"], down_prefetch_buffer=pools["down"],
     )  # fmt: skip
-    etc = p.experts_to_copy.tolist()
+    sync()
+    etc = hp.experts_to_copy.tolist()
     for n in names:
+        got = pools[n].cpu()
         for b in range(EPN):
             e = etc[rank][b]
             want = owner[n][e // EPN][e % EPN] if e >= 0 else sentinel[rank][b]
-            assert torch.equal(pools[n][rank][b].view(torch.int16), want.view(torch.int16)), (n, b)
+            assert torch.equal(got[rank][b].view(torch.int16), want.view(torch.int16)), (n, b)
         for d in range(R):
             if d != rank:
-                assert torch.equal(pools[n][d], sentinel[d]), (n, d)
+                assert torch.equal(got[d], sentinel[d]), (n, d)
 
     gshape = (R, *shape)
-    grads = {n: torch.randn(shape, generator=gen("g", n, rank)) for n in names}
-    before = {n: g.clone() for n, g in grads.items()}
+    grads = {n: D(torch.randn(shape, generator=gen("g", n, rank))) for n in names}
+    before = {n: g.cpu().clone() for n, g in grads.items()}
     rbufs = {n: shmem.empty(gshape, torch.float32) for n in names}
     slot_grad = {n: [torch.randn(gshape, generator=gen("s", n, r)) for r in range(R)]
                  for n in names}  # fmt: skip
     for n in names:
         rbufs[n].copy_(slot_grad[n][rank])
-    shmem.barrier_all()
+    sync()
     buf.reduce_grad(
         p, local_gate_grad=grads["gate"], local_up_grad=grads["up"],
         local_down_grad=grads["down"], gate_reduce_buffer=rbufs["gate"],
         up_reduce_buffer=rbufs["up"], down_reduce_buffer=rbufs["down"],
     )  # fmt: skip
+    sync()
+    grads = {n: g.cpu() for n, g in grads.items()}
+    rbufs = {n: b.cpu() for n, b in rbufs.items()}
     for n in names:
         for le in range(EPN):
             want = before[n][le].clone()
@@ -205,13 +232,18 @@ def run_paths():
         weights_all = [torch.rand(S, K, generator=gen("rw", kind, r)) for r in range(R)]
         topk_me = torch.tensor(topk[rank], dtype=torch.int32)
         tpe_me = torch.tensor(tpe[rank], dtype=torch.int32)
-        h_nvs, w_nvs, cu, p = buf.dispatch(hidden_all[rank], weights_all[rank], topk_me, tpe_me)
+        h_nvs, w_nvs, cu, p = buf.dispatch(
+            D(hidden_all[rank]), D(weights_all[rank]), D(topk_me), D(tpe_me)
+        )
         assert h_nvs.shape == (buf.NvS, H) and cu.shape == (2 * EPN,)
-        check_plan(p, tpe, topk, kind)
-        check_dispatch(h_nvs, w_nvs, p, hidden_all, weights_all, dst_all, kind)
+        hp = host_plan(p)
+        check_plan(hp, tpe, topk, kind)
+        check_dispatch(h_nvs.cpu(), w_nvs.cpu(), hp, hidden_all, weights_all, dst_all, kind)
         valid = int(cu[-1])
+        h_host, w_host = h_nvs.cpu(), w_nvs.cpu()
 
         out, w_sk, ev = buf.combine(p, h_nvs, w_nvs)
+        out, w_sk = out.cpu(), w_sk.cpu()
         assert ev is None
         assert torch.equal(out.view(torch.int16), (hidden_all[rank].float() * K).bfloat16()
                            .view(torch.int16)), kind  # fmt: skip
@@ -219,51 +251,54 @@ def run_paths():
 
         # Random expert outputs, combined against the reference sum, bit for bit.
         expert_all = [random_bf16((buf.NvS, H), "x", kind, d) for d in range(R)]
-        out, _, _ = buf.combine(p, expert_all[rank].clone())
+        out, _, _ = buf.combine(p, D(expert_all[rank].clone()))
+        out = out.cpu()
         want = reference_combine(expert_all, dst_all[rank], dup_tables(ps))
         assert torch.equal(out.view(torch.int16), want.view(torch.int16)), kind
 
         # Plan reuse, zero_copy and async_finish give the same bits.
         h2 = random_bf16((S, H), "h2", kind, rank)
-        r_nvs, r_w, r_cu, r_p = buf.dispatch(h2, weights_all[rank], plan=p)
+        r_nvs, r_w, r_cu, r_p = buf.dispatch(D(h2), D(weights_all[rank]), plan=p)
         assert r_cu is None and r_p is p
-        check_dispatch(r_nvs, r_w, p, [random_bf16((S, H), "h2", kind, r) for r in range(R)],
+        check_dispatch(r_nvs.cpu(), r_w.cpu(), hp, [random_bf16((S, H), "h2", kind, r) for r in range(R)],
                        weights_all, dst_all, kind + " reuse")  # fmt: skip
         z_nvs, z_w, z_cu, z_p, ev = buf.dispatch(
-            hidden_all[rank], weights_all[rank], topk_me, tpe_me, async_finish=True,
+            D(hidden_all[rank]), D(weights_all[rank]), D(topk_me), D(tpe_me), async_finish=True,
             zero_copy=True, router_weights_zero_copy=True,
         )  # fmt: skip
-        assert ev.query() and z_nvs.data_ptr() == buf.hidden_nvsh_buffer_view.data_ptr()
-        assert torch.equal(z_nvs[:valid].view(torch.int16), h_nvs[:valid].view(torch.int16))
-        assert torch.equal(z_w[:valid], w_nvs[:valid]) and torch.equal(z_cu, cu)
+        ev.synchronize()
+        assert z_nvs.data_ptr() == buf.hidden_nvsh_buffer_view.data_ptr()
+        assert torch.equal(z_nvs[:valid].cpu().view(torch.int16), h_host[:valid].view(torch.int16))
+        assert torch.equal(z_w[:valid].cpu(), w_host[:valid]) and torch.equal(z_cu, cu)
         assert torch.equal(z_p.dst, p.dst)
         z_out, z_wsk, ev = buf.combine(z_p, z_nvs, z_w, async_finish=True, zero_copy=True,
                                        router_weights_zero_copy=True)  # fmt: skip
-        assert ev.query()
+        ev.synchronize()
+        z_out, z_wsk = z_out.cpu(), z_wsk.cpu()
         assert torch.equal(z_out.view(torch.int16), (hidden_all[rank].float() * K).bfloat16()
                            .view(torch.int16)), kind  # fmt: skip
         assert torch.equal(z_wsk, weights_all[rank])
-        check_weights(buf, p)
+        check_weights(buf, p, hp)
         print(f"rank {rank}: {kind} ok (remote experts {p.remote_stats.tolist()})")
 
     # Autograd: combine(dispatch(x)) with an identity expert; grads go back through
     # the other op with the saved plan.
     topk = routing("biased", R, E, S, K, rng)
     tpe = [counts(topk[r], E) for r in range(R)]
-    x = exact_hidden(rank).requires_grad_(True)
-    w = torch.rand(S, K, generator=gen("aw", rank)).requires_grad_(True)
+    x = D(exact_hidden(rank)).requires_grad_(True)
+    w = D(torch.rand(S, K, generator=gen("aw", rank))).requires_grad_(True)
     h_nvs, w_nvs, cu, p = balanced.autograd.dispatch(
-        buf, x, w, torch.tensor(topk[rank], dtype=torch.int32),
-        torch.tensor(tpe[rank], dtype=torch.int32),
+        buf, x, w, D(torch.tensor(topk[rank], dtype=torch.int32)),
+        D(torch.tensor(tpe[rank], dtype=torch.int32)),
     )  # fmt: skip
     y = balanced.autograd.combine(buf, p, h_nvs * 1)
     assert torch.equal(y.detach().float(), x.detach().float() * K)
-    g = exact_hidden(rank + R)
+    g = D(exact_hidden(rank + R))
     (y.float() * g.float()).sum().backward()
     # d(sum y*g)/dx = K * g (each copy carries g back).
     assert torch.equal(x.grad.float(), (g.float() * K).bfloat16().float())
     (w_nvs * 1).sum().backward()
-    assert torch.equal(w.grad, torch.ones(S, K))
+    assert torch.equal(w.grad.cpu(), torch.ones(S, K))
     buf.destroy()
     buf.destroy()
 
@@ -273,9 +308,9 @@ def run_errors():
     rng = random.Random(seed)
     topk = routing("biased", R, E, S, K, rng)
     tpe = [counts(topk[r], E) for r in range(R)]
-    x = exact_hidden(rank)
-    t_me = torch.tensor(topk[rank], dtype=torch.int32)
-    c_me = torch.tensor(tpe[rank], dtype=torch.int32)
+    x = D(exact_hidden(rank))
+    t_me = D(torch.tensor(topk[rank], dtype=torch.int32))
+    c_me = D(torch.tensor(tpe[rank], dtype=torch.int32))
     _, _, _, p = buf.dispatch(x, None, t_me, c_me)
     bad_topk = t_me.clone()
     bad_topk[1, 0] = E + 3

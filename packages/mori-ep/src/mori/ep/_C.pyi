@@ -508,29 +508,63 @@ def balanced_plan_cuda(
 
 class BalancedCpu:
     """The balanced mode's data paths on a host heap (collective calls; a non-empty
-    reason refuses the call on every rank)."""
+    reason refuses the call on every rank). Its methods take the same arguments as
+    :class:`BalancedCuda`'s; the device and the stream are ignored."""
 
     def __init__(
         self, ranks: int, experts: int, tokens: int, top_k: int, token_padding: int,
-        hidden: int, rank: int, block: int, timeout_s: float,
+        hidden: int, rank: int, block: int, device: int, timeout_s: float,
     ) -> None: ...  # fmt: skip
-    def plan(self, tpe: int, topk: int, reason: str, tables: list[int], dst: int) -> None: ...
+    def plan(
+        self, tpe: int, topk: int, reason: str, tables: list[int], dst: int, stream: int
+    ) -> None: ...
     def dispatch(
         self, plan: list[int], hidden: int, row_stride: int, weights: int, fresh: bool,
-        reason: str,
+        reason: str, stream: int,
     ) -> None: ...  # fmt: skip
     def combine(
         self, plan: list[int], hidden_nvsh: int, weights_nvs: int, out: int, out_weights: int,
-        reason: str,
+        reason: str, stream: int,
     ) -> None: ...  # fmt: skip
     def prefetch(
         self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
-        reason: str,
+        reason: str, stream: int,
     ) -> None: ...  # fmt: skip
     def reduce_grad(
         self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],
-        reason: str,
+        reason: str, stream: int,
     ) -> None: ...  # fmt: skip
-    def refuse(self, op: str, reason: str) -> None: ...
+    def refuse(self, op: str, reason: str, stream: int) -> None: ...
+    @property
+    def calls(self) -> int: ...
+
+class BalancedCuda:
+    """The balanced mode's data paths as CUDA kernels on `stream` (no host
+    synchronisation; a refusal raises here and traps the other ranks' kernels)."""
+
+    def __init__(
+        self, ranks: int, experts: int, tokens: int, top_k: int, token_padding: int,
+        hidden: int, rank: int, block: int, device: int, timeout_s: float,
+    ) -> None: ...  # fmt: skip
+    def plan(
+        self, tpe: int, topk: int, reason: str, tables: list[int], dst: int, stream: int
+    ) -> None: ...
+    def dispatch(
+        self, plan: list[int], hidden: int, row_stride: int, weights: int, fresh: bool,
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def combine(
+        self, plan: list[int], hidden_nvsh: int, weights_nvs: int, out: int, out_weights: int,
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def prefetch(
+        self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def reduce_grad(
+        self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def refuse(self, op: str, reason: str, stream: int) -> None: ...
     @property
     def calls(self) -> int: ...

@@ -16,9 +16,11 @@ class DispatchFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, buffer, hidden_sh, route_weights_sk, topk_experts_sk, tokens_per_expert):
+        weights = None if route_weights_sk is None else route_weights_sk.detach()
         hidden_nvsh, weights_nvs, cu_seqlens, plan = buffer.dispatch(
-            hidden_sh.detach(), route_weights_sk.detach(), topk_experts_sk, tokens_per_expert
+            hidden_sh.detach(), weights, topk_experts_sk, tokens_per_expert
         )
+        ctx.has_weights = route_weights_sk is not None
         ctx.buffer, ctx.plan = buffer, plan
         ctx.mark_non_differentiable(cu_seqlens)
         return hidden_nvsh, weights_nvs, cu_seqlens, plan
@@ -27,11 +29,17 @@ class DispatchFunction(torch.autograd.Function):
     def backward(ctx, grad_hidden_nvsh, grad_weights_nvs, _grad_cu, _grad_plan):
         buffer = ctx.buffer
         if grad_hidden_nvsh is None:
-            grad_hidden_nvsh = torch.zeros(buffer.NvS, buffer.H, dtype=torch.bfloat16)
-        if grad_weights_nvs is None:
-            grad_weights_nvs = torch.zeros(buffer.NvS, dtype=torch.float32)
+            grad_hidden_nvsh = torch.zeros(
+                buffer.NvS, buffer.H, dtype=torch.bfloat16, device=buffer.device
+            )
+        if ctx.has_weights and grad_weights_nvs is None:
+            grad_weights_nvs = torch.zeros(buffer.NvS, dtype=torch.float32, device=buffer.device)
+        if not ctx.has_weights:
+            grad_weights_nvs = None
         grad_hidden_sh, grad_weights_sk, _ = buffer.combine(
-            ctx.plan, grad_hidden_nvsh.contiguous(), grad_weights_nvs.contiguous()
+            ctx.plan,
+            grad_hidden_nvsh.contiguous(),
+            None if grad_weights_nvs is None else grad_weights_nvs.contiguous(),
         )
         return None, grad_hidden_sh, grad_weights_sk, None, None
 

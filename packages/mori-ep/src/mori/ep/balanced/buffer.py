@@ -3,11 +3,12 @@
 """``mori.ep.balanced.Buffer``: MoonEP's ``Buffer`` API on mori-core's symmetric heap.
 
 Every call is collective over the Buffer's ranks. Inputs are checked on the calling
-rank; a rank with a bad input makes the call raise InvalidArgumentError on every rank,
-naming the value, before any byte moves. Every wait is bounded by ``timeout_s``.
-Today the data paths run on a host heap (``mori.core.shmem.init(device="cpu")``);
-a CUDA heap is refused with NotSupportedError (the CUDA planner kernel is built,
-the CUDA data paths are not).
+rank; on a host heap a rank with a bad input makes the call raise InvalidArgumentError
+on every rank, naming the value, before any byte moves; on a CUDA heap that rank raises
+it and the other ranks' kernels trap naming that rank (no host synchronisation). Every
+wait is bounded by ``timeout_s``. The data paths run on a host heap
+(``mori.core.shmem.init(device="cpu")``, tested) or as CUDA kernels on a CUDA heap
+(built, not yet run on a GPU).
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ def _positive(value, name: str) -> int:
     return value
 
 
-def _tensor_problem(x, name: str, dtype, shape) -> str:
-    """Why ``x`` is not a contiguous CPU tensor of ``dtype`` and ``shape`` ("" if it is)."""
+def _tensor_problem(x, name: str, dtype, shape, device: torch.device) -> str:
+    """Why ``x`` is not a contiguous tensor of ``dtype`` and ``shape`` on ``device`` ("" if
+    it is)."""
     if not isinstance(x, torch.Tensor):
         return f"{name} must be a torch.Tensor, got {type(x).__name__}"
     if x.dtype != dtype:
         return f"{name} dtype {x.dtype} must be {dtype}"
     if tuple(x.shape) != tuple(shape):
         return f"{name} shape {tuple(x.shape)} must be {tuple(shape)}"
-    if x.device.type != "cpu":
-        return f"{name} is on {x.device}; this Buffer runs on a host heap (cpu tensors)"
+    if x.device != device:
+        return f"{name} is on {x.device}; this Buffer's heap is on {device}"
     if not x.is_contiguous():
         return f"{name} (shape {tuple(x.shape)}) must be contiguous"
     return ""
@@ -121,11 +123,13 @@ class Buffer:
                     f"num_ep_ranks ({self.R}) must equal group world size "
                     f"({dist.get_world_size(group=group)})"
                 )
-        if shmem.info()["kind"] != "host":
-            raise NotSupportedError(
-                "balanced.Buffer's data paths run on a host heap today "
-                "(mori.core.shmem.init(device='cpu')); the CUDA data paths are not built"
-            )
+        info = shmem.info()
+        self._cuda = info["kind"] != "host"
+        if self._cuda and not getattr(_C, "with_cuda", False):
+            raise NotSupportedError("a CUDA heap needs mori.ep built with CUDA (MORI_CUDA=on)")
+        self.device = (
+            torch.device("cuda", int(info["device"])) if self._cuda else torch.device("cpu")
+        )
         self.group = group
         self.rank = shmem.my_pe()
         self.epn = self.E // self.R
@@ -134,8 +138,9 @@ class Buffer:
         self._key = shape
         nbytes = int(_C.balanced_block_bytes(*shape, self.H))
         self._block = shmem.empty((nbytes,), torch.uint8)
-        self._impl = _C.BalancedCpu(*shape, self.H, self.rank, self._block.data_ptr(),
-                                    self.timeout_s)  # fmt: skip
+        native = _C.BalancedCuda if self._cuda else _C.BalancedCpu
+        self._impl = native(*shape, self.H, self.rank, self._block.data_ptr(),
+                            self.device.index if self._cuda else -1, self.timeout_s)  # fmt: skip
         nvs, H = self.NvS, self.H
         self._hidden_view = self._block[: nvs * H * 2].view(torch.bfloat16).view(nvs, H)
         woff = (nvs * H * 2 + 255) // 256 * 256
@@ -161,6 +166,16 @@ class Buffer:
         self._require()
         return self._weights_view
 
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream if self._cuda else 0
+
+    def _event(self):
+        if not self._cuda:
+            return CompletedEvent()
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
     def _require(self) -> None:
         if self._destroyed:
             raise InvalidStateError("balanced.Buffer has been destroyed")
@@ -169,6 +184,8 @@ class Buffer:
         """Release the symmetric block (collective: a heap barrier first). Idempotent."""
         if self._destroyed:
             return
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
         shmem.barrier_all()
         self._destroyed = True
         self._impl = None
@@ -191,10 +208,12 @@ class Buffer:
                 f"plan of (R, E, S, K, token_padding) {plan.key} for rank {plan.rank} does not "
                 f"fit this Buffer's {self._key} on rank {self.rank}"
             )
+        if plan.dst.device != self.device:
+            return f"plan tensors are on {plan.dst.device}; this Buffer's heap is on {self.device}"
         return ""
 
     def _refuse(self, op: str, reason: str):
-        self._impl.refuse(op, reason)
+        self._impl.refuse(op, reason, self._stream())
 
     # -- dispatch ---------------------------------------------------------------------
 
@@ -232,38 +251,46 @@ class Buffer:
         """
         self._require()
         S, K, E, H = self.S, self.K, self.E, self.H
-        reason = _tensor_problem(hidden_sh, "hidden_sh", torch.bfloat16, (S, H))
+        reason = _tensor_problem(hidden_sh, "hidden_sh", torch.bfloat16, (S, H), self.device)
         if not reason and route_weights_sk is not None:
-            reason = _tensor_problem(route_weights_sk, "route_weights_sk", torch.float32, (S, K))
+            reason = _tensor_problem(
+                route_weights_sk, "route_weights_sk", torch.float32, (S, K), self.device
+            )
         fresh = plan is None
         if fresh and not reason:
             if topk_experts_sk is None or tokens_per_expert is None:
                 reason = "dispatch without plan needs topk_experts_sk and tokens_per_expert"
             else:
-                reason = _tensor_problem(topk_experts_sk, "topk_experts_sk", torch.int32, (S, K))
+                reason = _tensor_problem(
+                    topk_experts_sk, "topk_experts_sk", torch.int32, (S, K), self.device
+                )
                 reason = reason or _tensor_problem(
-                    tokens_per_expert, "tokens_per_expert", torch.int32, (E,)
+                    tokens_per_expert, "tokens_per_expert", torch.int32, (E,), self.device
                 )
         elif not fresh and not reason:
             reason = self._plan_problem(plan)
         if reason:
             self._refuse("dispatch", reason)
         if fresh:
-            tables = empty_tables(self.R, E)
-            dst = torch.empty(S * K, dtype=torch.int32)
+            dev = self.device
+            tables = {n: t.to(dev) for n, t in empty_tables(self.R, E).items()}
+            dst = torch.empty(S * K, dtype=torch.int32, device=dev)
             self._impl.plan(tokens_per_expert.data_ptr(), topk_experts_sk.data_ptr(), "",
-                            table_addresses(tables), dst.data_ptr())  # fmt: skip
+                            table_addresses(tables), dst.data_ptr(), self._stream())  # fmt: skip
             nvs = self.NvS
             plan = Plan(
                 self.rank, self.R, S, K, E, self.token_padding, nvs, dst,
                 tables["cu_seqlens"][self.rank].clone(), tables["experts_to_copy"],
                 tables["zero_fill_ranges"][self.rank].clone(),
                 tables["remote_stats"][self.rank].clone(),
-                torch.zeros(nvs, 3, dtype=torch.int32), torch.zeros(nvs, dtype=torch.int32),
-                torch.zeros(2, dtype=torch.int32), tables["alloc"], tables["expert_offsets"],
+                torch.zeros(nvs, 3, dtype=torch.int32, device=dev),
+                torch.zeros(nvs, dtype=torch.int32, device=dev),
+                torch.zeros(2, dtype=torch.int32, device=dev), tables["alloc"],
+                tables["expert_offsets"],
             )  # fmt: skip
         weights_ptr = 0 if route_weights_sk is None else route_weights_sk.data_ptr()
-        self._impl.dispatch(plan.rank_tables(), hidden_sh.data_ptr(), H, weights_ptr, fresh, "")
+        self._impl.dispatch(plan.rank_tables(), hidden_sh.data_ptr(), H, weights_ptr, fresh, "",
+                            self._stream())  # fmt: skip
         hidden_nvsh = self._hidden_view if zero_copy else self._hidden_view.clone()
         if route_weights_sk is None:
             weights_nvs = None
@@ -273,7 +300,7 @@ class Buffer:
             weights_nvs = self._weights_view.clone()
         cu = plan.cu_seqlens.clone() if fresh else None
         out = (hidden_nvsh, weights_nvs, cu, plan)
-        return (*out, CompletedEvent()) if async_finish else out
+        return (*out, self._event()) if async_finish else out
 
     # -- combine ----------------------------------------------------------------------
 
@@ -306,9 +333,13 @@ class Buffer:
         self._require()
         nvs, H, S, K = self.NvS, self.H, self.S, self.K
         reason = self._plan_problem(plan) if plan is not None else "combine needs plan"
-        reason = reason or _tensor_problem(hidden_nvsh, "hidden_nvsh", torch.bfloat16, (nvs, H))
+        reason = reason or _tensor_problem(
+            hidden_nvsh, "hidden_nvsh", torch.bfloat16, (nvs, H), self.device
+        )
         if not reason and route_weights_nvs is not None:
-            reason = _tensor_problem(route_weights_nvs, "route_weights_nvs", torch.float32, (nvs,))
+            reason = _tensor_problem(
+                route_weights_nvs, "route_weights_nvs", torch.float32, (nvs,), self.device
+            )
         if not reason and zero_copy and hidden_nvsh.data_ptr() != self._hidden_view.data_ptr():
             reason = "combine(zero_copy=True): hidden_nvsh must be hidden_nvsh_buffer_view"
         if (
@@ -323,14 +354,18 @@ class Buffer:
             )
         if reason:
             self._refuse("combine", reason)
-        out = torch.empty(S, H, dtype=torch.bfloat16)
-        out_w = None if route_weights_nvs is None else torch.empty(S, K, dtype=torch.float32)
+        out = torch.empty(S, H, dtype=torch.bfloat16, device=self.device)
+        out_w = (
+            None
+            if route_weights_nvs is None
+            else torch.empty(S, K, dtype=torch.float32, device=self.device)
+        )
         self._impl.combine(
             plan.rank_tables(), hidden_nvsh.data_ptr(),
             0 if route_weights_nvs is None else route_weights_nvs.data_ptr(), out.data_ptr(),
-            0 if out_w is None else out_w.data_ptr(), "",
+            0 if out_w is None else out_w.data_ptr(), "", self._stream(),
         )  # fmt: skip
-        return out, out_w, (CompletedEvent() if async_finish else None)
+        return out, out_w, (self._event() if async_finish else None)
 
     # -- expert weights ---------------------------------------------------------------
 
@@ -364,8 +399,8 @@ class Buffer:
                 )
             elif not local.is_contiguous() or not pool.is_contiguous():
                 reason = f"{op}: {name} tensors must be contiguous"
-            elif local.device.type != "cpu" or pool.device.type != "cpu":
-                reason = f"{op}: {name} tensors must be cpu tensors on a host heap"
+            elif local.device != self.device or pool.device != self.device:
+                reason = f"{op}: {name} tensors must be on the heap's device {self.device}"
             else:
                 locals_.append(local.data_ptr())
                 pools.append(pool.data_ptr())
@@ -408,8 +443,9 @@ class Buffer:
         locals_, pools, sizes, reason = self._pool_pairs("prefetch_weight", plan, pairs, False)
         if reason:
             self._refuse("prefetch_weight", reason)
-        self._impl.prefetch(plan.experts_to_copy.data_ptr(), locals_, pools, sizes, "")
-        return CompletedEvent() if async_finish else None
+        self._impl.prefetch(plan.experts_to_copy.data_ptr(), locals_, pools, sizes, "",
+                            self._stream())  # fmt: skip
+        return self._event() if async_finish else None
 
     def reduce_grad(
         self,
@@ -436,5 +472,6 @@ class Buffer:
         locals_, pools, sizes, reason = self._pool_pairs("reduce_grad", plan, pairs, True)
         if reason:
             self._refuse("reduce_grad", reason)
-        self._impl.reduce_grad(plan.experts_to_copy.data_ptr(), locals_, pools, sizes, "")
-        return CompletedEvent() if async_finish else None
+        self._impl.reduce_grad(plan.experts_to_copy.data_ptr(), locals_, pools, sizes, "",
+                               self._stream())  # fmt: skip
+        return self._event() if async_finish else None
