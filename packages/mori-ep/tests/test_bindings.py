@@ -12,9 +12,20 @@ import pytest
 import mori.ep as ep
 from mori.core.testing import parse_stub
 
-CUDA_ONLY = {"IntraNodeCuda", "LowLatencyCuda", "dispatch_layout_cuda", "local_expert_count_cuda"}
+CUDA_ONLY = {
+    "IntraNodeCuda",
+    "LowLatencyCuda",
+    "dispatch_layout_cuda",
+    "local_expert_count_cuda",
+    "balanced_plan_cuda",
+    "BalancedCuda",
+}
 # Each mode's (CPU, CUDA) native classes; what one has beyond the shared methods.
-TWINS = [("IntraNodeCpu", "IntraNodeCuda"), ("LowLatencyCpu", "LowLatencyCuda")]
+TWINS = [
+    ("IntraNodeCpu", "IntraNodeCuda"),
+    ("LowLatencyCpu", "LowLatencyCuda"),
+    ("BalancedCpu", "BalancedCuda"),
+]
 EXTRAS = {
     "IntraNodeCuda": {"max_resident_blocks", "timeline"},
     "LowLatencyCpu": {

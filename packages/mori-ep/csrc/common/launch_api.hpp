@@ -67,4 +67,45 @@ void LaunchCombine(const LlParams& p, int blocks, int threads, uintptr_t stream)
 
 }  // namespace low_latency
 
+namespace balanced {
+
+struct PlannerParams;
+struct Common;
+struct DevicePlan;
+struct PoolArgs;
+
+// balanced/kernels/planner.cu. The planner in one launch on `stream`: every block plans
+// the tables (block 0 writes them) and computes dst for its range of tokens.
+void LaunchPlanner(const PlannerParams& p, uintptr_t stream);
+
+// balanced/kernels/data.cu: the data paths (BalancedCuda calls them; params in
+// balanced/kernels/params.hpp, op and stage codes there too).
+// Posts this rank's verdict on `call` (and, with tpe, its counts row) to every rank;
+// unless post_only, waits for every rank's and traps naming a refusing rank.
+void LaunchEntry(const Common& c, uint64_t call, bool refused, bool post_only, const int32_t* tpe,
+                 int op, uintptr_t stream);
+// A barrier over every rank (barrier number n) at `stage` of `op`.
+void LaunchBarrier(const Common& c, uint64_t n, uint64_t call, int op, int stage,
+                   uintptr_t stream);
+// Traps, naming the code and values, when the planner's error record is set.
+void LaunchPlannerCheck(const int32_t* error, int rank, uintptr_t stream);
+// Every primary pair's row (and every pair's weight, and fresh: every duplicate's
+// primary slot) into its rank's block.
+void LaunchDispatchRows(const Common& c, const DevicePlan& p, const uint16_t* hidden,
+                        int64_t row_stride, const float* weights, bool fresh, uintptr_t stream);
+// This rank's duplicate groups from its dup_src (scratch: [2, NvS] int32).
+void LaunchDupGroups(const Common& c, const DevicePlan& p, int32_t* scratch, uintptr_t stream);
+// Copies each duplicate's primary row into it and zeroes the pad rows.
+void LaunchExpandZero(const Common& c, const DevicePlan& p, uintptr_t stream);
+// Duplicate sums, barrier n, then the gather into out [S, H] (and out_w [S, K]).
+void LaunchCombine(const Common& c, const DevicePlan& p, uint16_t* out, float* out_w, uint64_t n,
+                   uint64_t call, uintptr_t stream);
+// The owners' pushes into the slots (then the caller's barrier).
+void LaunchPrefetch(const Common& c, const int32_t* copy, const PoolArgs& a, uintptr_t stream);
+// The owners' ascending sums, barrier n, then each rank zeroes its consumed slots.
+void LaunchReduceGrad(const Common& c, const int32_t* copy, const PoolArgs& a, uint64_t n,
+                      uint64_t call, uintptr_t stream);
+
+}  // namespace balanced
+
 }  // namespace mori::ep

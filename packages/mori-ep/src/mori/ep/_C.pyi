@@ -481,3 +481,92 @@ class LowLatencyCuda:
     @property
     def copy_engine(self) -> bool: ...
     def timeline(self) -> str: ...
+
+# -- balanced mode (csrc/balanced/) ------------------------------------------------------
+# A table set is 6 addresses in PlanTables order (alloc, expert_offsets, cu_seqlens,
+# zero_fill, experts_to_copy, remote_stats); a rank plan 6 in RankPlan order (dst,
+# experts_to_copy, zero_fill, dup_groups, dup_loffs, dup_counts).
+
+def balanced_nvs(ranks: int, experts: int, tokens: int, top_k: int, token_padding: int) -> int: ...
+def balanced_block_bytes(
+    ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, hidden: int
+) -> int: ...
+def balanced_plan_tables_cpu(
+    ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, tpe: int,
+    tables: list[int],
+) -> None: ...  # fmt: skip
+def balanced_plan_destinations_cpu(
+    ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, tpe: int,
+    tables: list[int], rank: int, topk: int, dst: int,
+) -> None: ...  # fmt: skip
+def balanced_duplicate_tables_cpu(
+    ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, dst_all: int,
+    dest: int, dup_src: int, groups: int, loffs: int, counts: int,
+) -> None: ...  # fmt: skip
+def balanced_plan_cuda(
+    ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, tpe: int, topk: int,
+    rank: int, tables: list[int], dst: int, error: int, stream: int,
+) -> None: ...  # fmt: skip
+
+class BalancedCpu:
+    """The balanced mode's data paths on a host heap (collective calls; a non-empty
+    reason refuses the call on every rank). Its methods take the same arguments as
+    :class:`BalancedCuda`'s; the device and the stream are ignored."""
+
+    def __init__(
+        self, ranks: int, experts: int, tokens: int, top_k: int, token_padding: int,
+        hidden: int, rank: int, block: int, device: int, timeout_s: float,
+    ) -> None: ...  # fmt: skip
+    def plan(
+        self, tpe: int, topk: int, reason: str, tables: list[int], dst: int, stream: int
+    ) -> None: ...
+    def dispatch(
+        self, plan: list[int], hidden: int, row_stride: int, weights: int, fresh: bool,
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def combine(
+        self, plan: list[int], hidden_nvsh: int, weights_nvs: int, out: int, out_weights: int,
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def prefetch(
+        self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def reduce_grad(
+        self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def refuse(self, op: str, reason: str, stream: int) -> None: ...
+    @property
+    def calls(self) -> int: ...
+
+class BalancedCuda:
+    """The balanced mode's data paths as CUDA kernels on `stream` (no host
+    synchronisation; a refusal raises here and traps the other ranks' kernels)."""
+
+    def __init__(
+        self, ranks: int, experts: int, tokens: int, top_k: int, token_padding: int,
+        hidden: int, rank: int, block: int, device: int, timeout_s: float,
+    ) -> None: ...  # fmt: skip
+    def plan(
+        self, tpe: int, topk: int, reason: str, tables: list[int], dst: int, stream: int
+    ) -> None: ...
+    def dispatch(
+        self, plan: list[int], hidden: int, row_stride: int, weights: int, fresh: bool,
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def combine(
+        self, plan: list[int], hidden_nvsh: int, weights_nvs: int, out: int, out_weights: int,
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def prefetch(
+        self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def reduce_grad(
+        self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],
+        reason: str, stream: int,
+    ) -> None: ...  # fmt: skip
+    def refuse(self, op: str, reason: str, stream: int) -> None: ...
+    @property
+    def calls(self) -> int: ...
