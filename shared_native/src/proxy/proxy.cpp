@@ -2,7 +2,6 @@
 // Copyright (c) 2026 The mori authors
 #include "mori/proxy/proxy.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backoff.hpp"
 #include "heap_access.hpp"
 #include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
@@ -276,7 +276,7 @@ struct Proxy::Impl {
 
   void Run() {
     std::vector<Completion> done;
-    int idle = 0;
+    internal::Backoff idle;
     try {
       while (!stop.load(std::memory_order_relaxed)) {
         bool progress = false;
@@ -300,13 +300,9 @@ struct Proxy::Impl {
           }
         }
         if (progress) {
-          idle = 0;
-        } else if (++idle < 256) {
-          // spin: a command usually follows soon
-        } else if (idle < 2048) {
-          sched_yield();
+          idle.Reset();
         } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
+          idle.Pause();
         }
       }
     } catch (const std::exception& e) {

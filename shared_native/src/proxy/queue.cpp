@@ -2,14 +2,13 @@
 // Copyright (c) 2026 The mori authors
 #include "mori/proxy/queue.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "backoff.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/timeout.hpp"
 #include "mori/core/version.hpp"
@@ -58,12 +57,13 @@ void WaitCounter(const QueueView& q, const volatile uint64_t* counter, uint64_t 
   if (seen >= floor) return;
   const auto start = Clock::now();
   const auto limit = std::chrono::nanoseconds(q.timeout_ns);
-  for (int spins = 0;; ++spins) {
+  internal::Backoff backoff;
+  for (;;) {
     seen = LoadAcquire(counter);
     if (seen >= floor) return;
     const uint32_t health = LoadHealth(q.control);
     if (health != kHealthy) ThrowUnhealthy(q, health);
-    if (spins > 64) {
+    if (!backoff.Pause()) {
       if (Clock::now() - start > limit) {
         const int posting = q.control->posting_pe;
         MORI_THROW(TimeoutError, "proxy queue ", q.queue_id, " of pe ", q.my_pe, ": ", what,
@@ -73,7 +73,6 @@ void WaitCounter(const QueueView& q, const volatile uint64_t* counter, uint64_t 
                    posting >= 0 ? StrCat("; the proxy is posting a command to pe ", posting)
                                 : std::string());
       }
-      sched_yield();
     }
   }
 }
