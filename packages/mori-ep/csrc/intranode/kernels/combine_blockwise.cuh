@@ -77,101 +77,105 @@ __device__ __forceinline__ const char* BlockwisePeerRow(const CombineParams& p, 
 
 // Words [seg * kU * 32, ...) of my token t's bf16 output: the dequantized parts of the
 // pes it went to, ascending, summed in fp32 from -0.0 and rounded once; no part:
-// zeros. Pes two at a time, kU words per lane each, so 2 x kU part loads (and their
-// scales) are in flight (ReduceSegment's schedule).
+// zeros. The segment's words are taken kC at a time (half of kU: kU words of
+// accumulators, fp8 words, scales and my own quantized part spill in the 512-thread
+// build), pes two at a time, so 2 x kC part loads and their scales are in flight.
 template <int kU>
 __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, int64_t t, int seg,
                                                        unsigned lane) {
+  constexpr int kC = kU > 1 ? kU / 2 : 1;
   const Common& c = p.c;
   const int W = c.world, L = p.block_lanes;
   const uint8_t* ranks = p.token_ranks + t * W;
   const int64_t self_row = p.token_self_row[t];
   const int64_t nwords = p.row_bytes / 16;
-  const int64_t w0 = static_cast<int64_t>(seg) * kU * 32 + lane;
   uint4* out = reinterpret_cast<uint4*>(static_cast<char*>(p.out) + t * p.row_bytes);
   int parts = 0;
   for (int d = 0; d < W; ++d) parts += ranks[d] != 0;
   if (parts == 0) {
+    const int64_t w0 = static_cast<int64_t>(seg) * kU * 32 + lane;
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
       if (w0 + k * 32 < nwords) out[w0 + k * 32] = make_uint4(0, 0, 0, 0);
     }
     return;
   }
-  // My own part first, quantized here as the host quantizes it (its blocks' maxima
-  // need every lane of a group, so the whole warp takes part), held as fp8 words.
-  uint2 own_q[kU];
-  float own_s[kU];
-  if (ranks[c.me]) {
-    const uint4* mine = reinterpret_cast<const uint4*>(p.input + self_row * p.input_row_stride);
-    uint4 raw[kU];
-#pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      const int64_t w = w0 + k * 32;
-      raw[k] = w < nwords ? __ldcg(mine + w) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      const Fp8BlockScale s =
-          Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(raw[k]), L)));
-      own_q[k] = QuantizeWord(raw[k], s);
-      own_s[k] = s.scale;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kU; ++k) own_q[k] = make_uint2(0, 0), own_s[k] = 0.0f;
-  }
-  const char* comb = At<char>(c, c.layout.comb_tokens);
+  const bool own = ranks[c.me] != 0;
+  const uint4* mine = reinterpret_cast<const uint4*>(p.input + self_row * p.input_row_stride);
+  const char* row0 = At<char>(c, c.layout.comb_tokens) + t * p.combine_row_bytes;
   const int64_t pe_stride = c.max_tokens * p.combine_row_bytes;
-  const char* row0 = comb + t * p.combine_row_bytes;
-  float acc[kU][8];
 #pragma unroll
-  for (int k = 0; k < kU; ++k) {
+  for (int k0 = 0; k0 < kU; k0 += kC) {
+    const int64_t w0 = (static_cast<int64_t>(seg) * kU + k0) * 32 + lane;
+    // My own part, quantized here as the host quantizes it (its blocks' maxima need
+    // every lane of a group, so the whole warp takes part), held as fp8 words.
+    uint2 own_q[kC];
+    float own_s[kC];
 #pragma unroll
-    for (int v = 0; v < 8; ++v) acc[k][v] = kSumStart;
-  }
-  // The pes' parts two at a time: kU fp8 words and their scales per pe in flight.
+    for (int k = 0; k < kC; ++k) own_q[k] = make_uint2(0, 0), own_s[k] = 0.0f;
+    if (own) {
+      uint4 raw[kC];
 #pragma unroll
-  for (int d0 = 0; d0 < kW; d0 += 2) {
-    if (d0 >= W) break;
-    uint2 q[2][kU];
-    float sc[2][kU];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int d = d0 + j;
-      const bool has = d < W && ranks[d] != 0;
-      const char* row = row0 + d * pe_stride;
-      const float* scales = reinterpret_cast<const float*>(row + p.scales_offset);
-#pragma unroll
-      for (int k = 0; k < kU; ++k) {
+      for (int k = 0; k < kC; ++k) {
         const int64_t w = w0 + k * 32;
-        q[j][k] = own_q[k];
-        sc[j][k] = own_s[k];
-        if (has && d != c.me && w < nwords) {
-          q[j][k] = __ldcg(reinterpret_cast<const uint2*>(row) + w);
-          sc[j][k] = __ldcg(scales + w / L);
+        raw[k] = w < nwords ? __ldcg(mine + w) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int k = 0; k < kC; ++k) {
+        const Fp8BlockScale s =
+            Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(raw[k]), L)));
+        own_q[k] = QuantizeWord(raw[k], s);
+        own_s[k] = s.scale;
+      }
+    }
+    float acc[kC][8];
+#pragma unroll
+    for (int k = 0; k < kC; ++k) {
+#pragma unroll
+      for (int v = 0; v < 8; ++v) acc[k][v] = kSumStart;
+    }
+#pragma unroll
+    for (int d0 = 0; d0 < kW; d0 += 2) {
+      if (d0 >= W) break;
+      uint2 q[2][kC];
+      float sc[2][kC];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int d = d0 + j;
+        const bool peer = d < W && d != c.me && ranks[d] != 0;
+        const char* row = row0 + d * pe_stride;
+        const float* scales = reinterpret_cast<const float*>(row + p.scales_offset);
+#pragma unroll
+        for (int k = 0; k < kC; ++k) {
+          const int64_t w = w0 + k * 32;
+          q[j][k] = own_q[k];
+          sc[j][k] = own_s[k];
+          if (peer && w < nwords) {
+            q[j][k] = __ldcg(reinterpret_cast<const uint2*>(row) + w);
+            sc[j][k] = __ldcg(scales + w / L);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (d0 + j < W && ranks[d0 + j] != 0) {
+#pragma unroll
+          for (int k = 0; k < kC; ++k) AccumulateFp8Word(acc[k], q[j][k], sc[j][k]);
         }
       }
     }
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      if (d0 + j < W && ranks[d0 + j] != 0) {
+    for (int k = 0; k < kC; ++k) {
+      const int64_t w = w0 + k * 32;
+      if (w < nwords) {
+        uint32_t o[4];
 #pragma unroll
-        for (int k = 0; k < kU; ++k) AccumulateFp8Word(acc[k], q[j][k], sc[j][k]);
+        for (int v = 0; v < 4; ++v) {
+          o[v] = FloatToBFloat16(acc[k][2 * v]) |
+                 (static_cast<uint32_t>(FloatToBFloat16(acc[k][2 * v + 1])) << 16);
+        }
+        out[w] = make_uint4(o[0], o[1], o[2], o[3]);
       }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kU; ++k) {
-    const int64_t w = w0 + k * 32;
-    if (w < nwords) {
-      uint32_t o[4];
-#pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        o[v] = FloatToBFloat16(acc[k][2 * v]) |
-               (static_cast<uint32_t>(FloatToBFloat16(acc[k][2 * v + 1])) << 16);
-      }
-      out[w] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
 }
