@@ -166,6 +166,7 @@ struct Proxy::Impl {
   }
 
   void PostBarrier(uint64_t value) {
+    mapped->Settle();
     for (int pe = 0; pe < heap.n_pes(); ++pe) {
       if (pe != heap.my_pe()) route[pe]->PostNotify(pe, value);
     }
@@ -348,7 +349,8 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
   }
   const shmem::DeviceContext ctx = shmem::GetDeviceContext();
   const shmem::HeapInfo info = shmem::GetHeapInfo();
-  s.heap = HeapAccess(me, n, ctx.my_base, ctx.heap_size, info.kind == shmem::MemoryKind::kCuda);
+  s.heap = HeapAccess(me, n, ctx.my_base, ctx.heap_size, info.kind == shmem::MemoryKind::kCuda,
+                      info.device);
 
   // A session tag drawn by pe 0 keeps another job's connection out.
   uint64_t session = 0;
