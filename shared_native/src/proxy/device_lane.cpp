@@ -49,8 +49,8 @@ DeviceLane::DeviceLane(int device, size_t staging_bytes, std::string who)
     MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     stream_ = stream;
     if (staging_bytes > 0) {
-      MORI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_), staging_bytes,
-                                    cudaHostAllocPortable));
+      MORI_CUDA_CHECK(
+          cudaHostAlloc(reinterpret_cast<void**>(&staging_), staging_bytes, cudaHostAllocPortable));
       staging_bytes_ = staging_bytes;
     }
     MORI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(uint64_t)));
@@ -109,7 +109,8 @@ void DeviceLane::Sync() {
 
 #else  // !MORI_CORE_WITH_CUDA
 
-DeviceLane::DeviceLane(int device, size_t, std::string who) : device_(device), who_(std::move(who)) {
+DeviceLane::DeviceLane(int device, size_t, std::string who)
+    : device_(device), who_(std::move(who)) {
   MORI_THROW(NotSupportedError, who_,
              ": a CUDA heap needs libmori_core built with CUDA (MORI_CUDA=off or no nvcc)");
 }
