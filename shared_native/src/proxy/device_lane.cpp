@@ -67,8 +67,13 @@ DeviceLane::DeviceLane(int device, size_t staging_bytes, std::string who)
 DeviceLane::~DeviceLane() { Release(); }
 
 void DeviceLane::Release() noexcept {
-  // The proxy is closed or failed: no producer of it runs any more.
-  if (cudaSetDevice(device_) != cudaSuccess) return;
+  // The proxy is closed or failed: no producer of it runs any more. The caller's
+  // current device is restored after (torch keeps its own notion of it).
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
   if (stream_ != nullptr) {
     (void)cudaStreamSynchronize(AsStream(stream_));
     (void)cudaStreamDestroy(AsStream(stream_));
@@ -78,6 +83,7 @@ void DeviceLane::Release() noexcept {
   staging_ = nullptr;
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
   scratch_ = nullptr;
+  if (previous != device_) (void)cudaSetDevice(previous);
   (void)cudaGetLastError();
 }
 
