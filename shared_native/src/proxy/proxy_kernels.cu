@@ -12,6 +12,7 @@
 #include "mori/core/cuda_runtime.hpp"
 #include "mori/proxy/bench.hpp"
 #include "mori/proxy/queue_device.cuh"
+#include "proxy_kernels.hpp"
 
 namespace mori::proxy {
 namespace {
@@ -39,6 +40,13 @@ __global__ void PushLatencyKernel(QueueView q, Command c, uint64_t count, uint64
   }
 }
 
+// The add of a kAtomicAdd/kWriteAdd applied to a CUDA heap: stream order puts it
+// after the copies enqueued before it; the release makes them visible with it.
+__global__ void HeapAddKernel(uint64_t* word, uint64_t value) {
+  __threadfence_system();
+  mori::shmem::device::AtomicAddRelease(word, value);
+}
+
 // words[0]: the kernel's ping, words[1]: the host's echo (both pinned, mapped).
 __global__ void PingPongKernel(volatile uint64_t* words, uint64_t count, uint64_t timeout_ns,
                                uint64_t* out_ns) {
@@ -61,6 +69,15 @@ __global__ void PingPongKernel(volatile uint64_t* words, uint64_t count, uint64_
 }
 
 }  // namespace
+
+namespace internal {
+
+void LaunchHeapAdd(uint64_t* word, uint64_t value, cudaStream_t stream) {
+  HeapAddKernel<<<1, 1, 0, stream>>>(word, value);
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace internal
 
 std::vector<uint64_t> MeasureMappedPingPong(int device, uint64_t count, uint64_t timeout_ns) {
   cuda::ScopedDevice guard(device);

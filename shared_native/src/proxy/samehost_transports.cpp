@@ -18,32 +18,43 @@ MappedTransport::MappedTransport(const HeapAccess* heap, TcpTransport* control)
   for (int pe = 0; pe < heap_->n_pes(); ++pe) {
     bases_[pe] = static_cast<char*>(shmem::Ptr(heap_->my_base(), pe));
   }
+  if (heap_->cuda()) {
+    // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
+    lane_ = std::make_unique<DeviceLane>(heap_->device(), 0, StrCat(heap_->Self(), " mapped"));
+  }
 }
 
 void MappedTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
   if (nbytes == 0) return;
-  if (heap_->cuda()) {
-    shmem::Put(heap_->my_base() + dst_offset, heap_->my_base() + src_offset, nbytes, pe);
+  if (lane_) {
+    // The write retires when PostWrite returns (its source may be reused): wait for it.
+    lane_->Copy(bases_[pe] + dst_offset, heap_->my_base() + src_offset, nbytes);
+    lane_->Sync();
   } else {
     std::memmove(bases_[pe] + dst_offset, heap_->my_base() + src_offset, nbytes);
   }
 }
 
 void MappedTransport::PostAtomicAdd(int pe, uint64_t offset, uint64_t value) {
-  if (heap_->cuda()) {
-    shmem::Signal(reinterpret_cast<uint64_t*>(heap_->my_base() + offset), value, pe,
-                  shmem::SignalOp::kAdd);
+  if (lane_) {
+    lane_->Add(reinterpret_cast<uint64_t*>(bases_[pe] + offset), value);
   } else {
     __atomic_fetch_add(reinterpret_cast<uint64_t*>(bases_[pe] + offset), value, __ATOMIC_RELEASE);
   }
 }
 
 void MappedTransport::PostFence(int pe, uint64_t token) {
-  // Every write and add above completed before its call returned.
+  // Host heaps: every write and add above completed before its call returned; CUDA
+  // heaps: the adds enqueued on the lane complete here.
+  if (lane_) lane_->Sync();
   acks_.push_back(Completion{Completion::Kind::kFenceAck, pe, token});
 }
 
-void MappedTransport::PostNotify(int pe, uint64_t value) { control_->PostNotify(pe, value); }
+void MappedTransport::PostNotify(int pe, uint64_t value) {
+  // A barrier's notify: what this pe posted to pe before it has landed.
+  if (lane_) lane_->Sync();
+  control_->PostNotify(pe, value);
+}
 
 void MappedTransport::Poll(std::vector<Completion>* out) {
   out->insert(out->end(), acks_.begin(), acks_.end());

@@ -56,6 +56,13 @@ struct TcpTransport::Frame {
 
 TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
     : heap_(heap), options_(options) {
+  if (heap_->cuda()) {
+    // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
+    send_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
+                                              StrCat(heap_->Self(), " tcp sender"));
+    recv_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
+                                              StrCat(heap_->Self(), " tcp receiver"));
+  }
   const int n = heap_->n_pes();
   out_fds_.assign(n, -1);
   in_fds_.assign(n, -1);
@@ -66,10 +73,6 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
   if (::pipe2(wake_fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
     MORI_THROW(TransportError, "proxy: pipe2 failed: ", transport::ErrnoText(errno));
-  }
-  if (heap_->cuda()) {
-    send_stage_.resize(options_.staging_bytes);
-    recv_stage_.resize(options_.staging_bytes);
   }
 }
 
@@ -210,13 +213,15 @@ void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
     SendFrame(pe, f, heap_->my_base() + src_offset, nbytes);
     return;
   }
-  // CUDA heap: the payload goes through a host staging buffer, chunk by chunk.
+  // CUDA heap: the payload goes through the sender lane's pinned staging buffer,
+  // chunk by chunk (each copy waits on the lane's own stream only).
   SendFrame(pe, f, nullptr, 0);
   Flush(pe);
   for (uint64_t done = 0; done < nbytes;) {
-    const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_stage_.size());
-    heap_->CopyOut(send_stage_.data(), src_offset + done, chunk);
-    SendRaw(pe, send_stage_.data(), chunk);
+    const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_lane_->staging_bytes());
+    send_lane_->Copy(send_lane_->staging(), heap_->my_base() + src_offset + done, chunk);
+    send_lane_->Sync();
+    SendRaw(pe, send_lane_->staging(), chunk);
     done += chunk;
   }
 }
@@ -283,7 +288,23 @@ void TcpTransport::Poll(std::vector<Completion>* out) {
   }
 }
 
+void TcpTransport::SettleInbound() {
+  if (recv_lane_) recv_lane_->Sync();
+}
+
 bool TcpTransport::ApplyOne(int pe) {
+  // A CUDA failure (e.g. the heap's context died with a trapped kernel) fails the
+  // transport naming the peer, like a lost stream; it never escapes the thread.
+  try {
+    return ApplyFrame(pe);
+  } catch (const std::exception& e) {
+    SetError(
+        StrCat(heap_->Self(), ": applying what ", heap_->PeName(pe), " sent failed: ", e.what()));
+    return false;
+  }
+}
+
+bool TcpTransport::ApplyFrame(int pe) {
   const int fd = in_fds_[pe];
   Frame f{};
   std::string error;
@@ -324,13 +345,16 @@ bool TcpTransport::ApplyOne(int pe) {
           return false;
         }
       } else {
+        // Through the receiver lane's pinned staging buffer; the copy completes before
+        // the buffer takes the next chunk.
         for (uint64_t done = 0; done < f.arg;) {
-          const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_stage_.size());
-          if (!transport::RecvAll(fd, recv_stage_.data(), chunk, options_.timeout_ms, &error)) {
+          const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_lane_->staging_bytes());
+          if (!transport::RecvAll(fd, recv_lane_->staging(), chunk, options_.timeout_ms, &error)) {
             SetError(Lost(pe, "receiving a write's payload", error));
             return false;
           }
-          heap_->CopyIn(f.offset + done, recv_stage_.data(), chunk);
+          recv_lane_->Copy(heap_->my_base() + f.offset + done, recv_lane_->staging(), chunk);
+          recv_lane_->Sync();
           done += chunk;
         }
       }
@@ -343,9 +367,16 @@ bool TcpTransport::ApplyOne(int pe) {
                              heap_->heap_size(), " bytes")));
         return false;
       }
-      heap_->AtomicAdd(f.offset, f.arg);
+      if (recv_lane_) {
+        // Enqueued behind the writes before it; not waited for until a fence, a notify
+        // or a goodbye needs it landed.
+        recv_lane_->Add(reinterpret_cast<uint64_t*>(heap_->my_base() + f.offset), f.arg);
+      } else {
+        heap_->HostAtomicAdd(f.offset, f.arg);
+      }
       return true;
     case kFrameFence: {
+      SettleInbound();
       Frame ack{kFrameMagic, kFrameFenceAck, 0, f.arg};
       if (!transport::SendAll(fd, reinterpret_cast<const char*>(&ack), sizeof(ack),
                               options_.timeout_ms, &error)) {
@@ -355,11 +386,13 @@ bool TcpTransport::ApplyOne(int pe) {
       return true;
     }
     case kFrameNotify: {
+      SettleInbound();  // a barrier's notify: what came before it has landed
       std::lock_guard<std::mutex> lock(mu_);
       notices_.push_back(Completion{Completion::Kind::kNotify, pe, f.arg});
       return true;
     }
     case kFrameBye:
+      SettleInbound();
       bye_from_[pe]->store(true);
       return false;
     default:

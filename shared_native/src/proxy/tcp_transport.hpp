@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_lane.hpp"
 #include "heap_access.hpp"
 #include "mori/bootstrap/bootstrap.hpp"
 #include "mori/proxy/transport.hpp"
@@ -54,8 +55,12 @@ class TcpTransport final : public Transport {
   void SendRaw(int pe, const char* data, uint64_t nbytes);
   void Flush(int pe);
   void ReceiverLoop();
-  // Reads and applies one frame from pe's inbound stream; false when the stream ended.
+  // Reads and applies one frame from pe's inbound stream; false when the stream ended
+  // or failed (the error is set).
   bool ApplyOne(int pe);
+  bool ApplyFrame(int pe);
+  // CUDA heaps: waits until the writes and adds applied so far are in the heap.
+  void SettleInbound();
   void ReadAcks(int pe, std::vector<Completion>* out);
   void SetError(const std::string& why);
   [[noreturn]] void ThrowError();
@@ -77,7 +82,10 @@ class TcpTransport final : public Transport {
   std::string error_;
   std::vector<Completion> notices_;         // from the receiver thread
   std::vector<std::vector<char>> out_buf_;  // per pe: frames not sent yet
-  std::vector<char> send_stage_, recv_stage_;
+  // CUDA heaps: the proxy thread stages outgoing payloads through send_lane_, the
+  // receiver thread applies incoming writes and adds through recv_lane_ (each its own
+  // non-blocking stream and pinned staging buffer: device_lane.hpp).
+  std::unique_ptr<DeviceLane> send_lane_, recv_lane_;
   uint64_t fences_outstanding_ = 0;
   uint64_t polls_ = 0;
 };
