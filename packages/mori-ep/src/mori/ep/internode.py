@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""The inter-node modes: MORI's ``InterNode``, ``InterNodeV1`` and ``InterNodeV1LL``.
+
+Pes are grouped into nodes of ``L = min(gpu_per_node, pes of the heap's local group)``
+consecutive ranks (rank ``r`` on node ``r // L``); the pes of one node reach each other
+through the symmetric heap, every byte to another node goes through the op's
+inter-node link (``csrc/internode/link.hpp``). ``InterNode`` sends each token straight
+to every destination rank; ``InterNodeV1`` sends it once per destination node, to the
+rank with the sender's local index there, which forwards it to the node's other
+destinations, and combine sums within each node before one partial per (token, node)
+crosses back; ``InterNodeV1LL`` is V1 without the count exchange (fixed slots per source,
+"count + 1" flags). The protocols, their row and summation orders and byte formulas are
+in ``csrc/internode/protocol.hpp`` and the package README ("Inter-node"). Dispatch and
+combine take and return what the intra-node calls do; the checks are the same
+(:mod:`mori.ep.checks`). Host heaps only: the CUDA kernels are not written yet.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mori.core import InvalidArgumentError, NotSupportedError, shmem
+
+from ._C import InterNodeCpu, internode_buffer_layout
+from .config import EpDispatchCombineKernelType, EpDispatchCombineQuantType
+from .intranode import IntraNodeMode
+from .mode import Mode
+
+KINDS = (
+    EpDispatchCombineKernelType.InterNode,
+    EpDispatchCombineKernelType.InterNodeV1,
+    EpDispatchCombineKernelType.InterNodeV1LL,
+)
+
+
+def pes_per_node(config) -> int:
+    """``L``, the ranks per node of an inter-node op of ``config`` on the initialised
+    heap: ``min(gpu_per_node, world_size, pes of this pe's local group)`` (the heap's
+    local group: same host, or same ``MORI_SHMEM_NODE_ID``). Raises
+    InvalidArgumentError when it does not divide ``world_size``."""
+    g = config.gpu_per_node
+    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+        raise InvalidArgumentError(f"gpu_per_node {g!r} must be a positive int")
+    local = len(shmem.info()["local_pes"])
+    size = min(g, config.world_size, local)
+    if config.world_size % size:
+        raise InvalidArgumentError(
+            f"{size} ranks per node (min(gpu_per_node {g}, world_size {config.world_size}, "
+            f"{local} pes on this host)) do not divide world_size {config.world_size}"
+        )
+    return size
+
+
+class InterNodeMode(IntraNodeMode):
+    """The strategy behind the inter-node kernel types (the public contract is
+    :class:`~mori.ep.EpDispatchCombineOp`'s). Dispatch's rows are ordered by source
+    rank, then source token, as intra-node; routing handles are not implemented for
+    these kernel types (``routing=`` / ``return_routing=True`` fail the call on every
+    rank)."""
+
+    def __init__(self, config, place, timeout_s: float) -> None:
+        Mode.__init__(self, config, place, timeout_s)
+        c = config
+        if not place.host:
+            raise NotSupportedError(
+                f"kernel_type {c.kernel_type.name} is implemented on host heaps only (the CPU "
+                "implementation); its CUDA kernels are not written yet"
+            )
+        self.local_size = pes_per_node(c)
+        cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
+        self.layout = internode_buffer_layout(
+            *self.shape, recv_capacity=cap, kind=int(c.kernel_type), local_size=self.local_size
+        )
+        self.block = shmem.empty((self.layout["total_bytes"],), torch.uint8)
+        self.impl = InterNodeCpu(
+            *self.shape, self.block.data_ptr(), place.index, timeout_s, recv_capacity=cap,
+            kind=int(c.kernel_type), local_size=self.local_size,
+        )  # fmt: skip
+        self.routing_owner = object()
+        hb = c.hidden_dim * c.max_token_type_size
+        sb = c.scale_dim * c.scale_type_size
+        self.recv_tokens = self.region("recv_tokens", cap * hb).view(cap, hb)
+        self.recv_weights = self.region("recv_weights", cap * k * 4).view(torch.float32)
+        self.recv_weights = self.recv_weights.view(cap, k)
+        self.recv_scales = self.region("recv_scales", cap * sb).view(cap, sb)
+        self.recv_indices = self.region("recv_indices", cap * k * 4).view(torch.int32)
+        self.recv_indices = self.recv_indices.view(cap, k)
+        self.recv_src_pos = self.region("recv_src_pos", cap * 4).view(torch.int32)
+        self.total_recv = self.region("total_recv", 4).view(torch.int32)
+
+    @property
+    def nodes(self) -> int:
+        return self.config.world_size // self.local_size
+
+    def epoch_tensor(self) -> torch.Tensor:
+        return torch.tensor([self.impl.epoch], dtype=torch.int64)
+
+    def _replay_problem(self, input, indices, routing, return_routing) -> str | None:
+        if routing is not None or return_routing:
+            return (
+                f"routing handles (routing= / return_routing=True) are not implemented for "
+                f"kernel_type {self.config.kernel_type.name} (IntraNode has them)"
+            )
+        return None
+
+    def combine(self, input, weights, indices, block_num, rdma_block_num, warp_per_block,
+                use_external_inp_buf, routing):  # fmt: skip
+        if routing is not None:
+            impl = self.impl_or_raise()
+            impl.reject_combine(self._replay_problem(None, None, routing, False), 0)
+        if self.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant:
+            # MORI: blockwise combine has no inter-node kernel; refused by every rank.
+            self.impl_or_raise().reject_combine(
+                f"{self.config.kernel_type.name} combine only supports quant_type none and "
+                "fp8_direct_cast (fp8_blockwise: IntraNode, IntraNodeLL, AsyncLL)",
+                0,
+            )
+        return super().combine(input, weights, indices, block_num, rdma_block_num,
+                               warp_per_block, use_external_inp_buf, None)  # fmt: skip
+
+    def bytes(self, phase: str) -> dict[str, int]:
+        """This rank's byte counts of its last ``phase`` (``"dispatch"`` or
+        ``"combine"``): see ``InterNodeCpu.bytes``."""
+        return dict(self.impl_or_raise().bytes(phase))
