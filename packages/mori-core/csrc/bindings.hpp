@@ -15,5 +15,6 @@ void register_bootstrap(pybind11::module_& m);
 void register_topology(pybind11::module_& m);
 void register_shmem(pybind11::module_& m);
 void register_shmem_diag(pybind11::module_& m);
+void register_proxy(pybind11::module_& m);
 
 }  // namespace mori::python

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_C, m) {
   mori::python::register_topology(m);
   mori::python::register_shmem(m);
   mori::python::register_shmem_diag(m);
+  mori::python::register_proxy(m);
 }

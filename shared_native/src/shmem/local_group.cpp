@@ -15,7 +15,6 @@
 #include "mori/core/logging.hpp"
 
 namespace mori::shmem::internal {
-namespace {
 
 std::string NodeKey() {
   if (const auto id = env::Get("MORI_SHMEM_NODE_ID")) return StrCat("env:", *id);
@@ -26,8 +25,6 @@ std::string NodeKey() {
   std::getline(f, boot_id);
   return StrCat(host, "/", boot_id);
 }
-
-}  // namespace
 
 LocalGroup DiscoverLocalGroup(bootstrap::Bootstrap& b) {
   const int n = b.WorldSize();

@@ -2,25 +2,26 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-#include <cstdint>
-#include <string>
+// The socket helpers live in mori-core (mori/transport/socket.hpp), shared with the
+// proxy's TCP transport; this header only adapts mori-io's TCP config to them.
 
 #include "control/tcp_config.hpp"
+#include "mori/transport/socket.hpp"
 
 namespace mori::io {
 
+using transport::ConnectTo;
+using transport::ListenOn;
+using transport::RecvAll;
+using transport::SendAll;
+
 // Nodelay, keepalive and TCP_USER_TIMEOUT from the config: a silent peer is noticed
 // within about peer_timeout_ms.
-void SetSocketOptions(int fd, const TcpBackendConfig& cfg);
-// A non-blocking listening socket on host:port (0: any port); *bound_port is the port.
-// Throws InvalidArgumentError (unresolvable host) or TransportError.
-int ListenOn(const std::string& host, uint16_t port, const std::string& engine_key,
-             uint16_t* bound_port);
-// Connects with a deadline; returns the fd (non-blocking) or -1 with *error set.
-int ConnectTo(const std::string& host, uint16_t port, int timeout_ms, std::string* error);
-// Blocking sends/receives of exactly len bytes on a non-blocking fd, each wait bounded by
-// timeout_ms; false with *error set otherwise.
-bool SendAll(int fd, const char* data, size_t len, int timeout_ms, std::string* error);
-bool RecvAll(int fd, char* data, size_t len, int timeout_ms, std::string* error);
+inline void SetSocketOptions(int fd, const TcpBackendConfig& cfg) {
+  transport::SocketOptions options;
+  options.peer_timeout_ms = cfg.peer_timeout_ms;
+  options.sock_buf_bytes = cfg.sock_buf_bytes;
+  transport::SetSocketOptions(fd, options);
+}
 
 }  // namespace mori::io

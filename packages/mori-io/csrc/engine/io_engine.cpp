@@ -44,7 +44,7 @@ IoEngine::IoEngine(std::string key, std::string host, uint16_t port)
     : TransportHost(std::move(key), HotPathOptions::FromEnv(), kLedgerLimit),
       host_(std::move(host)) {
   if (host_.empty()) host_ = "127.0.0.1";
-  listen_fd_ = ListenOn(host_, port, key_, &port_);
+  listen_fd_ = ListenOn(host_, port, StrCat("engine '", key_, "'"), &port_);
   SetBackendOverride(ParseBackendOverride(options_.backend));
   // Each transport registers its control messages; the table is complete before any
   // reactor runs.

@@ -8,6 +8,7 @@
 
 #include "ledger/transfer_state.hpp"
 #include "mori/core/error.hpp"
+#include "mori/transport/socket.hpp"
 #include "wire/wire_protocol.hpp"
 
 namespace mori::io::wire {
@@ -31,6 +32,6 @@ inline Header MakeHeader(MsgType type, uint64_t mem_id = 0, uint64_t capability 
 
 namespace mori::io {
 
-inline std::string ErrnoText(int err) { return StrCat(std::strerror(err), " (errno ", err, ")"); }
+using transport::ErrnoText;
 
 }  // namespace mori::io

@@ -127,3 +127,63 @@ def _shmem_signal_stress(
     stream: int = 0,
 ) -> None: ...
 def _shmem_barrier_loop(iters: int, stream: int = 0, timeout_s: float = 0.0) -> None: ...
+
+def proxy_heap_offset(ptr: int, nbytes: int = 1) -> int: ...
+
+class Proxy:
+    def __init__(
+        self,
+        bootstrap: Any,
+        num_queues: int = 1,
+        queue_capacity: int = 0,
+        transport: str = "auto",
+        advertise_host: str = "",
+        timeout_s: float = 120.0,
+    ) -> None: ...
+    @property
+    def num_queues(self) -> int: ...
+    @property
+    def my_pe(self) -> int: ...
+    @property
+    def n_pes(self) -> int: ...
+    def push(
+        self,
+        op: str,
+        pe: int,
+        dst_offset: int = 0,
+        src_offset: int = 0,
+        nbytes: int = 0,
+        signal_offset: int = 0,
+        value: int = 0,
+        queue: int = 0,
+    ) -> int: ...
+    def quiet(self, queue: int = 0) -> None: ...
+    def barrier(self, queue: int = 0) -> None: ...
+    def wait_retired(self, upto: int, queue: int = 0) -> None: ...
+    def check_health(self) -> None: ...
+    def path_to(self, pe: int) -> str: ...
+    def node_of(self, pe: int) -> str: ...
+    def stats(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+    def _measure_throughput(
+        self,
+        op: str,
+        pe: int,
+        dst_offset: int,
+        src_offset: int,
+        nbytes: int,
+        signal_offset: int,
+        count: int,
+        queue: int = 0,
+    ) -> tuple[int, float]: ...
+    def _measure_latency(
+        self,
+        op: str,
+        pe: int,
+        dst_offset: int,
+        src_offset: int,
+        nbytes: int,
+        signal_offset: int,
+        count: int,
+        queue: int = 0,
+    ) -> list[int]: ...

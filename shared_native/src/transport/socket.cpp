@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "control/socket_io.hpp"
+#include "mori/transport/socket.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,13 +12,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "mori/core/error.hpp"
-#include "wire/wire_status.hpp"
+#include "mori/core/str.hpp"
 
-namespace mori::io {
+namespace mori::transport {
 
-void SetSocketOptions(int fd, const TcpBackendConfig& cfg) {
+std::string ErrnoText(int err) { return StrCat(std::strerror(err), " (errno ", err, ")"); }
+
+void SetSocketOptions(int fd, const SocketOptions& cfg) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
@@ -37,7 +40,7 @@ void SetSocketOptions(int fd, const TcpBackendConfig& cfg) {
   }
 }
 
-int ListenOn(const std::string& host, uint16_t port, const std::string& engine_key,
+int ListenOn(const std::string& host, uint16_t port, const std::string& owner,
              uint16_t* bound_port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -69,8 +72,7 @@ int ListenOn(const std::string& host, uint16_t port, const std::string& engine_k
   }
   ::freeaddrinfo(res);
   if (listen_fd < 0) {
-    MORI_THROW(TransportError, "engine '", engine_key, "' cannot listen on ", host, ":", port, ": ",
-               error);
+    MORI_THROW(TransportError, owner, " cannot listen on ", host, ":", port, ": ", error);
   }
   return listen_fd;
 }
@@ -126,7 +128,7 @@ bool SendAll(int fd, const char* data, size_t len, int timeout_ms, std::string* 
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd p{fd, POLLOUT, 0};
       if (::poll(&p, 1, timeout_ms) == 1) continue;
-      *error = "timed out sending the hello";
+      *error = StrCat("no progress sending within ", timeout_ms, " ms");
       return false;
     }
     *error = StrCat("send failed: ", ErrnoText(errno));
@@ -157,4 +159,4 @@ bool RecvAll(int fd, char* data, size_t len, int timeout_ms, std::string* error)
   return true;
 }
 
-}  // namespace mori::io
+}  // namespace mori::transport

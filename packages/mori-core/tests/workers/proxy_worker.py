@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One pe of the proxy tests. argv: mode seed transport pes_per_node [rounds]
+
+Emulates nodes of ``pes_per_node`` pes each on this host (MORI_SHMEM_NODE_ID), makes
+a host heap and a proxy over mori's TCP bootstrap and runs one scenario; prints
+"pe N ok" at the end. transport: "auto" or "tcp" (ProxyOptions::transport).
+"""
+
+import ctypes
+import os
+import random
+import sys
+import time
+
+rank = int(os.environ["RANK"])
+world = int(os.environ["WORLD_SIZE"])
+mode, seed, transport, per_node = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 100
+os.environ["MORI_SHMEM_NODE_ID"] = f"n{rank // per_node}"
+
+import mori.core as mc  # noqa: E402
+from mori.core import proxy as px  # noqa: E402
+from mori.core import shmem  # noqa: E402
+from mori.core.bootstrap import TcpBootstrap  # noqa: E402
+
+TIMEOUT_S = 60.0
+boot = TcpBootstrap.from_env()
+shmem.init(device="cpu", heap_size="32M", bootstrap=boot, timeout_s=TIMEOUT_S)
+me, n = shmem.my_pe(), shmem.n_pes()
+assert (me, n) == (rank, world)
+p = px.Proxy(boot, num_queues=2, transport=transport, timeout_s=TIMEOUT_S)
+
+
+def node(pe):
+    return pe // per_node
+
+
+for pe in range(n):
+    path = p.path_to(pe)
+    if node(pe) == node(me):
+        assert path == "mapped", (pe, path)
+    elif transport == "tcp":
+        assert path == "tcp", (pe, path)
+    else:
+        assert path in ("cma", "tcp"), (pe, path)
+    assert p.node_of(pe) == f"env:n{node(pe)}", p.node_of(pe)
+print(f"pe {me}: paths {[p.path_to(pe) for pe in range(n)]}", flush=True)
+
+
+def wait_ge(addr, value, what):
+    """Wait for the word at addr to reach value, checking the proxy's health."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            return shmem.wait_until(addr, "ge", value, timeout_s=0.05)
+        except mc.MoriTimeoutError:
+            p.check_health()
+            if time.monotonic() > deadline:
+                seen = ctypes.c_uint64.from_address(addr).value
+                raise AssertionError(f"pe {me}: {what}: word at {seen}, waited for {value}")
+
+
+def payload(src, dst, r, nbytes):
+    return random.Random(f"{seed}/{src}/{dst}/{r}").randbytes(nbytes)
+
+
+SIZES = [0, 1, 7, 8, 4096, 4097, 96 * 1024 - 3, 96 * 1024]
+
+
+def size_of(src, dst, r):
+    return random.Random(f"size/{seed}/{src}/{dst}/{r}").choice(SIZES)
+
+
+if mode == "order":
+    # Every pe streams rounds of random payloads to every other pe: each round two
+    # writes then an add of the round's signal, or one fused write+add; the receiver
+    # checks the payload bit for bit as soon as it sees the signal. K slots per pair,
+    # credit returned by an ack add, so senders run up to K rounds ahead. A pair's
+    # commands stay on one queue (dst % 2): ordering holds within a queue only.
+    K, SLOT = 4, 96 * 1024
+    data = shmem.malloc(n * K * SLOT)  # [src][k] inbound slots
+    stage = shmem.malloc(n * K * SLOT)  # [dst][k] outbound staging (the write sources)
+    sig = shmem.malloc(8 * n, 8)  # [src] rounds arrived
+    ack = shmem.malloc(8 * n, 8)  # [dst] rounds consumed
+    ctypes.memset(sig, 0, 8 * n)
+    ctypes.memset(ack, 0, 8 * n)
+    shmem.barrier_all()
+    off = px.heap_offset
+    peers = [pe for pe in range(n) if pe != me]
+    checked = 0
+    for r in range(1, rounds + 1):
+        k = r % K
+        for dst in peers:
+            q = dst % 2
+            wait_ge(ack + 8 * dst, max(0, r - K), f"credit from pe {dst}")
+            nbytes = size_of(me, dst, r)
+            src_addr = stage + (dst * K + k) * SLOT
+            ctypes.memmove(src_addr, payload(me, dst, r, nbytes), nbytes)
+            dst_off = off(data + (me * K + k) * SLOT)
+            if r % 3 == 0:
+                p.write_add(dst, dst_off, off(src_addr), nbytes, off(sig + 8 * me), 1, queue=q)
+            else:
+                half = nbytes // 2
+                p.write(dst, dst_off, off(src_addr), half, queue=q)
+                p.write(dst, dst_off + half, off(src_addr) + half, nbytes - half, queue=q)
+                p.atomic_add(dst, off(sig + 8 * me), 1, queue=q)
+        for src in peers:
+            wait_ge(sig + 8 * src, r, f"round {r} from pe {src}")
+            nbytes = size_of(src, me, r)
+            got = ctypes.string_at(data + (src * K + k) * SLOT, nbytes)
+            want = payload(src, me, r, nbytes)
+            if got != want:
+                bad = next(i for i in range(nbytes) if got[i] != want[i])
+                raise AssertionError(
+                    f"pe {me}: round {r} from pe {src} ({p.path_to(src)}): {nbytes} bytes, "
+                    f"first difference at byte {bad}"
+                )
+            checked += nbytes
+            p.atomic_add(src, off(ack + 8 * me), 1, queue=0)
+    p.quiet(0)
+    p.quiet(1)
+    p.barrier(1)
+    st = p.stats()
+    print(f"pe {me}: {rounds} rounds x {len(peers)} peers, {checked} bytes checked, {st}")
+
+elif mode == "atomic":
+    # Every pe adds random values to one word on every pe (itself included) from both
+    # queues at once; mapped pes add through the mapping while remote ones arrive
+    # through the receiver, so the word sees concurrent atomics of both kinds.
+    word = shmem.malloc(8, 8)
+    ctypes.memset(word, 0, 8)
+    shmem.barrier_all()
+
+    def values(src):
+        g = random.Random(f"add/{seed}/{src}")
+        return [g.randrange(1 << 40) for _ in range(rounds)]
+
+    mine = values(me)
+    for i, v in enumerate(mine):
+        for dst in range(n):
+            p.atomic_add(dst, px.heap_offset(word), v, queue=i % 2)
+    p.barrier(0)
+    p.barrier(1)
+    want = sum(sum(values(src)) for src in range(n)) % (1 << 64)
+    got = ctypes.c_uint64.from_address(word).value
+    assert got == want, f"pe {me}: word {got}, expected {want}"
+    print(f"pe {me}: {rounds * n} adds from {n} pes summed exactly")
+
+elif mode == "die":
+    # The last pe (alone on the last node) dies mid-stream without closing; every
+    # other pe must see an error naming it and its node within the timeout.
+    victim = n - 1
+    buf = shmem.malloc(1 << 20)
+    shmem.barrier_all()
+    if me == victim:
+        for _ in range(5):
+            p.write(0, px.heap_offset(buf), px.heap_offset(buf), 1 << 20)
+        print(f"pe {me} ok", flush=True)
+        os._exit(0)
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < TIMEOUT_S:
+            p.write(victim, px.heap_offset(buf), px.heap_offset(buf), 1 << 16)
+            p.quiet()
+        raise AssertionError(f"pe {me}: no error {TIMEOUT_S} s after pe {victim} died")
+    except mc.TransportError as e:
+        msg = str(e)
+        assert f"pe {victim} (node 'env:n{victim // per_node}')" in msg, msg
+        print(f"pe {me}: {time.monotonic() - start:.2f} s to: {msg}", flush=True)
+    # Let the other survivors see the victim's loss before this pe's exit is one more.
+    time.sleep(1.0)
+    print(f"pe {me} ok", flush=True)
+    os._exit(0)
+
+else:
+    raise SystemExit(f"unknown mode {mode}")
+
+p.close()
+shmem.finalize(force=True)
+print(f"pe {me} ok")

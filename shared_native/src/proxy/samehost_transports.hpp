@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The proxy's same-host transports. Both complete a write before PostWrite returns,
+// so anything posted after it over the pair's TCP stream (adds, fences, notifies)
+// takes effect after the write landed: the ordering contract holds across the two.
+//   MappedTransport: the pe's heap is mapped here (shmem's local group): copies and
+//     real atomics through the mapping; fences complete at once.
+//   CmaTransport: another local group on this host (emulated nodes), host heaps:
+//     writes with process_vm_writev into the peer's heap; adds, fences and notifies
+//     over the TCP stream, applied by the peer's receiver as real atomics.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "heap_access.hpp"
+#include "mori/proxy/transport.hpp"
+#include "tcp_transport.hpp"
+
+namespace mori::proxy::internal {
+
+class MappedTransport final : public Transport {
+ public:
+  MappedTransport(const HeapAccess* heap, TcpTransport* control);
+  const char* Name() const override { return "mapped"; }
+  void PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) override;
+  void PostAtomicAdd(int pe, uint64_t offset, uint64_t value) override;
+  void PostFence(int pe, uint64_t token) override;
+  void PostNotify(int pe, uint64_t value) override;
+  void Poll(std::vector<Completion>* out) override;
+  void Shutdown() override {}
+
+ private:
+  const HeapAccess* heap_;
+  TcpTransport* control_;
+  std::vector<char*> bases_;  // per pe: its heap mapped here, or nullptr
+  std::vector<Completion> acks_;
+};
+
+class CmaTransport final : public Transport {
+ public:
+  CmaTransport(const HeapAccess* heap, TcpTransport* control);
+  // Whether this process may write into pe's heap with process_vm_writev (a harmless
+  // process_vm_readv of its first word); *why says why not.
+  static bool Probe(const HeapAccess& heap, int pe, std::string* why);
+  const char* Name() const override { return "cma"; }
+  void PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) override;
+  void PostAtomicAdd(int pe, uint64_t offset, uint64_t value) override;
+  void PostFence(int pe, uint64_t token) override;
+  void PostNotify(int pe, uint64_t value) override;
+  void Poll(std::vector<Completion>* out) override {}
+  void Shutdown() override {}
+
+ private:
+  const HeapAccess* heap_;
+  TcpTransport* control_;
+};
+
+}  // namespace mori::proxy::internal

@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#include "tcp_transport.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "mori/core/error.hpp"
+#include "mori/core/logging.hpp"
+#include "mori/transport/socket.hpp"
+
+namespace mori::proxy::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kFrameMagic = 0x5852506d;  // "mPRX"
+constexpr uint64_t kHelloMagic = 0x6f6c6c6568787270ull;
+
+enum FrameOp : uint32_t {
+  kFrameWrite = 1,     // offset, arg = nbytes; payload follows
+  kFrameAdd = 2,       // offset, arg = value
+  kFrameFence = 3,     // arg = token; answered with kFrameFenceAck
+  kFrameNotify = 4,    // arg = value
+  kFrameBye = 5,       // the sender's proxy closes in order: EOF after it is no error
+  kFrameFenceAck = 6,  // receiver -> sender, arg = token
+};
+
+struct Hello {
+  uint64_t magic;
+  uint64_t session;
+  int32_t src_pe;
+  int32_t dst_pe;
+};
+
+// Small writes travel in one send with their header.
+constexpr uint64_t kInlinePayload = 4096;
+
+}  // namespace
+
+struct TcpTransport::Frame {
+  uint32_t magic;
+  uint32_t op;
+  uint64_t offset;
+  uint64_t arg;
+};
+
+TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
+    : heap_(heap), options_(options) {
+  const int n = heap_->n_pes();
+  out_fds_.assign(n, -1);
+  in_fds_.assign(n, -1);
+  for (int i = 0; i < n; ++i) bye_from_.push_back(std::make_unique<std::atomic<bool>>(false));
+  listen_fd_ = transport::ListenOn("0.0.0.0", 0, StrCat("the proxy of pe ", heap_->my_pe()),
+                                   &port_);
+  if (::pipe2(wake_fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ::close(listen_fd_);
+    MORI_THROW(TransportError, "proxy: pipe2 failed: ", transport::ErrnoText(errno));
+  }
+  if (heap_->cuda()) {
+    send_stage_.resize(options_.staging_bytes);
+    recv_stage_.resize(options_.staging_bytes);
+  }
+}
+
+TcpTransport::~TcpTransport() {
+  stop_.store(true);
+  if (wake_fds_[1] >= 0) {
+    char c = 1;
+    (void)!::write(wake_fds_[1], &c, 1);
+  }
+  if (receiver_.joinable()) receiver_.join();
+  for (int fd : out_fds_)
+    if (fd >= 0) ::close(fd);
+  for (int fd : in_fds_)
+    if (fd >= 0) ::close(fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  for (int fd : wake_fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+std::string TcpTransport::Lost(int pe, const std::string& stage, const std::string& detail) const {
+  return StrCat(heap_->Self(), ": ", heap_->PeName(pe), " lost while ", stage, ": ", detail);
+}
+
+void TcpTransport::Connect(bootstrap::Bootstrap& bootstrap) {
+  const int n = heap_->n_pes();
+  const int me = heap_->my_pe();
+  const auto& peers = heap_->peers();
+  transport::SocketOptions so;
+  so.peer_timeout_ms = options_.timeout_ms;
+  // Outbound: the kernel completes the handshake from the peer's backlog, so every pe
+  // connects first and accepts after.
+  for (int pe = 0; pe < n; ++pe) {
+    if (pe == me) continue;
+    const bool same_host = peers[pe].host_id == peers[me].host_id;
+    const std::string host = same_host ? "127.0.0.1" : peers[pe].address;
+    std::string error;
+    int fd = transport::ConnectTo(host, peers[pe].port, options_.timeout_ms, &error);
+    if (fd < 0) {
+      MORI_THROW(TransportError, "proxy of pe ", me, ": cannot connect to ", heap_->PeName(pe),
+                 " at ", host, ":", peers[pe].port, ": ", error,
+                 same_host ? "" : " (set MORI_PROXY_HOST on that pe to an address reachable here)");
+    }
+    transport::SetSocketOptions(fd, so);
+    out_fds_[pe] = fd;
+    Hello h{kHelloMagic, options_.session, me, pe};
+    if (!transport::SendAll(fd, reinterpret_cast<const char*>(&h), sizeof(h), options_.timeout_ms,
+                            &error)) {
+      MORI_THROW(TransportError, "proxy of pe ", me, ": hello to ", heap_->PeName(pe),
+                 " failed: ", error);
+    }
+  }
+  // Inbound: one stream from every other pe, each waits bounded.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  int missing = n - 1;
+  while (missing > 0) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      std::string who;
+      for (int pe = 0; pe < n; ++pe)
+        if (pe != me && in_fds_[pe] < 0) who += StrCat(who.empty() ? "" : ", ", heap_->PeName(pe));
+      MORI_THROW(TimeoutError, "proxy of pe ", me, ": no stream from ", who, " within ",
+                 options_.timeout_ms, " ms");
+    }
+    pollfd p{listen_fd_, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (rc <= 0) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Hello h{};
+    std::string error;
+    if (!transport::RecvAll(fd, reinterpret_cast<char*>(&h), sizeof(h), options_.timeout_ms,
+                            &error) ||
+        h.magic != kHelloMagic || h.session != options_.session || h.dst_pe != me ||
+        h.src_pe < 0 || h.src_pe >= n || h.src_pe == me || in_fds_[h.src_pe] >= 0) {
+      MORI_LOG_WARN(kCore, "proxy of pe ", me, ": dropping a connection that is not a stream of ",
+                    "this job's proxies", error.empty() ? "" : ": ", error);
+      ::close(fd);
+      continue;
+    }
+    transport::SetSocketOptions(fd, so);
+    in_fds_[h.src_pe] = fd;
+    --missing;
+  }
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+  receiver_ = std::thread([this] { ReceiverLoop(); });
+}
+
+void TcpTransport::SetError(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.empty()) error_ = why;
+  failed_.store(true, std::memory_order_release);
+}
+
+void TcpTransport::ThrowError() {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    why = error_;
+  }
+  MORI_THROW(TransportError, why);
+}
+
+void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
+  if (failed_.load(std::memory_order_acquire)) ThrowError();
+  std::string error;
+  const int fd = out_fds_[pe];
+  bool ok;
+  if (nbytes > 0 && nbytes <= kInlinePayload && payload != nullptr) {
+    char buf[sizeof(Frame) + kInlinePayload];
+    std::memcpy(buf, &f, sizeof(f));
+    std::memcpy(buf + sizeof(f), payload, nbytes);
+    ok = transport::SendAll(fd, buf, sizeof(f) + nbytes, options_.timeout_ms, &error);
+  } else {
+    ok = transport::SendAll(fd, reinterpret_cast<const char*>(&f), sizeof(f), options_.timeout_ms,
+                            &error);
+    if (ok && payload != nullptr && nbytes > 0) {
+      ok = transport::SendAll(fd, static_cast<const char*>(payload), nbytes, options_.timeout_ms,
+                              &error);
+    }
+  }
+  if (!ok) {
+    SetError(Lost(pe, "sending to it", error));
+    ThrowError();
+  }
+}
+
+void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
+  Frame f{kFrameMagic, kFrameWrite, dst_offset, nbytes};
+  if (!heap_->cuda()) {
+    SendFrame(pe, f, heap_->my_base() + src_offset, nbytes);
+    return;
+  }
+  // CUDA heap: the payload goes through a pinned-size host staging buffer, chunk by chunk.
+  SendFrame(pe, f, nullptr, 0);
+  std::string error;
+  for (uint64_t done = 0; done < nbytes;) {
+    const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_stage_.size());
+    heap_->CopyOut(send_stage_.data(), src_offset + done, chunk);
+    if (!transport::SendAll(out_fds_[pe], send_stage_.data(), chunk, options_.timeout_ms,
+                            &error)) {
+      SetError(Lost(pe, "sending to it", error));
+      ThrowError();
+    }
+    done += chunk;
+  }
+}
+
+void TcpTransport::PostAtomicAdd(int pe, uint64_t offset, uint64_t value) {
+  SendFrame(pe, Frame{kFrameMagic, kFrameAdd, offset, value}, nullptr, 0);
+}
+
+void TcpTransport::PostFence(int pe, uint64_t token) {
+  SendFrame(pe, Frame{kFrameMagic, kFrameFence, 0, token}, nullptr, 0);
+  ++fences_outstanding_;
+}
+
+void TcpTransport::PostNotify(int pe, uint64_t value) {
+  SendFrame(pe, Frame{kFrameMagic, kFrameNotify, 0, value}, nullptr, 0);
+}
+
+void TcpTransport::ReadAcks(int pe, std::vector<Completion>* out) {
+  const int fd = out_fds_[pe];
+  for (;;) {
+    Frame f{};
+    ssize_t n = ::recv(fd, &f, sizeof(f), MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n == 0 || n < 0) {
+      if (shutting_down_.load()) return;
+      SetError(Lost(pe, "waiting for its acknowledgements",
+                    n == 0 ? std::string("it closed the connection (did its process exit?)")
+                           : transport::ErrnoText(errno)));
+      ThrowError();
+    }
+    if (static_cast<size_t>(n) < sizeof(f)) return;  // the rest is on its way
+    std::string error;
+    if (!transport::RecvAll(fd, reinterpret_cast<char*>(&f), sizeof(f), options_.timeout_ms,
+                            &error)) {
+      SetError(Lost(pe, "reading its acknowledgement", error));
+      ThrowError();
+    }
+    if (f.magic != kFrameMagic || f.op != kFrameFenceAck) {
+      SetError(Lost(pe, "reading its acknowledgement",
+                    StrCat("unexpected frame (magic ", f.magic, ", op ", f.op, ")")));
+      ThrowError();
+    }
+    --fences_outstanding_;
+    out->push_back(Completion{Completion::Kind::kFenceAck, pe, f.arg});
+  }
+}
+
+void TcpTransport::Poll(std::vector<Completion>* out) {
+  if (failed_.load(std::memory_order_acquire)) ThrowError();
+  // Acknowledgements come back on the outbound streams; they are read when fences are
+  // outstanding, and now and then otherwise so that a closed stream is noticed.
+  if (fences_outstanding_ > 0 || (++polls_ & 1023) == 0) {
+    for (int pe = 0; pe < heap_->n_pes(); ++pe) {
+      if (out_fds_[pe] >= 0) ReadAcks(pe, out);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!notices_.empty()) {
+    out->insert(out->end(), notices_.begin(), notices_.end());
+    notices_.clear();
+  }
+}
+
+bool TcpTransport::ApplyOne(int pe) {
+  const int fd = in_fds_[pe];
+  Frame f{};
+  std::string error;
+  // A frame's first byte may not be there yet: peek so that an idle stream is not a
+  // bounded wait, and EOF between frames is recognised.
+  char probe;
+  ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+  if (n <= 0) {
+    if (bye_from_[pe]->load() || stop_.load()) return false;
+    SetError(Lost(pe, "receiving from it",
+                  n == 0 ? std::string("it closed its stream without a goodbye (did its process "
+                                       "exit or crash?)")
+                         : transport::ErrnoText(errno)));
+    return false;
+  }
+  if (!transport::RecvAll(fd, reinterpret_cast<char*>(&f), sizeof(f), options_.timeout_ms,
+                          &error)) {
+    SetError(Lost(pe, "receiving a frame header", error));
+    return false;
+  }
+  if (f.magic != kFrameMagic) {
+    SetError(Lost(pe, "receiving", StrCat("bad frame magic ", f.magic)));
+    return false;
+  }
+  switch (f.op) {
+    case kFrameWrite: {
+      if (!heap_->InHeap(f.offset, f.arg)) {
+        SetError(Lost(pe, "applying a write",
+                      StrCat("range [", f.offset, ", +", f.arg, ") outside this heap of ",
+                             heap_->heap_size(), " bytes")));
+        return false;
+      }
+      if (!heap_->cuda()) {
+        if (!transport::RecvAll(fd, heap_->my_base() + f.offset, f.arg, options_.timeout_ms,
+                                &error)) {
+          SetError(Lost(pe, "receiving a write's payload", error));
+          return false;
+        }
+      } else {
+        for (uint64_t done = 0; done < f.arg;) {
+          const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_stage_.size());
+          if (!transport::RecvAll(fd, recv_stage_.data(), chunk, options_.timeout_ms, &error)) {
+            SetError(Lost(pe, "receiving a write's payload", error));
+            return false;
+          }
+          heap_->CopyIn(f.offset + done, recv_stage_.data(), chunk);
+          done += chunk;
+        }
+      }
+      return true;
+    }
+    case kFrameAdd:
+      if (!heap_->InHeap(f.offset, 8) || f.offset % 8 != 0) {
+        SetError(Lost(pe, "applying an atomic add",
+                      StrCat("offset ", f.offset, " not an aligned word of this heap of ",
+                             heap_->heap_size(), " bytes")));
+        return false;
+      }
+      heap_->AtomicAdd(f.offset, f.arg);
+      return true;
+    case kFrameFence: {
+      Frame ack{kFrameMagic, kFrameFenceAck, 0, f.arg};
+      if (!transport::SendAll(fd, reinterpret_cast<const char*>(&ack), sizeof(ack),
+                              options_.timeout_ms, &error)) {
+        SetError(Lost(pe, "acknowledging its fence", error));
+        return false;
+      }
+      return true;
+    }
+    case kFrameNotify: {
+      std::lock_guard<std::mutex> lock(mu_);
+      notices_.push_back(Completion{Completion::Kind::kNotify, pe, f.arg});
+      return true;
+    }
+    case kFrameBye:
+      bye_from_[pe]->store(true);
+      return false;
+    default:
+      SetError(Lost(pe, "receiving", StrCat("unknown frame op ", f.op)));
+      return false;
+  }
+}
+
+void TcpTransport::ReceiverLoop() {
+  const int n = heap_->n_pes();
+  std::vector<bool> open(n, false);
+  for (int pe = 0; pe < n; ++pe) open[pe] = in_fds_[pe] >= 0;
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  while (!stop_.load() && !failed_.load()) {
+    fds.clear();
+    who.clear();
+    fds.push_back(pollfd{wake_fds_[0], POLLIN, 0});
+    who.push_back(-1);
+    for (int pe = 0; pe < n; ++pe) {
+      if (open[pe]) {
+        fds.push_back(pollfd{in_fds_[pe], POLLIN, 0});
+        who.push_back(pe);
+      }
+    }
+    if (fds.size() == 1 && shutting_down_.load()) return;
+    int rc = ::poll(fds.data(), fds.size(), 200);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      SetError(StrCat("proxy of pe ", heap_->my_pe(), ": poll failed: ",
+                      transport::ErrnoText(errno)));
+      return;
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const int pe = who[i];
+      // Drain what is there, a bounded number of frames per turn for fairness.
+      for (int k = 0; k < 64 && open[pe]; ++k) {
+        if (!ApplyOne(pe)) {
+          open[pe] = false;
+          break;
+        }
+        pollfd again{in_fds_[pe], POLLIN, 0};
+        if (::poll(&again, 1, 0) != 1) break;
+      }
+      if (failed_.load()) return;
+    }
+  }
+}
+
+void TcpTransport::Shutdown() {
+  shutting_down_.store(true);
+  std::string error;
+  for (int pe = 0; pe < heap_->n_pes(); ++pe) {
+    if (out_fds_[pe] < 0) continue;
+    Frame bye{kFrameMagic, kFrameBye, 0, 0};
+    (void)transport::SendAll(out_fds_[pe], reinterpret_cast<const char*>(&bye), sizeof(bye),
+                             options_.timeout_ms, &error);
+  }
+  // Every peer's goodbye (after the close barrier they all send one), bounded.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  for (int pe = 0; pe < heap_->n_pes(); ++pe) {
+    if (in_fds_[pe] < 0) continue;
+    while (!bye_from_[pe]->load() && !failed_.load() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  stop_.store(true);
+  char c = 1;
+  (void)!::write(wake_fds_[1], &c, 1);
+  if (receiver_.joinable()) receiver_.join();
+}
+
+}  // namespace mori::proxy::internal

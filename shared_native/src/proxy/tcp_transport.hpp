@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// Copyright (c) 2026 The mori authors
+#pragma once
+
+// The proxy's TCP transport: one stream per ordered pair of pes (the sender's proxy
+// thread writes frames, the receiver's thread applies them in order and answers
+// fences on the same socket), so everything posted to a pe lands in posting order.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "heap_access.hpp"
+#include "mori/bootstrap/bootstrap.hpp"
+#include "mori/proxy/transport.hpp"
+
+namespace mori::proxy::internal {
+
+struct TcpOptions {
+  int timeout_ms = 120000;  // connect/accept, each send/receive's progress
+  uint64_t session = 0;     // drawn by pe 0: a hello of another job is refused
+  size_t staging_bytes = 4 << 20;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  // Opens the listener (its port goes into this pe's PeerInfo before the exchange).
+  TcpTransport(const HeapAccess* heap, const TcpOptions& options);
+  ~TcpTransport() override;
+
+  uint16_t port() const { return port_; }
+  // Collective: connects to every other pe (heap->peers() filled in), accepts every
+  // other pe's stream, starts the receiver thread.
+  void Connect(bootstrap::Bootstrap& bootstrap);
+
+  const char* Name() const override { return "tcp"; }
+  void PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) override;
+  void PostAtomicAdd(int pe, uint64_t offset, uint64_t value) override;
+  void PostFence(int pe, uint64_t token) override;
+  void PostNotify(int pe, uint64_t value) override;
+  void Poll(std::vector<Completion>* out) override;
+  void Shutdown() override;
+
+ private:
+  struct Frame;
+  void SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes);
+  void ReceiverLoop();
+  // Reads and applies one frame from pe's inbound stream; false when the stream ended.
+  bool ApplyOne(int pe);
+  void ReadAcks(int pe, std::vector<Completion>* out);
+  void SetError(const std::string& why);
+  [[noreturn]] void ThrowError();
+  std::string Lost(int pe, const std::string& stage, const std::string& detail) const;
+
+  const HeapAccess* heap_;
+  TcpOptions options_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::vector<int> out_fds_;  // per pe: this pe's stream to it
+  std::vector<int> in_fds_;   // per pe: its stream to this pe
+  int wake_fds_[2] = {-1, -1};
+  std::thread receiver_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> failed_{false};
+  std::vector<std::unique_ptr<std::atomic<bool>>> bye_from_;  // per pe
+  std::mutex mu_;                 // guards error_ and notices_
+  std::string error_;
+  std::vector<Completion> notices_;  // from the receiver thread
+  std::vector<char> send_stage_, recv_stage_;
+  uint64_t fences_outstanding_ = 0;
+  uint64_t polls_ = 0;
+};
+
+}  // namespace mori::proxy::internal
