@@ -335,6 +335,12 @@ HeapInfo GetHeapInfo() {
 
 DeviceContext GetDeviceContext() { return Checked().ctx; }
 
+std::shared_ptr<bootstrap::Bootstrap> GetBootstrap() {
+  State& s = Checked();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.boot;
+}
+
 void* Malloc(size_t nbytes, size_t align) {
   State& s = Checked();
   std::lock_guard<std::mutex> lock(s.mu);

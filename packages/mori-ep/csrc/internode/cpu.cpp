@@ -29,18 +29,16 @@ void HeapCopyLink::Write(int pe, size_t offset, const void* src, size_t bytes) {
 
 void HeapCopyLink::Signal(int pe, size_t offset, uint64_t value) {
   hs::SignalSet(ctx_, reinterpret_cast<uint64_t*>(block_ + offset), value, pe);
-  moved_ += 8;
 }
 
 InterNodeCpu::InterNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout,
-                           InterNodeKind kind, int local_size, std::unique_ptr<CrossNodeLink> link)
+                           InterNodeKind kind, int local_size, bool use_proxy)
     : shape_(shape),
       nodes_{shape.world_size, local_size},
       kind_(kind),
       block_(static_cast<char*>(block)),
       ctx_(shmem::GetDeviceContext()),
-      timeout_(CheckedTimeout(timeout, "timeout")),
-      link_(std::move(link)) {
+      timeout_(CheckedTimeout(timeout, "timeout")) {
   const int W = shape.world_size;
   MORI_CHECK_ARG(local_size >= 1 && local_size <= 32 && W % local_size == 0, "pes per node ",
                  local_size, " must divide world_size ", W, " and be in [1, 32]");
@@ -54,7 +52,8 @@ InterNodeCpu::InterNodeCpu(const EpShape& shape, void* block, std::chrono::milli
     MORI_CHECK_ARG(RecvCapacity(shape) % W == 0, "receive capacity ", RecvCapacity(shape),
                    " is not a multiple of world_size ", W);
   }
-  // This node's pes must be load/store reachable: the intra-node leg is the heap.
+  // This node's pes must be load/store reachable: the intra-node leg is the heap. Every
+  // pe decides alike (the heap's local groups are symmetric), so all raise or none.
   const int node = nodes_.NodeOf(shape.rank);
   for (int pe = node * local_size; pe < (node + 1) * local_size; ++pe) {
     if (hs::Ptr(ctx_, block_, pe) == nullptr) {
@@ -63,19 +62,30 @@ InterNodeCpu::InterNodeCpu(const EpShape& shape, void* block, std::chrono::milli
                  shape.rank, " (the heap's local group is smaller: lower gpu_per_node)");
     }
   }
-  if (!link_) {
+  if (!use_proxy) {
     for (int pe = 0; pe < W; ++pe) {
       if (hs::Ptr(ctx_, block_, pe) == nullptr) {
         MORI_THROW(NotSupportedError, InterNodeKindName(kind), ": pe ", pe,
                    " is on another host (not load/store reachable from pe ", shape.rank,
-                   "), and this build's inter-node link is the same-host heap copy");
+                   "): the heap-copy link needs every pe mapped; use the proxy");
       }
     }
-    link_ = std::make_unique<HeapCopyLink>(ctx_, block_);
   }
   forwarded_.assign(nodes_.nodes(), {});
   std::memset(block_, 0, InterNodeSignalBytes(layout_));
+  if (use_proxy) {
+    auto link = std::make_unique<ProxyLink>(block_, layout_.send_ring, layout_.send_ring_bytes,
+                                            timeout_);
+    proxy_link_ = link.get();
+    link_ = std::move(link);
+  } else {
+    link_ = std::make_unique<HeapCopyLink>(ctx_, block_);
+  }
   shmem::BarrierAll();
+}
+
+void InterNodeCpu::Close() {
+  if (proxy_link_ != nullptr) proxy_link_->Close();
 }
 
 void InterNodeCpu::Put(int pe, size_t offset, const void* src, size_t bytes, LinkPayload what,
@@ -103,7 +113,29 @@ void InterNodeCpu::PutSignal(int pe, size_t offset, uint64_t value, InterNodeByt
 uint64_t InterNodeCpu::Wait(size_t offset, uint64_t floor, int peer, const PeerStage& at) const {
   const uint64_t* word = At<uint64_t>(offset);
   try {
-    return hs::WaitUntil(word, Cmp::kGe, floor, timeout_);
+    if (proxy_link_ == nullptr) return hs::WaitUntil(word, Cmp::kGe, floor, timeout_);
+    // With the proxy, a lost peer also fails the proxy (naming it, its node and the
+    // stage of the transport): checked between slices of the wait.
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      const auto slice = std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50));
+      try {
+        return hs::WaitUntil(word, Cmp::kGe, floor, std::max<std::chrono::nanoseconds>(slice, {}));
+      } catch (const TimeoutError&) {
+        if (std::chrono::steady_clock::now() >= deadline) throw;
+      }
+      try {
+        proxy_link_->CheckHealth();
+      } catch (const Error& e) {
+        // The proxy names the lost pe and its node; say which wait of which call saw it.
+        ThrowError(e.code(),
+                   StrCat(InterNodeKindName(kind_), " ", at.op, " (call ", at.call, ") on rank ",
+                          shape_.rank, " (node ", nodes_.NodeOf(shape_.rank),
+                          "), waiting for rank ", peer, " (node ", nodes_.NodeOf(peer), ") (",
+                          at.stage, "): the inter-node link failed: ", e.what()));
+      }
+    }
   } catch (const TimeoutError&) {
     const uint64_t last = __atomic_load_n(word, __ATOMIC_ACQUIRE) >> at.call_shift;
     char text[512];
@@ -498,6 +530,7 @@ int64_t InterNodeCpu::Dispatch(const DispatchArgs& a) {
   }
   *At<int32_t>(layout_.total_recv) = static_cast<int32_t>(total_recv_);
   num_tokens_ = a.num_tokens;
+  link_->Quiet();  // every command of the call applied: the proxy's count is complete
   dispatch_bytes_.moved = link_->moved_bytes() - moved_before;
   order_.Dispatched(true);
   return total_recv_;
@@ -745,6 +778,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
       CombineTokenWeights(nn, weights_of, K, a.out_weights + t * K);
     }
   }
+  link_->Quiet();
   combine_bytes_.moved = link_->moved_bytes() - moved_before;
 }
 

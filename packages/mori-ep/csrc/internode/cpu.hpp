@@ -16,6 +16,7 @@
 
 #include "common/peer_wait.hpp"
 #include "internode/link.hpp"
+#include "internode/proxy_link.hpp"
 #include "internode/protocol.hpp"
 #include "intranode/args.hpp"
 #include "mori/shmem/context.hpp"
@@ -40,10 +41,12 @@ class InterNodeCpu {
  public:
   // Collective over the heap's pes: zeroes this pe's signal words, then a heap
   // barrier. `local_size`: pes per node (the caller's min(gpu_per_node, local group)).
-  // `link`: the inter-node transport (null: HeapCopyLink, which needs every pe
-  // load/store reachable).
+  // `use_proxy`: the inter-node leg through mori-core's proxy (ProxyLink, collective:
+  // it builds the proxy), else HeapCopyLink (every pe load/store reachable).
   InterNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout,
-               InterNodeKind kind, int local_size, std::unique_ptr<CrossNodeLink> link = nullptr);
+               InterNodeKind kind, int local_size, bool use_proxy);
+  // Collective: the proxy's closing barrier, then its threads stop (a no-op without it).
+  void Close();
 
   int64_t Dispatch(const DispatchArgs& args);
   [[noreturn]] void RejectDispatch(const std::string& reason);
@@ -100,6 +103,7 @@ class InterNodeCpu {
   shmem::DeviceContext ctx_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<CrossNodeLink> link_;
+  ProxyLink* proxy_link_ = nullptr;  // link_, when it is the proxy
   uint64_t epoch_ = 0;
   int64_t total_recv_ = 0;
   int64_t num_tokens_ = 0;

@@ -16,6 +16,7 @@
 #include "internode/cpu.hpp"
 #include "internode/protocol.hpp"
 #include "mori/core/error.hpp"
+#include "mori/shmem/shmem.hpp"
 
 namespace py = pybind11;
 
@@ -50,6 +51,23 @@ InterNodeKind ToKind(int kind) {
 
 void register_internode(py::module_& m) {
   m.def(
+      "heap_all_gather_i64",
+      [](const std::vector<int64_t>& mine) {
+        auto boot = shmem::GetBootstrap();
+        const int n = boot->WorldSize();
+        std::vector<int64_t> all(mine.size() * n);
+        boot->AllGather(mine.data(), mine.size() * sizeof(int64_t), all.data());
+        std::vector<std::vector<int64_t>> rows(n);
+        for (int r = 0; r < n; ++r) {
+          rows[r].assign(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size());
+        }
+        return rows;
+      },
+      py::arg("mine"),
+      R"doc(Collective over the heap's bootstrap: every pe's int64 list (same length on
+every pe), in pe order. What the config check uses when some pes are on other hosts
+(not load/store reachable, so the heap cannot carry it).)doc");
+  m.def(
       "internode_buffer_layout",
       [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
          int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
@@ -81,21 +99,27 @@ reads (internode/protocol.hpp), and its total size. ``kind``: MORI's kernel type
       .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
                        int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
                        uintptr_t block, int device, double timeout_s, int64_t recv_capacity,
-                       int kind, int local_size) {
+                       int kind, int local_size, const std::string& link) {
              (void)device;
+             MORI_CHECK_ARG(link == "proxy" || link == "heap", "inter-node link '", link,
+                            "' is not 'proxy' or 'heap'");
              const EpShape shape =
                  bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim,
                                  max_token_type_size, scale_bytes, num_experts_per_rank,
                                  recv_capacity);
              return new InterNodeCpu(shape, P<void>(block),
                                      TimeoutMsFromSeconds(timeout_s, "timeout_s"), ToKind(kind),
-                                     local_size);
+                                     local_size, link == "proxy");
            }),
            MORI_EP_SHAPE_ARGS, py::arg("block"), py::arg("device"), py::arg("timeout_s"),
            py::arg("recv_capacity"), py::arg("kind"), py::arg("local_size"),
-           py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: zeroes this pe's signal words, then a heap barrier. ``kind``: MORI's
-kernel type value; ``local_size``: pes per node (pes [n * L, (n + 1) * L) are node n).)doc")
+           py::arg("link") = "proxy", py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes this pe's signal words, builds the inter-node link, then a
+heap barrier. ``kind``: MORI's kernel type value; ``local_size``: pes per node (pes
+[n * L, (n + 1) * L) are node n); ``link``: "proxy" (mori-core's proxy thread and its
+transports) or "heap" (copies through the host heap; every pe must be mapped).)doc")
+      .def("close", &InterNodeCpu::Close, py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: the proxy's closing barrier, then its threads stop.)doc")
       .def(
           "dispatch",
           [](InterNodeCpu& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,

@@ -6,10 +6,11 @@
 // a pe sends to a pe of another node is a command on a CrossNodeLink: a write into the
 // peer's copy of the op's block, or a signal (a 64-bit release store) that is applied
 // only after every earlier write to that peer has landed. A link is the seam where a
-// transport plugs in: HeapCopyLink (here) copies through the host heap, for nodes
-// emulated on one host whose pes map each other's heaps; the proxy links (mori-core's
-// command queue and proxy thread, with a same-host or TCP transport) take the same
-// commands.
+// transport plugs in: ProxyLink (internode/proxy_link.hpp) pushes them into a
+// mori-core proxy command queue, whose proxy thread moves them (same-host mapping or
+// CMA, TCP); HeapCopyLink (here) applies them at once through the host heap, for
+// nodes emulated on one host whose pes map each other's heaps (a baseline without
+// the proxy).
 
 #include <chrono>
 #include <cstddef>
@@ -43,8 +44,11 @@ class CrossNodeLink {
   virtual void Signal(int pe, size_t offset, uint64_t value) = 0;
   // Returns once every command issued so far has been applied at its peer.
   virtual void Quiet() = 0;
-  // Bytes the transport has moved (payload of writes and signals) since it was made.
+  // Payload bytes of writes the transport has moved since the link was made (signal
+  // words not included).
   virtual uint64_t moved_bytes() const = 0;
+  // Throws the transport's error (naming the lost pe and its node) if it failed.
+  virtual void CheckHealth() const {}
 };
 
 // Nodes emulated on one host whose pes map each other's heaps (MORI's gpu_per_node

@@ -87,12 +87,14 @@
 //       [n][l][t] local pe l's row of token t of the pe with this pe's local index on n
 //     partial_tokens u8 [N][M][Hc], partial_weights f32 [N][M][K]: node n's partial of
 //       this pe's token t
-//   private: total_recv i32 [1], token_ranks u8 [M][W] (last dispatch's D(t))
+//   private: total_recv i32 [1], token_ranks u8 [M][W] (last dispatch's D(t)), send_ring
+//     (the proxy link stages its payloads here: proxy writes copy from the heap)
 //
 // The staging areas are sized for the worst case (every token to every node), as
 // MORI's V1 buffers are; a chunked ring with credits (DeepEP) is what a GPU version
 // with limited memory would use.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -131,7 +133,7 @@ struct InterNodeLayout {
   size_t ll_tokens, ll_weights, ll_scales, ll_indices, ll_src_pos;
   size_t fwd_tokens, fwd_weights, fwd_scales, fwd_indices, fwd_src_pos, fwd_mask;
   size_t comb_tokens, comb_weights, stage_tokens, stage_weights, partial_tokens, partial_weights;
-  size_t total_recv, token_ranks;
+  size_t total_recv, token_ranks, send_ring, send_ring_bytes;
   size_t total_bytes;
 };
 
@@ -181,6 +183,10 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
   l.partial_weights = take(Nh * M * K * 4);
   l.total_recv = take(8);
   l.token_ranks = take(M * W);
+  // The proxy link's send ring (internode/proxy_link.hpp): at least 8 of the largest
+  // payloads (a token or combine row, a count row), and 1 MiB.
+  l.send_ring_bytes = AlignUp(std::max<size_t>(size_t{1} << 20, 8 * std::max({H, Hc, W * 8})), 256);
+  l.send_ring = take(l.send_ring_bytes);
   l.total_bytes = off;
   return l;
 }

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """One rank of the CPU inter-node dispatch/combine tests.
-argv: mode seed kind local_size [iters]
+argv: mode seed kind local_size [iters] [nodes]
 
-Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size``.
+Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size``
+(nodes "mapped", the default: one heap local group, the proxy's mapped path), or also
+as separate hosts by MORI_SHMEM_NODE_ID (nodes "hosts": the proxy's same-host CMA or
+TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
   random  a bf16 op, an fp8 op (with scales) and a bf16 op with fp8_direct_cast, every
           routing kind of ep_reference in turn (ranks with no tokens, -1 slots, one
           token, full), fresh inputs per call: dispatch rows, weights, scales,
@@ -14,8 +17,8 @@ Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size
   errors  one rank passes a bad expert id (dispatch) or a short combine input: every
           rank fails the call, then the op works again.
   death   the last node's ranks exit after a dispatch (os._exit): every surviving rank's
-          combine raises MoriTimeoutError naming a rank of that node, its node and the
-          stage.
+          combine raises MoriTimeoutError (or, when the proxy's TCP connection drops
+          first, TransportError) naming a rank of that node, its node and the stage.
 """
 
 import os
@@ -34,13 +37,18 @@ from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDisp
 
 mode, seed, kind, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 iters = int(sys.argv[5]) if len(sys.argv) > 5 else 8
+nodes = sys.argv[6] if len(sys.argv) > 6 else "mapped"
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if nodes in ("hosts", "tcp"):
+    os.environ["MORI_SHMEM_NODE_ID"] = f"node{rank // local}"
+if nodes == "tcp":
+    os.environ["MORI_PROXY_TRANSPORT"] = "tcp"
 dist.init_process_group("gloo", init_method="env://")
 shmem.init(device="cpu", heap_size="64M", timeout_s=60)
 
 HIDDEN, M, EPR, K = 256, 24, 4, 4
 REF = Routing(world, rank, M, EPR, K)
-print(f"rank {rank}: {kind}, {world // local} nodes x {local}, seed {seed}")
+print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}), seed {seed}")
 
 
 def make_op(dtype, quant="none", timeout_s=30.0) -> EpDispatchCombineOp:
@@ -80,8 +88,9 @@ def total_of(d: dict) -> dict:
     return dict(zip(keys, t.tolist()))
 
 
-def run_random(dtype, quant, base_seed) -> tuple[int, int]:
+def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
     op = make_op(dtype, quant)
+    link = op._impl.link_name
     fp8, fp8_cast = dtype == FP8, quant == "fp8_direct_cast"
     crossed = 0
     for it in range(iters):
@@ -119,7 +128,7 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int]:
         want = ref.dispatch_bytes(rank, row_bytes, sb)
         for key, v in want.items():
             assert got[key] == v, f"{where}: dispatch {key} {got[key]}, expected {v}"
-        assert got["moved"] == got["link_token"] + got["link_meta"] + got["link_signal"], got
+        assert got["moved"] == got["link_token"] + got["link_meta"], got
         tot = total_of({k: got[k] for k in ("algo_token", "physical_token", "physical_rows")})
         hier = kind != "InterNode"
         if hier:  # DeepEP's num_rdma_token_sent * row bytes, all nodes / other nodes only
@@ -151,12 +160,12 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int]:
         want = ref.combine_bytes(rank, HIDDEN * 2, True)
         for key, v in want.items():
             assert got[key] == v, f"{where}: combine {key} {got[key]}, expected {v}"
-        assert got["moved"] == got["link_token"] + got["link_meta"] + got["link_signal"], got
+        assert got["moved"] == got["link_token"] + got["link_meta"], got
         if hier:
             tot = total_of({"physical_token": got["physical_token"]})
             assert tot["physical_token"] == deepep_rdma_bytes(ai, EPR, local, HIDDEN * 2, True)
     op.close()
-    return iters, crossed
+    return iters, crossed, link
 
 
 def run_errors() -> None:
@@ -202,9 +211,16 @@ def run_death() -> None:
         print(f"rank {rank} ok", flush=True)
         os._exit(0)  # the whole node goes away between dispatch and combine
     total = int(total.item())
-    expect(mc.MoriTimeoutError, f"(node {dead_node}) did not arrive (combine entry)", op.combine,
-           out[:total], None, idx)  # fmt: skip
-    print(f"rank {rank}: the combine named node {dead_node}")
+    try:
+        op.combine(out[:total], None, idx)
+        raise AssertionError("combine succeeded without the last node")
+    except (mc.MoriTimeoutError, mc.TransportError) as e:
+        # A signal that never comes (timeout), or a proxy that lost its connection
+        # first (TCP paths): either way the rank, its node and the stage are named.
+        text = str(e)
+        print(f"rank {rank}: {type(e).__name__}: {text}")
+        assert f"(node {dead_node})" in text and "combine entry" in text, text
+        assert isinstance(e, mc.MoriTimeoutError) or "the inter-node link failed" in text, text
     expect(mc.InvalidStateError, "timed out earlier", op.dispatch, x, None, None, idx)
     print(f"rank {rank} ok", flush=True)
     os._exit(0)  # the heap's finalize would wait for the dead node
@@ -215,9 +231,9 @@ if mode == "random":
     for i, (dtype, quant) in enumerate(
         [(torch.bfloat16, "none"), (FP8, "none"), (torch.bfloat16, "fp8_direct_cast")]
     ):
-        c, x = run_random(dtype, quant, seed + i)
+        c, x, link = run_random(dtype, quant, seed + i)
         calls, crossed = calls + c, crossed + x
-    print(f"rank {rank}: {calls} calls checked, {crossed} rows crossed nodes")
+    print(f"rank {rank}: {calls} calls checked, {crossed} rows crossed nodes over {link}")
 elif mode == "errors":
     run_errors()
 elif mode == "death":

@@ -64,6 +64,9 @@ MORI_API int MyPe();
 MORI_API int NPes();
 MORI_API HeapInfo GetHeapInfo();
 MORI_API DeviceContext GetDeviceContext();
+// The bootstrap the heap was initialized over (its ranks are the pes), for components
+// that build their own collective state over the same group (mori::proxy::Proxy).
+MORI_API std::shared_ptr<bootstrap::Bootstrap> GetBootstrap();
 
 // Collective: every pe passes the same nbytes and align, in the same order; the
 // result is a symmetric pointer (same offset on every pe). Mismatches are detected

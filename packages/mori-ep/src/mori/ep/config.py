@@ -14,7 +14,7 @@ import torch
 from mori.core import InvalidArgumentError, NotSupportedError, env, shmem
 
 from ._C import EpDispatchCombineConfig as RawConfig
-from ._C import ep_max_tokens_per_rank
+from ._C import ep_max_tokens_per_rank, heap_all_gather_i64
 
 
 class EpDispatchCombineKernelType(enum.IntEnum):
@@ -323,10 +323,15 @@ def same_config_everywhere(c: EpDispatchCombineConfig) -> torch.Tensor:
     allocations are freed in the same order on every rank)."""
     mine = torch.tensor([int(getattr(c, f)) for f in _SHARED_FIELDS], dtype=torch.int64)
     table = shmem.empty((c.world_size, len(_SHARED_FIELDS)), torch.int64)
-    row = mine.to(table.device)
-    for pe in range(c.world_size):
-        shmem.put(table[c.rank], row, pe)
-    shmem.barrier_all()
+    if len(shmem.info()["local_pes"]) < c.world_size:
+        # Some pes are on other hosts (inter-node kernel types): the heap's bootstrap.
+        table.copy_(torch.tensor(heap_all_gather_i64(mine.tolist()), dtype=torch.int64))
+        shmem.barrier_all()
+    else:
+        row = mine.to(table.device)
+        for pe in range(c.world_size):
+            shmem.put(table[c.rank], row, pe)
+        shmem.barrier_all()
     rows = table.cpu()
     for j, name in enumerate(_SHARED_FIELDS):
         for r in range(1, c.world_size):
