@@ -106,18 +106,6 @@ def test_bad_cap_names_the_value():
         _positional(max_total_recv_tokens=-1)
 
 
-_IMPLEMENTED = ("IntraNode", "IntraNodeLL", "AsyncLL")
-
-
-@pytest.mark.parametrize(
-    "kind", [k for k in EpDispatchCombineKernelType if k.name not in _IMPLEMENTED]
-)
-def test_unimplemented_kernel_types_name_the_implemented_ones(kind):
-    match = r"implemented: \['IntraNode', 'IntraNodeLL', 'AsyncLL'\]"
-    with pytest.raises(mc.NotSupportedError, match=match):
-        EpDispatchCombineOp(_positional(kernel_type=kind))
-
-
 def test_compat_scenarios_on_cpu_at_world_2():
     run_ranks([WORKER, str(new_seed())], 2, timeout_s=240)
 

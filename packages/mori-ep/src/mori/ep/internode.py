@@ -18,9 +18,17 @@ combine take and return what the intra-node calls do; the checks are the same
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-from mori.core import InvalidArgumentError, NotSupportedError, shmem
+from mori.core import (
+    InvalidArgumentError,
+    MoriTimeoutError,
+    NotSupportedError,
+    TransportError,
+    shmem,
+)
 
 from ._C import InterNodeCpu, internode_buffer_layout
 from .config import EpDispatchCombineKernelType, EpDispatchCombineQuantType
@@ -92,6 +100,16 @@ class InterNodeMode(IntraNodeMode):
     @property
     def nodes(self) -> int:
         return self.config.world_size // self.local_size
+
+    @contextlib.contextmanager
+    def fails_on_timeout(self):
+        """As Mode's, and a failed inter-node link (TransportError: the proxy lost a
+        peer) leaves the op unusable as a timeout does."""
+        try:
+            yield
+        except (MoriTimeoutError, TransportError) as e:
+            self._timed_out = str(e).splitlines()[0]
+            raise
 
     def epoch_tensor(self) -> torch.Tensor:
         return torch.tensor([self.impl.epoch], dtype=torch.int64)
