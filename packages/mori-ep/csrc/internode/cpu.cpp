@@ -84,10 +84,6 @@ InterNodeCpu::InterNodeCpu(const EpShape& shape, void* block, std::chrono::milli
   shmem::BarrierAll();
 }
 
-void InterNodeCpu::Close() {
-  if (proxy_link_ != nullptr) proxy_link_->Close();
-}
-
 void InterNodeCpu::Put(int pe, size_t offset, const void* src, size_t bytes, LinkPayload what,
                        InterNodeBytes& count) {
   if (bytes == 0) return;

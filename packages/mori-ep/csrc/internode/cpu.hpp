@@ -41,12 +41,11 @@ class InterNodeCpu {
  public:
   // Collective over the heap's pes: zeroes this pe's signal words, then a heap
   // barrier. `local_size`: pes per node (the caller's min(gpu_per_node, local group)).
-  // `use_proxy`: the inter-node leg through mori-core's proxy (ProxyLink, collective:
-  // it builds the proxy), else HeapCopyLink (every pe load/store reachable).
+  // `use_proxy`: the inter-node leg through mori-core's proxy (ProxyLink; the first
+  // op of the process builds the proxy), else HeapCopyLink (every pe load/store
+  // reachable).
   InterNodeCpu(const EpShape& shape, void* block, std::chrono::milliseconds timeout,
                InterNodeKind kind, int local_size, bool use_proxy);
-  // Collective: the proxy's closing barrier, then its threads stop (a no-op without it).
-  void Close();
 
   int64_t Dispatch(const DispatchArgs& args);
   [[noreturn]] void RejectDispatch(const std::string& reason);

@@ -114,12 +114,10 @@ reads (internode/protocol.hpp), and its total size. ``kind``: MORI's kernel type
            MORI_EP_SHAPE_ARGS, py::arg("block"), py::arg("device"), py::arg("timeout_s"),
            py::arg("recv_capacity"), py::arg("kind"), py::arg("local_size"),
            py::arg("link") = "proxy", py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: zeroes this pe's signal words, builds the inter-node link, then a
-heap barrier. ``kind``: MORI's kernel type value; ``local_size``: pes per node (pes
+           R"doc(Collective: zeroes this pe's signal words, builds the inter-node link (the
+first op of the process builds its proxy), then a heap barrier. ``kind``: MORI's kernel type value; ``local_size``: pes per node (pes
 [n * L, (n + 1) * L) are node n); ``link``: "proxy" (mori-core's proxy thread and its
 transports) or "heap" (copies through the host heap; every pe must be mapped).)doc")
-      .def("close", &InterNodeCpu::Close, py::call_guard<py::gil_scoped_release>(),
-           R"doc(Collective: the proxy's closing barrier, then its threads stop.)doc")
       .def(
           "dispatch",
           [](InterNodeCpu& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,

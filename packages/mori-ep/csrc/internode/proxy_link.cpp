@@ -11,16 +11,41 @@
 
 namespace mori::ep {
 
+namespace {
+
+// The process's proxy for the current heap: built by the first inter-node op, closed
+// (collectively, in an orderly way) when the heap is finalized, so peers see goodbyes
+// rather than dropped connections; a process that exits without finalizing drops them.
+std::shared_ptr<proxy::Proxy>& CurrentProxy() {
+  static auto* proxy = new std::shared_ptr<proxy::Proxy>();  // never destroyed at exit
+  return *proxy;
+}
+
+std::shared_ptr<proxy::Proxy> SharedProxy(std::chrono::milliseconds timeout) {
+  std::shared_ptr<proxy::Proxy>& current = CurrentProxy();
+  if (!current) {
+    proxy::ProxyOptions o;
+    o.num_queues = 1;
+    o.producer = proxy::Producer::kHost;
+    o.timeout = timeout;
+    current = std::make_shared<proxy::Proxy>(shmem::GetBootstrap(), o);
+    shmem::AtFinalize([] {
+      std::shared_ptr<proxy::Proxy> p = std::move(CurrentProxy());
+      CurrentProxy().reset();
+      if (p) p->Close();
+    });
+  }
+  return current;
+}
+
+}  // namespace
+
 ProxyLink::ProxyLink(char* block, size_t ring_offset, size_t ring_bytes,
                      std::chrono::milliseconds timeout)
     : block_(block), ring_offset_(ring_offset), ring_bytes_(ring_bytes) {
   const shmem::DeviceContext ctx = shmem::GetDeviceContext();
   block_offset_ = static_cast<uint64_t>(block - static_cast<char*>(ctx.my_base));
-  proxy::ProxyOptions o;
-  o.num_queues = 1;
-  o.producer = proxy::Producer::kHost;
-  o.timeout = timeout;
-  proxy_ = std::make_unique<proxy::Proxy>(shmem::GetBootstrap(), o);
+  proxy_ = SharedProxy(timeout);
   queue_ = proxy_->HostQueue(0);
   // The paths this pe's commands take, named once (e.g. "proxy (tcp)").
   bool paths[3] = {false, false, false};
@@ -81,11 +106,5 @@ uint64_t ProxyLink::moved_bytes() const {
 }
 
 void ProxyLink::CheckHealth() const { proxy_->CheckHealth(); }
-
-void ProxyLink::Close() {
-  if (closed_) return;
-  closed_ = true;
-  proxy_->Close();
-}
 
 }  // namespace mori::ep

@@ -7,6 +7,11 @@
 // transport of the destination's path (mapped / CMA for nodes emulated on one host,
 // TCP between hosts) and applies a signal only after the writes before it to that pe.
 //
+// One proxy per process and heap (built by the first inter-node op, collectively, and
+// closed collectively when the heap is finalized): an op that goes away must not close
+// connections its peers' ops may still be using (a proxy treats a dropped connection
+// as a lost peer). Each op stages in its own ring.
+//
 // A proxy write copies from this pe's heap, so the link stages each payload in a send
 // ring inside the op's block (`ring_offset`, `ring_bytes`): bytes are copied there and
 // a ring range is reused only after the command that read it has retired. Signals are
@@ -20,6 +25,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "internode/link.hpp"
@@ -29,7 +35,8 @@ namespace mori::ep {
 
 class ProxyLink final : public CrossNodeLink {
  public:
-  // Collective over the heap's pes (builds the proxy over the heap's bootstrap).
+  // Collective over the heap's pes when it builds the process's proxy (the first
+  // inter-node op on this heap; over the heap's bootstrap, `timeout` bounding it).
   ProxyLink(char* block, size_t ring_offset, size_t ring_bytes, std::chrono::milliseconds timeout);
   ~ProxyLink() override;
   const char* name() const override;
@@ -38,11 +45,9 @@ class ProxyLink final : public CrossNodeLink {
   void Quiet() override;
   uint64_t moved_bytes() const override;
   void CheckHealth() const override;
-  // Collective: every command landed everywhere, then the proxy stops.
-  void Close();
 
  private:
-  std::unique_ptr<proxy::Proxy> proxy_;
+  std::shared_ptr<proxy::Proxy> proxy_;
   proxy::QueueView queue_{};
   char* block_;
   uint64_t block_offset_;  // of the op's block in the heap
@@ -52,7 +57,6 @@ class ProxyLink final : public CrossNodeLink {
   std::deque<std::pair<uint64_t, uint64_t>> in_flight_;
   std::map<std::pair<int, size_t>, uint64_t> last_set_;
   std::string name_;
-  bool closed_ = false;
 };
 
 }  // namespace mori::ep

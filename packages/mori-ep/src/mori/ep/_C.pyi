@@ -284,7 +284,6 @@ class InterNodeCpu:
         local_size: int,
         link: str = "proxy",
     ) -> None: ...
-    def close(self) -> None: ...
     def dispatch(
         self,
         tokens: int,

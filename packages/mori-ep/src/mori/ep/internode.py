@@ -137,15 +137,6 @@ class InterNodeMode(IntraNodeMode):
         return super().combine(input, weights, indices, block_num, rdma_block_num,
                                warp_per_block, use_external_inp_buf, None)  # fmt: skip
 
-    def close(self) -> None:
-        """Collective for these kernel types: the proxy's closing barrier (every rank
-        closes its op), then its threads stop and the buffers are dropped. An op that
-        is garbage-collected instead drops its proxy's connections, which fails the
-        proxies of ranks still using theirs."""
-        if self.impl is not None:
-            self.impl.close()
-        super().close()
-
     def bytes(self, phase: str) -> dict[str, int]:
         """This rank's byte counts of its last ``phase`` (``"dispatch"`` or
         ``"combine"``): see ``InterNodeCpu.bytes``."""
