@@ -71,7 +71,6 @@ InterNodeCpu::InterNodeCpu(const EpShape& shape, void* block, std::chrono::milli
       }
     }
   }
-  forwarded_.assign(nodes_.nodes(), {});
   std::memset(block_, 0, InterNodeSignalBytes(layout_));
   if (use_proxy) {
     auto link = std::make_unique<ProxyLink>(block_, layout_.send_ring, layout_.send_ring_bytes,
@@ -297,7 +296,6 @@ void InterNodeCpu::ForwardStaged(uint64_t epoch,
   const bool ll = kind_ == InterNodeKind::kHierLL;
   InterNodeBytes& bytes = dispatch_bytes_;
   for (int n = 0; n < N; ++n) {
-    forwarded_[n].clear();
     if (n == my_node) continue;
     const int s = nodes_.Gateway(me, n);  // the source whose rows I forward
     const uint64_t w = Wait(layout_.fwd_done + n * 8, EpochFloor(epoch), s,
@@ -317,7 +315,6 @@ void InterNodeCpu::ForwardStaged(uint64_t epoch,
       const int64_t slot = static_cast<int64_t>(n) * M + j;
       const int32_t t = *At<int32_t>(layout_.fwd_src_pos + slot * 4);
       const uint32_t mask = *At<uint32_t>(layout_.fwd_mask + slot * 4);
-      forwarded_[n].emplace_back(t, mask);
       const int32_t pos = EncodeSrcPos(s, t, M);
       for (int l = 0; l < L; ++l) {
         if (!((mask >> l) & 1u)) continue;
@@ -558,57 +555,66 @@ void InterNodeCpu::Vote(uint64_t epoch, uint32_t tag, bool rejected) {
   }
 }
 
-void InterNodeCpu::RejectCombine(const std::string& reason) {
-  if (order_.Pending(epoch_)) {
-    const uint64_t epoch = epoch_;
-    order_.Enter(epoch);
+RoutingSnapshot InterNodeCpu::LastRouting() const {
+  return RoutingSnapshot{At<int32_t>(layout_.recv_src_pos), nullptr, At<uint8_t>(layout_.token_ranks),
+                         nullptr, At<int32_t>(layout_.total_recv), &epoch_, epoch_, num_tokens_};
+}
+
+void InterNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapshot* routing) {
+  const RoutingSnapshot last = LastRouting();
+  if (order_.Pick(routing, last) != nullptr) {
+    order_.Enter(routing != nullptr ? routing->host_epoch : epoch_);
     last_call_dispatch_ = false;
     combine_bytes_ = InterNodeBytes{};
-    Vote(epoch, 0, true);
+    Vote(++combine_calls_, 0, true);
   }
   throw InvalidArgumentError(reason);
 }
 
 void InterNodeCpu::Combine(const CombineArgs& a) {
-  if (a.routing != nullptr) {
-    MORI_THROW(NotSupportedError, InterNodeKindName(kind_),
-               " combine takes the last dispatch's routing (routing handles: IntraNode)");
-  }
-  if (!order_.Pending(epoch_)) order_.ThrowNotCombinable(nullptr, epoch_);
+  const RoutingSnapshot last = LastRouting();
+  const RoutingSnapshot* r = order_.Pick(a.routing, last);
+  if (r == nullptr) order_.ThrowNotCombinable(a.routing, epoch_);
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
   const int L = nodes_.local_size, N = nodes_.nodes(), my_node = nodes_.NodeOf(me);
   const int64_t M = shape_.max_tokens, Hc = shape_.combine_row_bytes;
   const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
   if (a.fp8_block_scale_dim > 0) {
     RejectCombine(StrCat(InterNodeKindName(kind_), " combine only supports quant_type none and ",
-                         "fp8_direct_cast (fp8_blockwise: IntraNode, IntraNodeLL, AsyncLL)"));
+                         "fp8_direct_cast (fp8_blockwise: IntraNode, IntraNodeLL, AsyncLL)"),
+                  a.routing);
   }
   if (row_bytes > Hc) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ", Hc,
-                         " (hidden_dim * max(max_token_type_size, 2))"));
+                         " (hidden_dim * max(max_token_type_size, 2))"),
+                  a.routing);
   }
   if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
-    RejectCombine("fp8_direct_cast combines bf16 input only");
+    RejectCombine("fp8_direct_cast combines bf16 input only", a.routing);
   }
-  if (a.input_rows < total_recv_) {
+  const int64_t total_recv = *r->total_recv, num_tokens = r->num_tokens;
+  if (a.input_rows < total_recv) {
     RejectCombine(
-        StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ", total_recv_));
+        StrCat("combine input has ", a.input_rows, " rows, fewer than total_recv ", total_recv),
+        a.routing);
   }
-  const uint64_t epoch = epoch_;
-  order_.Enter(epoch);
+  order_.Enter(r->host_epoch);
   last_call_dispatch_ = false;
   combine_bytes_ = InterNodeBytes{};
   const uint64_t moved_before = link_->moved_bytes();
+  // Combine words carry the combine's own call number (every pe combines the same
+  // sequence), so a routing handle's combine after later dispatches still raises them.
+  const uint64_t epoch = ++combine_calls_;
   Vote(epoch, CombineDtypeTag(a.dtype), false);
 
   const bool with_weights = a.out_weights != nullptr;
   const bool hier = kind_ != InterNodeKind::kFlat;
-  const int32_t* src_pos = At<int32_t>(layout_.recv_src_pos);
+  const int32_t* src_pos = r->src_pos;
   const char* input = static_cast<const char*>(a.input);
   InterNodeBytes& bytes = combine_bytes_;
   // Return every received row: flat, to its source's slot [me][t]; V1, to the source's
   // slot when it is on this node, else to the gateway of its node on this node.
-  for (int64_t i = 0; i < total_recv_; ++i) {
+  for (int64_t i = 0; i < total_recv; ++i) {
     const int s = static_cast<int>(src_pos[i] / M);
     const int64_t t = src_pos[i] % M;
     const char* row = input + i * a.input_row_stride;
@@ -633,6 +639,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
     if (with_weights) {
       hs::PutNbi(ctx_, block_ + layout_.stage_weights + slot * K * 4, a.weights + i * K, K * 4, g);
     }
+    hs::PutNbi(ctx_, block_ + layout_.stage_mark + slot * 8, &epoch, 8, g);
   }
   if (!hier) {
     for (int s = 0; s < W; ++s) PutSignal(s, layout_.comb_done + me * 8, epoch, bytes);
@@ -663,7 +670,14 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
         Wait(layout_.stage_done + (n * L + l) * 8, epoch, my_node * L + l,
              {"combine", epoch, "rows staged at the gateway", 0});
       }
-      for (const auto& [t, mask] : forwarded_[n]) {
+      // The tokens staged here in this call, and by which of this node's pes.
+      for (int64_t t = 0; t < M; ++t) {
+        uint32_t mask = 0;
+        for (int l = 0; l < L; ++l) {
+          const size_t slot = (static_cast<size_t>(n) * L + l) * M + static_cast<size_t>(t);
+          if (*At<uint64_t>(layout_.stage_mark + slot * 8) == epoch) mask |= 1u << l;
+        }
+        if (mask == 0) continue;
         int np = 0;
         for (int l = 0; l < L; ++l) {
           if ((mask >> l) & 1u) parts[np++] = l;
@@ -707,11 +721,11 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
   }
 
   // Reduce my tokens.
-  const uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
+  const uint8_t* token_ranks = r->token_ranks;
   std::vector<char> node_rows(static_cast<size_t>(N) * row_bytes);
   std::vector<float> node_w(static_cast<size_t>(N) * K);
   std::vector<int> node_of_part(N);
-  for (int64_t t = 0; t < num_tokens_; ++t) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
     const uint8_t* ranks = token_ranks + t * W;
     char* out = static_cast<char*>(a.out) + t * row_bytes;
     if (!hier) {

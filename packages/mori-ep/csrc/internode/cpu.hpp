@@ -49,8 +49,12 @@ class InterNodeCpu {
 
   int64_t Dispatch(const DispatchArgs& args);
   [[noreturn]] void RejectDispatch(const std::string& reason);
+  // By the last dispatch's routing or args.routing's (a routing handle's snapshot:
+  // src_pos, token_ranks, total_recv, num_tokens and epochs are read; combined in the
+  // order of the dispatches, once each, as IntraNode).
   void Combine(const CombineArgs& args);
-  [[noreturn]] void RejectCombine(const std::string& reason);
+  [[noreturn]] void RejectCombine(const std::string& reason,
+                                  const RoutingSnapshot* routing = nullptr);
 
   const InterNodeLayout& layout() const { return layout_; }
   const NodeMap& nodes() const { return nodes_; }
@@ -93,6 +97,7 @@ class InterNodeCpu {
   void ForwardStaged(uint64_t epoch, const std::vector<std::vector<int64_t>>* base);
   // The combine vote: throws on a rejection or a dtype mismatch (not when `rejected`).
   void Vote(uint64_t epoch, uint32_t tag, bool rejected);
+  RoutingSnapshot LastRouting() const;
 
   EpShape shape_;
   NodeMap nodes_;
@@ -111,9 +116,7 @@ class InterNodeCpu {
   // (no combine between, or a rejected call) first exchanges done words for the
   // previous epoch, so no pe's new flags overwrite words a peer has not read.
   bool last_call_dispatch_ = false;
-  // What combine needs of the last dispatch: per other node n the (token, local-rank
-  // mask) pairs this pe forwarded as that node's gateway, in staging order.
-  std::vector<std::vector<std::pair<int32_t, uint32_t>>> forwarded_;
+  uint64_t combine_calls_ = 0;  // the call number combine's signal words carry
   InterNodeBytes dispatch_bytes_, combine_bytes_;
 };
 

@@ -41,6 +41,18 @@ py::dict BytesDict(const InterNodeBytes& b) {
   return d;
 }
 
+// A routing handle's snapshot as mori.ep passes it (intranode_py.cpp's words: src_pos,
+// group_row, token_ranks, token_self_row, total_recv, epoch addresses, then the host
+// epoch and num_tokens); group_row and token_self_row are not read here.
+std::optional<RoutingSnapshot> ToRouting(const std::optional<std::vector<uint64_t>>& w) {
+  if (!w) return std::nullopt;
+  MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
+  const auto& v = *w;
+  return RoutingSnapshot{P<const int32_t>(v[0]), P<const int32_t>(v[1]), P<const uint8_t>(v[2]),
+                         P<const int32_t>(v[3]), P<const int32_t>(v[4]), P<const uint64_t>(v[5]),
+                         v[6], static_cast<int64_t>(v[7])};
+}
+
 InterNodeKind ToKind(int kind) {
   MORI_CHECK_ARG(kind >= 1 && kind <= 3, "inter-node kernel type ", kind,
                  " is not 1 (InterNode), 2 (InterNodeV1) or 3 (InterNodeV1LL)");
@@ -86,6 +98,7 @@ every pe), in pe order. What the config check uses when some pes are on other ho
         d["recv_indices"] = l.recv_indices;
         d["recv_src_pos"] = l.recv_src_pos;
         d["total_recv"] = l.total_recv;
+        d["token_ranks"] = l.token_ranks;
         d["total_bytes"] = l.total_bytes;
         return d;
       },
@@ -151,14 +164,11 @@ shape and stream are ignored on the host).)doc")
             (void)block_num, (void)warp_per_block, (void)stream;
             MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
                            " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
-            if (routing) {
-              MORI_THROW(NotSupportedError, "inter-node combine takes the last dispatch's ",
-                         "routing (routing handles: IntraNode)");
-            }
+            const auto r = ToRouting(routing);
             self.Combine(CombineArgs{P<const void>(input), input_row_stride, input_rows,
                                      static_cast<CombineDtype>(dtype), P<const float>(weights),
-                                     P<void>(out), P<float>(out_weights), fp8_cast, nullptr,
-                                     fp8_block_scale_dim});
+                                     P<void>(out), P<float>(out_weights), fp8_cast,
+                                     r ? &*r : nullptr, fp8_block_scale_dim});
           },
           py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
           py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
@@ -169,7 +179,10 @@ shape and stream are ignored on the host).)doc")
       .def(
           "reject_combine",
           [](InterNodeCpu& self, const std::string& reason, uintptr_t,
-             const std::optional<std::vector<uint64_t>>&) { self.RejectCombine(reason); },
+             const std::optional<std::vector<uint64_t>>& routing) {
+            const auto r = ToRouting(routing);
+            self.RejectCombine(reason, r ? &*r : nullptr);
+          },
           py::arg("reason"), py::arg("stream"), py::arg("routing") = py::none(),
           py::call_guard<py::gil_scoped_release>(),
           R"doc(Take part in the combine as a rejecting pe, then raise InvalidArgumentError(reason).)doc")

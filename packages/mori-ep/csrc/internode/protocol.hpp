@@ -68,12 +68,14 @@
 //                                the pe with this pe's local index on node n (V1, V1LL)
 //     ll_flags      u64 [W]      entry s (V1LL): CountWord(epoch, rows from s + 1)
 //     comb_vote     u64 [W]      entry d = CombineWord of pe d's combine
-//     stage_done    u64 [N][L]   entry [n][l] (gateway): epoch once local pe l has staged
+//     stage_done    u64 [N][L]   entry [n][l] (gateway): call once local pe l has staged
 //                                its rows of node n's tokens (V1, V1LL)
-//     partial_done  u64 [N]      entry n: epoch once node n's partials (or, flat, every
-//                                pe's rows) of this pe's tokens have landed here
-//     comb_done     u64 [W]      entry d (flat, and own-node rows in V1): epoch once pe d
+//     partial_done  u64 [N]      entry n: call once node n's partials of this pe's tokens
+//                                have landed here (V1, V1LL)
+//     comb_done     u64 [W]      entry d (flat, and own-node rows in V1): call once pe d
 //                                has returned its rows of this pe's tokens
+//   (combine's words carry the combine's own call number, not the dispatch's epoch: a
+//   routing handle's combine may follow later dispatches)
 //   dispatch receive (rows [0, total_recv))
 //     recv_tokens u8 [C][H], recv_weights f32 [C][K], recv_scales u8 [C][S],
 //     recv_indices i32 [C][K], recv_src_pos i32 [C] (src_pe * M + token)
@@ -84,7 +86,10 @@
 //     comb_tokens u8 [W][M][Hc], comb_weights f32 [W][M][K]: slot [d][t] pe d's row of
 //       this pe's token t (flat: every d; V1: the pes of this node)
 //     stage_tokens u8 [N][L][M][Hc], stage_weights f32 [N][L][M][K] (gateway): slot
-//       [n][l][t] local pe l's row of token t of the pe with this pe's local index on n
+//       [n][l][t] local pe l's row of token t of the pe with this pe's local index on n;
+//       stage_mark u64 [N][L][M] (with the signals, zeroed with them): the combine call
+//       that staged that slot (so the gateway finds a call's tokens and masks without
+//       the dispatch's state: routing handles)
 //     partial_tokens u8 [N][M][Hc], partial_weights f32 [N][M][K]: node n's partial of
 //       this pe's token t
 //   private: total_recv i32 [1], token_ranks u8 [M][W] (last dispatch's D(t)), send_ring
@@ -132,7 +137,8 @@ struct InterNodeLayout {
   size_t recv_tokens, recv_weights, recv_scales, recv_indices, recv_src_pos;
   size_t ll_tokens, ll_weights, ll_scales, ll_indices, ll_src_pos;
   size_t fwd_tokens, fwd_weights, fwd_scales, fwd_indices, fwd_src_pos, fwd_mask;
-  size_t comb_tokens, comb_weights, stage_tokens, stage_weights, partial_tokens, partial_weights;
+  size_t comb_tokens, comb_weights, stage_tokens, stage_weights, stage_mark, partial_tokens,
+      partial_weights;
   size_t total_recv, token_ranks, send_ring, send_ring_bytes;
   size_t total_bytes;
 };
@@ -159,6 +165,9 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
   l.stage_done = take(N * L * 8);
   l.partial_done = take(N * 8);
   l.comb_done = take(W * 8);
+  // Read as call numbers like the signal words, so zeroed with them (a reused block
+  // must not show an earlier op's calls).
+  l.stage_mark = take(Nh * L * M * 8);
   l.recv_tokens = take(C * H);
   l.recv_weights = take(C * K * 4);
   l.recv_scales = take(C * Sb);

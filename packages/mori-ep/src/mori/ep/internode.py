@@ -63,9 +63,9 @@ def pes_per_node(config) -> int:
 class InterNodeMode(IntraNodeMode):
     """The strategy behind the inter-node kernel types (the public contract is
     :class:`~mori.ep.EpDispatchCombineOp`'s). Dispatch's rows are ordered by source
-    rank, then source token, as intra-node; routing handles are not implemented for
-    these kernel types (``routing=`` / ``return_routing=True`` fail the call on every
-    rank)."""
+    rank, then source token, as intra-node; routing handles (:mod:`mori.ep.routing`)
+    work as intra-node: a replay sends each token to the ranks it went to then, a
+    handle's combine reverses its dispatch."""
 
     def __init__(self, config, place, timeout_s: float) -> None:
         Mode.__init__(self, config, place, timeout_s)
@@ -114,19 +114,36 @@ class InterNodeMode(IntraNodeMode):
     def epoch_tensor(self) -> torch.Tensor:
         return torch.tensor([self.impl.epoch], dtype=torch.int64)
 
-    def _replay_problem(self, input, indices, routing, return_routing) -> str | None:
-        if routing is not None or return_routing:
-            return (
-                f"routing handles (routing= / return_routing=True) are not implemented for "
-                f"kernel_type {self.config.kernel_type.name} (IntraNode has them)"
-            )
-        return None
+    def dispatch(self, input, weights, scales, indices, block_num, rdma_block_num,
+                 warp_per_block, call_local_expert_count, routing, return_routing):  # fmt: skip
+        out = super().dispatch(input, weights, scales, indices, block_num, rdma_block_num,
+                               warp_per_block, call_local_expert_count, routing,
+                               return_routing)  # fmt: skip
+        if return_routing:
+            self._fill_node_maps(out[-1], indices)
+        return out
+
+    def _fill_node_maps(self, handle, indices) -> None:
+        """MORI's inter-node maps of a new handle (informational here: the native
+        combine reads the destination sets): ``inter_node_disp_send_map`` int32
+        ``[N * M]``, entry ``n * M + t`` = 1 when token ``t`` has a destination on node
+        ``n``; ``inter_node_disp_dest_tok_id_map`` int32 ``[N * M * K]``, entry
+        ``(n * M + t) * K + k`` = 1 when slot ``k``'s expert lives on node ``n``."""
+        c = self.config
+        m, w, k, n_nodes = c.max_num_inp_token_per_rank, c.world_size, c.num_experts_per_token, self.nodes
+        n = handle.cur_rank_num_token
+        sent = handle.disp_dest_tok_id_map.view(m, w) == 1
+        send = sent.view(m, n_nodes, self.local_size).any(2).t().contiguous().to(torch.int32)
+        dest = torch.zeros((n_nodes, m, k), dtype=torch.int32, device=self.device)
+        ids = indices[:n].to(torch.int64)
+        node = torch.where(ids >= 0, ids // c.num_experts_per_rank // self.local_size, -1)
+        for j in range(n_nodes):
+            dest[j, :n] = (node == j).to(torch.int32)
+        handle.inter_node_disp_send_map = send.flatten()
+        handle.inter_node_disp_dest_tok_id_map = dest.flatten()
 
     def combine(self, input, weights, indices, block_num, rdma_block_num, warp_per_block,
                 use_external_inp_buf, routing):  # fmt: skip
-        if routing is not None:
-            impl = self.impl_or_raise()
-            impl.reject_combine(self._replay_problem(None, None, routing, False), 0)
         if self.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant:
             # MORI: blockwise combine has no inter-node kernel; refused by every rank.
             self.impl_or_raise().reject_combine(
@@ -135,7 +152,7 @@ class InterNodeMode(IntraNodeMode):
                 0,
             )
         return super().combine(input, weights, indices, block_num, rdma_block_num,
-                               warp_per_block, use_external_inp_buf, None)  # fmt: skip
+                               warp_per_block, use_external_inp_buf, routing)  # fmt: skip
 
     def bytes(self, phase: str) -> dict[str, int]:
         """This rank's byte counts of its last ``phase`` (``"dispatch"`` or
