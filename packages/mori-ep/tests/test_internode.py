@@ -62,6 +62,11 @@ def test_a_full_command_queue_back_pressures():
     print("\n".join(out))
 
 
+@pytest.mark.parametrize(("kind", "world", "local"), [("InterNodeV1", 4, 2), ("InterNode", 2, 1)])
+def test_routing_handles_combine_in_order_and_replay(kind, world, local):
+    _run("routing", kind, world, local)
+
+
 @pytest.mark.parametrize(("kind", "world", "local"), [("InterNodeV1", 4, 2), ("InterNodeV1LL", 2, 1)])
 def test_rejected_inputs_fail_every_rank(kind, world, local):
     _run("errors", kind, world, local)

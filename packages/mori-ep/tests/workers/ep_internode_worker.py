@@ -14,6 +14,8 @@ TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
           combine equal to its stated summation order bit for bit, and every rank's
           byte counts equal to its accounting; the totals checked against DeepEP's
           formula (algo: every destination node; physical: other nodes only).
+  routing two micro-batches dispatched with routing handles, combined by them in order,
+          one replayed with a new payload and combined again: bit for bit.
   errors  one rank passes a bad expert id (dispatch) or a short combine input: every
           rank fails the call, then the op works again.
   death   the last node's ranks exit after a dispatch (os._exit): every surviving rank's
@@ -168,6 +170,49 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
     return iters, crossed, link
 
 
+def run_routing(base_seed) -> None:
+    """Two micro-batches dispatched with return_routing=True, then combined by their
+    handles in order; then the first replayed with a new payload and combined again:
+    each combine equal to the reference bit for bit."""
+    op = make_op(torch.bfloat16)
+    batches = []
+    for b in range(2):
+        gen = torch.Generator().manual_seed(base_seed * 1009 + b * 31 + rank)
+        n = REF.num_tokens("random", gen, b)
+        x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+        w = torch.rand(n, K, generator=gen)
+        idx = REF.routing("random", n, gen, b)
+        out, out_w, _, _, total, handle = op.dispatch(x, w, None, idx, return_routing=True)
+        total = int(total.item())
+        _, _, _, _, ai = gather_inputs(n, x, w, None, idx)
+        ref = InterNodeReference(kind, world, local, EPR, K, ai)
+        # The experts' outputs, kept: the next dispatch rewrites the receive buffers.
+        y = expert(out[:total], None, rank).clone()
+        batches.append((n, x, w, idx, ref, handle, y, (out_w[:total] * factor(rank)).clone()))
+
+    def check(b, x, w, idx, cout, cw, n, ref):
+        for t in range(n):
+            want_row, want_w = ref.combine(
+                rank, t, lambda d, t=t: expert(x[t : t + 1], None, d)[0],
+                lambda d, t=t: w[t] * factor(d), torch.bfloat16, False, HIDDEN,
+            )  # fmt: skip
+            assert torch.equal(cout[t].view(torch.int16), want_row.view(torch.int16)), (b, t)
+            assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), (b, t)
+
+    for b, (n, x, w, idx, ref, handle, y, yw) in enumerate(batches):
+        cout, cw = op.combine(y, yw, idx, routing=handle)
+        check(b, x, w, idx, cout, cw, n, ref)
+    n, x, w, idx, ref, handle, _, _ = batches[0]
+    x2 = (x.float() * 2).to(torch.bfloat16)
+    out, out_w, _, _, total = op.dispatch(x2, w, None, idx, routing=handle)
+    total = int(total.item())
+    cout, cw = op.combine(expert(out[:total], None, rank), out_w[:total] * factor(rank), idx,
+                          routing=handle)  # fmt: skip
+    check("replay", x2, w, idx, cout, cw, n, ref)
+    print(f"rank {rank}: 2 handles combined in order, one replayed")
+    op.close()
+
+
 def run_errors() -> None:
     op = make_op(torch.bfloat16)
     bad = world - 1
@@ -234,6 +279,8 @@ if mode == "random":
         c, x, link = run_random(dtype, quant, seed + i)
         calls, crossed = calls + c, crossed + x
     print(f"rank {rank}: {calls} calls checked, {crossed} rows crossed nodes over {link}")
+elif mode == "routing":
+    run_routing(seed)
 elif mode == "errors":
     run_errors()
 elif mode == "death":
