@@ -67,13 +67,16 @@ def test_routing_handles_combine_in_order_and_replay(kind, world, local):
     _run("routing", kind, world, local)
 
 
-@pytest.mark.parametrize(("kind", "world", "local"), [("InterNodeV1", 4, 2), ("InterNodeV1LL", 2, 1)])
+@pytest.mark.parametrize(
+    ("kind", "world", "local"), [("InterNodeV1", 4, 2), ("InterNodeV1LL", 2, 1)]
+)
 def test_rejected_inputs_fail_every_rank(kind, world, local):
     _run("errors", kind, world, local)
 
 
 @pytest.mark.parametrize(
-    ("kind", "nodes"), [("InterNode", "mapped"), ("InterNodeV1", "mapped"), ("InterNodeV1LL", "tcp")]
+    ("kind", "nodes"),
+    [("InterNode", "mapped"), ("InterNodeV1", "mapped"), ("InterNodeV1LL", "tcp")],
 )
 def test_a_dead_node_is_named_on_every_surviving_rank(kind, nodes):
     results = _run("death", kind, 4, 2, nodes=nodes, timeout_s=120)

@@ -18,7 +18,6 @@ from mori.core.testing import new_seed, run_ranks
 from mori.ep import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
-    EpDispatchCombineOp,
     EpDispatchCombineQuantType,
 )
 

@@ -16,8 +16,8 @@
 
 #include "common/peer_wait.hpp"
 #include "internode/link.hpp"
-#include "internode/proxy_link.hpp"
 #include "internode/protocol.hpp"
+#include "internode/proxy_link.hpp"
 #include "intranode/args.hpp"
 #include "mori/shmem/context.hpp"
 
@@ -31,7 +31,7 @@ namespace mori::ep {
 struct InterNodeBytes {
   uint64_t algo_token = 0;
   uint64_t physical_token = 0;
-  uint64_t physical_rows = 0;  // token rows (or partials) sent to other nodes
+  uint64_t physical_rows = 0;   // token rows (or partials) sent to other nodes
   uint64_t forwarded_rows = 0;  // rows this pe forwarded as a gateway (V1, V1LL)
   LinkBytes link;
   uint64_t moved = 0;

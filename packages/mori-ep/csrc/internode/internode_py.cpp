@@ -48,9 +48,14 @@ std::optional<RoutingSnapshot> ToRouting(const std::optional<std::vector<uint64_
   if (!w) return std::nullopt;
   MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
   const auto& v = *w;
-  return RoutingSnapshot{P<const int32_t>(v[0]), P<const int32_t>(v[1]), P<const uint8_t>(v[2]),
-                         P<const int32_t>(v[3]), P<const int32_t>(v[4]), P<const uint64_t>(v[5]),
-                         v[6], static_cast<int64_t>(v[7])};
+  return RoutingSnapshot{P<const int32_t>(v[0]),
+                         P<const int32_t>(v[1]),
+                         P<const uint8_t>(v[2]),
+                         P<const int32_t>(v[3]),
+                         P<const int32_t>(v[4]),
+                         P<const uint64_t>(v[5]),
+                         v[6],
+                         static_cast<int64_t>(v[7])};
 }
 
 InterNodeKind ToKind(int kind) {
@@ -84,13 +89,13 @@ every pe), in pe order. What the config check uses when some pes are on other ho
       [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
          int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
          int64_t recv_capacity, int kind, int local_size) {
-        MORI_CHECK_ARG(local_size >= 1 && world_size % local_size == 0, "pes per node ",
-                       local_size, " must divide world_size ", world_size);
+        MORI_CHECK_ARG(local_size >= 1 && world_size % local_size == 0, "pes per node ", local_size,
+                       " must divide world_size ", world_size);
         const EpShape s =
             bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
                             scale_bytes, num_experts_per_rank, recv_capacity);
-        const InterNodeLayout l = MakeInterNodeLayout(s, NodeMap{world_size, local_size},
-                                                      ToKind(kind));
+        const InterNodeLayout l =
+            MakeInterNodeLayout(s, NodeMap{world_size, local_size}, ToKind(kind));
         py::dict d;
         d["recv_tokens"] = l.recv_tokens;
         d["recv_weights"] = l.recv_weights;
@@ -116,10 +121,9 @@ reads (internode/protocol.hpp), and its total size. ``kind``: MORI's kernel type
              (void)device;
              MORI_CHECK_ARG(link == "proxy" || link == "heap", "inter-node link '", link,
                             "' is not 'proxy' or 'heap'");
-             const EpShape shape =
-                 bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim,
-                                 max_token_type_size, scale_bytes, num_experts_per_rank,
-                                 recv_capacity);
+             const EpShape shape = bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim,
+                                                   max_token_type_size, scale_bytes,
+                                                   num_experts_per_rank, recv_capacity);
              return new InterNodeCpu(shape, P<void>(block),
                                      TimeoutMsFromSeconds(timeout_s, "timeout_s"), ToKind(kind),
                                      local_size, link == "proxy");
@@ -186,7 +190,9 @@ shape and stream are ignored on the host).)doc")
           py::arg("reason"), py::arg("stream"), py::arg("routing") = py::none(),
           py::call_guard<py::gil_scoped_release>(),
           R"doc(Take part in the combine as a rejecting pe, then raise InvalidArgumentError(reason).)doc")
-      .def("bytes", [](const InterNodeCpu& self, const std::string& phase) {
+      .def(
+          "bytes",
+          [](const InterNodeCpu& self, const std::string& phase) {
             MORI_CHECK_ARG(phase == "dispatch" || phase == "combine", "phase ", phase,
                            " is not 'dispatch' or 'combine'");
             return BytesDict(phase == "dispatch" ? self.dispatch_bytes() : self.combine_bytes());
@@ -198,7 +204,8 @@ destination nodes, this node included; InterNode: x destination pes), physical_t
 (what it put on its inter-node link: token payload, metadata, signal bytes, command
 counts) and moved (what the link's transport reports it moved).)doc")
       .def_property_readonly("link_name", &InterNodeCpu::link_name)
-      .def_property_readonly("local_size", [](const InterNodeCpu& s) { return s.nodes().local_size; })
+      .def_property_readonly("local_size",
+                             [](const InterNodeCpu& s) { return s.nodes().local_size; })
       .def_property_readonly("num_tokens", &InterNodeCpu::num_tokens)
       .def_property_readonly("epoch", &InterNodeCpu::epoch)
       .def_property_readonly("combined_epoch", &InterNodeCpu::combined_epoch)

@@ -113,7 +113,7 @@ namespace mori::ep {
 enum class InterNodeKind : int { kFlat = 1, kHier = 2, kHierLL = 3 };
 
 inline const char* InterNodeKindName(InterNodeKind k) {
-  return k == InterNodeKind::kFlat ? "InterNode"
+  return k == InterNodeKind::kFlat   ? "InterNode"
          : k == InterNodeKind::kHier ? "InterNodeV1"
                                      : "InterNodeV1LL";
 }

@@ -157,7 +157,9 @@ class InterNodeReference:
                 if n == self.node(r):
                     continue
                 s = self.gateway(r, n)
-                physical += sum(1 for ds in self.d[s] if any(self.node(d) == self.node(r) for d in ds))
+                physical += sum(
+                    1 for ds in self.d[s] if any(self.node(d) == self.node(r) for d in ds)
+                )
             algo = sum(len({self.node(d) for d in ds}) for ds in self.d[r]) * row_bytes
             signals += self.nodes - 1  # partials done
         return {

@@ -87,7 +87,7 @@ def total_of(d: dict) -> dict:
     keys = sorted(d)
     t = torch.tensor([d[k] for k in keys], dtype=torch.int64)
     dist.all_reduce(t)
-    return dict(zip(keys, t.tolist()))
+    return dict(zip(keys, t.tolist(), strict=True))
 
 
 def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
@@ -145,10 +145,10 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
         assert cout.shape == (n, HIDDEN) and cw.shape == (n, K)
         for t in range(n):
 
-            def row_of(d, t=t):
+            def row_of(d, t=t, x=x, sc=sc):
                 return expert(x[t : t + 1], sc[t : t + 1] if fp8 else None, d)[0]
 
-            def weights_of(d, t=t):
+            def weights_of(d, t=t, w=w):
                 return w[t] * factor(d)
 
             want_row, want_w = ref.combine(

@@ -130,7 +130,12 @@ class InterNodeMode(IntraNodeMode):
         ``n``; ``inter_node_disp_dest_tok_id_map`` int32 ``[N * M * K]``, entry
         ``(n * M + t) * K + k`` = 1 when slot ``k``'s expert lives on node ``n``."""
         c = self.config
-        m, w, k, n_nodes = c.max_num_inp_token_per_rank, c.world_size, c.num_experts_per_token, self.nodes
+        m, w, k, n_nodes = (
+            c.max_num_inp_token_per_rank,
+            c.world_size,
+            c.num_experts_per_token,
+            self.nodes,
+        )
         n = handle.cur_rank_num_token
         sent = handle.disp_dest_tok_id_map.view(m, w) == 1
         send = sent.view(m, n_nodes, self.local_size).any(2).t().contiguous().to(torch.int32)
