@@ -166,8 +166,7 @@ TEST(ProxyQueue, AFailedProxyStopsEveryProducerWithItsReason) {
       PushAtomicAdd(v, 0, 0, 3);
       ADD_FAILURE() << "push into a failed proxy's full queue returned";
     } catch (const mori::TransportError& e) {
-      EXPECT_NE(std::string(e.what()).find("pe 7 (node 'n1') lost"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("pe 7 (node 'n1') lost"), std::string::npos) << e.what();
     }
   });
   std::this_thread::sleep_for(milliseconds(50));

@@ -44,6 +44,13 @@ def test_a_pe_dying_mid_stream_is_named_on_every_other_pe(transport):
         assert "pe 3 (node 'env:n1')" in r.output, r.output
 
 
+def test_a_stopped_pe_is_named_within_the_timeout():
+    """A peer that stops without closing (SIGSTOP): its receive buffers fill, the
+    sender's writes stall, and within the 3 s timeout the proxy fails naming it."""
+    results = _run("stuck", 2, "tcp", 1, timeout_s=120)
+    assert "named: " in results[0].output
+
+
 def test_offsets_and_bad_arguments_are_refused():
     shmem.init(device="cpu", heap_size="4M", bootstrap=mc._C.TcpBootstrap(0, 1))
     try:

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "mori/core/error.hpp"
+#include "mori/core/version.hpp"
 #include "mori/proxy/queue.hpp"
 
 namespace mori::proxy {
@@ -34,5 +36,19 @@ std::vector<uint64_t> MeasureLatency(const QueueView& q, const Command& command,
   }
   return ns;
 }
+
+#if !MORI_CORE_WITH_CUDA
+void LaunchDevicePush(const QueueView&, const Command&, uint64_t, int, bool, uintptr_t) {
+  MORI_THROW(NotSupportedError, "proxy kernel producers need libmori_core built with CUDA");
+}
+
+void LaunchDevicePushLatency(const QueueView&, const Command&, uint64_t, uint64_t*, uintptr_t) {
+  MORI_THROW(NotSupportedError, "proxy kernel producers need libmori_core built with CUDA");
+}
+
+std::vector<uint64_t> MeasureMappedPingPong(int, uint64_t, uint64_t) {
+  MORI_THROW(NotSupportedError, "the mapped ping-pong needs libmori_core built with CUDA");
+}
+#endif
 
 }  // namespace mori::proxy

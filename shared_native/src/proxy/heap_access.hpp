@@ -6,19 +6,17 @@
 // or CUDA), every pe's node, and how to name a pe in an error. Private to the proxy.
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "mori/core/error.hpp"
-#include "mori/shmem/shmem.hpp"
 
 namespace mori::proxy::internal {
 
 struct PeerInfo {
-  std::string node;       // shmem's node key (what makes a local group)
-  std::string host_id;    // hostname/boot_id/pid namespace: same-host paths need equality
-  std::string address;    // where its TCP listener is reached from another host
+  std::string node;     // shmem's node key (what makes a local group)
+  std::string host_id;  // hostname/boot_id/pid namespace: same-host paths need equality
+  std::string address;  // where its TCP listener is reached from another host
   uint16_t port = 0;
   int64_t pid = 0;
   uint64_t heap_base = 0;  // address of its heap in its own process (CMA)
@@ -27,19 +25,27 @@ struct PeerInfo {
 class HeapAccess {
  public:
   HeapAccess() = default;
-  HeapAccess(int my_pe, int n_pes, char* my_base, uint64_t heap_size, bool cuda)
-      : my_pe_(my_pe), n_pes_(n_pes), my_base_(my_base), heap_size_(heap_size), cuda_(cuda) {}
+  HeapAccess(int my_pe, int n_pes, char* my_base, uint64_t heap_size, bool cuda, int device)
+      : my_pe_(my_pe),
+        n_pes_(n_pes),
+        my_base_(my_base),
+        heap_size_(heap_size),
+        cuda_(cuda),
+        device_(device) {}
 
   int my_pe() const { return my_pe_; }
   int n_pes() const { return n_pes_; }
   char* my_base() const { return my_base_; }
   uint64_t heap_size() const { return heap_size_; }
   bool cuda() const { return cuda_; }
+  int device() const { return device_; }  // the CUDA heap's device
   std::vector<PeerInfo>& peers() { return peers_; }
   const std::vector<PeerInfo>& peers() const { return peers_; }
 
   // "proxy of pe 0 (node 'env:0')": how this process's messages start.
-  std::string Self() const { return StrCat("proxy of pe ", my_pe_, " (node '", NodeOf(my_pe_), "')"); }
+  std::string Self() const {
+    return StrCat("proxy of pe ", my_pe_, " (node '", NodeOf(my_pe_), "')");
+  }
   std::string NodeOf(int pe) const {
     return pe >= 0 && pe < static_cast<int>(peers_.size()) ? peers_[pe].node : std::string("?");
   }
@@ -54,32 +60,10 @@ class HeapAccess {
     return offset <= heap_size_ && nbytes <= heap_size_ - offset;
   }
 
-  // Own heap -> host memory (a staging copy for CUDA heaps).
-  void CopyOut(void* host_dst, uint64_t src_offset, uint64_t nbytes) const {
-    if (nbytes == 0) return;
-    if (cuda_) {
-      shmem::Get(host_dst, my_base_ + src_offset, nbytes, my_pe_);
-    } else {
-      std::memcpy(host_dst, my_base_ + src_offset, nbytes);
-    }
-  }
-  // Host memory -> own heap.
-  void CopyIn(uint64_t dst_offset, const void* host_src, uint64_t nbytes) const {
-    if (nbytes == 0) return;
-    if (cuda_) {
-      shmem::Put(my_base_ + dst_offset, host_src, nbytes, my_pe_);
-    } else {
-      std::memcpy(my_base_ + dst_offset, host_src, nbytes);
-    }
-  }
-  // Release-ordered atomic add on the own heap's word (after every earlier CopyIn).
-  void AtomicAdd(uint64_t offset, uint64_t value) const {
-    auto* word = reinterpret_cast<uint64_t*>(my_base_ + offset);
-    if (cuda_) {
-      shmem::Signal(word, value, my_pe_, shmem::SignalOp::kAdd);
-    } else {
-      __atomic_fetch_add(word, value, __ATOMIC_RELEASE);
-    }
+  // Release-ordered atomic add on the own heap's word, host heaps only (a CUDA
+  // heap's adds go through a DeviceLane: device_lane.hpp).
+  void HostAtomicAdd(uint64_t offset, uint64_t value) const {
+    __atomic_fetch_add(reinterpret_cast<uint64_t*>(my_base_ + offset), value, __ATOMIC_RELEASE);
   }
 
  private:
@@ -88,6 +72,7 @@ class HeapAccess {
   char* my_base_ = nullptr;
   uint64_t heap_size_ = 0;
   bool cuda_ = false;
+  int device_ = 0;
   std::vector<PeerInfo> peers_;
 };
 

@@ -2,7 +2,6 @@
 // Copyright (c) 2026 The mori authors
 #include "mori/proxy/proxy.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backoff.hpp"
 #include "heap_access.hpp"
 #include "mori/core/env.hpp"
 #include "mori/core/error.hpp"
@@ -60,7 +60,11 @@ std::string HostIdentity() {
 
 std::string Encode(const PeerInfo& p) {
   std::ostringstream os;
-  os << p.node << '\n' << p.host_id << '\n' << p.address << '\n' << p.port << '\n' << p.pid << '\n'
+  os << p.node << '\n'
+     << p.host_id << '\n'
+     << p.address << '\n'
+     << p.port << '\n'
+     << p.pid << '\n'
      << p.heap_base << '\n';
   return os.str();
 }
@@ -99,8 +103,8 @@ struct Proxy::Impl {
     std::vector<uint8_t> dirty;  // per pe: posted to since this queue's last quiet
   };
   std::vector<QueueState> qstate;
-  std::map<uint64_t, int> fence_queue;       // token -> queue
-  std::map<uint64_t, int> notifies;          // barrier epoch -> pes arrived
+  std::map<uint64_t, int> fence_queue;  // token -> queue
+  std::map<uint64_t, int> notifies;     // barrier epoch -> pes arrived
   uint64_t next_token = 1;
   uint64_t barrier_epoch = 0;
   bool closing = false;
@@ -162,6 +166,7 @@ struct Proxy::Impl {
   }
 
   void PostBarrier(uint64_t value) {
+    mapped->Settle();
     for (int pe = 0; pe < heap.n_pes(); ++pe) {
       if (pe != heap.my_pe()) route[pe]->PostNotify(pe, value);
     }
@@ -176,13 +181,25 @@ struct Proxy::Impl {
     return true;
   }
 
+  // Names the pe a command is being posted to in the queue's control block for as
+  // long as the post takes (a producer's timeout then names it).
+  struct PostingGuard {
+    PostingGuard(CommandQueue& q, const Command& c) : queue(q) {
+      const bool to_pe =
+          c.op != static_cast<uint32_t>(Op::kQuiet) && c.op != static_cast<uint32_t>(Op::kBarrier);
+      if (to_pe) queue.SetPostingPe(c.pe);
+    }
+    ~PostingGuard() { queue.SetPostingPe(-1); }
+    CommandQueue& queue;
+  };
+
   // Pops and posts a batch from queue q; true when anything happened.
   bool Serve(int q) {
     CommandQueue& queue = *queues[q];
     QueueState& st = qstate[q];
     if (st.blocked) {
-      bool done = st.op == static_cast<uint32_t>(Op::kQuiet) ? st.pending_acks == 0
-                                                             : Arrived(st.epoch);
+      bool done =
+          st.op == static_cast<uint32_t>(Op::kQuiet) ? st.pending_acks == 0 : Arrived(st.epoch);
       if (!done) return false;
       st.blocked = false;
       queue.Retire(st.index + 1);
@@ -194,6 +211,7 @@ struct Proxy::Impl {
       const uint64_t index = queue.popped() - 1;
       commands.fetch_add(1, std::memory_order_relaxed);
       Validate(q, index, c);
+      PostingGuard posting(queue, c);
       switch (static_cast<Op>(c.op)) {
         case Op::kWrite:
         case Op::kWriteAdd:
@@ -259,7 +277,7 @@ struct Proxy::Impl {
 
   void Run() {
     std::vector<Completion> done;
-    int idle = 0;
+    internal::Backoff idle;
     try {
       while (!stop.load(std::memory_order_relaxed)) {
         bool progress = false;
@@ -283,13 +301,9 @@ struct Proxy::Impl {
           }
         }
         if (progress) {
-          idle = 0;
-        } else if (++idle < 256) {
-          // spin: a command usually follows soon
-        } else if (idle < 2048) {
-          sched_yield();
+          idle.Reset();
         } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
+          idle.Pause();
         }
       }
     } catch (const std::exception& e) {
@@ -310,8 +324,8 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
     MORI_THROW(InvalidArgumentError, "proxy: the bootstrap's rank ", bootstrap->Rank(), " of ",
                bootstrap->WorldSize(), " is not shmem's pe ", me, " of ", n);
   }
-  MORI_CHECK_ARG(options.num_queues >= 1 && options.num_queues <= 1024,
-                 "proxy: num_queues ", options.num_queues, " outside [1, 1024]");
+  MORI_CHECK_ARG(options.num_queues >= 1 && options.num_queues <= 1024, "proxy: num_queues ",
+                 options.num_queues, " outside [1, 1024]");
   impl_ = std::make_unique<Impl>(n);
   Impl& s = *impl_;
   s.boot = bootstrap;
@@ -335,7 +349,8 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
   }
   const shmem::DeviceContext ctx = shmem::GetDeviceContext();
   const shmem::HeapInfo info = shmem::GetHeapInfo();
-  s.heap = HeapAccess(me, n, ctx.my_base, ctx.heap_size, info.kind == shmem::MemoryKind::kCuda);
+  s.heap = HeapAccess(me, n, ctx.my_base, ctx.heap_size, info.kind == shmem::MemoryKind::kCuda,
+                      info.device);
 
   // A session tag drawn by pe 0 keeps another job's connection out.
   uint64_t session = 0;
@@ -443,6 +458,12 @@ QueueView Proxy::DeviceQueue(int queue) const {
   MORI_CHECK_ARG(queue >= 0 && queue < num_queues(), "proxy: queue ", queue, " out of range [0, ",
                  num_queues(), ")");
   return impl_->queues[queue]->DeviceView();
+}
+
+void Proxy::WaitRetired(int queue, uint64_t upto) const {
+  MORI_CHECK_ARG(queue >= 0 && queue < num_queues(), "proxy: queue ", queue, " out of range [0, ",
+                 num_queues(), ")");
+  impl_->queues[queue]->WaitRetiredFromHost(upto);
 }
 
 Path Proxy::PathTo(int pe) const {

@@ -2,14 +2,13 @@
 // Copyright (c) 2026 The mori authors
 #include "mori/proxy/queue.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "backoff.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/timeout.hpp"
 #include "mori/core/version.hpp"
@@ -58,19 +57,22 @@ void WaitCounter(const QueueView& q, const volatile uint64_t* counter, uint64_t 
   if (seen >= floor) return;
   const auto start = Clock::now();
   const auto limit = std::chrono::nanoseconds(q.timeout_ns);
-  for (int spins = 0;; ++spins) {
+  internal::Backoff backoff;
+  for (;;) {
     seen = LoadAcquire(counter);
     if (seen >= floor) return;
     const uint32_t health = LoadHealth(q.control);
     if (health != kHealthy) ThrowUnhealthy(q, health);
-    if (spins > 64) {
+    if (!backoff.Pause()) {
       if (Clock::now() - start > limit) {
+        const int posting = q.control->posting_pe;
         MORI_THROW(TimeoutError, "proxy queue ", q.queue_id, " of pe ", q.my_pe, ": ", what,
                    " timed out after ", q.timeout_ns / 1000000, " ms (command ", index,
                    ", counter at ", seen, ", waiting for ", floor, "; capacity ", q.capacity,
-                   " slots)");
+                   " slots)",
+                   posting >= 0 ? StrCat("; the proxy is posting a command to pe ", posting)
+                                : std::string());
       }
-      sched_yield();
     }
   }
 }
@@ -86,7 +88,8 @@ void* AllocHost(size_t bytes, Producer producer) {
 #endif
   } else {
     p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (p == nullptr) MORI_THROW(OutOfMemoryError, "proxy queue: cannot allocate ", bytes, " bytes");
+    if (p == nullptr)
+      MORI_THROW(OutOfMemoryError, "proxy queue: cannot allocate ", bytes, " bytes");
   }
   std::memset(p, 0, bytes);
   return p;
@@ -111,12 +114,13 @@ CommandQueue::CommandQueue(const QueueOptions& options) : options_(options) {
   slots_ = static_cast<Command*>(AllocHost(capacity_ * sizeof(Command), options.producer));
   try {
     control_ = static_cast<QueueControl*>(AllocHost(sizeof(QueueControl), options.producer));
+    control_->posting_pe = -1;
     if (options.producer == Producer::kHost) {
       host_head_ = static_cast<uint64_t*>(AllocHost(64, Producer::kHost));
     } else {
 #if MORI_CORE_WITH_CUDA
       cuda::ScopedDevice guard(options.device);
-      MORI_CUDA_CHECK(cudaMalloc(&device_head_, sizeof(uint64_t)));
+      MORI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_head_), sizeof(uint64_t)));
       MORI_CUDA_CHECK(cudaMemset(device_head_, 0, sizeof(uint64_t)));
       void* d = nullptr;
       MORI_CUDA_CHECK(cudaHostGetDevicePointer(&d, slots_, 0));
@@ -172,6 +176,11 @@ QueueView CommandQueue::DeviceView() const {
   return MakeView(options_, capacity_, device_slots_, device_head_, device_control_);
 }
 
+void CommandQueue::WaitRetiredFromHost(uint64_t upto) const {
+  // Host pointers only: the wait reads the control block, never the head.
+  WaitRetired(MakeView(options_, capacity_, slots_, nullptr, control_), upto);
+}
+
 bool CommandQueue::TryPop(Command* out) {
   Command* slot = slots_ + (popped_ & (capacity_ - 1));
   const uint64_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
@@ -181,6 +190,10 @@ bool CommandQueue::TryPop(Command* out) {
   // The copy is complete before the producers may reuse the slot.
   __atomic_store_n(const_cast<uint64_t*>(&control_->tail), popped_, __ATOMIC_RELEASE);
   return true;
+}
+
+void CommandQueue::SetPostingPe(int pe) {
+  __atomic_store_n(const_cast<int32_t*>(&control_->posting_pe), pe, __ATOMIC_RELAXED);
 }
 
 void CommandQueue::Retire(uint64_t upto) {
@@ -226,35 +239,17 @@ uint64_t Push(const QueueView& q, const Command& command) {
 
 uint64_t PushWrite(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
                    uint64_t nbytes) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kWrite);
-  c.pe = pe;
-  c.dst_offset = dst_offset;
-  c.src_offset = src_offset;
-  c.nbytes = nbytes;
-  return Push(q, c);
+  return Push(q, MakeCommand(Op::kWrite, pe, dst_offset, src_offset, nbytes));
 }
 
 uint64_t PushAtomicAdd(const QueueView& q, int pe, uint64_t signal_offset, uint64_t value) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kAtomicAdd);
-  c.pe = pe;
-  c.signal_offset = signal_offset;
-  c.value = value;
-  return Push(q, c);
+  return Push(q, MakeCommand(Op::kAtomicAdd, pe, 0, 0, 0, signal_offset, value));
 }
 
 uint64_t PushWriteAdd(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
                       uint64_t nbytes, uint64_t signal_offset, uint64_t value) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kWriteAdd);
-  c.pe = pe;
-  c.dst_offset = dst_offset;
-  c.src_offset = src_offset;
-  c.nbytes = nbytes;
-  c.signal_offset = signal_offset;
-  c.value = value;
-  return Push(q, c);
+  return Push(q,
+              MakeCommand(Op::kWriteAdd, pe, dst_offset, src_offset, nbytes, signal_offset, value));
 }
 
 void WaitRetired(const QueueView& q, uint64_t upto) {
@@ -262,16 +257,12 @@ void WaitRetired(const QueueView& q, uint64_t upto) {
 }
 
 void Quiet(const QueueView& q) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kQuiet);
-  const uint64_t index = Push(q, c);
+  const uint64_t index = Push(q, MakeCommand(Op::kQuiet));
   WaitCounter(q, &q.control->retired, index + 1, "quiet", index);
 }
 
 void Barrier(const QueueView& q) {
-  Command c{};
-  c.op = static_cast<uint32_t>(Op::kBarrier);
-  const uint64_t index = Push(q, c);
+  const uint64_t index = Push(q, MakeCommand(Op::kBarrier));
   WaitCounter(q, &q.control->retired, index + 1, "barrier", index);
 }
 

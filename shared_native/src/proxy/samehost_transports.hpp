@@ -6,7 +6,10 @@
 // so anything posted after it over the pair's TCP stream (adds, fences, notifies)
 // takes effect after the write landed: the ordering contract holds across the two.
 //   MappedTransport: the pe's heap is mapped here (shmem's local group): copies and
-//     real atomics through the mapping; fences complete at once.
+//     real atomics through the mapping; fences complete at once. CUDA heaps: through
+//     the transport's DeviceLane (its own non-blocking stream, device_lane.hpp):
+//     writes wait for their copy, adds are enqueued behind them and waited for by
+//     the next fence or notify.
 //   CmaTransport: another local group on this host (emulated nodes), host heaps:
 //     writes with process_vm_writev into the peer's heap; adds, fences and notifies
 //     over the TCP stream, applied by the peer's receiver as real atomics.
@@ -15,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "device_lane.hpp"
 #include "heap_access.hpp"
 #include "mori/proxy/transport.hpp"
 #include "tcp_transport.hpp"
@@ -31,12 +37,18 @@ class MappedTransport final : public Transport {
   void PostNotify(int pe, uint64_t value) override;
   void Poll(std::vector<Completion>* out) override;
   void Shutdown() override {}
+  // CUDA heaps: waits until every write and add posted so far has landed (a barrier
+  // covers the adds a pe posted to itself, which no notify passes through).
+  void Settle() {
+    if (lane_) lane_->Sync();
+  }
 
  private:
   const HeapAccess* heap_;
   TcpTransport* control_;
   std::vector<char*> bases_;  // per pe: its heap mapped here, or nullptr
   std::vector<Completion> acks_;
+  std::unique_ptr<DeviceLane> lane_;  // CUDA heaps
 };
 
 class CmaTransport final : public Transport {

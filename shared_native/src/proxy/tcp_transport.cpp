@@ -40,8 +40,10 @@ struct Hello {
   int32_t dst_pe;
 };
 
-// Small writes travel in one send with their header.
+// Small writes travel in the send buffer with their header; a buffer is sent when it
+// reaches kFlushBytes or at the end of the proxy's round (Poll).
 constexpr uint64_t kInlinePayload = 4096;
+constexpr size_t kFlushBytes = 256 << 10;
 
 }  // namespace
 
@@ -54,19 +56,23 @@ struct TcpTransport::Frame {
 
 TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
     : heap_(heap), options_(options) {
+  if (heap_->cuda()) {
+    // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
+    send_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
+                                              StrCat(heap_->Self(), " tcp sender"));
+    recv_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
+                                              StrCat(heap_->Self(), " tcp receiver"));
+  }
   const int n = heap_->n_pes();
   out_fds_.assign(n, -1);
   in_fds_.assign(n, -1);
+  out_buf_.resize(n);
   for (int i = 0; i < n; ++i) bye_from_.push_back(std::make_unique<std::atomic<bool>>(false));
-  listen_fd_ = transport::ListenOn("0.0.0.0", 0, StrCat("the proxy of pe ", heap_->my_pe()),
-                                   &port_);
+  listen_fd_ =
+      transport::ListenOn("0.0.0.0", 0, StrCat("the proxy of pe ", heap_->my_pe()), &port_);
   if (::pipe2(wake_fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
     MORI_THROW(TransportError, "proxy: pipe2 failed: ", transport::ErrnoText(errno));
-  }
-  if (heap_->cuda()) {
-    send_stage_.resize(options_.staging_bytes);
-    recv_stage_.resize(options_.staging_bytes);
   }
 }
 
@@ -140,8 +146,8 @@ void TcpTransport::Connect(bootstrap::Bootstrap& bootstrap) {
     std::string error;
     if (!transport::RecvAll(fd, reinterpret_cast<char*>(&h), sizeof(h), options_.timeout_ms,
                             &error) ||
-        h.magic != kHelloMagic || h.session != options_.session || h.dst_pe != me ||
-        h.src_pe < 0 || h.src_pe >= n || h.src_pe == me || in_fds_[h.src_pe] >= 0) {
+        h.magic != kHelloMagic || h.session != options_.session || h.dst_pe != me || h.src_pe < 0 ||
+        h.src_pe >= n || h.src_pe == me || in_fds_[h.src_pe] >= 0) {
       MORI_LOG_WARN(kCore, "proxy of pe ", me, ": dropping a connection that is not a stream of ",
                     "this job's proxies", error.empty() ? "" : ": ", error);
       ::close(fd);
@@ -171,28 +177,34 @@ void TcpTransport::ThrowError() {
   MORI_THROW(TransportError, why);
 }
 
-void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
-  if (failed_.load(std::memory_order_acquire)) ThrowError();
+void TcpTransport::SendRaw(int pe, const char* data, uint64_t nbytes) {
   std::string error;
-  const int fd = out_fds_[pe];
-  bool ok;
-  if (nbytes > 0 && nbytes <= kInlinePayload && payload != nullptr) {
-    char buf[sizeof(Frame) + kInlinePayload];
-    std::memcpy(buf, &f, sizeof(f));
-    std::memcpy(buf + sizeof(f), payload, nbytes);
-    ok = transport::SendAll(fd, buf, sizeof(f) + nbytes, options_.timeout_ms, &error);
-  } else {
-    ok = transport::SendAll(fd, reinterpret_cast<const char*>(&f), sizeof(f), options_.timeout_ms,
-                            &error);
-    if (ok && payload != nullptr && nbytes > 0) {
-      ok = transport::SendAll(fd, static_cast<const char*>(payload), nbytes, options_.timeout_ms,
-                              &error);
-    }
-  }
-  if (!ok) {
+  if (!transport::SendAll(out_fds_[pe], data, nbytes, options_.timeout_ms, &error)) {
     SetError(Lost(pe, "sending to it", error));
     ThrowError();
   }
+}
+
+void TcpTransport::Flush(int pe) {
+  std::vector<char>& buf = out_buf_[pe];
+  if (buf.empty()) return;
+  SendRaw(pe, buf.data(), buf.size());
+  buf.clear();
+}
+
+void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
+  if (failed_.load(std::memory_order_acquire)) ThrowError();
+  std::vector<char>& buf = out_buf_[pe];
+  const char* h = reinterpret_cast<const char*>(&f);
+  buf.insert(buf.end(), h, h + sizeof(f));
+  if (payload != nullptr && nbytes > 0 && nbytes <= kInlinePayload) {
+    const char* d = static_cast<const char*>(payload);
+    buf.insert(buf.end(), d, d + nbytes);
+  } else if (payload != nullptr && nbytes > 0) {
+    Flush(pe);
+    SendRaw(pe, static_cast<const char*>(payload), nbytes);
+  }
+  if (buf.size() >= kFlushBytes) Flush(pe);
 }
 
 void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
@@ -201,17 +213,15 @@ void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
     SendFrame(pe, f, heap_->my_base() + src_offset, nbytes);
     return;
   }
-  // CUDA heap: the payload goes through a pinned-size host staging buffer, chunk by chunk.
+  // CUDA heap: the payload goes through the sender lane's pinned staging buffer,
+  // chunk by chunk (each copy waits on the lane's own stream only).
   SendFrame(pe, f, nullptr, 0);
-  std::string error;
+  Flush(pe);
   for (uint64_t done = 0; done < nbytes;) {
-    const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_stage_.size());
-    heap_->CopyOut(send_stage_.data(), src_offset + done, chunk);
-    if (!transport::SendAll(out_fds_[pe], send_stage_.data(), chunk, options_.timeout_ms,
-                            &error)) {
-      SetError(Lost(pe, "sending to it", error));
-      ThrowError();
-    }
+    const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_lane_->staging_bytes());
+    send_lane_->Copy(send_lane_->staging(), heap_->my_base() + src_offset + done, chunk);
+    send_lane_->Sync();
+    SendRaw(pe, send_lane_->staging(), chunk);
     done += chunk;
   }
 }
@@ -261,6 +271,9 @@ void TcpTransport::ReadAcks(int pe, std::vector<Completion>* out) {
 
 void TcpTransport::Poll(std::vector<Completion>* out) {
   if (failed_.load(std::memory_order_acquire)) ThrowError();
+  for (int pe = 0; pe < heap_->n_pes(); ++pe) {
+    if (out_fds_[pe] >= 0) Flush(pe);
+  }
   // Acknowledgements come back on the outbound streams; they are read when fences are
   // outstanding, and now and then otherwise so that a closed stream is noticed.
   if (fences_outstanding_ > 0 || (++polls_ & 1023) == 0) {
@@ -275,7 +288,22 @@ void TcpTransport::Poll(std::vector<Completion>* out) {
   }
 }
 
+void TcpTransport::SettleInbound() {
+  if (recv_lane_) recv_lane_->Sync();
+}
+
 bool TcpTransport::ApplyOne(int pe) {
+  // A CUDA failure (e.g. the heap's context died with a trapped kernel) fails the
+  // transport naming the peer, like a lost stream; it never escapes the thread.
+  try {
+    return ApplyFrame(pe);
+  } catch (const std::exception& e) {
+    SetError(Lost(pe, "applying what it sent", e.what()));
+    return false;
+  }
+}
+
+bool TcpTransport::ApplyFrame(int pe) {
   const int fd = in_fds_[pe];
   Frame f{};
   std::string error;
@@ -316,13 +344,16 @@ bool TcpTransport::ApplyOne(int pe) {
           return false;
         }
       } else {
+        // Through the receiver lane's pinned staging buffer; the copy completes before
+        // the buffer takes the next chunk.
         for (uint64_t done = 0; done < f.arg;) {
-          const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_stage_.size());
-          if (!transport::RecvAll(fd, recv_stage_.data(), chunk, options_.timeout_ms, &error)) {
+          const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_lane_->staging_bytes());
+          if (!transport::RecvAll(fd, recv_lane_->staging(), chunk, options_.timeout_ms, &error)) {
             SetError(Lost(pe, "receiving a write's payload", error));
             return false;
           }
-          heap_->CopyIn(f.offset + done, recv_stage_.data(), chunk);
+          recv_lane_->Copy(heap_->my_base() + f.offset + done, recv_lane_->staging(), chunk);
+          recv_lane_->Sync();
           done += chunk;
         }
       }
@@ -335,9 +366,16 @@ bool TcpTransport::ApplyOne(int pe) {
                              heap_->heap_size(), " bytes")));
         return false;
       }
-      heap_->AtomicAdd(f.offset, f.arg);
+      if (recv_lane_) {
+        // Enqueued behind the writes before it; not waited for until a fence, a notify
+        // or a goodbye needs it landed.
+        recv_lane_->Add(reinterpret_cast<uint64_t*>(heap_->my_base() + f.offset), f.arg);
+      } else {
+        heap_->HostAtomicAdd(f.offset, f.arg);
+      }
       return true;
     case kFrameFence: {
+      SettleInbound();
       Frame ack{kFrameMagic, kFrameFenceAck, 0, f.arg};
       if (!transport::SendAll(fd, reinterpret_cast<const char*>(&ack), sizeof(ack),
                               options_.timeout_ms, &error)) {
@@ -347,11 +385,13 @@ bool TcpTransport::ApplyOne(int pe) {
       return true;
     }
     case kFrameNotify: {
+      SettleInbound();  // a barrier's notify: what came before it has landed
       std::lock_guard<std::mutex> lock(mu_);
       notices_.push_back(Completion{Completion::Kind::kNotify, pe, f.arg});
       return true;
     }
     case kFrameBye:
+      SettleInbound();
       bye_from_[pe]->store(true);
       return false;
     default:
@@ -381,8 +421,8 @@ void TcpTransport::ReceiverLoop() {
     int rc = ::poll(fds.data(), fds.size(), 200);
     if (rc < 0) {
       if (errno == EINTR) continue;
-      SetError(StrCat("proxy of pe ", heap_->my_pe(), ": poll failed: ",
-                      transport::ErrnoText(errno)));
+      SetError(
+          StrCat("proxy of pe ", heap_->my_pe(), ": poll failed: ", transport::ErrnoText(errno)));
       return;
     }
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -404,12 +444,10 @@ void TcpTransport::ReceiverLoop() {
 
 void TcpTransport::Shutdown() {
   shutting_down_.store(true);
-  std::string error;
   for (int pe = 0; pe < heap_->n_pes(); ++pe) {
     if (out_fds_[pe] < 0) continue;
-    Frame bye{kFrameMagic, kFrameBye, 0, 0};
-    (void)transport::SendAll(out_fds_[pe], reinterpret_cast<const char*>(&bye), sizeof(bye),
-                             options_.timeout_ms, &error);
+    SendFrame(pe, Frame{kFrameMagic, kFrameBye, 0, 0}, nullptr, 0);
+    Flush(pe);
   }
   // Every peer's goodbye (after the close barrier they all send one), bounded.
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);

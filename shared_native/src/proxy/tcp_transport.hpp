@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_lane.hpp"
 #include "heap_access.hpp"
 #include "mori/bootstrap/bootstrap.hpp"
 #include "mori/proxy/transport.hpp"
@@ -47,10 +48,19 @@ class TcpTransport final : public Transport {
 
  private:
   struct Frame;
+  // Appends the frame (and a small payload) to pe's send buffer; a large payload is
+  // sent at once after the buffer. Poll flushes every buffer, so frames leave in
+  // batches (one send per peer per proxy round) and in posting order.
   void SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes);
+  void SendRaw(int pe, const char* data, uint64_t nbytes);
+  void Flush(int pe);
   void ReceiverLoop();
-  // Reads and applies one frame from pe's inbound stream; false when the stream ended.
+  // Reads and applies one frame from pe's inbound stream; false when the stream ended
+  // or failed (the error is set).
   bool ApplyOne(int pe);
+  bool ApplyFrame(int pe);
+  // CUDA heaps: waits until the writes and adds applied so far are in the heap.
+  void SettleInbound();
   void ReadAcks(int pe, std::vector<Completion>* out);
   void SetError(const std::string& why);
   [[noreturn]] void ThrowError();
@@ -68,10 +78,14 @@ class TcpTransport final : public Transport {
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> failed_{false};
   std::vector<std::unique_ptr<std::atomic<bool>>> bye_from_;  // per pe
-  std::mutex mu_;                 // guards error_ and notices_
+  std::mutex mu_;                                             // guards error_ and notices_
   std::string error_;
-  std::vector<Completion> notices_;  // from the receiver thread
-  std::vector<char> send_stage_, recv_stage_;
+  std::vector<Completion> notices_;         // from the receiver thread
+  std::vector<std::vector<char>> out_buf_;  // per pe: frames not sent yet
+  // CUDA heaps: the proxy thread stages outgoing payloads through send_lane_, the
+  // receiver thread applies incoming writes and adds through recv_lane_ (each its own
+  // non-blocking stream and pinned staging buffer: device_lane.hpp).
+  std::unique_ptr<DeviceLane> send_lane_, recv_lane_;
   uint64_t fences_outstanding_ = 0;
   uint64_t polls_ = 0;
 };

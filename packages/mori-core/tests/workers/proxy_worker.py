@@ -24,7 +24,7 @@ from mori.core import proxy as px  # noqa: E402
 from mori.core import shmem  # noqa: E402
 from mori.core.bootstrap import TcpBootstrap  # noqa: E402
 
-TIMEOUT_S = 60.0
+TIMEOUT_S = 3.0 if mode == "stuck" else 60.0
 boot = TcpBootstrap.from_env()
 shmem.init(device="cpu", heap_size="32M", bootstrap=boot, timeout_s=TIMEOUT_S)
 me, n = shmem.my_pe(), shmem.n_pes()
@@ -58,7 +58,9 @@ def wait_ge(addr, value, what):
             p.check_health()
             if time.monotonic() > deadline:
                 seen = ctypes.c_uint64.from_address(addr).value
-                raise AssertionError(f"pe {me}: {what}: word at {seen}, waited for {value}")
+                raise AssertionError(
+                    f"pe {me}: {what}: word at {seen}, waited for {value}"
+                ) from None
 
 
 def payload(src, dst, r, nbytes):
@@ -170,6 +172,44 @@ elif mode == "die":
         print(f"pe {me}: {time.monotonic() - start:.2f} s to: {msg}", flush=True)
     # Let the other survivors see the victim's loss before this pe's exit is one more.
     time.sleep(1.0)
+    print(f"pe {me} ok", flush=True)
+    os._exit(0)
+
+elif mode == "stuck":
+    # pe 1 stops (SIGSTOP) without closing anything: its sockets stay open and its
+    # receive buffers fill. pe 0 keeps writing; within the timeout (3 s) a wait fails,
+    # and the proxy names pe 1 (a send that makes no progress).
+    import signal
+
+    pids = [int.from_bytes(b, "little") for b in boot.all_gather(os.getpid().to_bytes(8, "little"))]
+    buf = shmem.malloc(4 << 20)
+    shmem.barrier_all()
+    if me == 1:
+        print(f"pe {me} ok", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)  # after pe 0's SIGCONT
+    time.sleep(0.5)  # pe 1 has stopped
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < 10 * TIMEOUT_S:
+            p.write(1, px.heap_offset(buf), px.heap_offset(buf), 4 << 20)
+        raise AssertionError(f"pe {me}: writes into a stopped pe never failed")
+    except (mc.MoriTimeoutError, mc.TransportError) as e:
+        first = f"{type(e).__name__}: {e}"
+    failed_at = time.monotonic() - start
+    named = None
+    while named is None and time.monotonic() - start < 3 * TIMEOUT_S:
+        try:
+            p.check_health()
+            time.sleep(0.05)
+        except mc.TransportError as e:
+            named = str(e)
+    os.kill(pids[1], signal.SIGCONT)
+    assert named is not None, f"pe {me}: the proxy never named the stopped pe ({first})"
+    assert "pe 1 (node 'env:n1')" in named and "no progress sending" in named, named
+    if first.startswith("MoriTimeoutError"):
+        assert "the proxy is posting a command to pe 1" in first, first
+    print(f"pe {me}: first error after {failed_at:.1f} s: {first}\npe {me}: named: {named}")
     print(f"pe {me} ok", flush=True)
     os._exit(0)
 

@@ -80,6 +80,21 @@ struct alignas(64) Command {
 };
 static_assert(sizeof(Command) == 64, "a command is one 64-byte slot");
 
+// A command with its fields (seq is the queue's to write).
+MORI_PROXY_HD inline Command MakeCommand(Op op, int pe = 0, uint64_t dst_offset = 0,
+                                         uint64_t src_offset = 0, uint64_t nbytes = 0,
+                                         uint64_t signal_offset = 0, uint64_t value = 0) {
+  Command c{};
+  c.op = static_cast<uint32_t>(op);
+  c.pe = pe;
+  c.dst_offset = dst_offset;
+  c.src_offset = src_offset;
+  c.nbytes = nbytes;
+  c.signal_offset = signal_offset;
+  c.value = value;
+  return c;
+}
+
 // health values
 constexpr uint32_t kHealthy = 0;
 constexpr uint32_t kFailed = 1;  // the proxy stopped; control->error says why
@@ -94,7 +109,10 @@ struct alignas(64) QueueControl {
   volatile uint64_t retired;  // commands with index < retired have completed
   char pad1[56];
   volatile uint32_t health;  // kHealthy, kFailed or kClosed (shared by the proxy's queues)
-  char pad2[60];
+  // The pe the proxy is posting this queue's command to right now, -1 between
+  // commands: a producer's timeout names the peer the proxy is stuck on.
+  volatile int32_t posting_pe;
+  char pad2[56];
   // NUL-terminated, set before health becomes kFailed: names the peer pe, its node
   // and what failed.
   char error[kErrorTextBytes];
@@ -104,13 +122,13 @@ struct alignas(64) QueueControl {
 // kernels by value. Get it from Proxy::HostQueue (CPU producers) or
 // Proxy::DeviceQueue (kernels); the pointers are valid where the view is used.
 struct QueueView {
-  Command* slots;          // capacity slots
-  uint64_t* head;          // producers' claim counter
-  QueueControl* control;   // the proxy's side
-  uint64_t capacity;       // a power of two
-  uint64_t timeout_ns;     // bound of each producer wait (full queue, quiet, barrier)
-  int32_t queue_id;        // index of the queue within its proxy
-  int32_t my_pe;           // the producer's pe
+  Command* slots;         // capacity slots
+  uint64_t* head;         // producers' claim counter
+  QueueControl* control;  // the proxy's side
+  uint64_t capacity;      // a power of two
+  uint64_t timeout_ns;    // bound of each producer wait (full queue, quiet, barrier)
+  int32_t queue_id;       // index of the queue within its proxy
+  int32_t my_pe;          // the producer's pe
   int32_t n_pes;
   int32_t reserved;
 };

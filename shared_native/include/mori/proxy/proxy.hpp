@@ -51,9 +51,9 @@ struct ProxyOptions {
 };
 
 struct ProxyStats {
-  uint64_t commands = 0;               // popped, all queues
-  std::vector<uint64_t> bytes_to_pe;   // write bytes posted, per destination pe
-  std::vector<uint64_t> bytes_by_path; // per Path
+  uint64_t commands = 0;                // popped, all queues
+  std::vector<uint64_t> bytes_to_pe;    // write bytes posted, per destination pe
+  std::vector<uint64_t> bytes_by_path;  // per Path
 };
 
 // Collective over `bootstrap`, whose ranks must be mori::shmem's pes (shmem
@@ -69,6 +69,7 @@ class MORI_API Proxy {
  public:
   Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions& options);
   // Stops the threads. Without Close(), peers see this process's connections drop.
+  // Destroy (or Close) a proxy before mori::shmem::Finalize: its threads use the heap.
   ~Proxy();
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
@@ -84,6 +85,9 @@ class MORI_API Proxy {
   QueueView HostQueue(int queue) const;
   // For kernels (Producer::kCuda).
   QueueView DeviceQueue(int queue) const;
+  // Host-side wait until the commands of `queue` with index < upto retired, for either
+  // producer kind (a host thread waiting on what a kernel pushed).
+  void WaitRetired(int queue, uint64_t upto) const;
   Path PathTo(int pe) const;
   // The node key of pe (hostname/boot_id, or "env:<MORI_SHMEM_NODE_ID>").
   std::string NodeOf(int pe) const;

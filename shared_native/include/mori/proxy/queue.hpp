@@ -54,9 +54,14 @@ class MORI_API CommandQueue {
   bool TryPop(Command* out);
   // Index of the next command TryPop returns.
   uint64_t popped() const { return popped_; }
+  // Host-side wait (any producer kind) until commands with index < upto retired: for
+  // a host thread waiting on a kernel's commands. Bounded; throws as the push API does.
+  void WaitRetiredFromHost(uint64_t upto) const;
   // Consumer: commands with index < upto have completed (monotone).
   void Retire(uint64_t upto);
   uint64_t retired() const;
+  // Consumer: the pe the command being posted goes to (-1: none).
+  void SetPostingPe(int pe);
   // Consumer: stops the producers: their waits fail with `why` (set once; the first
   // reason stays).
   void Fail(const std::string& why);
@@ -88,11 +93,9 @@ class MORI_API CommandQueue {
 MORI_API uint64_t Push(const QueueView& q, const Command& command);
 MORI_API uint64_t PushWrite(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
                             uint64_t nbytes);
-MORI_API uint64_t PushAtomicAdd(const QueueView& q, int pe, uint64_t signal_offset,
-                                uint64_t value);
-MORI_API uint64_t PushWriteAdd(const QueueView& q, int pe, uint64_t dst_offset,
-                               uint64_t src_offset, uint64_t nbytes, uint64_t signal_offset,
-                               uint64_t value);
+MORI_API uint64_t PushAtomicAdd(const QueueView& q, int pe, uint64_t signal_offset, uint64_t value);
+MORI_API uint64_t PushWriteAdd(const QueueView& q, int pe, uint64_t dst_offset, uint64_t src_offset,
+                               uint64_t nbytes, uint64_t signal_offset, uint64_t value);
 // Waits until commands with index < upto have retired.
 MORI_API void WaitRetired(const QueueView& q, uint64_t upto);
 // Push kQuiet and wait for it: every earlier command of the queue has completed.

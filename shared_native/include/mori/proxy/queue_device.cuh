@@ -37,11 +37,12 @@ __device__ __noinline__ void TrapQueue(const QueueView& q, const char* what, uin
   const uint32_t health = LoadVolatile32(&q.control->health);
   printf(
       "mori.proxy queue %d of pe %d: %s (command %llu, counter at %llu, timeout %llu ms); "
-      "proxy %s: %s [block %d thread %d]\n",
+      "proxy %s, posting to pe %d: %s [block %d thread %d]\n",
       q.queue_id, q.my_pe, what, static_cast<unsigned long long>(index),
       static_cast<unsigned long long>(seen),
       static_cast<unsigned long long>(q.timeout_ns / 1000000),
       health == kFailed ? "failed" : (health == kClosed ? "closed" : "alive"),
+      static_cast<int>(q.control->posting_pe),
       health == kFailed ? const_cast<const char*>(q.control->error) : "-",
       static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));
   mori::shmem::device::TrapReported();
@@ -72,9 +73,8 @@ __device__ __forceinline__ void WaitCounter(const QueueView& q, const volatile u
 // Claims the next index, waits (bounded) for its slot to be free, writes the command
 // and publishes it. Returns the index.
 __device__ __forceinline__ uint64_t Push(const QueueView& q, uint32_t op, int pe,
-                                         uint64_t dst_offset, uint64_t src_offset,
-                                         uint64_t nbytes, uint64_t signal_offset,
-                                         uint64_t value) {
+                                         uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes,
+                                         uint64_t signal_offset, uint64_t value) {
   const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(q.head), 1ull);
   if (index >= q.capacity) {
     detail::WaitCounter(q, &q.control->tail, index - q.capacity + 1, "queue full", index);

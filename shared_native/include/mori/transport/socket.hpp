@@ -32,8 +32,7 @@ MORI_API void SetSocketOptions(int fd, const SocketOptions& options);
 MORI_API int ListenOn(const std::string& host, uint16_t port, const std::string& owner,
                       uint16_t* bound_port);
 // Connects with a deadline; returns the fd (non-blocking) or -1 with *error set.
-MORI_API int ConnectTo(const std::string& host, uint16_t port, int timeout_ms,
-                       std::string* error);
+MORI_API int ConnectTo(const std::string& host, uint16_t port, int timeout_ms, std::string* error);
 // Sends/receives exactly len bytes on a non-blocking fd, each wait for progress
 // bounded by timeout_ms; false with *error set otherwise.
 MORI_API bool SendAll(int fd, const char* data, size_t len, int timeout_ms, std::string* error);

@@ -127,8 +127,8 @@ def _shmem_signal_stress(
     stream: int = 0,
 ) -> None: ...
 def _shmem_barrier_loop(iters: int, stream: int = 0, timeout_s: float = 0.0) -> None: ...
-
 def proxy_heap_offset(ptr: int, nbytes: int = 1) -> int: ...
+def proxy_mapped_ping_pong(device: int, count: int, timeout_s: float = 60.0) -> list[int]: ...
 
 class Proxy:
     def __init__(
@@ -139,6 +139,7 @@ class Proxy:
         transport: str = "auto",
         advertise_host: str = "",
         timeout_s: float = 120.0,
+        producer: str = "host",
     ) -> None: ...
     @property
     def num_queues(self) -> int: ...
@@ -187,3 +188,31 @@ class Proxy:
         count: int,
         queue: int = 0,
     ) -> list[int]: ...
+    def _device_push(
+        self,
+        op: str,
+        pe: int,
+        dst_offset: int,
+        src_offset: int,
+        nbytes: int,
+        signal_offset: int,
+        value: int,
+        per_block: int,
+        blocks: int,
+        quiet: bool,
+        stream: int,
+        queue: int = 0,
+    ) -> None: ...
+    def _device_push_latency(
+        self,
+        op: str,
+        pe: int,
+        dst_offset: int,
+        src_offset: int,
+        nbytes: int,
+        signal_offset: int,
+        count: int,
+        out_ns: int,
+        stream: int,
+        queue: int = 0,
+    ) -> None: ...

@@ -40,6 +40,7 @@ def heap_offset(ptr: Any, nbytes: int = 1) -> int:
 
 class Proxy:
     """A proxy thread and its command queues; collective construction and close.
+    Close it (or drop it) before ``shmem.finalize``: its threads use the heap.
 
     Args:
         bootstrap: the bootstrap ``shmem.init`` used (its ranks are the pes).
@@ -51,6 +52,9 @@ class Proxy:
         advertise_host: the address other hosts reach this process at; "" reads
             MORI_PROXY_HOST, else this host's name.
         timeout_s: bound on setup, every wait, and a peer's silence.
+        producer: ``"host"`` (CPU threads push: the methods below) or ``"cuda"``
+            (kernels push through ``mori/proxy/queue_device.cuh``; the host can only
+            :meth:`wait_retired`; needs a CUDA build).
     """
 
     def __init__(
@@ -61,9 +65,10 @@ class Proxy:
         transport: str = "auto",
         advertise_host: str = "",
         timeout_s: float = 120.0,
+        producer: str = "host",
     ) -> None:
         self._p = _C.Proxy(
-            bootstrap, num_queues, queue_capacity, transport, advertise_host, timeout_s
+            bootstrap, num_queues, queue_capacity, transport, advertise_host, timeout_s, producer
         )
 
     @property
@@ -113,7 +118,8 @@ class Proxy:
         self._p.barrier(queue)
 
     def wait_retired(self, upto: int, queue: int = 0) -> None:
-        """Wait until the commands with index < ``upto`` have retired."""
+        """Wait until the commands with index < ``upto`` have retired (either producer
+        kind: a host thread may wait for what a kernel pushed)."""
         self._p.wait_retired(upto, queue)
 
     def check_health(self) -> None:
