@@ -53,6 +53,16 @@ def test_nodes_as_separate_hosts_over_the_proxy_transports(nodes):
     assert all(want in line or "tcp" in line for line in out), out
 
 
+def test_the_heap_link_gives_the_same_results_and_counts():
+    # MORI_EP_INTERNODE_LINK=heap: direct copies through the heap instead of the proxy
+    # (the baseline); the reference and the byte counts are the same.
+    out = _summary(
+        _run("random", "InterNodeV1", 4, 2, iters=4, env={"MORI_EP_INTERNODE_LINK": "heap"})
+    )
+    print("\n".join(out))
+    assert all("same-host heap copy" in line for line in out), out
+
+
 def test_a_full_command_queue_back_pressures():
     # Two slots per queue: almost every push waits for the proxy to free one; nothing
     # is dropped, so every result is still exact.

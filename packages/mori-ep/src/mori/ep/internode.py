@@ -27,6 +27,7 @@ from mori.core import (
     MoriTimeoutError,
     NotSupportedError,
     TransportError,
+    env,
     shmem,
 )
 
@@ -34,6 +35,10 @@ from ._C import InterNodeCpu, internode_buffer_layout
 from .config import EpDispatchCombineKernelType, EpDispatchCombineQuantType
 from .intranode import IntraNodeMode
 from .mode import Mode
+
+# How bytes reach other nodes (docs/configuration.md): "proxy" (mori-core's proxy) or
+# "heap" (direct copies through the host heap: a baseline without the proxy).
+LINK_ENV = "MORI_EP_INTERNODE_LINK"
 
 KINDS = (
     EpDispatchCombineKernelType.InterNode,
@@ -80,10 +85,13 @@ class InterNodeMode(IntraNodeMode):
         self.layout = internode_buffer_layout(
             *self.shape, recv_capacity=cap, kind=int(c.kernel_type), local_size=self.local_size
         )
+        link = env.get_str(LINK_ENV, "proxy")
+        if link not in ("proxy", "heap"):
+            raise InvalidArgumentError(f"{LINK_ENV}={link!r} is not 'proxy' or 'heap'")
         self.block = shmem.empty((self.layout["total_bytes"],), torch.uint8)
         self.impl = InterNodeCpu(
             *self.shape, self.block.data_ptr(), place.index, timeout_s, recv_capacity=cap,
-            kind=int(c.kernel_type), local_size=self.local_size,
+            kind=int(c.kernel_type), local_size=self.local_size, link=link,
         )  # fmt: skip
         self.routing_owner = object()
         hb = c.hidden_dim * c.max_token_type_size
