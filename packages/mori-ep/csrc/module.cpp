@@ -10,6 +10,7 @@ namespace py = pybind11;
 namespace mori::ep {
 void register_dispatch_combine(py::module_& m);
 void register_low_latency(py::module_& m);
+void register_internode(py::module_& m);
 void register_mori_cpp(py::module_& m);
 void register_balanced(py::module_& m);
 }  // namespace mori::ep
@@ -53,6 +54,7 @@ PYBIND11_MODULE(_C, m) {
 
   mori::ep::register_dispatch_combine(m);
   mori::ep::register_low_latency(m);
+  mori::ep::register_internode(m);
   mori::ep::register_mori_cpp(m);
   mori::ep::register_balanced(m);
 

@@ -18,7 +18,6 @@ from mori.core.testing import new_seed, run_ranks
 from mori.ep import (
     EpDispatchCombineConfig,
     EpDispatchCombineKernelType,
-    EpDispatchCombineOp,
     EpDispatchCombineQuantType,
 )
 
@@ -104,18 +103,6 @@ def test_receive_capacity_follows_moris_rule(cap, per_rank, recv):
 def test_bad_cap_names_the_value():
     with pytest.raises(mc.InvalidArgumentError, match="max_total_recv_tokens -1 must be"):
         _positional(max_total_recv_tokens=-1)
-
-
-_IMPLEMENTED = ("IntraNode", "IntraNodeLL", "AsyncLL")
-
-
-@pytest.mark.parametrize(
-    "kind", [k for k in EpDispatchCombineKernelType if k.name not in _IMPLEMENTED]
-)
-def test_unimplemented_kernel_types_name_the_implemented_ones(kind):
-    match = r"implemented: \['IntraNode', 'IntraNodeLL', 'AsyncLL'\]"
-    with pytest.raises(mc.NotSupportedError, match=match):
-        EpDispatchCombineOp(_positional(kernel_type=kind))
 
 
 def test_compat_scenarios_on_cpu_at_world_2():

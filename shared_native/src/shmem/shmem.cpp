@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -57,6 +58,7 @@ struct State {
   uint64_t* host_arrive = nullptr;
   uint64_t host_epoch = 0;
   DeviceContext ctx{};
+  std::vector<std::function<void()>> at_finalize;
 };
 
 // Never destroyed: at process exit the OS reclaims the mappings, and running the
@@ -283,6 +285,12 @@ void Init(std::shared_ptr<bootstrap::Bootstrap> boot, const InitOptions& options
 
 void Finalize(bool force) {
   State& s = Checked();
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    hooks.swap(s.at_finalize);
+  }
+  for (auto& fn : hooks) fn();  // outside the lock: a hook may call the heap's API
   std::lock_guard<std::mutex> lock(s.mu);
   struct Live {
     uint64_t count;
@@ -334,6 +342,18 @@ HeapInfo GetHeapInfo() {
 }
 
 DeviceContext GetDeviceContext() { return Checked().ctx; }
+
+void AtFinalize(std::function<void()> fn) {
+  State& s = Checked();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.at_finalize.push_back(std::move(fn));
+}
+
+std::shared_ptr<bootstrap::Bootstrap> GetBootstrap() {
+  State& s = Checked();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.boot;
+}
 
 void* Malloc(size_t nbytes, size_t align) {
   State& s = Checked();

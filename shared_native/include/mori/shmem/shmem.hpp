@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,14 @@ MORI_API int MyPe();
 MORI_API int NPes();
 MORI_API HeapInfo GetHeapInfo();
 MORI_API DeviceContext GetDeviceContext();
+// The bootstrap the heap was initialized over (its ranks are the pes), for components
+// that build their own collective state over the same group (mori::proxy::Proxy).
+MORI_API std::shared_ptr<bootstrap::Bootstrap> GetBootstrap();
+// Runs `fn` at the start of the next Finalize, before anything is checked or released
+// (in registration order; every pe registers alike, so a collective `fn` is matched):
+// components whose collective state lives as long as the heap (a mori::proxy::Proxy)
+// close there, in an orderly way, instead of dropping their peers at process exit.
+MORI_API void AtFinalize(std::function<void()> fn);
 
 // Collective: every pe passes the same nbytes and align, in the same order; the
 // result is a symmetric pointer (same offset on every pe). Mismatches are detected

@@ -245,6 +245,95 @@ class IntraNodeCuda:
     ) -> int: ...
     def timeline(self) -> str: ...
 
+def heap_all_gather_i64(mine: list[int]) -> list[list[int]]:
+    """Collective over the heap's bootstrap: every pe's int64 list, in pe order."""
+
+def internode_buffer_layout(
+    world_size: int,
+    rank: int,
+    max_tokens: int,
+    top_k: int,
+    hidden_dim: int,
+    max_token_type_size: int,
+    scale_bytes: int,
+    num_experts_per_rank: int,
+    recv_capacity: int,
+    kind: int,
+    local_size: int,
+) -> dict[str, int]: ...
+
+class InterNodeCpu:
+    """Inter-node dispatch/combine (kind 1 InterNode, 2 InterNodeV1, 3 InterNodeV1LL) on a
+    host symmetric heap, ranks [n * local_size, (n + 1) * local_size) forming node n; the
+    inter-node leg through mori-core's proxy (link "proxy") or the heap ("heap"). The
+    calls take IntraNodeCpu's arguments."""
+
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        max_tokens: int,
+        top_k: int,
+        hidden_dim: int,
+        max_token_type_size: int,
+        scale_bytes: int,
+        num_experts_per_rank: int,
+        block: int,
+        device: int,
+        timeout_s: float,
+        recv_capacity: int,
+        kind: int,
+        local_size: int,
+        link: str = "proxy",
+    ) -> None: ...
+    def dispatch(
+        self,
+        tokens: int,
+        token_row_bytes: int,
+        weights: int,
+        scales: int,
+        indices: int,
+        num_tokens: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        rank_masks: int = 0,
+        row_tag: int = 0,
+    ) -> None: ...
+    def reject_dispatch(self, reason: str, stream: int) -> None: ...
+    def combine(
+        self,
+        input: int,
+        input_row_stride: int,
+        input_rows: int,
+        dtype: int,
+        weights: int,
+        out: int,
+        out_weights: int,
+        fp8_cast: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        routing: list[int] | None = None,
+        fp8_block_scale_dim: int = 0,
+    ) -> None: ...
+    def reject_combine(
+        self, reason: str, stream: int, routing: list[int] | None = None
+    ) -> None: ...
+    def bytes(self, phase: str) -> dict[str, int]: ...
+    @property
+    def link_name(self) -> str: ...
+    @property
+    def local_size(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def combined_epoch(self) -> int: ...
+    @property
+    def combine_pending(self) -> bool: ...
+
 def ll_buffer_layout(
     world_size: int,
     rank: int,

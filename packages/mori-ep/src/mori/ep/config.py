@@ -14,16 +14,17 @@ import torch
 from mori.core import InvalidArgumentError, NotSupportedError, env, shmem
 
 from ._C import EpDispatchCombineConfig as RawConfig
-from ._C import ep_max_tokens_per_rank
+from ._C import ep_max_tokens_per_rank, heap_all_gather_i64
 
 
 class EpDispatchCombineKernelType(enum.IntEnum):
     """Which kernel family runs the op: MORI's names and values. This release
     implements ``IntraNode`` (every rank on one node, over load/store-reachable
-    symmetric memory; the CPU implementation of the same protocol on a host heap) and
+    symmetric memory; the CPU implementation of the same protocol on a host heap),
     the low-latency ``IntraNodeLL`` / ``AsyncLL`` (fixed receive slots, no count
-    exchange; ``docs/low_latency.md``; their CUDA kernel has not run on a GPU yet);
-    the op raises NotSupportedError for the others."""
+    exchange; ``docs/low_latency.md``; their CUDA kernel has not run on a GPU yet) and
+    the inter-node ``InterNode`` / ``InterNodeV1`` / ``InterNodeV1LL`` on host heaps
+    (:mod:`mori.ep.internode`; no CUDA kernels yet: NotSupportedError on a CUDA heap)."""
 
     IntraNode = 0
     InterNode = 1
@@ -118,12 +119,17 @@ class EpDispatchCombineConfig:
             moved, the op usable; CUDA: every rank's kernel traps); the expert-major
             outputs keep their ``[E, W*M, hidden]`` shape (an expert gets at most
             ``W*P`` rows), the cap shrinks the symmetric receive area.
-        use_external_inp_buf, gpu_per_node, rdma_block_num, num_qp_per_pe: MORI's
-            fields, accepted for porting; the intra-node implementation reads its
-            combine input wherever it lies, so it needs none of them.
+        use_external_inp_buf, rdma_block_num, num_qp_per_pe: MORI's fields, accepted
+            for porting; the implementations read their combine input wherever it lies
+            and take no RDMA launch shape, so they need none of them.
+        gpu_per_node: ranks per node of the inter-node kernel types (a positive int;
+            a node is ``min(gpu_per_node, ranks on the host)`` consecutive ranks, see
+            :mod:`mori.ep.internode`); unused by the intra-node ones.
         kernel_type: an :class:`EpDispatchCombineKernelType`: ``IntraNode``, or
             ``IntraNodeLL`` / ``AsyncLL`` (the low-latency protocol, the expert-major
-            methods and DeepEP's low_latency_*; see :mod:`mori.ep.low_latency`).
+            methods and DeepEP's low_latency_*; see :mod:`mori.ep.low_latency`), or
+            ``InterNode`` / ``InterNodeV1`` / ``InterNodeV1LL`` (host heaps;
+            :mod:`mori.ep.internode`).
         quant_type: ``"none"``, ``"fp8_direct_cast"`` (bf16 combine input rounded
             to fp8 e4m3 before it is reduced, fp32 accumulation, bf16 output) or
             ``"fp8_blockwise"`` (MORI's: each bf16 row sent as fp8 e4m3 in
@@ -174,6 +180,7 @@ class EpDispatchCombineConfig:
             "num_experts_per_token",
             "warp_num_per_block",
             "block_num",
+            "gpu_per_node",
         ):
             positive(name)
         if not isinstance(self.rank, int) or not 0 <= self.rank < self.world_size:
@@ -322,10 +329,15 @@ def same_config_everywhere(c: EpDispatchCombineConfig) -> torch.Tensor:
     allocations are freed in the same order on every rank)."""
     mine = torch.tensor([int(getattr(c, f)) for f in _SHARED_FIELDS], dtype=torch.int64)
     table = shmem.empty((c.world_size, len(_SHARED_FIELDS)), torch.int64)
-    row = mine.to(table.device)
-    for pe in range(c.world_size):
-        shmem.put(table[c.rank], row, pe)
-    shmem.barrier_all()
+    if len(shmem.info()["local_pes"]) < c.world_size:
+        # Some pes are on other hosts (inter-node kernel types): the heap's bootstrap.
+        table.copy_(torch.tensor(heap_all_gather_i64(mine.tolist()), dtype=torch.int64))
+        shmem.barrier_all()
+    else:
+        row = mine.to(table.device)
+        for pe in range(c.world_size):
+            shmem.put(table[c.rank], row, pe)
+        shmem.barrier_all()
     rows = table.cpu()
     for j, name in enumerate(_SHARED_FIELDS):
         for r in range(1, c.world_size):

@@ -7,7 +7,9 @@ The op is MORI's public surface and nothing else: it checks the heap and the
 config, then hands every call to one strategy object per mode (its ``_mode``):
 :class:`~mori.ep.intranode.IntraNodeMode` for ``IntraNode``,
 :class:`~mori.ep.low_latency.LowLatencyMode` for ``IntraNodeLL`` and ``AsyncLL``
-(which also serves the expert-major and DeepEP-style calls). A new mode is a new
+(which also serves the expert-major and DeepEP-style calls),
+:class:`~mori.ep.internode.InterNodeMode` for ``InterNode``, ``InterNodeV1`` and
+``InterNodeV1LL`` (host heaps). A new mode is a new
 strategy module; the op only learns which kernel types it serves.
 """
 
@@ -24,6 +26,7 @@ from .config import (
     EpDispatchCombineKernelType,
     same_config_everywhere,
 )
+from .internode import InterNodeMode
 from .intranode import IntraNodeMode
 from .low_latency import LowLatencyMode
 from .placement import placement_for
@@ -34,6 +37,9 @@ _MODES = {
     EpDispatchCombineKernelType.IntraNode: IntraNodeMode,
     EpDispatchCombineKernelType.IntraNodeLL: LowLatencyMode,
     EpDispatchCombineKernelType.AsyncLL: LowLatencyMode,
+    EpDispatchCombineKernelType.InterNode: InterNodeMode,
+    EpDispatchCombineKernelType.InterNodeV1: InterNodeMode,
+    EpDispatchCombineKernelType.InterNodeV1LL: InterNodeMode,
 }
 
 

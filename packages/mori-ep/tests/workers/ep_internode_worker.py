@@ -1,0 +1,293 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) 2026 The mori authors
+"""One rank of the CPU inter-node dispatch/combine tests.
+argv: mode seed kind local_size [iters] [nodes]
+
+Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size``
+(nodes "mapped", the default: one heap local group, the proxy's mapped path), or also
+as separate hosts by MORI_SHMEM_NODE_ID (nodes "hosts": the proxy's same-host CMA or
+TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
+  random  a bf16 op, an fp8 op (with scales) and a bf16 op with fp8_direct_cast, every
+          routing kind of ep_reference in turn (ranks with no tokens, -1 slots, one
+          token, full), fresh inputs per call: dispatch rows, weights, scales,
+          indices and src positions equal to ep_internode_reference's bit for bit,
+          combine equal to its stated summation order bit for bit, and every rank's
+          byte counts equal to its accounting; the totals checked against DeepEP's
+          formula (algo: every destination node; physical: other nodes only).
+  routing two micro-batches dispatched with routing handles, combined by them in order,
+          one replayed with a new payload and combined again: bit for bit.
+  errors  one rank passes a bad expert id (dispatch) or a short combine input: every
+          rank fails the call, then the op works again.
+  death   the last node's ranks exit after a dispatch (os._exit): every surviving rank's
+          combine raises MoriTimeoutError (or, when the proxy's TCP connection drops
+          first, TransportError) naming a rank of that node, its node and the stage.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from ep_internode_reference import InterNodeReference, deepep_rdma_bytes
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor
+
+import mori.core as mc
+from mori.core import shmem
+from mori.core.dist_compat import all_gather_single
+from mori.core.launch import expect_raises as expect
+from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
+
+mode, seed, kind, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+iters = int(sys.argv[5]) if len(sys.argv) > 5 else 8
+nodes = sys.argv[6] if len(sys.argv) > 6 else "mapped"
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if nodes in ("hosts", "tcp"):
+    os.environ["MORI_SHMEM_NODE_ID"] = f"node{rank // local}"
+if nodes == "tcp":
+    os.environ["MORI_PROXY_TRANSPORT"] = "tcp"
+dist.init_process_group("gloo", init_method="env://")
+shmem.init(device="cpu", heap_size="64M", timeout_s=60)
+
+HIDDEN, M, EPR, K = 256, 24, 4, 4
+REF = Routing(world, rank, M, EPR, K)
+print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}), seed {seed}")
+
+
+def make_op(dtype, quant="none", timeout_s=30.0) -> EpDispatchCombineOp:
+    fp8 = dtype == FP8
+    cfg = EpDispatchCombineConfig(
+        data_type=dtype,
+        rank=rank,
+        world_size=world,
+        hidden_dim=HIDDEN,
+        scale_dim=HIDDEN // 128 if fp8 else 0,
+        scale_type_size=4,
+        max_token_type_size=2,
+        max_num_inp_token_per_rank=M,
+        num_experts_per_rank=EPR,
+        num_experts_per_token=K,
+        kernel_type=EpDispatchCombineKernelType[kind],
+        gpu_per_node=local,
+        quant_type=quant,
+    )
+    return EpDispatchCombineOp(cfg, timeout_s=timeout_s)
+
+
+def gather_inputs(n, x, w, sc, idx):
+    counts = torch.zeros(world, dtype=torch.int64)
+    all_gather_single(counts, torch.tensor([n], dtype=torch.int64))
+    ax, aw = REF.gather(REF.padded(x, n)), REF.gather(REF.padded(w, n))
+    ai = REF.gather(REF.padded(idx, n, -1))
+    asc = REF.gather(REF.padded(sc, n)) if sc is not None else None
+    ai = [ai[s][: int(counts[s])] for s in range(world)]
+    return counts, ax, aw, asc, ai
+
+
+def total_of(d: dict) -> dict:
+    keys = sorted(d)
+    t = torch.tensor([d[k] for k in keys], dtype=torch.int64)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
+    op = make_op(dtype, quant)
+    link = op._impl.link_name
+    fp8, fp8_cast = dtype == FP8, quant == "fp8_direct_cast"
+    crossed = 0
+    for it in range(iters):
+        rkind = ROUTINGS[it % len(ROUTINGS)]
+        gen = torch.Generator().manual_seed(base_seed * 1009 + it * 31 + rank)
+        n = REF.num_tokens(rkind, gen, it)
+        x = torch.randn(n, HIDDEN, generator=gen)
+        x = x.to(FP8) if fp8 else x.to(torch.bfloat16)
+        w = torch.rand(n, K, generator=gen)
+        sc = torch.rand(n, HIDDEN // 128, generator=gen) + 0.5 if fp8 else None
+        idx = REF.routing(rkind, n, gen, it)
+
+        out, out_w, out_s, out_idx, total = op.dispatch(x, w, sc, idx)
+        total = int(total.item())
+        counts, ax, aw, asc, ai = gather_inputs(n, x, w, sc, idx)
+        ref = InterNodeReference(kind, world, local, EPR, K, ai)
+        rows = ref.rows_at(rank)
+        where = f"it {it} ({rkind}, {dtype}, {quant})"
+        assert total == len(rows), f"{where}: total_recv {total}, expected {len(rows)}"
+        want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
+        assert torch.equal(op.get_dispatch_src_token_pos(), want_pos), f"{where}: src pos"
+        if rows:
+
+            def sel(a, rows=rows):
+                return torch.stack([a[s][t] for s, t in rows])
+
+            assert torch.equal(out[:total].view(torch.uint8), sel(ax).view(torch.uint8)), where
+            assert torch.equal(out_w[:total].view(torch.int32), sel(aw).view(torch.int32)), where
+            assert torch.equal(out_idx[:total], sel(ai)), where
+            if fp8:
+                assert torch.equal(out_s[:total].view(torch.int32), sel(asc).view(torch.int32))
+        row_bytes = HIDDEN * x.element_size()
+        sb = (HIDDEN // 128) * 4 if fp8 else 0
+        got = op._mode.bytes("dispatch")
+        want = ref.dispatch_bytes(rank, row_bytes, sb)
+        for key, v in want.items():
+            assert got[key] == v, f"{where}: dispatch {key} {got[key]}, expected {v}"
+        assert got["moved"] == got["link_token"] + got["link_meta"], got
+        tot = total_of({k: got[k] for k in ("algo_token", "physical_token", "physical_rows")})
+        hier = kind != "InterNode"
+        if hier:  # DeepEP's num_rdma_token_sent * row bytes, all nodes / other nodes only
+            assert tot["algo_token"] == deepep_rdma_bytes(ai, EPR, local, row_bytes, False)
+            assert tot["physical_token"] == deepep_rdma_bytes(ai, EPR, local, row_bytes, True)
+        crossed += tot["physical_rows"]
+
+        # Combine: rank d's experts scale its rows by factor(d).
+        y = expert(out[:total], out_s[:total] if fp8 else None, rank)
+        yw = out_w[:total] * factor(rank)
+        cout, cw = op.combine(y, yw, idx)
+        assert cout.shape == (n, HIDDEN) and cw.shape == (n, K)
+        for t in range(n):
+
+            def row_of(d, t=t, x=x, sc=sc):
+                return expert(x[t : t + 1], sc[t : t + 1] if fp8 else None, d)[0]
+
+            def weights_of(d, t=t, w=w):
+                return w[t] * factor(d)
+
+            want_row, want_w = ref.combine(
+                rank, t, row_of, weights_of, torch.bfloat16, fp8_cast, HIDDEN
+            )
+            assert torch.equal(cout[t].view(torch.int16), want_row.view(torch.int16)), (
+                f"{where}: combine of token {t} differs from the reference order"
+            )
+            assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), where
+        got = op._mode.bytes("combine")
+        want = ref.combine_bytes(rank, HIDDEN * 2, True)
+        for key, v in want.items():
+            assert got[key] == v, f"{where}: combine {key} {got[key]}, expected {v}"
+        assert got["moved"] == got["link_token"] + got["link_meta"], got
+        if hier:
+            tot = total_of({"physical_token": got["physical_token"]})
+            assert tot["physical_token"] == deepep_rdma_bytes(ai, EPR, local, HIDDEN * 2, True)
+    op.close()
+    return iters, crossed, link
+
+
+def run_routing(base_seed) -> None:
+    """Two micro-batches dispatched with return_routing=True, then combined by their
+    handles in order; then the first replayed with a new payload and combined again:
+    each combine equal to the reference bit for bit."""
+    op = make_op(torch.bfloat16)
+    batches = []
+    for b in range(2):
+        gen = torch.Generator().manual_seed(base_seed * 1009 + b * 31 + rank)
+        n = REF.num_tokens("random", gen, b)
+        x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+        w = torch.rand(n, K, generator=gen)
+        idx = REF.routing("random", n, gen, b)
+        out, out_w, _, _, total, handle = op.dispatch(x, w, None, idx, return_routing=True)
+        total = int(total.item())
+        _, _, _, _, ai = gather_inputs(n, x, w, None, idx)
+        ref = InterNodeReference(kind, world, local, EPR, K, ai)
+        # The experts' outputs, kept: the next dispatch rewrites the receive buffers.
+        y = expert(out[:total], None, rank).clone()
+        batches.append((n, x, w, idx, ref, handle, y, (out_w[:total] * factor(rank)).clone()))
+
+    def check(b, x, w, idx, cout, cw, n, ref):
+        for t in range(n):
+            want_row, want_w = ref.combine(
+                rank, t, lambda d, t=t: expert(x[t : t + 1], None, d)[0],
+                lambda d, t=t: w[t] * factor(d), torch.bfloat16, False, HIDDEN,
+            )  # fmt: skip
+            assert torch.equal(cout[t].view(torch.int16), want_row.view(torch.int16)), (b, t)
+            assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), (b, t)
+
+    for b, (n, x, w, idx, ref, handle, y, yw) in enumerate(batches):
+        cout, cw = op.combine(y, yw, idx, routing=handle)
+        check(b, x, w, idx, cout, cw, n, ref)
+    n, x, w, idx, ref, handle, _, _ = batches[0]
+    x2 = (x.float() * 2).to(torch.bfloat16)
+    out, out_w, _, _, total = op.dispatch(x2, w, None, idx, routing=handle)
+    total = int(total.item())
+    cout, cw = op.combine(expert(out[:total], None, rank), out_w[:total] * factor(rank), idx,
+                          routing=handle)  # fmt: skip
+    check("replay", x2, w, idx, cout, cw, n, ref)
+    print(f"rank {rank}: 2 handles combined in order, one replayed")
+    op.close()
+
+
+def run_errors() -> None:
+    op = make_op(torch.bfloat16)
+    bad = world - 1
+    n = 4
+    x = torch.randn(n, HIDDEN).to(torch.bfloat16)
+    w = torch.rand(n, K)
+    idx = torch.tensor([[0, 1, -1, EPR * world - 1]] * n, dtype=torch.int32)
+    over = idx.clone()
+    over[2, 1] = 300
+    for _ in range(2):
+        if rank == bad:
+            expect(mc.InvalidArgumentError, "expert id 300 out of range", op.dispatch, x, w, None,
+                   over)  # fmt: skip
+        else:
+            expect(mc.InvalidArgumentError, f"dispatch rejected by rank {bad}", op.dispatch, x, w,
+                   None, idx)  # fmt: skip
+        out, out_w, _, _, total = op.dispatch(x, w, None, idx)
+        total = int(total.item())
+        y = out[:total].clone()
+        if rank == bad:
+            expect(mc.InvalidArgumentError, f"it needs total_recv {total}", op.combine, y[: total - 1],
+                   out_w[:total], idx)  # fmt: skip
+        else:
+            expect(mc.InvalidArgumentError, f"combine rejected by rank {bad}", op.combine, y,
+                   out_w[:total], idx)  # fmt: skip
+        op.dispatch(x, w, None, idx)
+        out2, _ = op.combine(y, None, idx)
+        assert out2.shape == (n, HIDDEN)
+    op.close()
+
+
+def run_death() -> None:
+    op = make_op(torch.bfloat16, timeout_s=4.0)
+    dead_node = world // local - 1
+    n = 6
+    x = torch.randn(n, HIDDEN).to(torch.bfloat16)
+    idx = torch.arange(n * K, dtype=torch.int32).reshape(n, K) % (EPR * world)
+    out, out_w, _, _, total = op.dispatch(x, None, None, idx)
+    dist.barrier()
+    if rank // local == dead_node:
+        print(f"rank {rank} ok", flush=True)
+        os._exit(0)  # the whole node goes away between dispatch and combine
+    total = int(total.item())
+    try:
+        op.combine(out[:total], None, idx)
+        raise AssertionError("combine succeeded without the last node")
+    except (mc.MoriTimeoutError, mc.TransportError) as e:
+        # A signal that never comes (timeout), or a proxy that lost its connection
+        # first (TCP paths): either way the rank, its node and the stage are named.
+        text = str(e)
+        print(f"rank {rank}: {type(e).__name__}: {text}")
+        assert f"(node {dead_node})" in text and "combine entry" in text, text
+        assert isinstance(e, mc.MoriTimeoutError) or "the inter-node link failed" in text, text
+    expect(mc.InvalidStateError, "earlier", op.dispatch, x, None, None, idx)
+    print(f"rank {rank} ok", flush=True)
+    os._exit(0)  # the heap's finalize would wait for the dead node
+
+
+if mode == "random":
+    calls = crossed = 0
+    for i, (dtype, quant) in enumerate(
+        [(torch.bfloat16, "none"), (FP8, "none"), (torch.bfloat16, "fp8_direct_cast")]
+    ):
+        c, x, link = run_random(dtype, quant, seed + i)
+        calls, crossed = calls + c, crossed + x
+    print(f"rank {rank}: {calls} calls checked, {crossed} rows crossed nodes over {link}")
+elif mode == "routing":
+    run_routing(seed)
+elif mode == "errors":
+    run_errors()
+elif mode == "death":
+    run_death()
+else:
+    raise SystemExit(f"unknown mode {mode}")
+
+shmem.finalize()
+dist.destroy_process_group()
+print(f"rank {rank} ok")
