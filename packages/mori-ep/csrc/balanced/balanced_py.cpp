@@ -98,16 +98,14 @@ void BindImpl(py::class_<Impl> cls) {
       .def(
           "combine",
           [](Impl& self, std::array<uintptr_t, 6> plan, uintptr_t hidden_nvsh,
-             uintptr_t weights_nvs, uintptr_t out, uintptr_t out_weights,
-             const std::string& reason, uintptr_t stream) {
+             uintptr_t weights_nvs, uintptr_t out, uintptr_t out_weights, const std::string& reason,
+             uintptr_t stream) {
             if constexpr (kCuda) {
-              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh),
-                           P<const float>(weights_nvs), P<uint16_t>(out), P<float>(out_weights),
-                           reason, stream);
+              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh), P<const float>(weights_nvs),
+                           P<uint16_t>(out), P<float>(out_weights), reason, stream);
             } else {
-              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh),
-                           P<const float>(weights_nvs), P<uint16_t>(out), P<float>(out_weights),
-                           reason);
+              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh), P<const float>(weights_nvs),
+                           P<uint16_t>(out), P<float>(out_weights), reason);
             }
           },
           py::arg("plan"), py::arg("hidden_nvsh"), py::arg("weights_nvs"), py::arg("out"),
@@ -224,9 +222,9 @@ void register_balanced(py::module_& m) {
 #endif
 
   BindImpl(py::class_<balanced::BalancedCpu>(
-               m, "BalancedCpu",
-               "The balanced mode's data paths on a host heap (the stream is ignored: a call "
-               "has finished when it returns)."));
+      m, "BalancedCpu",
+      "The balanced mode's data paths on a host heap (the stream is ignored: a call "
+      "has finished when it returns)."));
 #if MORI_EP_WITH_CUDA
   BindImpl(py::class_<balanced::BalancedCuda>(
       m, "BalancedCuda", "The balanced mode's data paths as CUDA kernels on `stream`."));

@@ -18,8 +18,7 @@ namespace mori::ep::balanced {
 namespace {
 
 DevicePlan Device(const RankPlan& p) {
-  return DevicePlan{p.dst, p.experts_to_copy, p.zero_fill, p.dup_groups, p.dup_loffs,
-                    p.dup_counts};
+  return DevicePlan{p.dst, p.experts_to_copy, p.zero_fill, p.dup_groups, p.dup_loffs, p.dup_counts};
 }
 
 cudaStream_t S(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
@@ -131,8 +130,8 @@ void BalancedCuda::Combine(const RankPlan& plan, const uint16_t* hidden_nvsh,
                                     cudaMemcpyDefault, S(stream)));
   }
   if (weights_nvs != nullptr && weights_nvs != common_.weights) {
-    MORI_CUDA_CHECK(cudaMemcpyAsync(common_.weights, weights_nvs, nvs * 4, cudaMemcpyDefault,
-                                    S(stream)));
+    MORI_CUDA_CHECK(
+        cudaMemcpyAsync(common_.weights, weights_nvs, nvs * 4, cudaMemcpyDefault, S(stream)));
   }
   LaunchCombine(common_, Device(plan), out, out_weights, ++phases_, calls_, stream);
 }

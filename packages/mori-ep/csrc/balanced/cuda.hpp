@@ -50,8 +50,8 @@ class BalancedCuda {
   void Enter(int op, const char* name, const std::string& reason, const int32_t* tpe,
              uintptr_t stream);
   PoolArgs Pools(const char* op, const std::vector<const char*>& locals,
-                 const std::vector<char*>& pools, const std::vector<int64_t>& sizes,
-                 int64_t unit, std::string& why) const;
+                 const std::vector<char*>& pools, const std::vector<int64_t>& sizes, int64_t unit,
+                 std::string& why) const;
 
   PlanShape shape_;
   int64_t hidden_;

@@ -84,8 +84,7 @@ void LaunchPlanner(const PlannerParams& p, uintptr_t stream);
 void LaunchEntry(const Common& c, uint64_t call, bool refused, bool post_only, const int32_t* tpe,
                  int op, uintptr_t stream);
 // A barrier over every rank (barrier number n) at `stage` of `op`.
-void LaunchBarrier(const Common& c, uint64_t n, uint64_t call, int op, int stage,
-                   uintptr_t stream);
+void LaunchBarrier(const Common& c, uint64_t n, uint64_t call, int op, int stage, uintptr_t stream);
 // Traps, naming the code and values, when the planner's error record is set.
 void LaunchPlannerCheck(const int32_t* error, int rank, uintptr_t stream);
 // Every primary pair's row (and every pair's weight, and fresh: every duplicate's
