@@ -11,9 +11,9 @@ tiny_512x512; docs/balanced.md) scaled to the ranks present: experts per rank as
 the 4-rank original (E = epn x ranks), Slots = the original's (expert, destination)
 copies x ranks / 4, at most epn per rank, each rank taking its slots from the next
 rank's experts. Each call pushes gate, up and down ([H, Hp] bf16 each) into every
-slot. Data (MB) = Slots x 3 x H x Hp x 2 B x 2 (remote read + local write, the PR-era
-convention), Worst (us) = the slowest rank's median call, BW = Data / Worst, CommBW =
-Data / 2 / Worst (the bytes crossing once). Beside it, in the same run, a peer copy
+slot. Data (MB) = Slots x 3 x H x Hp x 2 B x 2 (remote read + local write, the
+convention of MoonEP's published table), Worst (us) = the slowest rank's median call,
+BW = Data / Worst, CommBW = Data / 2 / Worst (the bytes crossing once). Beside it, in the same run, a peer copy
 (copy engine) on CUDA. On CPU H and Hp are divided by 16 (the table's shapes do not fit
 a host heap) and the times are the host implementation's, not the product's.
 
@@ -35,7 +35,7 @@ from functools import partial
 
 from mori.core import bench as scaffold
 
-# MoonEP PR #23's bench_prefetch configurations: (name, E on 4 ranks, B, H, Hp, Slots).
+# MoonEP's bench_prefetch configurations (name, E on 4 ranks, B, H, Hp, Slots).
 PREFETCH_CONFIGS = [
     ("slots_1", 32, 14, 3584, 3072, 1), ("slots_2", 32, 14, 3584, 3072, 2),
     ("slots_3", 32, 14, 3584, 3072, 3), ("slots_5", 32, 14, 3584, 3072, 5),
