@@ -47,7 +47,7 @@ class BalancedCuda {
   uint64_t calls() const { return calls_; }
 
  private:
-  void Enter(int op, const char* name, const std::string& reason, const int32_t* tpe,
+  void Enter(int op, uint32_t kind, const char* name, const std::string& reason, const int32_t* tpe,
              uintptr_t stream);
   PoolArgs Pools(const char* op, const std::vector<const char*>& locals,
                  const std::vector<char*>& pools, const std::vector<int64_t>& sizes, int64_t unit,

@@ -15,7 +15,8 @@ against a reference of all ranks' inputs without communication.
           their owners' weights bitwise, other slots untouched; reduce_grad bitwise
           against an ascending-order sum, consumed slots zeroed; autograd functions.
   errors  (host heap) each rank in turn passes a bad input: that rank's error names
-          the value, the others' name that rank; the Buffer still works afterwards.
+          the value, the others' name that rank; rank 0 plans while the others reuse a
+          plan: every rank refuses the call; the Buffer still works afterwards.
 """
 
 import dataclasses
@@ -366,6 +367,13 @@ def run_errors():
         else:
             got = expect_raises(mc.InvalidArgumentError, f"rank {culprit} refused", good[op])
             assert message in got, got
+    # Ranks that call different things in one call: every rank refuses it.
+    if rank == 0:
+        got = expect_raises(mc.InvalidArgumentError, "called dispatch (planning) but rank 1 "
+                            "called dispatch (with a saved plan)", buf.dispatch, x, None, t_me, c_me)  # fmt: skip
+    else:
+        got = expect_raises(mc.InvalidArgumentError, "called dispatch (with a saved plan) but "
+                            "rank 0 called dispatch (planning)", buf.dispatch, x, None, plan=p)  # fmt: skip
     # Still usable: a full dispatch/combine round trip.
     h, _, _, p2 = buf.dispatch(x, None, t_me, c_me)
     out, _, _ = buf.combine(p2, h)

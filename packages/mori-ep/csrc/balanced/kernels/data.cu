@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "balanced/cpu.hpp"  // VerdictWord, CallKindName
 #include "balanced/kernels/params.hpp"
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
@@ -59,10 +60,10 @@ __device__ __forceinline__ int64_t Raw(int32_t v) {
   return v >= 0 ? v : -static_cast<int64_t>(v) - 1;
 }
 
-// Verdicts: post (call << 1 | refused) to every rank, then (unless only posting) wait
-// for every rank's and trap naming a refusing one. tpe (or null) is first written into
-// every rank's counts row of this rank.
-__global__ void EntryKernel(Common c, uint64_t call, bool refused, bool post_only,
+// Verdicts: post VerdictWord(call, kind, refused) to every rank, then (unless only
+// posting) wait for every rank's and trap naming a refusing rank or one whose call
+// differs. tpe (or null) is first written into every rank's counts row of this rank.
+__global__ void EntryKernel(Common c, uint64_t call, uint32_t kind, bool refused, bool post_only,
                             const int32_t* tpe, int op_code) {
   const char* op = OpName(op_code);
   const int R = c.shape.ranks, E = c.shape.experts;
@@ -75,18 +76,25 @@ __global__ void EntryKernel(Common c, uint64_t call, bool refused, bool post_onl
   }
   __syncthreads();
   uint64_t* words = c.entry + (call & 1) * R;
+  const uint32_t mine = refused ? kAny : kind;
   for (int pe = threadIdx.x; pe < R; pe += blockDim.x) {
-    dev::SignalSet(c.ctx, &words[c.rank], (call << 1) | (refused ? 1 : 0), pe);
+    dev::SignalSet(c.ctx, &words[c.rank], VerdictWord(call, mine, refused), pe);
   }
   if (post_only) return;
   for (int s = threadIdx.x; s < R; s += blockDim.x) {
-    const uint64_t w =
-        WaitPeerWord(&words[s], call << 1, c.timeout_ns, c.rank, s, op, call, "entry", 1);
-    if ((w >> 1) == call && (w & 1)) {
+    const uint64_t w = WaitPeerWord(&words[s], VerdictWord(call, 0, false), c.timeout_ns, c.rank, s,
+                                    op, call, "entry", 4);
+    const uint32_t k = static_cast<uint32_t>((w >> 1) & 7);
+    if (w & 1) {
       printf(
           "mori.ep balanced %s (call %llu) on rank %d: rank %d refused its inputs (its "
           "error names the value)\n",
           op, static_cast<unsigned long long>(call), c.rank, s);
+      dev::Trap();
+    }
+    if (k != mine) {
+      printf("mori.ep balanced call %llu on rank %d: this rank called %s but rank %d called %s\n",
+             static_cast<unsigned long long>(call), c.rank, CallKindName(mine), s, CallKindName(k));
       dev::Trap();
     }
   }
@@ -353,9 +361,9 @@ int Blocks(int64_t work, int64_t per_block) {
 
 }  // namespace
 
-void LaunchEntry(const Common& c, uint64_t call, bool refused, bool post_only, const int32_t* tpe,
-                 int op, uintptr_t stream) {
-  EntryKernel<<<1, 256, 0, S(stream)>>>(c, call, refused, post_only, tpe, op);
+void LaunchEntry(const Common& c, uint64_t call, uint32_t kind, bool refused, bool post_only,
+                 const int32_t* tpe, int op, uintptr_t stream) {
+  EntryKernel<<<1, 256, 0, S(stream)>>>(c, call, kind, refused, post_only, tpe, op);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
