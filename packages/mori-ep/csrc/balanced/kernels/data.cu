@@ -283,6 +283,39 @@ __global__ void __launch_bounds__(kThreads)
         out_w[t * K + k] = *dev::Ptr(c.ctx, c.weights + raw % nvs, static_cast<int>(raw / nvs));
       }
     }
+    if (H % 8 == 0) {
+      // 16-byte words of 8 columns (rows are 16-byte aligned when H % 8 == 0).
+      for (int64_t v = threadIdx.x; v < H / 8; v += blockDim.x) {
+        float acc[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = kSumStart;
+        uint4 only{};
+        for (int k = 0; k < K; ++k) {
+          if (row[k] < 0) continue;
+          const uint16_t* src = dev::Ptr(c.ctx, c.shard, static_cast<int>(row[k] / nvs));
+          const uint4 w = reinterpret_cast<const uint4*>(src + (row[k] % nvs) * H)[v];
+          only = w;
+          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc[2 * j] += Bf16BitsToFloat(static_cast<uint16_t>(words[j] & 0xffffu));
+            acc[2 * j + 1] += Bf16BitsToFloat(static_cast<uint16_t>(words[j] >> 16));
+          }
+        }
+        uint4 res = only;
+        if (parts != 1) {
+          uint32_t words[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            words[j] = static_cast<uint32_t>(FloatToBf16Bits(acc[2 * j])) |
+                       (static_cast<uint32_t>(FloatToBf16Bits(acc[2 * j + 1])) << 16);
+          }
+          res = uint4{words[0], words[1], words[2], words[3]};
+        }
+        reinterpret_cast<uint4*>(out + t * H)[v] = res;
+      }
+      continue;
+    }
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       float acc = kSumStart;
       uint16_t only = 0;
