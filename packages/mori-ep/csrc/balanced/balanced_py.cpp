@@ -170,11 +170,22 @@ void register_balanced(py::module_& m) {
       },
       SHAPE_ARGS, "NvS of a balanced plan (refuses a shape the tables cannot encode).");
   m.def(
-      "balanced_block_bytes",
+      "balanced_block_layout",
       [](int R, int E, int64_t S, int K, int pad, int64_t hidden) {
-        return balanced::MakeBlockLayout(Shape(R, E, S, K, pad), hidden).total_bytes;
+        const balanced::BlockLayout l = balanced::MakeBlockLayout(Shape(R, E, S, K, pad), hidden);
+        py::dict d;
+        d["hidden"] = l.hidden;
+        d["weights"] = l.weights;
+        d["dup_src"] = l.dup_src;
+        d["counts"] = l.counts;
+        d["reasons"] = l.reasons;
+        d["entry"] = l.entry;
+        d["phase"] = l.phase;
+        d["total_bytes"] = l.total_bytes;
+        return d;
       },
-      SHAPE_ARGS, py::arg("hidden"), "Bytes of the balanced mode's symmetric block.");
+      SHAPE_ARGS, py::arg("hidden"),
+      "Byte offsets of the balanced mode's symmetric block (and its total_bytes).");
   m.def(
       "balanced_plan_tables_cpu",
       [](int R, int E, int64_t S, int K, int pad, uintptr_t tpe, std::array<uintptr_t, 6> out) {

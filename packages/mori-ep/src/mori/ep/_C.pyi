@@ -486,9 +486,9 @@ class LowLatencyCuda:
 # experts_to_copy, zero_fill, dup_groups, dup_loffs, dup_counts).
 
 def balanced_nvs(ranks: int, experts: int, tokens: int, top_k: int, token_padding: int) -> int: ...
-def balanced_block_bytes(
+def balanced_block_layout(
     ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, hidden: int
-) -> int: ...
+) -> dict[str, int]: ...
 def balanced_plan_tables_cpu(
     ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, tpe: int,
     tables: list[int],

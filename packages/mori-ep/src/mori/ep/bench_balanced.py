@@ -302,8 +302,9 @@ def worker(args) -> None:
     # The pools are [R, epn, H, H'] on every rank (slice [rank] holds its slots).
     if args.mode == "maxvio":
         pools = 3 * R * args.experts_per_rank * args.hidden * args.ffn * (2 + 4)
-        block = int(_C.balanced_block_bytes(R, args.experts_per_rank * R, args.tokens,
-                                            args.topk, 128, args.hidden))  # fmt: skip
+        layout = _C.balanced_block_layout(R, args.experts_per_rank * R, args.tokens, args.topk,
+                                          128, args.hidden)  # fmt: skip
+        block = int(layout["total_bytes"])
         heap = pools + block + (1 << 30)
     else:
         div = 1 if cuda else 16

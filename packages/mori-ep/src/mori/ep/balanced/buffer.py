@@ -136,15 +136,14 @@ class Buffer:
         self.NvS = nvs_of(self.S, self.K, self.E, self.R, self.token_padding)
         shape = (self.R, self.E, self.S, self.K, self.token_padding)
         self._key = shape
-        nbytes = int(_C.balanced_block_bytes(*shape, self.H))
-        self._block = shmem.empty((nbytes,), torch.uint8)
+        layout = _C.balanced_block_layout(*shape, self.H)
+        self._block = shmem.empty((int(layout["total_bytes"]),), torch.uint8)
         native = _C.BalancedCuda if self._cuda else _C.BalancedCpu
         self._impl = native(*shape, self.H, self.rank, self._block.data_ptr(),
                             self.device.index if self._cuda else -1, self.timeout_s)  # fmt: skip
-        nvs, H = self.NvS, self.H
-        self._hidden_view = self._block[: nvs * H * 2].view(torch.bfloat16).view(nvs, H)
-        woff = (nvs * H * 2 + 255) // 256 * 256
-        self._weights_view = self._block[woff : woff + nvs * 4].view(torch.float32)
+        nvs, H, at, w = self.NvS, self.H, layout["hidden"], layout["weights"]
+        self._hidden_view = self._block[at : at + nvs * H * 2].view(torch.bfloat16).view(nvs, H)
+        self._weights_view = self._block[w : w + nvs * 4].view(torch.float32)
         self._destroyed = False
 
     # -- state ------------------------------------------------------------------------
