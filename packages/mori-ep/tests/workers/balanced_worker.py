@@ -11,7 +11,8 @@ against a reference of all ranks' inputs without communication.
           reference's; dispatch is traceable (each row at its dst, pads zero, S*K real
           rows received); combine of dispatch == hidden * K; combine of random expert
           outputs == the reference sum bit for bit; route weights round trip; plan
-          reuse, zero_copy and async_finish give the same bits; prefetch slots equal
+          reuse, zero_copy and async_finish give the same bits; a per-expert scale
+          within 1 bf16 ulp of the global reference; prefetch slots equal
           their owners' weights bitwise, other slots untouched; reduce_grad bitwise
           against an ascending-order sum, consumed slots zeroed; autograd functions.
   errors  (host heap) each rank in turn passes a bad input: that rank's error names
@@ -150,6 +151,33 @@ def dup_tables(ps) -> list[dict]:
     return out
 
 
+def check_expert_scale(buf, p, hp, topk, kind):
+    """An expert FFN scaling its rows by a per-expert factor (positive inputs, so no
+    cancellation): combine within 1 bf16 ulp of the global reference, the fp64 sum of
+    bf16(x * scale) rounded once to bf16."""
+    x = random_bf16((S, H), "sx", kind, rank).abs() + 0.5
+    scale = torch.rand(E, generator=gen("scale", kind)).bfloat16().float() + 0.25
+    h_nvs, _, cu, _ = buf.dispatch(D(x.bfloat16()), None, plan=p)
+    y = h_nvs.cpu().float()
+    start = 0
+    for g, end in enumerate(hp.cu_seqlens.tolist()):
+        e = rank * EPN + g if g < EPN else int(hp.experts_to_copy[rank][g - EPN])
+        if e >= 0:
+            y[start:end] *= scale[e]
+        start = end
+    out, _, _ = buf.combine(p, D(y.bfloat16()))
+    ref = torch.zeros(S, H, dtype=torch.float64)
+    xb = x.bfloat16().float()
+    for k in range(K):
+        e = torch.tensor([row[k] for row in topk[rank]])
+        ref += (xb * scale[e][:, None]).bfloat16().double()
+    ref = ref.bfloat16().float()  # the global reference, rounded once
+    got = out.cpu().float()
+    ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(got.abs(), ref.abs()))) - 7)
+    err = (got - ref).abs()
+    assert bool((err <= ulp).all()), (kind, float((err / ulp).max()))
+
+
 def sync():
     """Device work done and every rank past this point."""
     if DEV.type == "cuda":
@@ -279,6 +307,7 @@ def run_paths():
         assert torch.equal(z_out.view(torch.int16), (hidden_all[rank].float() * K).bfloat16()
                            .view(torch.int16)), kind  # fmt: skip
         assert torch.equal(z_wsk, weights_all[rank])
+        check_expert_scale(buf, p, hp, topk, kind)
         check_weights(buf, p, hp)
         print(f"rank {rank}: {kind} ok (remote experts {p.remote_stats.tolist()})")
 
