@@ -32,6 +32,10 @@ def test_bad_input_is_refused_on_every_rank(world):
     _run("errors", world, 8, 16, 4, 2, 4)
 
 
+def test_a_missing_rank_is_named_within_the_timeout():
+    _run("timeout", 2, 8, 16, 2, 2, 4, timeout_s=120)
+
+
 @pytest.mark.parametrize("mode", ["maxvio", "prefetch"])
 def test_bench_runs_on_cpu(mode, tmp_path):
     # The bench end to end on a host heap (its numbers are not the product's): maxvio

@@ -15,6 +15,8 @@ against a reference of all ranks' inputs without communication.
           within 1 bf16 ulp of the global reference; prefetch slots equal
           their owners' weights bitwise, other slots untouched; reduce_grad bitwise
           against an ascending-order sum, consumed slots zeroed; autograd functions.
+  timeout (host heap) rank 1 never dispatches: rank 0's error names it and the stage
+          within the timeout; the Buffer refuses later calls.
   errors  (host heap) each rank in turn passes a bad input: that rank's error names
           the value, the others' name that rank; rank 0 plans while the others reuse a
           plan: every rank refuses the call; the Buffer still works afterwards.
@@ -410,6 +412,22 @@ def run_errors():
     buf.destroy()
 
 
-{"paths": run_paths, "errors": run_errors}[mode]()
+def run_timeout():
+    # Rank 1 never dispatches: rank 0's wait ends after its timeout naming rank 1 and the
+    # stage, and the Buffer refuses later calls.
+    buf = balanced.Buffer(S, H, K, E, R, token_padding=PAD, timeout_s=1.5)
+    topk = routing("balanced", R, E, S, K, random.Random(seed))
+    if rank == 0:
+        t = torch.tensor(topk[0], dtype=torch.int32)
+        c = torch.tensor(counts(topk[0], E), dtype=torch.int32)
+        x = exact_hidden(0)
+        msg = expect_raises(mc.MoriTimeoutError, "rank 1 did not arrive (entry)", buf.dispatch,
+                            x, None, t, c)  # fmt: skip
+        assert "dispatch (call 1) on rank 0" in msg, msg
+        expect_raises(mc.InvalidStateError, "an earlier call failed", buf.dispatch, x, None, t, c)
+    dist.barrier()
+
+
+{"paths": run_paths, "errors": run_errors, "timeout": run_timeout}[mode]()
 dist.barrier()
 print(f"rank {rank} ok")
