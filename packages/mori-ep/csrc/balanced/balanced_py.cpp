@@ -115,19 +115,21 @@ void BindImpl(py::class_<Impl> cls) {
           "prefetch",
           [](Impl& self, uintptr_t experts_to_copy, const std::vector<uintptr_t>& locals,
              const std::vector<uintptr_t>& pools, const std::vector<int64_t>& bytes,
-             const std::string& reason, uintptr_t stream) {
+             const std::string& reason, bool copy_engine, uintptr_t stream) {
             std::vector<const char*> l;
             std::vector<char*> p;
             for (auto a : locals) l.push_back(P<const char>(a));
             for (auto a : pools) p.push_back(P<char>(a));
             if constexpr (kCuda) {
-              self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason, stream);
+              self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason, copy_engine,
+                            stream);
             } else {
               self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason);
             }
           },
           py::arg("experts_to_copy"), py::arg("locals"), py::arg("pools"), py::arg("bytes"),
-          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>())
+          py::arg("reason"), py::arg("copy_engine"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>())
       .def(
           "reduce_grad",
           [](Impl& self, uintptr_t experts_to_copy, const std::vector<uintptr_t>& locals,

@@ -159,12 +159,33 @@ PoolArgs BalancedCuda::Pools(const char* op, const std::vector<const char*>& loc
 
 void BalancedCuda::Prefetch(const int32_t* experts_to_copy, const std::vector<const char*>& locals,
                             const std::vector<char*>& pools, const std::vector<int64_t>& bytes,
-                            const std::string& reason, uintptr_t stream) {
+                            const std::string& reason, bool copy_engine, uintptr_t stream) {
   mori::cuda::ScopedDevice guard(device_);
   std::string why = reason;
   const PoolArgs a = Pools("prefetch", locals, pools, bytes, 1, why);
   Enter(kOpPrefetch, kPrefetchCall, "prefetch_weight", why, nullptr, stream);
-  LaunchPrefetch(common_, experts_to_copy, a, stream);
+  if (!copy_engine) {
+    LaunchPrefetch(common_, experts_to_copy, a, stream);
+  } else {
+    // Copy engines: the host needs the slots' experts (R * epn words, one stream
+    // synchronisation), then one peer copy per (slot, tensor) this rank owns.
+    const int R = shape_.ranks, epn = shape_.epn();
+    std::vector<int32_t> copy(static_cast<size_t>(R) * epn);
+    MORI_CUDA_CHECK(cudaMemcpyAsync(copy.data(), experts_to_copy, copy.size() * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, S(stream)));
+    MORI_CUDA_CHECK(cudaStreamSynchronize(S(stream)));
+    for (int64_t slot = 0; slot < static_cast<int64_t>(copy.size()); ++slot) {
+      const int32_t e = copy[slot];
+      if (e < 0 || e / epn != rank_) continue;
+      const int d = static_cast<int>(slot / epn);
+      for (int i = 0; i < a.n; ++i) {
+        void* dst = shmem::Ptr(a.pools[i] + slot * a.bytes[i], d);
+        MORI_CUDA_CHECK(cudaMemcpyAsync(dst,
+                                        a.locals[i] + static_cast<int64_t>(e % epn) * a.bytes[i],
+                                        a.bytes[i], cudaMemcpyDeviceToDevice, S(stream)));
+      }
+    }
+  }
   LaunchBarrier(common_, ++phases_, calls_, kOpPrefetch, kStageWeightsWritten, stream);
 }
 

@@ -291,8 +291,8 @@ def run_paths():
         h2 = random_bf16((S, H), "h2", kind, rank)
         r_nvs, r_w, r_cu, r_p = buf.dispatch(D(h2), D(weights_all[rank]), plan=p)
         assert r_cu is None and r_p is p
-        check_dispatch(r_nvs.cpu(), r_w.cpu(), hp, [random_bf16((S, H), "h2", kind, r) for r in range(R)],
-                       weights_all, dst_all, kind + " reuse")  # fmt: skip
+        h2_all = [random_bf16((S, H), "h2", kind, r) for r in range(R)]
+        check_dispatch(r_nvs.cpu(), r_w.cpu(), hp, h2_all, weights_all, dst_all, kind + " reuse")
         z_nvs, z_w, z_cu, z_p, ev = buf.dispatch(
             D(hidden_all[rank]), D(weights_all[rank]), D(topk_me), D(tpe_me), async_finish=True,
             zero_copy=True, router_weights_zero_copy=True,
@@ -400,11 +400,11 @@ def run_errors():
             assert message in got, got
     # Ranks that call different things in one call: every rank refuses it.
     if rank == 0:
-        got = expect_raises(mc.InvalidArgumentError, "called dispatch (planning) but rank 1 "
-                            "called dispatch (with a saved plan)", buf.dispatch, x, None, t_me, c_me)  # fmt: skip
+        want = "called dispatch (planning) but rank 1 called dispatch (with a saved plan)"
+        expect_raises(mc.InvalidArgumentError, want, buf.dispatch, x, None, t_me, c_me)
     else:
-        got = expect_raises(mc.InvalidArgumentError, "called dispatch (with a saved plan) but "
-                            "rank 0 called dispatch (planning)", buf.dispatch, x, None, plan=p)  # fmt: skip
+        want = "called dispatch (with a saved plan) but rank 0 called dispatch (planning)"
+        expect_raises(mc.InvalidArgumentError, want, buf.dispatch, x, None, plan=p)
     # Still usable: a full dispatch/combine round trip.
     h, _, _, p2 = buf.dispatch(x, None, t_me, c_me)
     out, _, _ = buf.combine(p2, h)

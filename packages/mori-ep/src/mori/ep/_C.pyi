@@ -528,7 +528,7 @@ class BalancedCpu:
     ) -> None: ...  # fmt: skip
     def prefetch(
         self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
-        reason: str, stream: int,
+        reason: str, copy_engine: bool, stream: int,
     ) -> None: ...  # fmt: skip
     def reduce_grad(
         self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],
@@ -559,7 +559,7 @@ class BalancedCuda:
     ) -> None: ...  # fmt: skip
     def prefetch(
         self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
-        reason: str, stream: int,
+        reason: str, copy_engine: bool, stream: int,
     ) -> None: ...  # fmt: skip
     def reduce_grad(
         self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],

@@ -71,6 +71,10 @@ class Buffer:
         comm_stream_priority, enable_pdl, explicitly_destroy: MoonEP's; the first two
             are kept for its signature (no stream on a host heap).
         timeout_s: bound on every wait for a peer (mori.core.timeouts' rules).
+        prefetch_engine: "sm" (default: a kernel's stores push the weights) or "copy"
+            (copy engines: one peer copy per slot and tensor, after one stream
+            synchronisation to read the plan's slots); CUDA heaps only, ignored on a
+            host heap.
 
     ``mori.core.shmem.init`` must have been called with num_ep_ranks pes.
     """
@@ -90,6 +94,7 @@ class Buffer:
         explicitly_destroy: bool = False,
         *,
         timeout_s: float = 60.0,
+        prefetch_engine: str = "sm",
     ):
         self._destroyed = True
         self.S, self.H, self.K = _positive(S, "S"), _positive(H, "H"), _positive(K, "K")
@@ -105,6 +110,11 @@ class Buffer:
                 f"comm_stream_priority {comm_stream_priority!r} must be an int and "
                 f"enable_pdl {enable_pdl!r} a bool"
             )
+        if prefetch_engine not in ("sm", "copy"):
+            raise InvalidArgumentError(
+                f"prefetch_engine {prefetch_engine!r} must be 'sm' or 'copy'"
+            )
+        self.prefetch_engine = prefetch_engine
         self.explicitly_destroy = bool(explicitly_destroy)
         self.timeout_s = timeouts.seconds(timeout_s, "timeout_s")
         if not shmem.initialized():
@@ -443,7 +453,7 @@ class Buffer:
         if reason:
             self._refuse("prefetch_weight", reason)
         self._impl.prefetch(plan.experts_to_copy.data_ptr(), locals_, pools, sizes, "",
-                            self._stream())  # fmt: skip
+                            self.prefetch_engine == "copy", self._stream())  # fmt: skip
         return self._event() if async_finish else None
 
     def reduce_grad(
