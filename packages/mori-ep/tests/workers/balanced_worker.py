@@ -12,7 +12,8 @@ against a reference of all ranks' inputs without communication.
           rows received); combine of dispatch == hidden * K; combine of random expert
           outputs == the reference sum bit for bit; route weights round trip; plan
           reuse, zero_copy and async_finish give the same bits; a per-expert scale
-          within 1 bf16 ulp of the global reference; prefetch slots equal
+          within the rounding bound of the global fp64 reference (1 bf16 ulp when at
+          most one rank pre-sums a token's rows); prefetch slots equal
           their owners' weights bitwise, other slots untouched; reduce_grad bitwise
           against an ascending-order sum, consumed slots zeroed; autograd functions.
   timeout (host heap) rank 1 never dispatches: rank 0's error names it and the stage
@@ -23,6 +24,7 @@ against a reference of all ranks' inputs without communication.
 """
 
 import dataclasses
+import gc
 import random
 import sys
 import zlib
@@ -155,8 +157,10 @@ def dup_tables(ps) -> list[dict]:
 
 def check_expert_scale(buf, p, hp, topk, kind):
     """An expert FFN scaling its rows by a per-expert factor (positive inputs, so no
-    cancellation): combine within 1 bf16 ulp of the global reference, the fp64 sum of
-    bf16(x * scale) rounded once to bf16."""
+    cancellation) against the global reference, the fp64 sum of bf16(x * scale). The
+    bound comes from the arithmetic: the final rounding (1/2 ulp) plus 1/2 ulp for each
+    rank that pre-sums two or more of the token's rows into one bf16 partial (no larger
+    than the result): 1 ulp when at most one rank does, more where several do."""
     x = random_bf16((S, H), "sx", kind, rank).abs() + 0.5
     scale = torch.rand(E, generator=gen("scale", kind)).bfloat16().float() + 0.25
     h_nvs, _, cu, _ = buf.dispatch(D(x.bfloat16()), None, plan=p)
@@ -168,16 +172,22 @@ def check_expert_scale(buf, p, hp, topk, kind):
             y[start:end] *= scale[e]
         start = end
     out, _, _ = buf.combine(p, D(y.bfloat16()))
-    ref = torch.zeros(S, H, dtype=torch.float64)
+    exact = torch.zeros(S, H, dtype=torch.float64)
     xb = x.bfloat16().float()
     for k in range(K):
         e = torch.tensor([row[k] for row in topk[rank]])
-        ref += (xb * scale[e][:, None]).bfloat16().double()
-    ref = ref.bfloat16().float()  # the global reference, rounded once
-    got = out.cpu().float()
-    ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(got.abs(), ref.abs()))) - 7)
-    err = (got - ref).abs()
-    assert bool((err <= ulp).all()), (kind, float((err / ulp).max()))
+        exact += (xb * scale[e][:, None]).bfloat16().double()
+    dst = hp.dst.view(S, K).tolist()
+    presums = []
+    for row in dst:
+        ranks = [decode(v, hp.nvs)[0] for v in row]
+        presums.append(sum(1 for d in set(ranks) if ranks.count(d) > 1))
+    got = out.cpu().double()
+    ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(got.abs(), exact.abs()))) - 7)
+    bound = ulp * (0.5 + 0.5 * torch.tensor(presums, dtype=torch.float64))[:, None]
+    bound += exact.abs() * 2.0**-20  # fp32 accumulation, far below a bf16 ulp
+    err = (got - exact).abs()
+    assert bool((err <= bound).all()), (kind, float((err / ulp).max()))
 
 
 def sync():
@@ -429,5 +439,12 @@ def run_timeout():
 
 
 {"paths": run_paths, "errors": run_errors, "timeout": run_timeout}[mode]()
-dist.barrier()
+# Teardown as the other workers do it: every symmetric tensor released, then the heap
+# and the process group (left to interpreter exit, their threads can abort it).
+if DEV.type == "cuda":
+    torch.cuda.synchronize(DEV)
+gc.collect()
+shmem.barrier_all()
+shmem.finalize()
+dist.destroy_process_group()
 print(f"rank {rank} ok")

@@ -344,7 +344,12 @@ def worker(args) -> None:
         if args.plot:
             _plot(args.plot, doc)
     ctx.sync()
+    del rows
+    import gc
+
+    gc.collect()
     shmem.barrier_all()
+    shmem.finalize()
     dist.destroy_process_group()
 
 
