@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """mori demo (`nox -s demo`): what this machine has, a bootstrap round among two
 local processes, KV-cache transfer between a prefill and a decode server, an MoE
-layer over mori.ep, a tensor-parallel layer over mori.ccl, and one real call into
-each package's native extension.
+layer over mori.ep, a balanced MoE layer (mori.ep.balanced) under a skewed router, a
+tensor-parallel layer over mori.ccl, and one real call into each package's native
+extension.
 
 Runs on any Linux machine; uses GPUs where present."""
 
@@ -16,6 +17,7 @@ WORKER_FLAG = "--bootstrap-worker"
 MOE_FLAG = "--moe-worker"
 KV_FLAG = "--kv-worker"
 TP_FLAG = "--tp-worker"
+BALANCED_FLAG = "--balanced-worker"
 
 # The KV-cache scene: each server's paged cache is [layers, blocks, block bytes]; a
 # block holds 16 tokens x 8 KV heads x 128 dims x bf16, K and V (64 KiB per layer).
@@ -463,6 +465,90 @@ def kv_scene() -> None:
             print(r.output.rstrip())
 
 
+def balanced_worker() -> None:
+    """One rank of the balanced MoE scene (host heap): a router skewed towards a few hot
+    experts, mori.ep.balanced's dispatch (every rank gets exactly S*K rows), each rank's
+    experts (local and prefetched: a per-expert linear layer) applied group by group
+    from cu_seqlens, the weighted combine, checked against one process's dense layer."""
+    import json
+
+    import torch
+
+    from mori.core import shmem
+    from mori.core.bootstrap import TcpBootstrap
+    from mori.ep import balanced
+
+    b = TcpBootstrap.from_env()
+    rank, world = b.rank, b.world_size
+    shmem.init(device="cpu", heap_size="64M", bootstrap=b, timeout_s=30)
+    S, H, K, epn = 64, 64, 4, 4
+    E = epn * world
+    buf = balanced.Buffer(S, H, K, E, world, token_padding=8, timeout_s=30)
+    # Every rank knows every expert's weight (to check); each owns its epn of them.
+    weight = torch.randn(E, H, H, generator=torch.Generator().manual_seed(7)) / H**0.5
+    hot = torch.ones(E)
+    hot[:2] = 40.0  # experts 0 and 1 (both on rank 0) take most of the traffic
+    gen = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(S, H, generator=gen).bfloat16()
+    idx = torch.multinomial(hot.expand(S, E), K, generator=gen).int()
+    w = torch.rand(S, K, generator=gen)
+    tpe = torch.bincount(idx.flatten(), minlength=E).int()
+    h_nvs, w_nvs, cu, plan = buf.dispatch(x, w, idx, tpe)
+    local = weight[rank * epn : (rank + 1) * epn].bfloat16().contiguous()
+    pool = shmem.empty((world, epn, H, H), torch.bfloat16)
+    zeros = [shmem.empty((world, epn, H, H), torch.bfloat16) for _ in range(2)]
+    buf.prefetch_weight(plan, local_gate_weight=local, local_up_weight=local,
+                        local_down_weight=local, gate_prefetch_buffer=pool,
+                        up_prefetch_buffer=zeros[0], down_prefetch_buffer=zeros[1])  # fmt: skip
+    # The compute view: this rank's experts, then its prefetch slots ([2*epn, H, H]).
+    view = torch.cat([local, pool[rank]])
+    y = torch.zeros_like(h_nvs)
+    start = 0
+    for g, end in enumerate(cu.tolist()):
+        rows = slice(start, end)
+        y[rows] = ((h_nvs[rows].float() * w_nvs[rows, None]) @ view[g].float()).bfloat16()
+        start = end
+    out, _, _ = buf.combine(plan, y)
+    ref = sum((x.float() * w[:, k, None]).unsqueeze(1).bmm(weight[idx[:, k].long()]).squeeze(1)
+              for k in range(K))  # fmt: skip
+    err = float((out.float() - ref).abs().max() / ref.abs().max())
+    stats = {"rank": rank, "rows": plan.received_rows(), "slots": plan.remote_stats.tolist(),
+             "tpe": tpe.tolist(), "err": err}  # fmt: skip
+    rows = [json.loads(blob) for blob in b.all_gather(json.dumps(stats).encode())]
+    if rank == 0:
+        from tabulate import tabulate
+
+        total = torch.tensor([r["tpe"] for r in rows]).sum(0)
+        table = [
+            (r["rank"], int(total[r["rank"] * epn : (r["rank"] + 1) * epn].sum()), r["rows"],
+             r["slots"][0], f"{r['err']:.1e}")
+            for r in rows
+        ]  # fmt: skip
+        print(tabulate(table, headers=["rank", "rows without balancing", "rows balanced",
+                                       "experts prefetched", "max rel err"]))  # fmt: skip
+    ok = err < 2e-2 and plan.received_rows() == S * K
+    b.barrier()
+    buf.destroy()
+    del pool, zeros
+    shmem.finalize()
+    if not ok:
+        raise SystemExit(
+            f"rank {rank}: balanced layer differs from the dense reference ({err:.3g})"
+        )
+
+
+def balanced_scene() -> None:
+    """The balanced MoE scene: 2 local processes on a host heap."""
+    from mori.core.launch import launch_local
+
+    print("\n== mori.ep.balanced: an MoE layer on 2 local processes under a skewed router")
+    print("   (top-4 of 8 experts, experts 0 and 1 hot); every rank computes exactly S*K rows,")
+    print("   checked against the dense layer in one process")
+    for r in launch_local([__file__, BALANCED_FLAG], 2, timeout_s=120):
+        if r.output.strip():
+            print(r.output.rstrip())
+
+
 def tp_scene() -> None:
     """The tensor-parallel scene: a row-parallel linear layer on 2 local processes."""
     from mori.core.launch import launch_local
@@ -534,6 +620,7 @@ def main() -> None:
         if r.output.strip():
             print(r.output.rstrip())
 
+    balanced_scene()
     tp_scene()
 
     print("\n== mori.ccl: host reduction (bf16 in, fp32 accumulate, one rounding)")
@@ -551,6 +638,8 @@ if __name__ == "__main__":
         moe_worker()
     elif TP_FLAG in sys.argv:
         tp_worker()
+    elif BALANCED_FLAG in sys.argv:
+        balanced_worker()
     elif KV_FLAG in sys.argv:
         kv_worker(int(sys.argv[sys.argv.index(KV_FLAG) + 1]))
     else:
@@ -558,13 +647,15 @@ if __name__ == "__main__":
 
         p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
         p.add_argument(
-            "--scene", choices=("all", "kv", "tp"), default="all",
+            "--scene", choices=("all", "kv", "tp", "balanced"), default="all",
             help="all (default); kv: only mori.io's KV-cache transfer scene; "
-            "tp: only mori.ccl's tensor-parallel scene",
+            "tp: only mori.ccl's tensor-parallel scene; balanced: only mori.ep.balanced's",
         )  # fmt: skip
         scene = p.parse_args().scene
         if scene == "kv":
             kv_scene()
+        elif scene == "balanced":
+            balanced_scene()
         elif scene == "tp":
             tp_scene()
         else:

@@ -21,7 +21,7 @@ def _run(mode, world, S, H, K, epn, pad, timeout_s=240):
 # 8 once (8 processes share CI's 2 cores).
 @pytest.mark.parametrize(
     ("world", "S", "H", "K", "epn", "pad"),
-    [(2, 24, 32, 4, 3, 8), (2, 9, 16, 8, 1, 1), (4, 16, 32, 6, 2, 4), (8, 8, 16, 4, 2, 128)],
+    [(2, 24, 32, 4, 3, 8), (2, 9, 12, 8, 1, 1), (4, 16, 32, 6, 2, 4), (8, 8, 16, 4, 2, 128)],
 )
 def test_data_paths(world, S, H, K, epn, pad):
     _run("paths", world, S, H, K, epn, pad)
@@ -30,6 +30,10 @@ def test_data_paths(world, S, H, K, epn, pad):
 @pytest.mark.parametrize("world", [2, 4])
 def test_bad_input_is_refused_on_every_rank(world):
     _run("errors", world, 8, 16, 4, 2, 4)
+
+
+def test_a_missing_rank_is_named_within_the_timeout():
+    _run("timeout", 2, 8, 16, 2, 2, 4, timeout_s=120)
 
 
 @pytest.mark.parametrize("mode", ["maxvio", "prefetch"])

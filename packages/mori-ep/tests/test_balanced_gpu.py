@@ -75,7 +75,8 @@ def test_cuda_planner_time(cuda_gpus):
 
 
 @pytest.mark.parametrize(
-    ("S", "H", "K", "epn", "pad"), [(24, 64, 4, 3, 8), (9, 32, 8, 1, 1), (16, 256, 6, 2, 128)]
+    ("S", "H", "K", "epn", "pad"),
+    [(24, 64, 4, 3, 8), (9, 32, 8, 1, 1), (16, 256, 6, 2, 128), (5, 20, 3, 2, 4)],
 )
 def test_buffer_kernels(S, H, K, epn, pad, gpu_placement):
     # The CPU tests' "paths" scenario on a CUDA heap: the data-path kernels against the

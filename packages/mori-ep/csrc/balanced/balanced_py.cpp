@@ -98,16 +98,14 @@ void BindImpl(py::class_<Impl> cls) {
       .def(
           "combine",
           [](Impl& self, std::array<uintptr_t, 6> plan, uintptr_t hidden_nvsh,
-             uintptr_t weights_nvs, uintptr_t out, uintptr_t out_weights,
-             const std::string& reason, uintptr_t stream) {
+             uintptr_t weights_nvs, uintptr_t out, uintptr_t out_weights, const std::string& reason,
+             uintptr_t stream) {
             if constexpr (kCuda) {
-              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh),
-                           P<const float>(weights_nvs), P<uint16_t>(out), P<float>(out_weights),
-                           reason, stream);
+              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh), P<const float>(weights_nvs),
+                           P<uint16_t>(out), P<float>(out_weights), reason, stream);
             } else {
-              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh),
-                           P<const float>(weights_nvs), P<uint16_t>(out), P<float>(out_weights),
-                           reason);
+              self.Combine(Rank(plan), P<const uint16_t>(hidden_nvsh), P<const float>(weights_nvs),
+                           P<uint16_t>(out), P<float>(out_weights), reason);
             }
           },
           py::arg("plan"), py::arg("hidden_nvsh"), py::arg("weights_nvs"), py::arg("out"),
@@ -117,19 +115,21 @@ void BindImpl(py::class_<Impl> cls) {
           "prefetch",
           [](Impl& self, uintptr_t experts_to_copy, const std::vector<uintptr_t>& locals,
              const std::vector<uintptr_t>& pools, const std::vector<int64_t>& bytes,
-             const std::string& reason, uintptr_t stream) {
+             const std::string& reason, bool copy_engine, uintptr_t stream) {
             std::vector<const char*> l;
             std::vector<char*> p;
             for (auto a : locals) l.push_back(P<const char>(a));
             for (auto a : pools) p.push_back(P<char>(a));
             if constexpr (kCuda) {
-              self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason, stream);
+              self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason, copy_engine,
+                            stream);
             } else {
               self.Prefetch(P<const int32_t>(experts_to_copy), l, p, bytes, reason);
             }
           },
           py::arg("experts_to_copy"), py::arg("locals"), py::arg("pools"), py::arg("bytes"),
-          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>())
+          py::arg("reason"), py::arg("copy_engine"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>())
       .def(
           "reduce_grad",
           [](Impl& self, uintptr_t experts_to_copy, const std::vector<uintptr_t>& locals,
@@ -172,11 +172,22 @@ void register_balanced(py::module_& m) {
       },
       SHAPE_ARGS, "NvS of a balanced plan (refuses a shape the tables cannot encode).");
   m.def(
-      "balanced_block_bytes",
+      "balanced_block_layout",
       [](int R, int E, int64_t S, int K, int pad, int64_t hidden) {
-        return balanced::MakeBlockLayout(Shape(R, E, S, K, pad), hidden).total_bytes;
+        const balanced::BlockLayout l = balanced::MakeBlockLayout(Shape(R, E, S, K, pad), hidden);
+        py::dict d;
+        d["hidden"] = l.hidden;
+        d["weights"] = l.weights;
+        d["dup_src"] = l.dup_src;
+        d["counts"] = l.counts;
+        d["reasons"] = l.reasons;
+        d["entry"] = l.entry;
+        d["phase"] = l.phase;
+        d["total_bytes"] = l.total_bytes;
+        return d;
       },
-      SHAPE_ARGS, py::arg("hidden"), "Bytes of the balanced mode's symmetric block.");
+      SHAPE_ARGS, py::arg("hidden"),
+      "Byte offsets of the balanced mode's symmetric block (and its total_bytes).");
   m.def(
       "balanced_plan_tables_cpu",
       [](int R, int E, int64_t S, int K, int pad, uintptr_t tpe, std::array<uintptr_t, 6> out) {
@@ -224,9 +235,9 @@ void register_balanced(py::module_& m) {
 #endif
 
   BindImpl(py::class_<balanced::BalancedCpu>(
-               m, "BalancedCpu",
-               "The balanced mode's data paths on a host heap (the stream is ignored: a call "
-               "has finished when it returns)."));
+      m, "BalancedCpu",
+      "The balanced mode's data paths on a host heap (the stream is ignored: a call "
+      "has finished when it returns)."));
 #if MORI_EP_WITH_CUDA
   BindImpl(py::class_<balanced::BalancedCuda>(
       m, "BalancedCuda", "The balanced mode's data paths as CUDA kernels on `stream`."));

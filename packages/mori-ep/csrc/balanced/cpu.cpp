@@ -24,9 +24,6 @@ namespace {
 
 size_t Align(size_t x) { return (x + 255) / 256 * 256; }
 
-// A verdict word: the call number above bit 0, bit 0 set when the rank refused.
-uint64_t Verdict(uint64_t call, bool refused) { return (call << 1) | (refused ? 1 : 0); }
-
 }  // namespace
 
 BlockLayout MakeBlockLayout(const PlanShape& s, int64_t hidden) {
@@ -70,7 +67,7 @@ void BalancedCpu::CheckUsable(const char* op) const {
   }
 }
 
-void BalancedCpu::Enter(const char* op, const std::string& reason) {
+void BalancedCpu::Enter(const char* op, uint32_t kind, const std::string& reason) {
   CheckUsable(op);
   const int R = shape_.ranks;
   const uint64_t call = ++calls_;
@@ -83,18 +80,33 @@ void BalancedCpu::Enter(const char* op, const std::string& reason) {
     for (int pe = 0; pe < R; ++pe) hs::Put(ctx_, slot, text, kReasonBytes, pe);
   }
   uint64_t* words = At<uint64_t>(layout_.entry) + parity * R;
-  for (int pe = 0; pe < R; ++pe) hs::SignalSet(ctx_, &words[rank_], Verdict(call, refused), pe);
-  int first = -1;
+  const uint32_t mine = refused ? kAny : kind;
+  for (int pe = 0; pe < R; ++pe) {
+    hs::SignalSet(ctx_, &words[rank_], VerdictWord(call, mine, refused), pe);
+  }
+  int first = -1, other = -1;
+  uint32_t other_kind = 0;
   for (int s = 0; s < R; ++s) {
     uint64_t w;
     try {
-      w = WaitPeerWord(&words[s], Verdict(call, false), timeout_, rank_, s, {op, call, "entry", 1});
+      w = WaitPeerWord(&words[s], VerdictWord(call, 0, false), timeout_, rank_, s,
+                       {op, call, "entry", 4});
     } catch (const TimeoutError& e) {
       broken_ = true;
       broken_reason_ = e.what();
       throw;
     }
-    if ((w >> 1) == call && (w & 1) && first < 0) first = s;
+    if ((w & 1) && first < 0) first = s;
+    const uint32_t k = static_cast<uint32_t>((w >> 1) & 7);
+    if (!(w & 1) && k != mine && other < 0) {
+      other = s;
+      other_kind = k;
+    }
+  }
+  if (first < 0 && other >= 0 && !refused) {
+    MORI_THROW(InvalidArgumentError, "balanced call ", call, " refused on every rank: rank ", rank_,
+               " called ", CallKindName(mine), " but rank ", other, " called ",
+               CallKindName(other_kind));
   }
   if (first < 0) return;
   if (first == rank_) throw InvalidArgumentError(reason);
@@ -121,7 +133,7 @@ void BalancedCpu::Barrier(const char* op, const char* stage) {
 
 void BalancedCpu::Refuse(const char* op, const std::string& reason) {
   MORI_CHECK(!reason.empty(), "Refuse needs a reason");
-  Enter(op, reason);
+  Enter(op, kAny, reason);
   throw InternalError("unreachable: a refused call returned");
 }
 
@@ -155,14 +167,14 @@ void BalancedCpu::Plan(const int32_t* tpe, const int32_t* topk, std::string reas
     for (int pe = 0; pe < R; ++pe)
       hs::Put(ctx_, counts + static_cast<int64_t>(rank_) * E, tpe, sizeof(int32_t) * E, pe);
   }
-  Enter("dispatch", reason);
+  Enter("dispatch", kPlanned, reason);
   PlanTablesCpu(shape_, counts, tables);
   PlanDestinationsCpu(shape_, counts, tables, rank_, topk, dst);
 }
 
 void BalancedCpu::Dispatch(const RankPlan& plan, const uint16_t* hidden, int64_t row_stride,
                            const float* weights, bool fresh, const std::string& reason) {
-  if (!fresh) Enter("dispatch", reason);
+  if (!fresh) Enter("dispatch", kReplayed, reason);
   const int K = shape_.top_k;
   const int64_t S = shape_.tokens, nvs = shape_.nvs(), H = hidden_;
   char* shard = At<char>(layout_.hidden);
@@ -214,7 +226,7 @@ void BalancedCpu::ExpandAndZero(const RankPlan& plan) {
 void BalancedCpu::Combine(const RankPlan& plan, const uint16_t* hidden_nvsh,
                           const float* weights_nvs, uint16_t* out, float* out_weights,
                           const std::string& reason) {
-  Enter("combine", reason);
+  Enter("combine", kCombineCall, reason);
   const int K = shape_.top_k;
   const int64_t S = shape_.tokens, nvs = shape_.nvs(), H = hidden_;
   uint16_t* shard = At<uint16_t>(layout_.hidden);
@@ -267,7 +279,7 @@ void BalancedCpu::Prefetch(const int32_t* experts_to_copy, const std::vector<con
                    " bytes (allocate it with mori.core.shmem.empty)");
     }
   }
-  Enter("prefetch_weight", why);
+  Enter("prefetch_weight", kPrefetchCall, why);
   for (int d = 0; d < R; ++d) {
     for (int b = 0; b < epn; ++b) {
       const int32_t e = experts_to_copy[d * epn + b];
@@ -293,7 +305,7 @@ void BalancedCpu::ReduceGrad(const int32_t* experts_to_copy, const std::vector<f
                    " bytes (allocate it with mori.core.shmem.empty)");
     }
   }
-  Enter("reduce_grad", why);
+  Enter("reduce_grad", kReduceGradCall, why);
   for (int le = 0; le < epn; ++le) {
     const int32_t e = rank_ * epn + le;
     for (int d = 0; d < R; ++d) {

@@ -34,6 +34,38 @@ struct BlockLayout {
 
 inline constexpr size_t kReasonBytes = 512;
 
+// What a call is, in its verdict word (call << 4 | kind << 1 | refused): ranks that
+// call different things in the same call fail it (a refusal, kind kAny, wins).
+enum CallKind : uint32_t {
+  kAny = 0,
+  kPlanned = 1,   // dispatch that plans
+  kReplayed = 2,  // dispatch with a saved plan
+  kCombineCall = 3,
+  kPrefetchCall = 4,
+  kReduceGradCall = 5,
+};
+
+MORI_HOST_DEVICE inline uint64_t VerdictWord(uint64_t call, uint32_t kind, bool refused) {
+  return (call << 4) | (static_cast<uint64_t>(kind) << 1) | (refused ? 1u : 0u);
+}
+
+MORI_HOST_DEVICE inline const char* CallKindName(uint32_t kind) {
+  switch (kind) {
+    case kPlanned:
+      return "dispatch (planning)";
+    case kReplayed:
+      return "dispatch (with a saved plan)";
+    case kCombineCall:
+      return "combine";
+    case kPrefetchCall:
+      return "prefetch_weight";
+    case kReduceGradCall:
+      return "reduce_grad";
+    default:
+      return "a refused call";
+  }
+}
+
 BlockLayout MakeBlockLayout(const PlanShape& shape, int64_t hidden);
 
 // One rank's plan as the data paths use it (caller-owned arrays; mori.ep.balanced.Plan).
@@ -95,8 +127,8 @@ class BalancedCpu {
     return reinterpret_cast<T*>(block_ + offset);
   }
   // Posts this rank's verdict on call `calls_ + 1` and waits for every rank's; throws
-  // InvalidArgumentError on every rank when one refused.
-  void Enter(const char* op, const std::string& reason);
+  // InvalidArgumentError on every rank when one refused or the ranks' kinds differ.
+  void Enter(const char* op, uint32_t kind, const std::string& reason);
   // A barrier over every rank at `stage` of `op`.
   void Barrier(const char* op, const char* stage);
   void CheckUsable(const char* op) const;

@@ -18,8 +18,7 @@ namespace mori::ep::balanced {
 namespace {
 
 DevicePlan Device(const RankPlan& p) {
-  return DevicePlan{p.dst, p.experts_to_copy, p.zero_fill, p.dup_groups, p.dup_loffs,
-                    p.dup_counts};
+  return DevicePlan{p.dst, p.experts_to_copy, p.zero_fill, p.dup_groups, p.dup_loffs, p.dup_counts};
 }
 
 cudaStream_t S(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
@@ -75,15 +74,15 @@ BalancedCuda::~BalancedCuda() {
   if (scratch_ != nullptr) cudaFree(scratch_);
 }
 
-void BalancedCuda::Enter(int op, const char* name, const std::string& reason, const int32_t* tpe,
-                         uintptr_t stream) {
+void BalancedCuda::Enter(int op, uint32_t kind, const char* name, const std::string& reason,
+                         const int32_t* tpe, uintptr_t stream) {
   const uint64_t call = ++calls_;
   if (!reason.empty()) {
-    LaunchEntry(common_, call, true, true, nullptr, op, stream);
+    LaunchEntry(common_, call, kAny, true, true, nullptr, op, stream);
     MORI_THROW(InvalidArgumentError, reason, " (balanced ", name, ": every other rank's kernel ",
                "traps naming rank ", rank_, ")");
   }
-  LaunchEntry(common_, call, false, false, tpe, op, stream);
+  LaunchEntry(common_, call, kind, false, false, tpe, op, stream);
 }
 
 void BalancedCuda::Refuse(const char* op, const std::string& reason, uintptr_t stream) {
@@ -94,7 +93,7 @@ void BalancedCuda::Refuse(const char* op, const std::string& reason, uintptr_t s
                    : name == "prefetch_weight" ? kOpPrefetch
                    : name == "reduce_grad"     ? kOpReduceGrad
                                                : kOpDispatch;
-  Enter(code, op, reason, nullptr, stream);
+  Enter(code, kAny, op, reason, nullptr, stream);
   throw InternalError("unreachable: a refused call returned");
 }
 
@@ -103,7 +102,7 @@ void BalancedCuda::Plan(const int32_t* tpe, const int32_t* topk, const std::stri
   mori::cuda::ScopedDevice guard(device_);
   MORI_CUDA_CHECK(
       cudaMemsetAsync(common_.dup_src, 0xff, sizeof(int32_t) * shape_.nvs(), S(stream)));
-  Enter(kOpDispatch, "dispatch", reason, tpe, stream);
+  Enter(kOpDispatch, kPlanned, "dispatch", reason, tpe, stream);
   LaunchPlanner(PlannerParams{shape_, rank_, common_.counts, topk, tables, dst, error_}, stream);
   LaunchPlannerCheck(error_, rank_, stream);
 }
@@ -112,7 +111,7 @@ void BalancedCuda::Dispatch(const RankPlan& plan, const uint16_t* hidden, int64_
                             const float* weights, bool fresh, const std::string& reason,
                             uintptr_t stream) {
   mori::cuda::ScopedDevice guard(device_);
-  if (!fresh) Enter(kOpDispatch, "dispatch", reason, nullptr, stream);
+  if (!fresh) Enter(kOpDispatch, kReplayed, "dispatch", reason, nullptr, stream);
   const DevicePlan p = Device(plan);
   LaunchDispatchRows(common_, p, hidden, row_stride, weights, fresh, stream);
   LaunchBarrier(common_, ++phases_, calls_, kOpDispatch, kStageRowsWritten, stream);
@@ -124,15 +123,15 @@ void BalancedCuda::Combine(const RankPlan& plan, const uint16_t* hidden_nvsh,
                            const float* weights_nvs, uint16_t* out, float* out_weights,
                            const std::string& reason, uintptr_t stream) {
   mori::cuda::ScopedDevice guard(device_);
-  Enter(kOpCombine, "combine", reason, nullptr, stream);
+  Enter(kOpCombine, kCombineCall, "combine", reason, nullptr, stream);
   const int64_t nvs = shape_.nvs();
   if (hidden_nvsh != common_.shard) {
     MORI_CUDA_CHECK(cudaMemcpyAsync(common_.shard, hidden_nvsh, nvs * hidden_ * 2,
                                     cudaMemcpyDefault, S(stream)));
   }
   if (weights_nvs != nullptr && weights_nvs != common_.weights) {
-    MORI_CUDA_CHECK(cudaMemcpyAsync(common_.weights, weights_nvs, nvs * 4, cudaMemcpyDefault,
-                                    S(stream)));
+    MORI_CUDA_CHECK(
+        cudaMemcpyAsync(common_.weights, weights_nvs, nvs * 4, cudaMemcpyDefault, S(stream)));
   }
   LaunchCombine(common_, Device(plan), out, out_weights, ++phases_, calls_, stream);
 }
@@ -160,12 +159,33 @@ PoolArgs BalancedCuda::Pools(const char* op, const std::vector<const char*>& loc
 
 void BalancedCuda::Prefetch(const int32_t* experts_to_copy, const std::vector<const char*>& locals,
                             const std::vector<char*>& pools, const std::vector<int64_t>& bytes,
-                            const std::string& reason, uintptr_t stream) {
+                            const std::string& reason, bool copy_engine, uintptr_t stream) {
   mori::cuda::ScopedDevice guard(device_);
   std::string why = reason;
   const PoolArgs a = Pools("prefetch", locals, pools, bytes, 1, why);
-  Enter(kOpPrefetch, "prefetch_weight", why, nullptr, stream);
-  LaunchPrefetch(common_, experts_to_copy, a, stream);
+  Enter(kOpPrefetch, kPrefetchCall, "prefetch_weight", why, nullptr, stream);
+  if (!copy_engine) {
+    LaunchPrefetch(common_, experts_to_copy, a, stream);
+  } else {
+    // Copy engines: the host needs the slots' experts (R * epn words, one stream
+    // synchronisation), then one peer copy per (slot, tensor) this rank owns.
+    const int R = shape_.ranks, epn = shape_.epn();
+    std::vector<int32_t> copy(static_cast<size_t>(R) * epn);
+    MORI_CUDA_CHECK(cudaMemcpyAsync(copy.data(), experts_to_copy, copy.size() * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, S(stream)));
+    MORI_CUDA_CHECK(cudaStreamSynchronize(S(stream)));
+    for (int64_t slot = 0; slot < static_cast<int64_t>(copy.size()); ++slot) {
+      const int32_t e = copy[slot];
+      if (e < 0 || e / epn != rank_) continue;
+      const int d = static_cast<int>(slot / epn);
+      for (int i = 0; i < a.n; ++i) {
+        void* dst = shmem::Ptr(a.pools[i] + slot * a.bytes[i], d);
+        MORI_CUDA_CHECK(cudaMemcpyAsync(dst,
+                                        a.locals[i] + static_cast<int64_t>(e % epn) * a.bytes[i],
+                                        a.bytes[i], cudaMemcpyDeviceToDevice, S(stream)));
+      }
+    }
+  }
   LaunchBarrier(common_, ++phases_, calls_, kOpPrefetch, kStageWeightsWritten, stream);
 }
 
@@ -179,7 +199,7 @@ void BalancedCuda::ReduceGrad(const int32_t* experts_to_copy, const std::vector<
   for (float* x : locals) l.push_back(reinterpret_cast<const char*>(x));
   for (float* x : pools) p.push_back(reinterpret_cast<char*>(x));
   const PoolArgs a = Pools("reduce", l, p, elems, 4, why);
-  Enter(kOpReduceGrad, "reduce_grad", why, nullptr, stream);
+  Enter(kOpReduceGrad, kReduceGradCall, "reduce_grad", why, nullptr, stream);
   LaunchReduceGrad(common_, experts_to_copy, a, ++phases_, calls_, stream);
 }
 

@@ -36,9 +36,11 @@ class BalancedCuda {
                 const float* weights, bool fresh, const std::string& reason, uintptr_t stream);
   void Combine(const RankPlan& plan, const uint16_t* hidden_nvsh, const float* weights_nvs,
                uint16_t* out, float* out_weights, const std::string& reason, uintptr_t stream);
+  // copy_engine: the pushes as peer copies on copy engines (one stream synchronisation
+  // to read the slots' experts) instead of a kernel's stores.
   void Prefetch(const int32_t* experts_to_copy, const std::vector<const char*>& locals,
                 const std::vector<char*>& pools, const std::vector<int64_t>& expert_bytes,
-                const std::string& reason, uintptr_t stream);
+                const std::string& reason, bool copy_engine, uintptr_t stream);
   void ReduceGrad(const int32_t* experts_to_copy, const std::vector<float*>& locals,
                   const std::vector<float*>& pools, const std::vector<int64_t>& expert_elems,
                   const std::string& reason, uintptr_t stream);
@@ -47,11 +49,11 @@ class BalancedCuda {
   uint64_t calls() const { return calls_; }
 
  private:
-  void Enter(int op, const char* name, const std::string& reason, const int32_t* tpe,
+  void Enter(int op, uint32_t kind, const char* name, const std::string& reason, const int32_t* tpe,
              uintptr_t stream);
   PoolArgs Pools(const char* op, const std::vector<const char*>& locals,
-                 const std::vector<char*>& pools, const std::vector<int64_t>& sizes,
-                 int64_t unit, std::string& why) const;
+                 const std::vector<char*>& pools, const std::vector<int64_t>& sizes, int64_t unit,
+                 std::string& why) const;
 
   PlanShape shape_;
   int64_t hidden_;

@@ -80,13 +80,13 @@ void LaunchPlanner(const PlannerParams& p, uintptr_t stream);
 
 // balanced/kernels/data.cu: the data paths (BalancedCuda calls them; params in
 // balanced/kernels/params.hpp, op and stage codes there too).
-// Posts this rank's verdict on `call` (and, with tpe, its counts row) to every rank;
-// unless post_only, waits for every rank's and traps naming a refusing rank.
-void LaunchEntry(const Common& c, uint64_t call, bool refused, bool post_only, const int32_t* tpe,
-                 int op, uintptr_t stream);
+// Posts this rank's verdict on `call` (its CallKind; and, with tpe, its counts row) to
+// every rank; unless post_only, waits for every rank's and traps naming a refusing rank
+// or one whose call differs.
+void LaunchEntry(const Common& c, uint64_t call, uint32_t kind, bool refused, bool post_only,
+                 const int32_t* tpe, int op, uintptr_t stream);
 // A barrier over every rank (barrier number n) at `stage` of `op`.
-void LaunchBarrier(const Common& c, uint64_t n, uint64_t call, int op, int stage,
-                   uintptr_t stream);
+void LaunchBarrier(const Common& c, uint64_t n, uint64_t call, int op, int stage, uintptr_t stream);
 // Traps, naming the code and values, when the planner's error record is set.
 void LaunchPlannerCheck(const int32_t* error, int rank, uintptr_t stream);
 // Every primary pair's row (and every pair's weight, and fresh: every duplicate's

@@ -11,14 +11,20 @@ against a reference of all ranks' inputs without communication.
           reference's; dispatch is traceable (each row at its dst, pads zero, S*K real
           rows received); combine of dispatch == hidden * K; combine of random expert
           outputs == the reference sum bit for bit; route weights round trip; plan
-          reuse, zero_copy and async_finish give the same bits; prefetch slots equal
+          reuse, zero_copy and async_finish give the same bits; a per-expert scale
+          within the rounding bound of the global fp64 reference (1 bf16 ulp when at
+          most one rank pre-sums a token's rows); prefetch slots equal
           their owners' weights bitwise, other slots untouched; reduce_grad bitwise
           against an ascending-order sum, consumed slots zeroed; autograd functions.
+  timeout (host heap) rank 1 never dispatches: rank 0's error names it and the stage
+          within the timeout; the Buffer refuses later calls.
   errors  (host heap) each rank in turn passes a bad input: that rank's error names
-          the value, the others' name that rank; the Buffer still works afterwards.
+          the value, the others' name that rank; rank 0 plans while the others reuse a
+          plan: every rank refuses the call; the Buffer still works afterwards.
 """
 
 import dataclasses
+import gc
 import random
 import sys
 import zlib
@@ -149,6 +155,41 @@ def dup_tables(ps) -> list[dict]:
     return out
 
 
+def check_expert_scale(buf, p, hp, topk, kind):
+    """An expert FFN scaling its rows by a per-expert factor (positive inputs, so no
+    cancellation) against the global reference, the fp64 sum of bf16(x * scale). The
+    bound comes from the arithmetic: the final rounding (1/2 ulp) plus 1/2 ulp for each
+    rank that pre-sums two or more of the token's rows into one bf16 partial (no larger
+    than the result): 1 ulp when at most one rank does, more where several do."""
+    x = random_bf16((S, H), "sx", kind, rank).abs() + 0.5
+    scale = torch.rand(E, generator=gen("scale", kind)).bfloat16().float() + 0.25
+    h_nvs, _, cu, _ = buf.dispatch(D(x.bfloat16()), None, plan=p)
+    y = h_nvs.cpu().float()
+    start = 0
+    for g, end in enumerate(hp.cu_seqlens.tolist()):
+        e = rank * EPN + g if g < EPN else int(hp.experts_to_copy[rank][g - EPN])
+        if e >= 0:
+            y[start:end] *= scale[e]
+        start = end
+    out, _, _ = buf.combine(p, D(y.bfloat16()))
+    exact = torch.zeros(S, H, dtype=torch.float64)
+    xb = x.bfloat16().float()
+    for k in range(K):
+        e = torch.tensor([row[k] for row in topk[rank]])
+        exact += (xb * scale[e][:, None]).bfloat16().double()
+    dst = hp.dst.view(S, K).tolist()
+    presums = []
+    for row in dst:
+        ranks = [decode(v, hp.nvs)[0] for v in row]
+        presums.append(sum(1 for d in set(ranks) if ranks.count(d) > 1))
+    got = out.cpu().double()
+    ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(got.abs(), exact.abs()))) - 7)
+    bound = ulp * (0.5 + 0.5 * torch.tensor(presums, dtype=torch.float64))[:, None]
+    bound += exact.abs() * 2.0**-20  # fp32 accumulation, far below a bf16 ulp
+    err = (got - exact).abs()
+    assert bool((err <= bound).all()), (kind, float((err / ulp).max()))
+
+
 def sync():
     """Device work done and every rank past this point."""
     if DEV.type == "cuda":
@@ -260,8 +301,8 @@ def run_paths():
         h2 = random_bf16((S, H), "h2", kind, rank)
         r_nvs, r_w, r_cu, r_p = buf.dispatch(D(h2), D(weights_all[rank]), plan=p)
         assert r_cu is None and r_p is p
-        check_dispatch(r_nvs.cpu(), r_w.cpu(), hp, [random_bf16((S, H), "h2", kind, r) for r in range(R)],
-                       weights_all, dst_all, kind + " reuse")  # fmt: skip
+        h2_all = [random_bf16((S, H), "h2", kind, r) for r in range(R)]
+        check_dispatch(r_nvs.cpu(), r_w.cpu(), hp, h2_all, weights_all, dst_all, kind + " reuse")
         z_nvs, z_w, z_cu, z_p, ev = buf.dispatch(
             D(hidden_all[rank]), D(weights_all[rank]), D(topk_me), D(tpe_me), async_finish=True,
             zero_copy=True, router_weights_zero_copy=True,
@@ -278,6 +319,7 @@ def run_paths():
         assert torch.equal(z_out.view(torch.int16), (hidden_all[rank].float() * K).bfloat16()
                            .view(torch.int16)), kind  # fmt: skip
         assert torch.equal(z_wsk, weights_all[rank])
+        check_expert_scale(buf, p, hp, topk, kind)
         check_weights(buf, p, hp)
         print(f"rank {rank}: {kind} ok (remote experts {p.remote_stats.tolist()})")
 
@@ -366,6 +408,13 @@ def run_errors():
         else:
             got = expect_raises(mc.InvalidArgumentError, f"rank {culprit} refused", good[op])
             assert message in got, got
+    # Ranks that call different things in one call: every rank refuses it.
+    if rank == 0:
+        want = "called dispatch (planning) but rank 1 called dispatch (with a saved plan)"
+        expect_raises(mc.InvalidArgumentError, want, buf.dispatch, x, None, t_me, c_me)
+    else:
+        want = "called dispatch (with a saved plan) but rank 0 called dispatch (planning)"
+        expect_raises(mc.InvalidArgumentError, want, buf.dispatch, x, None, plan=p)
     # Still usable: a full dispatch/combine round trip.
     h, _, _, p2 = buf.dispatch(x, None, t_me, c_me)
     out, _, _ = buf.combine(p2, h)
@@ -373,6 +422,29 @@ def run_errors():
     buf.destroy()
 
 
-{"paths": run_paths, "errors": run_errors}[mode]()
-dist.barrier()
+def run_timeout():
+    # Rank 1 never dispatches: rank 0's wait ends after its timeout naming rank 1 and the
+    # stage, and the Buffer refuses later calls.
+    buf = balanced.Buffer(S, H, K, E, R, token_padding=PAD, timeout_s=1.5)
+    topk = routing("balanced", R, E, S, K, random.Random(seed))
+    if rank == 0:
+        t = torch.tensor(topk[0], dtype=torch.int32)
+        c = torch.tensor(counts(topk[0], E), dtype=torch.int32)
+        x = exact_hidden(0)
+        msg = expect_raises(mc.MoriTimeoutError, "rank 1 did not arrive (entry)", buf.dispatch,
+                            x, None, t, c)  # fmt: skip
+        assert "dispatch (call 1) on rank 0" in msg, msg
+        expect_raises(mc.InvalidStateError, "an earlier call failed", buf.dispatch, x, None, t, c)
+    dist.barrier()
+
+
+{"paths": run_paths, "errors": run_errors, "timeout": run_timeout}[mode]()
+# Teardown as the other workers do it: every symmetric tensor released, then the heap
+# and the process group (left to interpreter exit, their threads can abort it).
+if DEV.type == "cuda":
+    torch.cuda.synchronize(DEV)
+gc.collect()
+shmem.barrier_all()
+shmem.finalize()
+dist.destroy_process_group()
 print(f"rank {rank} ok")

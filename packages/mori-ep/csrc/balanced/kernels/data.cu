@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "balanced/cpu.hpp"  // VerdictWord, CallKindName
 #include "balanced/kernels/params.hpp"
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
@@ -59,10 +60,10 @@ __device__ __forceinline__ int64_t Raw(int32_t v) {
   return v >= 0 ? v : -static_cast<int64_t>(v) - 1;
 }
 
-// Verdicts: post (call << 1 | refused) to every rank, then (unless only posting) wait
-// for every rank's and trap naming a refusing one. tpe (or null) is first written into
-// every rank's counts row of this rank.
-__global__ void EntryKernel(Common c, uint64_t call, bool refused, bool post_only,
+// Verdicts: post VerdictWord(call, kind, refused) to every rank, then (unless only
+// posting) wait for every rank's and trap naming a refusing rank or one whose call
+// differs. tpe (or null) is first written into every rank's counts row of this rank.
+__global__ void EntryKernel(Common c, uint64_t call, uint32_t kind, bool refused, bool post_only,
                             const int32_t* tpe, int op_code) {
   const char* op = OpName(op_code);
   const int R = c.shape.ranks, E = c.shape.experts;
@@ -75,17 +76,25 @@ __global__ void EntryKernel(Common c, uint64_t call, bool refused, bool post_onl
   }
   __syncthreads();
   uint64_t* words = c.entry + (call & 1) * R;
+  const uint32_t mine = refused ? kAny : kind;
   for (int pe = threadIdx.x; pe < R; pe += blockDim.x) {
-    dev::SignalSet(c.ctx, &words[c.rank], (call << 1) | (refused ? 1 : 0), pe);
+    dev::SignalSet(c.ctx, &words[c.rank], VerdictWord(call, mine, refused), pe);
   }
   if (post_only) return;
   for (int s = threadIdx.x; s < R; s += blockDim.x) {
-    const uint64_t w =
-        WaitPeerWord(&words[s], call << 1, c.timeout_ns, c.rank, s, op, call, "entry", 1);
-    if ((w >> 1) == call && (w & 1)) {
-      printf("mori.ep balanced %s (call %llu) on rank %d: rank %d refused its inputs (its "
-             "error names the value)\n",
-             op, static_cast<unsigned long long>(call), c.rank, s);
+    const uint64_t w = WaitPeerWord(&words[s], VerdictWord(call, 0, false), c.timeout_ns, c.rank, s,
+                                    op, call, "entry", 4);
+    const uint32_t k = static_cast<uint32_t>((w >> 1) & 7);
+    if (w & 1) {
+      printf(
+          "mori.ep balanced %s (call %llu) on rank %d: rank %d refused its inputs (its "
+          "error names the value)\n",
+          op, static_cast<unsigned long long>(call), c.rank, s);
+      dev::Trap();
+    }
+    if (k != mine) {
+      printf("mori.ep balanced call %llu on rank %d: this rank called %s but rank %d called %s\n",
+             static_cast<unsigned long long>(call), c.rank, CallKindName(mine), s, CallKindName(k));
       dev::Trap();
     }
   }
@@ -97,7 +106,8 @@ __global__ void BarrierKernel(Common c, uint64_t n, uint64_t call, int op_code, 
   const int R = c.shape.ranks;
   dev::Fence();
   __syncthreads();
-  for (int pe = threadIdx.x; pe < R; pe += blockDim.x) dev::SignalSet(c.ctx, &c.phase[c.rank], n, pe);
+  for (int pe = threadIdx.x; pe < R; pe += blockDim.x)
+    dev::SignalSet(c.ctx, &c.phase[c.rank], n, pe);
   for (int s = threadIdx.x; s < R; s += blockDim.x) {
     WaitPeerWord(&c.phase[s], n, c.timeout_ns, c.rank, s, op, call, stage, 0);
   }
@@ -105,18 +115,18 @@ __global__ void BarrierKernel(Common c, uint64_t n, uint64_t call, int op_code, 
 
 __global__ void PlannerErrorKernel(const int32_t* error, int rank) {
   if (threadIdx.x == 0 && error[0] != 0) {
-    printf("mori.ep balanced dispatch on rank %d: the planner refused the inputs (code %d: "
-           "%d, %d; 1 row sum, 2 expert id, 3 counts differ from topk, 4 invariant)\n",
-           rank, error[0], error[1], error[2]);
+    printf(
+        "mori.ep balanced dispatch on rank %d: the planner refused the inputs (code %d: "
+        "%d, %d; 1 row sum, 2 expert id, 3 counts differ from topk, 4 invariant)\n",
+        rank, error[0], error[1], error[2]);
     dev::Trap();
   }
 }
 
 // A warp per (token, k) pair.
-__global__ void __launch_bounds__(kThreads) DispatchKernel(Common c, DevicePlan p,
-                                                           const uint16_t* hidden,
-                                                           int64_t row_stride,
-                                                           const float* weights, bool fresh) {
+__global__ void __launch_bounds__(kThreads)
+    DispatchKernel(Common c, DevicePlan p, const uint16_t* hidden, int64_t row_stride,
+                   const float* weights, bool fresh) {
   const int K = c.shape.top_k, lane = threadIdx.x & 31;
   const int64_t pairs = c.shape.capacity(), nvs = c.shape.nvs(), H = c.hidden;
   const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -137,13 +147,15 @@ __global__ void __launch_bounds__(kThreads) DispatchKernel(Common c, DevicePlan 
     }
     if (weights != nullptr && lane == 0) *dev::Ptr(c.ctx, c.weights + slot, d) = weights[i];
   }
+  // The next kernel's barrier signals the peers: these stores are performed first.
+  dev::Fence();
 }
 
 // One block: the duplicate groups of dup_src (ascending primary; duplicates ascending).
 // scratch: [2, NvS] int32 zeroed by the caller.
 __global__ void DupGroupsKernel(Common c, DevicePlan p, int32_t* scratch) {
   const int64_t nvs = c.shape.nvs();
-  int32_t* per = scratch;        // duplicates per primary
+  int32_t* per = scratch;          // duplicates per primary
   int32_t* first = scratch + nvs;  // group start, then the fill cursor
   __shared__ int32_t carry[2];
   __shared__ int32_t warp_sum[2][32];
@@ -257,8 +269,8 @@ __global__ void __launch_bounds__(kThreads) CombinePrologueKernel(Common c, Devi
 
 // A block per token: its primary rows (k order) summed in fp32 from kSumStart, rounded
 // once (one row: its bits); each pair's weight gathered.
-__global__ void __launch_bounds__(kThreads) CombineGatherKernel(Common c, DevicePlan p,
-                                                                uint16_t* out, float* out_w) {
+__global__ void __launch_bounds__(kThreads)
+    CombineGatherKernel(Common c, DevicePlan p, uint16_t* out, float* out_w) {
   const int K = c.shape.top_k;
   const int64_t nvs = c.shape.nvs(), H = c.hidden;
   for (int64_t t = blockIdx.x; t < c.shape.tokens; t += gridDim.x) {
@@ -270,6 +282,39 @@ __global__ void __launch_bounds__(kThreads) CombineGatherKernel(Common c, Device
         const int64_t raw = Raw(row[k]);
         out_w[t * K + k] = *dev::Ptr(c.ctx, c.weights + raw % nvs, static_cast<int>(raw / nvs));
       }
+    }
+    if (H % 8 == 0) {
+      // 16-byte words of 8 columns (rows are 16-byte aligned when H % 8 == 0).
+      for (int64_t v = threadIdx.x; v < H / 8; v += blockDim.x) {
+        float acc[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = kSumStart;
+        uint4 only{};
+        for (int k = 0; k < K; ++k) {
+          if (row[k] < 0) continue;
+          const uint16_t* src = dev::Ptr(c.ctx, c.shard, static_cast<int>(row[k] / nvs));
+          const uint4 w = reinterpret_cast<const uint4*>(src + (row[k] % nvs) * H)[v];
+          only = w;
+          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc[2 * j] += Bf16BitsToFloat(static_cast<uint16_t>(words[j] & 0xffffu));
+            acc[2 * j + 1] += Bf16BitsToFloat(static_cast<uint16_t>(words[j] >> 16));
+          }
+        }
+        uint4 res = only;
+        if (parts != 1) {
+          uint32_t words[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            words[j] = static_cast<uint32_t>(FloatToBf16Bits(acc[2 * j])) |
+                       (static_cast<uint32_t>(FloatToBf16Bits(acc[2 * j + 1])) << 16);
+          }
+          res = uint4{words[0], words[1], words[2], words[3]};
+        }
+        reinterpret_cast<uint4*>(out + t * H)[v] = res;
+      }
+      continue;
     }
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       float acc = kSumStart;
@@ -287,8 +332,8 @@ __global__ void __launch_bounds__(kThreads) CombineGatherKernel(Common c, Device
 }
 
 // A block per (slot, pool): the owner writes its expert into rank d's slot b.
-__global__ void __launch_bounds__(kThreads) PrefetchKernel(Common c, const int32_t* copy,
-                                                           PoolArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    PrefetchKernel(Common c, const int32_t* copy, PoolArgs a) {
   const int R = c.shape.ranks, epn = c.shape.epn();
   const int64_t jobs = static_cast<int64_t>(R) * epn * a.n;
   for (int64_t j = blockIdx.x; j < jobs; j += gridDim.x) {
@@ -301,12 +346,13 @@ __global__ void __launch_bounds__(kThreads) PrefetchKernel(Common c, const int32
     dev::detail::CopyBytes(dst, a.locals[i] + static_cast<int64_t>(e % epn) * a.bytes[i],
                            a.bytes[i], threadIdx.x, blockDim.x);
   }
+  dev::Fence();
 }
 
 // Thread per (local expert, pool, element): the slots holding the expert, ascending
 // (rank, slot), added in fp32 to the local gradient.
-__global__ void __launch_bounds__(kThreads) ReduceGradKernel(Common c, const int32_t* copy,
-                                                             PoolArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    ReduceGradKernel(Common c, const int32_t* copy, PoolArgs a) {
   const int R = c.shape.ranks, epn = c.shape.epn();
   for (int i = 0; i < a.n; ++i) {
     const int64_t elems = a.bytes[i], total = static_cast<int64_t>(epn) * elems;
@@ -326,8 +372,8 @@ __global__ void __launch_bounds__(kThreads) ReduceGradKernel(Common c, const int
   }
 }
 
-__global__ void __launch_bounds__(kThreads) ZeroSlotsKernel(Common c, const int32_t* copy,
-                                                            PoolArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    ZeroSlotsKernel(Common c, const int32_t* copy, PoolArgs a) {
   const int epn = c.shape.epn();
   for (int i = 0; i < a.n; ++i) {
     const int64_t elems = a.bytes[i];
@@ -348,9 +394,9 @@ int Blocks(int64_t work, int64_t per_block) {
 
 }  // namespace
 
-void LaunchEntry(const Common& c, uint64_t call, bool refused, bool post_only,
+void LaunchEntry(const Common& c, uint64_t call, uint32_t kind, bool refused, bool post_only,
                  const int32_t* tpe, int op, uintptr_t stream) {
-  EntryKernel<<<1, 256, 0, S(stream)>>>(c, call, refused, post_only, tpe, op);
+  EntryKernel<<<1, 256, 0, S(stream)>>>(c, call, kind, refused, post_only, tpe, op);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -383,8 +429,8 @@ void LaunchExpandZero(const Common& c, const DevicePlan& p, uintptr_t stream) {
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
-void LaunchCombine(const Common& c, const DevicePlan& p, uint16_t* out, float* out_w,
-                   uint64_t n, uint64_t call, uintptr_t stream) {
+void LaunchCombine(const Common& c, const DevicePlan& p, uint16_t* out, float* out_w, uint64_t n,
+                   uint64_t call, uintptr_t stream) {
   CombinePrologueKernel<<<Blocks(c.shape.capacity(), kWarps), kThreads, 0, S(stream)>>>(c, p);
   MORI_CUDA_CHECK(cudaGetLastError());
   LaunchBarrier(c, n, call, kOpCombine, kStageDuplicatesSummed, stream);

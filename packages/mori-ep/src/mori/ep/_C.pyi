@@ -577,9 +577,9 @@ class LowLatencyCuda:
 # experts_to_copy, zero_fill, dup_groups, dup_loffs, dup_counts).
 
 def balanced_nvs(ranks: int, experts: int, tokens: int, top_k: int, token_padding: int) -> int: ...
-def balanced_block_bytes(
+def balanced_block_layout(
     ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, hidden: int
-) -> int: ...
+) -> dict[str, int]: ...
 def balanced_plan_tables_cpu(
     ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, tpe: int,
     tables: list[int],
@@ -619,7 +619,7 @@ class BalancedCpu:
     ) -> None: ...  # fmt: skip
     def prefetch(
         self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
-        reason: str, stream: int,
+        reason: str, copy_engine: bool, stream: int,
     ) -> None: ...  # fmt: skip
     def reduce_grad(
         self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],
@@ -650,7 +650,7 @@ class BalancedCuda:
     ) -> None: ...  # fmt: skip
     def prefetch(
         self, experts_to_copy: int, locals: list[int], pools: list[int], bytes: list[int],
-        reason: str, stream: int,
+        reason: str, copy_engine: bool, stream: int,
     ) -> None: ...  # fmt: skip
     def reduce_grad(
         self, experts_to_copy: int, locals: list[int], pools: list[int], elems: list[int],

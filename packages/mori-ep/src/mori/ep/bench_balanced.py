@@ -11,18 +11,20 @@ tiny_512x512; docs/balanced.md) scaled to the ranks present: experts per rank as
 the 4-rank original (E = epn x ranks), Slots = the original's (expert, destination)
 copies x ranks / 4, at most epn per rank, each rank taking its slots from the next
 rank's experts. Each call pushes gate, up and down ([H, Hp] bf16 each) into every
-slot. Data (MB) = Slots x 3 x H x Hp x 2 B x 2 (remote read + local write, the PR-era
-convention), Worst (us) = the slowest rank's median call, BW = Data / Worst, CommBW =
-Data / 2 / Worst (the bytes crossing once). Beside it, in the same run, a peer copy
-(copy engine) on CUDA. On CPU H and Hp are divided by 16 (the table's shapes do not fit
-a host heap) and the times are the host implementation's, not the product's.
+slot. Data (MB) = Slots x 3 x H x Hp x 2 B x 2 (remote read + local write, the
+convention of MoonEP's published table), Worst (us) = the slowest rank's median call,
+BW = Data / Worst, CommBW = Data / 2 / Worst (the bytes crossing once). Beside it, in
+the same run, a peer copy (copy engine) on CUDA. On CUDA the table is measured twice:
+the pushes as a kernel's stores (Engine "sm") and as copy-engine peer copies ("copy").
+On CPU H and Hp are divided by 16 (the table's shapes do not fit a host heap) and the
+times are the host implementation's, not the product's.
 
 ``maxvio``: routings of growing imbalance (MaxVio = max_e T_e / mean - 1 of 0.2, 1, 10,
 20, lognormal expert popularity; a target beyond what top-k without repeats allows is
 clipped, the achieved value printed) with dispatch with planning, dispatch reusing the
-plan, combine, prefetch and reduce_grad times (the slowest rank's median), the most rows any rank receives with
-and without balancing (balanced: checked to be exactly S*K on every rank), and mori's
-IntraNode dispatch and combine on the same routing.
+plan, combine, prefetch and reduce_grad times (the slowest rank's median), the most
+rows any rank receives with and without balancing (balanced: checked to be exactly S*K
+on every rank), and mori's IntraNode dispatch and combine on the same routing.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from functools import partial
 
 from mori.core import bench as scaffold
 
-# MoonEP PR #23's bench_prefetch configurations: (name, E on 4 ranks, B, H, Hp, Slots).
+# MoonEP's bench_prefetch configurations (name, E on 4 ranks, B, H, Hp, Slots).
 PREFETCH_CONFIGS = [
     ("slots_1", 32, 14, 3584, 3072, 1), ("slots_2", 32, 14, 3584, 3072, 2),
     ("slots_3", 32, 14, 3584, 3072, 3), ("slots_5", 32, 14, 3584, 3072, 5),
@@ -128,7 +130,7 @@ def _pools(torch, shmem, R, epn, h, hp, dtype):
     return [shmem.empty((R, epn, h, hp), dtype) for _ in range(3)]
 
 
-def run_prefetch(args, ctx, rank, R) -> list[dict]:
+def run_prefetch(args, ctx, rank, R, engine: str = "sm") -> list[dict]:
     import torch
 
     from mori.core import shmem
@@ -151,9 +153,13 @@ def run_prefetch(args, ctx, rank, R) -> list[dict]:
             copy[d, taken[d]] = home * epn + taken[d]
             taken[d] += 1
             d = (d + 1) % R
-        buf = balanced.Buffer(1, 8, 1, E, R, token_padding=1)
-        tables = balanced.plan(torch.zeros(R, E, dtype=torch.int32).index_fill_(1, torch.tensor([0]), 1),
-                               1, 1, 1, topk=torch.zeros(R, 1, 1, dtype=torch.int32)).for_rank(rank)  # fmt: skip
+        buf = balanced.Buffer(1, 8, 1, E, R, token_padding=1, prefetch_engine=engine)
+        # A plan of this Buffer's shape (every token to expert 0) whose prefetch slots
+        # are then set to the configuration's.
+        tpe = torch.zeros(R, E, dtype=torch.int32)
+        tpe[:, 0] = 1
+        ones = torch.zeros(R, 1, 1, dtype=torch.int32)
+        tables = balanced.plan(tpe, 1, 1, 1, topk=ones).for_rank(rank)
         tables.experts_to_copy = copy.to(ctx.device)
         local = [torch.randn(epn, h, hp).to(ctx.device, torch.bfloat16) for _ in range(3)]
         pools = _pools(torch, shmem, R, epn, h, hp, torch.bfloat16)
@@ -165,9 +171,9 @@ def run_prefetch(args, ctx, rank, R) -> list[dict]:
 
         us = ctx.time_us(call, args.iters)
         data = slots * 3 * h * hp * 2 * 2
-        rows.append({"config": name, "E": E, "B": b, "H": h, "Hp": hp, "SMs": 32, "slots": slots,
-                     "data_mb": data / 1e6, "worst_us": us, "bw_gbps": data / us / 1e3,
-                     "comm_gbps": data / 2 / us / 1e3})  # fmt: skip
+        rows.append({"engine": engine, "config": name, "E": E, "B": b, "H": h, "Hp": hp,
+                     "SMs": 32, "slots": slots, "data_mb": data / 1e6, "worst_us": us,
+                     "bw_gbps": data / us / 1e3, "comm_gbps": data / 2 / us / 1e3})  # fmt: skip
         ctx.sync()
         shmem.barrier_all()
         buf.destroy()
@@ -244,10 +250,10 @@ def _report(args, meta, rows) -> None:
     print(f"# mori.ep.bench_balanced {args.mode}: {meta['ranks']} ranks on {meta['device']} "
           f"({meta['machine']['cpu']}), {meta['date']}")  # fmt: skip
     if args.mode == "prefetch":
-        heads = ["Config", "E", "B", "H", "Hp", "SMs", "Slots", "Data(MB)", "Worst(us)",
-                 "BW(GB/s)", "CommBW"]  # fmt: skip
-        keys = ["config", "E", "B", "H", "Hp", "SMs", "slots", "data_mb", "worst_us", "bw_gbps",
-                "comm_gbps"]  # fmt: skip
+        heads = ["Engine", "Config", "E", "B", "H", "Hp", "SMs", "Slots", "Data(MB)",
+                 "Worst(us)", "BW(GB/s)", "CommBW"]  # fmt: skip
+        keys = ["engine", "config", "E", "B", "H", "Hp", "SMs", "slots", "data_mb", "worst_us",
+                "bw_gbps", "comm_gbps"]  # fmt: skip
         if meta.get("peer_copy_gbps"):
             print(f"same-run peer copy (copy engine): {meta['peer_copy_gbps']:.1f} GB/s")
     else:
@@ -267,7 +273,8 @@ def _plot(path, doc) -> None:
     rows, mode = doc["records"], doc["meta"]["mode"]
     fig, ax = plt.subplots(figsize=(8, 4))
     if mode == "prefetch":
-        ax.bar([r["config"] for r in rows], [r["comm_gbps"] for r in rows])
+        sm = [r for r in rows if r.get("engine", "sm") == "sm"]
+        ax.bar([r["config"] for r in sm], [r["comm_gbps"] for r in sm])
         ax.set_ylabel("CommBW (GB/s)")
         ax.tick_params(axis="x", rotation=60)
     else:
@@ -302,8 +309,9 @@ def worker(args) -> None:
     # The pools are [R, epn, H, H'] on every rank (slice [rank] holds its slots).
     if args.mode == "maxvio":
         pools = 3 * R * args.experts_per_rank * args.hidden * args.ffn * (2 + 4)
-        block = int(_C.balanced_block_bytes(R, args.experts_per_rank * R, args.tokens,
-                                            args.topk, 128, args.hidden))  # fmt: skip
+        layout = _C.balanced_block_layout(R, args.experts_per_rank * R, args.tokens, args.topk,
+                                          128, args.hidden)  # fmt: skip
+        block = int(layout["total_bytes"])
         heap = pools + block + (1 << 30)
     else:
         div = 1 if cuda else 16
@@ -318,6 +326,8 @@ def worker(args) -> None:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}  # fmt: skip
     if args.mode == "prefetch":
         rows = run_prefetch(args, ctx, rank, R)
+        if cuda:
+            rows += run_prefetch(args, ctx, rank, R, "copy")
         if cuda and R > 1:
             from .bench.baseline import peer_copy_gbps
             from .bench.timing import Timer
@@ -334,7 +344,12 @@ def worker(args) -> None:
         if args.plot:
             _plot(args.plot, doc)
     ctx.sync()
+    del rows
+    import gc
+
+    gc.collect()
     shmem.barrier_all()
+    shmem.finalize()
     dist.destroy_process_group()
 
 

@@ -18,11 +18,15 @@ from .autograd import CombineFunction, DispatchFunction
 from .buffer import Buffer, CompletedEvent
 from .planning import Plan, PlanSet, nvs_of, plan
 
+# MoonEP's name for the plan object (isinstance checks in ported code).
+MoonEPCommPlan = Plan
+
 __all__ = [
     "Buffer",
     "CombineFunction",
     "CompletedEvent",
     "DispatchFunction",
+    "MoonEPCommPlan",
     "Plan",
     "PlanSet",
     "nvs_of",

@@ -71,6 +71,10 @@ class Buffer:
         comm_stream_priority, enable_pdl, explicitly_destroy: MoonEP's; the first two
             are kept for its signature (no stream on a host heap).
         timeout_s: bound on every wait for a peer (mori.core.timeouts' rules).
+        prefetch_engine: "sm" (default: a kernel's stores push the weights) or "copy"
+            (copy engines: one peer copy per slot and tensor, after one stream
+            synchronisation to read the plan's slots); CUDA heaps only, ignored on a
+            host heap.
 
     ``mori.core.shmem.init`` must have been called with num_ep_ranks pes.
     """
@@ -90,6 +94,7 @@ class Buffer:
         explicitly_destroy: bool = False,
         *,
         timeout_s: float = 60.0,
+        prefetch_engine: str = "sm",
     ):
         self._destroyed = True
         self.S, self.H, self.K = _positive(S, "S"), _positive(H, "H"), _positive(K, "K")
@@ -105,6 +110,11 @@ class Buffer:
                 f"comm_stream_priority {comm_stream_priority!r} must be an int and "
                 f"enable_pdl {enable_pdl!r} a bool"
             )
+        if prefetch_engine not in ("sm", "copy"):
+            raise InvalidArgumentError(
+                f"prefetch_engine {prefetch_engine!r} must be 'sm' or 'copy'"
+            )
+        self.prefetch_engine = prefetch_engine
         self.explicitly_destroy = bool(explicitly_destroy)
         self.timeout_s = timeouts.seconds(timeout_s, "timeout_s")
         if not shmem.initialized():
@@ -136,15 +146,14 @@ class Buffer:
         self.NvS = nvs_of(self.S, self.K, self.E, self.R, self.token_padding)
         shape = (self.R, self.E, self.S, self.K, self.token_padding)
         self._key = shape
-        nbytes = int(_C.balanced_block_bytes(*shape, self.H))
-        self._block = shmem.empty((nbytes,), torch.uint8)
+        layout = _C.balanced_block_layout(*shape, self.H)
+        self._block = shmem.empty((int(layout["total_bytes"]),), torch.uint8)
         native = _C.BalancedCuda if self._cuda else _C.BalancedCpu
         self._impl = native(*shape, self.H, self.rank, self._block.data_ptr(),
                             self.device.index if self._cuda else -1, self.timeout_s)  # fmt: skip
-        nvs, H = self.NvS, self.H
-        self._hidden_view = self._block[: nvs * H * 2].view(torch.bfloat16).view(nvs, H)
-        woff = (nvs * H * 2 + 255) // 256 * 256
-        self._weights_view = self._block[woff : woff + nvs * 4].view(torch.float32)
+        nvs, H, at, w = self.NvS, self.H, layout["hidden"], layout["weights"]
+        self._hidden_view = self._block[at : at + nvs * H * 2].view(torch.bfloat16).view(nvs, H)
+        self._weights_view = self._block[w : w + nvs * 4].view(torch.float32)
         self._destroyed = False
 
     # -- state ------------------------------------------------------------------------
@@ -444,7 +453,7 @@ class Buffer:
         if reason:
             self._refuse("prefetch_weight", reason)
         self._impl.prefetch(plan.experts_to_copy.data_ptr(), locals_, pools, sizes, "",
-                            self._stream())  # fmt: skip
+                            self.prefetch_engine == "copy", self._stream())  # fmt: skip
         return self._event() if async_finish else None
 
     def reduce_grad(
