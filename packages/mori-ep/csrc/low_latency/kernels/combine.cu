@@ -192,14 +192,19 @@ __device__ __forceinline__ void CombineSendBlockwise(const LlParams& p, int64_t 
       }
       uint2* dst8 = reinterpret_cast<uint2*>(dst);
       float* scales = reinterpret_cast<float*>(dst + so);
+      static_assert(kLlBlockwiseWords % 2 == 0, "words are quantized two at a time");
 #pragma unroll
-      for (int k = 0; k < kLlBlockwiseWords; ++k) {
-        const int64_t w = w0 + k * 32;
-        const Fp8BlockScale sc =
-            Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(v[k]), L)));
-        if (w < nwords) {
-          dst8[w] = QuantizeWord(v[k], sc);
-          if ((lane & (L - 1)) == 0) scales[w / L] = sc.scale;
+      for (int k0 = 0; k0 < kLlBlockwiseWords; k0 += 2) {
+        uint32_t m[2];
+        GroupMaxAbs2(v[k0], v[k0 + 1], L, m[0], m[1]);  // the maxima of two words at once
+#pragma unroll
+        for (int k = k0; k < k0 + 2; ++k) {
+          const int64_t w = w0 + k * 32;
+          if (w < nwords) {
+            const Fp8BlockScale sc = Fp8BlockScaleOf(static_cast<uint16_t>(m[k - k0]));
+            dst8[w] = QuantizeWord(v[k], sc);
+            if ((lane & (L - 1)) == 0) scales[w / L] = sc.scale;
+          }
         }
       }
       if (pc == 0) {
