@@ -125,6 +125,24 @@ __device__ __forceinline__ void AccumulateFp8Word(float* acc, const uint2& q, fl
   }
 }
 
+// Two fp32 sums rounded to bf16 as FloatToBf16Bits rounds them (`lo` in the low half):
+// the sm_90 conversion rounds to nearest even, keeps subnormals and gives a NaN a
+// positive NaN pattern (a combine sum's NaN is the fp32 canonical NaN, positive), which
+// a signed 16-bit minimum with 0x7FC0 turns into 0x7FC0 while every other value (the
+// negatives below 0 as s16, +inf 0x7F80 and the positives below it) stays.
+__device__ __forceinline__ uint32_t SumsToBf16x2(float lo, float hi) {
+#if __CUDA_ARCH__ >= 900
+  uint32_t r;
+  asm("{\n\t.reg .b32 t;\n\tcvt.rn.bf16x2.f32 t, %1, %2;\n\t"
+      "min.s16x2 %0, t, %3;\n\t}"
+      : "=r"(r)
+      : "f"(hi), "f"(lo), "r"(0x7FC07FC0u));
+  return r;
+#else
+  return FloatToBf16Bits(lo) | (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
+#endif
+}
+
 // A 4-byte scale at any address (rows of the column-by-column paths need not be
 // 4-byte aligned).
 __device__ __forceinline__ float LoadScaleBytes(const char* at) {

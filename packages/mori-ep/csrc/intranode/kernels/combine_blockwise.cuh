@@ -89,7 +89,7 @@ __device__ __forceinline__ const char* BlockwisePeerRow(const CombineParams& p, 
 template <int kU>
 __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, int64_t t, int seg,
                                                        unsigned lane) {
-  constexpr int kC = kU > 1 ? kU / 2 : 1;
+  constexpr int kC = kU >= 4 ? 2 : 1;
   const Common& c = p.c;
   const int W = c.world, L = p.block_lanes;
   const uint8_t* ranks = p.token_ranks + t * W;
@@ -127,6 +127,7 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
     }
 #pragma unroll
     for (int k = 0; k < kU; k += 2) {
+      if (ws - lane + k * 32 >= nwords) break;  // the warp's words are past the row
       uint32_t m[2];
       GroupMaxAbs2(raw[k], raw[k + 1], L, m[0], m[1]);
 #pragma unroll
@@ -140,6 +141,7 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
 #pragma unroll
   for (int k0 = 0; k0 < kU; k0 += kC) {
     const int64_t w0 = ws + k0 * 32;
+    if (w0 - lane >= nwords) break;  // the warp's words are past the row
     float acc[kC][8];
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
@@ -183,8 +185,7 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
         uint32_t o[4];
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
-          o[v] = FloatToBFloat16(acc[k][2 * v]) |
-                 (static_cast<uint32_t>(FloatToBFloat16(acc[k][2 * v + 1])) << 16);
+          o[v] = SumsToBf16x2(acc[k][2 * v], acc[k][2 * v + 1]);
         }
         out[w] = make_uint4(o[0], o[1], o[2], o[3]);
       }

@@ -425,8 +425,7 @@ __device__ __forceinline__ void ReduceBlockwiseColumns(const LlParams& p, const 
     uint32_t o[4];
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
-      o[v] = FloatToBf16Bits(acc[2 * v]) |
-             (static_cast<uint32_t>(FloatToBf16Bits(acc[2 * v + 1])) << 16);
+      o[v] = SumsToBf16x2(acc[2 * v], acc[2 * v + 1]);
     }
     *reinterpret_cast<uint4*>(out) = make_uint4(o[0], o[1], o[2], o[3]);
     return;
