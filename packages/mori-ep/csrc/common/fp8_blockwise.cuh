@@ -7,6 +7,10 @@
 // shared by the intra-node and low-latency combine kernels: a 16-byte word of 8 bf16
 // values quantized at once, a scale block's largest |value| over the lanes that hold
 // it, and a whole row quantized by a warp for layouts that are not word-parallel.
+// The word-parallel pieces convert with sm_89+/sm_90 instructions (fp32 <-> e4m3x2,
+// fp32 -> bf16x2), two values each, where the host rule takes ~10-20 integer
+// operations a value; each states why its bits are the rule's (older architectures
+// fall back to the rule itself). The column-by-column pieces keep the rule's code.
 // Internal linkage: each kernel file gets its own copy (no -rdc).
 #include <cuda_runtime.h>
 
@@ -60,10 +64,10 @@ __device__ __forceinline__ void GroupMaxAbs2(const uint4& a, const uint4& b, int
   mb = m >> 16;
 }
 
-// Two fp32 values rounded to fp8 e4m3fn by the sm_89+ conversion (older: the host rule) (round to nearest
-// even, saturating: past 448 and infinities give +-448; the same magnitudes as
-// FloatToFloat8E4M3), `lo` in byte 0 and `hi` in byte 1. A NaN gives 0x7F; callers
-// OR in the sign bits (FloatToFloat8E4M3 keeps a NaN's sign).
+// Two fp32 values rounded to fp8 e4m3fn by the sm_89+ conversion (older: the host
+// rule; round to nearest even, saturating: past 448 and infinities give +-448; the same magnitudes
+// as FloatToFloat8E4M3), `lo` in byte 0 and `hi` in byte 1. A NaN gives 0x7F; callers OR in the
+// sign bits (FloatToFloat8E4M3 keeps a NaN's sign).
 __device__ __forceinline__ uint32_t CvtE4m3x2(float lo, float hi) {
 #if __CUDA_ARCH__ >= 890
   unsigned short r;
@@ -107,8 +111,10 @@ __device__ __forceinline__ uint2 QuantizeWord(const uint4& v, const Fp8BlockScal
     pr[j] = CvtE4m3x2(lo, hi);
   }
   // Byte j of the sign words: the sign byte (byte 1 or 3) of bf16 value j.
-  const uint32_t o0 = __byte_perm(pr[0], pr[1], 0x5410) | (__byte_perm(w[0], w[1], 0x7531) & 0x80808080u);
-  const uint32_t o1 = __byte_perm(pr[2], pr[3], 0x5410) | (__byte_perm(w[2], w[3], 0x7531) & 0x80808080u);
+  const uint32_t o0 =
+      __byte_perm(pr[0], pr[1], 0x5410) | (__byte_perm(w[0], w[1], 0x7531) & 0x80808080u);
+  const uint32_t o1 =
+      __byte_perm(pr[2], pr[3], 0x5410) | (__byte_perm(w[2], w[3], 0x7531) & 0x80808080u);
   return make_uint2(o0, o1);
 }
 

@@ -15,7 +15,9 @@
 // power of two <= 32), and a warp's lane l always holds a word w with w % 32 == l, so
 // the lanes of one block are the aligned group of block_lanes lanes holding its words:
 // the block's largest |value| is a butterfly over that group (log2 block_lanes
-// shuffles), and every lane keeps several 16-byte loads in flight. Other layouts (a
+// shuffles, two words' maxima per shuffle as 16-bit halves), and every lane keeps
+// several 16-byte loads in flight. Conversions are the sm_89+ hardware ones, whose
+// bits are the host rule's (common/fp8_blockwise.cuh says why). Other layouts (a
 // block not a whole number of such words, rows not 16-byte aligned) go block by block,
 // a lane per column. Included by combine_rows.cuh only; internal linkage.
 
@@ -83,9 +85,10 @@ __device__ __forceinline__ const char* BlockwisePeerRow(const CombineParams& p, 
 
 // Words [seg * kU * 32, ...) of my token t's bf16 output: the dequantized parts of the
 // pes it went to, ascending, summed in fp32 from -0.0 and rounded once; no part:
-// zeros. The segment's words are taken kC at a time (half of kU: kU words of
-// accumulators, fp8 words, scales and my own quantized part spill in the 512-thread
-// build), pes two at a time, so 2 x kC part loads and their scales are in flight.
+// zeros. My own part's kU words are loaded at once and quantized first (kU is
+// kReduceItemWords: 8 in the 512-thread build); the sums then take the segment's words
+// kC at a time (kU words of accumulators, fp8 words and scales would spill), pes two at
+// a time, so 2 x kC part loads and their scales are in flight.
 template <int kU>
 __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, int64_t t, int seg,
                                                        unsigned lane) {

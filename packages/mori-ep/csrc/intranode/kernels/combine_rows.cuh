@@ -21,9 +21,9 @@ namespace {
 // dequantizes every part between its loads and its stores, so that each warp keeps as
 // many bytes in flight per item as the bf16 copy's while its arithmetic runs.
 template <int kThreads, int kWire>
-inline constexpr int kReduceItemWords = kWire == kWireBlockwise && kThreads <= kNarrowThreads
-                                            ? 2 * kReduceWords<kThreads>
-                                            : kReduceWords<kThreads>;
+inline constexpr int kReduceItemWords =
+    kWire == kWireBlockwise && kThreads <= kNarrowThreads ? 2 * kReduceWords<kThreads>
+                                                          : kReduceWords<kThreads>;
 
 // 8 bf16 values (a 16-byte word) rounded to 8 fp8 e4m3 bytes, element j in byte j.
 __device__ __forceinline__ uint2 Bf16WordToFp8(const int4& v) {

@@ -67,8 +67,8 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   // per 256 columns.
   constexpr int kCols = 8, kBatch = 4;
   const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
-  const bool vec = hidden % kCols == 0 && stride % kCols == 0 &&
-                   reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const bool vec =
+      hidden % kCols == 0 && stride % kCols == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
   const int64_t items = base[W] * chunks, run = (items + nwarps - 1) / nwarps;
   const int64_t first = gwarp * run, last = first + run < items ? first + run : items;
   int64_t cached = -1;
@@ -577,8 +577,8 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     // where rows allow), so an item costs a load latency per eight slots, not per slot.
     constexpr int kCols = 8, kBatch = 4;
     const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
-    const bool vec = hidden % kCols == 0 && Hc % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+    const bool vec =
+        hidden % kCols == 0 && Hc % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
     uint16_t* out = static_cast<uint16_t*>(a.out);
     for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
       const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
