@@ -132,10 +132,11 @@ __device__ __forceinline__ void AccumulateFp8Word(float* acc, const uint2& q, fl
 }
 
 // Two fp32 sums rounded to bf16 as FloatToBf16Bits rounds them (`lo` in the low half):
-// the sm_90 conversion rounds to nearest even, keeps subnormals and gives a NaN a
-// positive NaN pattern (a combine sum's NaN is the fp32 canonical NaN, positive), which
-// a signed 16-bit minimum with 0x7FC0 turns into 0x7FC0 while every other value (the
-// negatives below 0 as s16, +inf 0x7F80 and the positives below it) stays.
+// the sm_90 conversion rounds to nearest even and keeps subnormals. A sum's NaN is the
+// fp32 canonical NaN (positive; fp32 adds on the device return it), which the
+// conversion turns into a positive quiet NaN, 0x7FC0..0x7FFF; a signed 16-bit minimum
+// with 0x7FC0 maps those to 0x7FC0 and leaves every other value (negatives are below 0
+// as s16, +inf is 0x7F80, finite positives below it).
 __device__ __forceinline__ uint32_t SumsToBf16x2(float lo, float hi) {
 #if __CUDA_ARCH__ >= 900
   uint32_t r;
