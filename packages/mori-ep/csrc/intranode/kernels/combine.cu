@@ -148,7 +148,7 @@ __device__ __forceinline__ void WaitGroupWords(const Common& c, uint64_t epoch, 
 // transfers of later ones.
 template <int kThreads, int kWire>
 __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t total) {
-  constexpr int kU = kReduceWords<kThreads>;
+  constexpr int kU = kReduceItemWords<kThreads, kWire>;
   const Common& c = p.c;
   const int W = c.world, me = c.me;
   const int64_t G = CombineGroups(c.max_tokens);
@@ -255,7 +255,7 @@ __device__ void CombineTiles(const CombineParams& p, uint64_t epoch, int64_t tot
 // ReduceSegment's: the bits are the tiled path's.
 template <int kThreads, int kWire>
 __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t total) {
-  constexpr int kU = kReduceWords<kThreads>;
+  constexpr int kU = kReduceItemWords<kThreads, kWire>;
   const Common& c = p.c;
   const int W = c.world, me = c.me;
   const int64_t M = c.max_tokens, G = CombineGroups(M);
@@ -347,7 +347,7 @@ __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t
 // are the other paths'.
 template <int kThreads, int kWire>
 __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
-  constexpr int kU = kReduceWords<kThreads>;
+  constexpr int kU = kReduceItemWords<kThreads, kWire>;
   constexpr int kSeg = kSegWords<kThreads>;
   const Common& c = p.c;
   const int W = c.world, me = c.me;

@@ -15,7 +15,9 @@
 // power of two <= 32), and a warp's lane l always holds a word w with w % 32 == l, so
 // the lanes of one block are the aligned group of block_lanes lanes holding its words:
 // the block's largest |value| is a butterfly over that group (log2 block_lanes
-// shuffles), and every lane keeps several 16-byte loads in flight. Other layouts (a
+// shuffles, two words' maxima per shuffle as 16-bit halves), and every lane keeps
+// several 16-byte loads in flight. Conversions are the sm_89+ hardware ones, whose
+// bits are the host rule's (common/fp8_blockwise.cuh says why). Other layouts (a
 // block not a whole number of such words, rows not 16-byte aligned) go block by block,
 // a lane per column. Included by combine_rows.cuh only; internal linkage.
 
@@ -46,14 +48,20 @@ __device__ __forceinline__ void ReturnBlockwiseSegment(const CombineParams& p, i
   }
   uint2* dst8 = reinterpret_cast<uint2*>(dst);
   float* scales = reinterpret_cast<float*>(dst + p.scales_offset);
+  static_assert(kSeg % 2 == 0, "words are quantized two at a time");
 #pragma unroll
-  for (int k = 0; k < kSeg; ++k) {
-    if (k >= sw) break;  // sw is the warp's: every lane takes part in the shuffles
-    const int64_t w = w0 + k * 32;
-    const Fp8BlockScale s = Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(v[k]), L)));
-    if (w < nwords) {
-      dst8[w] = QuantizeWord(v[k], s);
-      if ((lane & (L - 1)) == 0) scales[w / L] = s.scale;
+  for (int k0 = 0; k0 < kSeg; k0 += 2) {
+    if (k0 >= sw) break;  // sw is the warp's: every lane takes part in the shuffles
+    uint32_t m[2];
+    GroupMaxAbs2(v[k0], v[k0 + 1], L, m[0], m[1]);  // v[k0 + 1] is zeros past sw
+#pragma unroll
+    for (int k = k0; k < k0 + 2; ++k) {
+      const int64_t w = w0 + k * 32;
+      if (k < sw && w < nwords) {
+        const Fp8BlockScale s = Fp8BlockScaleOf(static_cast<uint16_t>(m[k - k0]));
+        dst8[w] = QuantizeWord(v[k], s);
+        if ((lane & (L - 1)) == 0) scales[w / L] = s.scale;
+      }
     }
   }
   if (seg == 0) {
@@ -77,13 +85,14 @@ __device__ __forceinline__ const char* BlockwisePeerRow(const CombineParams& p, 
 
 // Words [seg * kU * 32, ...) of my token t's bf16 output: the dequantized parts of the
 // pes it went to, ascending, summed in fp32 from -0.0 and rounded once; no part:
-// zeros. The segment's words are taken kC at a time (half of kU: kU words of
-// accumulators, fp8 words, scales and my own quantized part spill in the 512-thread
-// build), pes two at a time, so 2 x kC part loads and their scales are in flight.
+// zeros. My own part's kU words are loaded at once and quantized first (kU is
+// kReduceItemWords: 8 in the 512-thread build); the sums then take the segment's words
+// kC at a time (kU words of accumulators, fp8 words and scales would spill), pes two at
+// a time, so 2 x kC part loads and their scales are in flight.
 template <int kU>
 __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, int64_t t, int seg,
                                                        unsigned lane) {
-  constexpr int kC = kU > 1 ? kU / 2 : 1;
+  constexpr int kC = kU >= 4 ? 2 : 1;
   const Common& c = p.c;
   const int W = c.world, L = p.block_lanes;
   const uint8_t* ranks = p.token_ranks + t * W;
@@ -104,30 +113,38 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
   const uint4* mine = reinterpret_cast<const uint4*>(p.input + self_row * p.input_row_stride);
   const char* row0 = At<char>(c, c.layout.comb_tokens) + t * p.combine_row_bytes;
   const int64_t pe_stride = c.max_tokens * p.combine_row_bytes;
+  const int64_t ws = static_cast<int64_t>(seg) * kU * 32 + lane;
+  // My own part, quantized here as the host quantizes it (its blocks' maxima need every
+  // lane of a group, so the whole warp takes part), held as fp8 words: all kU words'
+  // loads are issued at once, then the maxima of two words per shuffle.
+  uint2 own_q[kU];
+  float own_s[kU];
 #pragma unroll
-  for (int k0 = 0; k0 < kU; k0 += kC) {
-    const int64_t w0 = (static_cast<int64_t>(seg) * kU + k0) * 32 + lane;
-    // My own part, quantized here as the host quantizes it (its blocks' maxima need
-    // every lane of a group, so the whole warp takes part), held as fp8 words.
-    uint2 own_q[kC];
-    float own_s[kC];
+  for (int k = 0; k < kU; ++k) own_q[k] = make_uint2(0, 0), own_s[k] = 0.0f;
+  if (own) {
+    uint4 raw[kU + kU % 2];
 #pragma unroll
-    for (int k = 0; k < kC; ++k) own_q[k] = make_uint2(0, 0), own_s[k] = 0.0f;
-    if (own) {
-      uint4 raw[kC];
+    for (int k = 0; k < kU + kU % 2; ++k) {
+      const int64_t w = ws + k * 32;
+      raw[k] = k < kU && w < nwords ? __ldcg(mine + w) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-      for (int k = 0; k < kC; ++k) {
-        const int64_t w = w0 + k * 32;
-        raw[k] = w < nwords ? __ldcg(mine + w) : make_uint4(0, 0, 0, 0);
-      }
+    for (int k = 0; k < kU; k += 2) {
+      if (ws - lane + k * 32 >= nwords) break;  // the warp's words are past the row
+      uint32_t m[2];
+      GroupMaxAbs2(raw[k], raw[k + 1], L, m[0], m[1]);
 #pragma unroll
-      for (int k = 0; k < kC; ++k) {
-        const Fp8BlockScale s =
-            Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(raw[k]), L)));
-        own_q[k] = QuantizeWord(raw[k], s);
-        own_s[k] = s.scale;
+      for (int j = 0; j < 2 && k + j < kU; ++j) {
+        const Fp8BlockScale s = Fp8BlockScaleOf(static_cast<uint16_t>(m[j]));
+        own_q[k + j] = QuantizeWord(raw[k + j], s);
+        own_s[k + j] = s.scale;
       }
     }
+  }
+#pragma unroll
+  for (int k0 = 0; k0 < kU; k0 += kC) {
+    const int64_t w0 = ws + k0 * 32;
+    if (w0 - lane >= nwords) break;  // the warp's words are past the row
     float acc[kC][8];
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
@@ -148,8 +165,8 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
 #pragma unroll
         for (int k = 0; k < kC; ++k) {
           const int64_t w = w0 + k * 32;
-          q[j][k] = own_q[k];
-          sc[j][k] = own_s[k];
+          q[j][k] = own_q[k0 + k];
+          sc[j][k] = own_s[k0 + k];
           if (peer && w < nwords) {
             q[j][k] = __ldcg(reinterpret_cast<const uint2*>(row) + w);
             sc[j][k] = __ldcg(scales + w / L);
@@ -171,8 +188,7 @@ __device__ __forceinline__ void ReduceBlockwiseSegment(const CombineParams& p, i
         uint32_t o[4];
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
-          o[v] = FloatToBFloat16(acc[k][2 * v]) |
-                 (static_cast<uint32_t>(FloatToBFloat16(acc[k][2 * v + 1])) << 16);
+          o[v] = SumsToBf16x2(acc[k][2 * v], acc[k][2 * v + 1]);
         }
         out[w] = make_uint4(o[0], o[1], o[2], o[3]);
       }

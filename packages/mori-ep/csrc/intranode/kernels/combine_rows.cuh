@@ -16,6 +16,15 @@ namespace mori::ep::intranode {
 
 namespace {
 
+// 16-byte words per lane of a reduce item (token, segment): kReduceWords, and twice
+// that in the 512-thread fp8_blockwise build, whose item quantizes my own part and
+// dequantizes every part between its loads and its stores, so that each warp keeps as
+// many bytes in flight per item as the bf16 copy's while its arithmetic runs.
+template <int kThreads, int kWire>
+inline constexpr int kReduceItemWords =
+    kWire == kWireBlockwise && kThreads <= kNarrowThreads ? 2 * kReduceWords<kThreads>
+                                                          : kReduceWords<kThreads>;
+
 // 8 bf16 values (a 16-byte word) rounded to 8 fp8 e4m3 bytes, element j in byte j.
 __device__ __forceinline__ uint2 Bf16WordToFp8(const int4& v) {
   const uint32_t w[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y),

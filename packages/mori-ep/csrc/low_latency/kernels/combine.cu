@@ -67,8 +67,8 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   // per 256 columns.
   constexpr int kCols = 8, kBatch = 4;
   const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
-  const bool vec = hidden % kCols == 0 && stride % kCols == 0 &&
-                   reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const bool vec =
+      hidden % kCols == 0 && stride % kCols == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
   const int64_t items = base[W] * chunks, run = (items + nwarps - 1) / nwarps;
   const int64_t first = gwarp * run, last = first + run < items ? first + run : items;
   int64_t cached = -1;
@@ -192,14 +192,19 @@ __device__ __forceinline__ void CombineSendBlockwise(const LlParams& p, int64_t 
       }
       uint2* dst8 = reinterpret_cast<uint2*>(dst);
       float* scales = reinterpret_cast<float*>(dst + so);
+      static_assert(kLlBlockwiseWords % 2 == 0, "words are quantized two at a time");
 #pragma unroll
-      for (int k = 0; k < kLlBlockwiseWords; ++k) {
-        const int64_t w = w0 + k * 32;
-        const Fp8BlockScale sc =
-            Fp8BlockScaleOf(static_cast<uint16_t>(GroupMax(MaxAbsBits(v[k]), L)));
-        if (w < nwords) {
-          dst8[w] = QuantizeWord(v[k], sc);
-          if ((lane & (L - 1)) == 0) scales[w / L] = sc.scale;
+      for (int k0 = 0; k0 < kLlBlockwiseWords; k0 += 2) {
+        uint32_t m[2];
+        GroupMaxAbs2(v[k0], v[k0 + 1], L, m[0], m[1]);  // the maxima of two words at once
+#pragma unroll
+        for (int k = k0; k < k0 + 2; ++k) {
+          const int64_t w = w0 + k * 32;
+          if (w < nwords) {
+            const Fp8BlockScale sc = Fp8BlockScaleOf(static_cast<uint16_t>(m[k - k0]));
+            dst8[w] = QuantizeWord(v[k], sc);
+            if ((lane & (L - 1)) == 0) scales[w / L] = sc.scale;
+          }
         }
       }
       if (pc == 0) {
@@ -380,15 +385,13 @@ __device__ __forceinline__ void StoreValue(void* out, int64_t i, float v, Combin
   static_cast<float*>(out)[i] = v;
 }
 
-// Columns [h0, h0 + 8) of my token t under fp8_blockwise (CombineTokenRowFp8Blockwise):
-// each part's fp8 values times its block's scale, summed in fp32 from -0.0 in
-// ascending pe order, rounded once to bf16; no part: zeros. With `words` (rows of
-// whole 8-column pieces within a block, 8-byte aligned slot rows, a 16-byte aligned
-// output) one 8-byte load and one scale per part, every part's loads issued before
-// the sums; else column by column.
+// Columns [h0, h0 + 8) of my token t under fp8_blockwise (CombineTokenRowFp8Blockwise),
+// column by column (rows that are not word-parallel; ReduceBlockwiseWordItems takes
+// the others): each part's fp8 values times its block's scale, summed in fp32 from -0.0
+// in ascending pe order, rounded once to bf16; no part: zeros.
 __device__ __forceinline__ void ReduceBlockwiseColumns(const LlParams& p, const char* comb,
-                                                       const uint8_t* ranks, int64_t t, int64_t h0,
-                                                       bool words) {
+                                                       const uint8_t* ranks, int64_t t,
+                                                       int64_t h0) {
   const LlCombineArgs& a = p.c;
   const int W = p.world;
   const int64_t M = p.max_tokens, Hc = p.combine_row_bytes, hidden = p.hidden_dim;
@@ -400,32 +403,6 @@ __device__ __forceinline__ void ReduceBlockwiseColumns(const LlParams& p, const 
   float acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = any ? kSumStart : 0.0f;
-  if (words) {
-    uint2 q[kMaxCudaWorldSize];
-    float sc[kMaxCudaWorldSize];
-#pragma unroll
-    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
-      q[d] = make_uint2(0, 0);
-      sc[d] = 0.0f;
-      if (d < W && ranks[d]) {
-        const char* row = comb + (d * M + t) * Hc;
-        q[d] = __ldcg(reinterpret_cast<const uint2*>(row + h0));
-        sc[d] = __ldcg(reinterpret_cast<const float*>(row + so) + h0 / B);
-      }
-    }
-#pragma unroll
-    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
-      if (d < W && ranks[d]) AccumulateFp8Word(acc, q[d], sc[d]);
-    }
-    uint32_t o[4];
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      o[v] = FloatToBf16Bits(acc[2 * v]) |
-             (static_cast<uint32_t>(FloatToBf16Bits(acc[2 * v + 1])) << 16);
-    }
-    *reinterpret_cast<uint4*>(out) = make_uint4(o[0], o[1], o[2], o[3]);
-    return;
-  }
   const int64_t cols = hidden - h0 < 8 ? hidden - h0 : 8;
   for (int d = 0; d < W; ++d) {
     if (!ranks[d]) continue;
@@ -436,6 +413,90 @@ __device__ __forceinline__ void ReduceBlockwiseColumns(const LlParams& p, const 
     }
   }
   for (int i = 0; i < cols; ++i) out[i] = FloatToBf16Bits(acc[i]);
+}
+
+// Token t's combined weights in the two-item fp8_blockwise receive (CombineTokenWeights,
+// as CombineRecv's item loop combines them): lane k < K sums slot k over the pes the
+// token went to, ascending; one part: its value; none: 0.
+__device__ __forceinline__ void CombineTokenWeightsLl(const LlParams& p, const float* combw,
+                                                      const uint8_t* token_ranks, int64_t t,
+                                                      int lane) {
+  const LlCombineArgs& a = p.c;
+  const int W = p.world, K = p.top_k;
+  const int64_t M = p.max_tokens;
+  if (a.out_weights == nullptr || lane >= K) return;
+  int parts = 0;
+  for (int d = 0; d < W; ++d) parts += token_ranks[t * W + d] != 0;
+  float acc = parts == 0 ? 0.0f : kSumStart;
+  for (int d = 0; d < W; ++d) {
+    if (!token_ranks[t * W + d]) continue;
+    const float w = combw[(d * M + t) * K + lane];
+    acc = parts == 1 ? w : __fadd_rn(acc, w);
+  }
+  a.out_weights[t * K + lane] = acc;
+}
+
+// Items it[0] and it[1] of the token-major receive under fp8_blockwise ((token, 256
+// columns), 8 per lane, as in CombineRecv; an item at or past `items` is none) on
+// word-parallel rows (whole 8-column pieces within a block, 8-byte aligned slot rows, a
+// 16-byte aligned output): per part one 8-byte load and one scale, the sums as
+// ReduceBlockwiseColumns's. Every part's loads of both items are issued before either
+// item's sums and stores, so a warp waits one latency chain (routing bytes, then
+// parts) per two items.
+__device__ __forceinline__ void ReduceBlockwiseWordItems(const LlParams& p, const char* comb,
+                                                         const uint8_t* token_ranks, int64_t chunks,
+                                                         int64_t items, const int64_t (&it)[2],
+                                                         int lane) {
+  const LlCombineArgs& a = p.c;
+  const int W = p.world;
+  const int64_t M = p.max_tokens, Hc = p.combine_row_bytes, hidden = p.hidden_dim;
+  const int64_t B = BlockwiseBlockElems(hidden, a.fp8_block_scale_dim);
+  const int64_t so = BlockwiseScalesOffset(hidden);
+  int64_t t[2], h0[2];
+  bool live[2];
+  uint32_t parts[2] = {0, 0};  // bit d: the token went to pe d
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    t[j] = it[j] / chunks;
+    h0[j] = (it[j] % chunks) * 256 + lane * 8;
+    live[j] = it[j] < items && h0[j] < hidden;
+    if (!live[j]) continue;
+#pragma unroll
+    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
+      if (d < W && token_ranks[t[j] * W + d]) parts[j] |= 1u << d;
+    }
+  }
+  uint2 q[2][kMaxCudaWorldSize];
+  float sc[2][kMaxCudaWorldSize];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
+      q[j][d] = make_uint2(0, 0);
+      sc[j][d] = 0.0f;
+      if (parts[j] >> d & 1u) {
+        const char* row = comb + (d * M + t[j]) * Hc;
+        q[j][d] = __ldcg(reinterpret_cast<const uint2*>(row + h0[j]));
+        sc[j][d] = __ldcg(reinterpret_cast<const float*>(row + so) + h0[j] / B);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if (!live[j]) continue;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = parts[j] ? kSumStart : 0.0f;
+#pragma unroll
+    for (int d = 0; d < kMaxCudaWorldSize; ++d) {
+      if (parts[j] >> d & 1u) AccumulateFp8Word(acc, q[j][d], sc[j][d]);
+    }
+    uint32_t o[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) o[v] = SumsToBf16x2(acc[2 * v], acc[2 * v + 1]);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(a.out) + t[j] * hidden + h0[j]) =
+        make_uint4(o[0], o[1], o[2], o[3]);
+  }
 }
 
 // ----------------------------------------------------------- combine receive
@@ -477,7 +538,21 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
       words = hidden % 8 == 0 && BlockwiseBlockElems(hidden, a.fp8_block_scale_dim) % 8 == 0 &&
               Hc % 8 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
     }
-    for (int64_t item = gwarp; item < n * chunks; item += nwarps) {
+    // fp8_blockwise, word-parallel: two items per warp at once, each with its weights
+    // (the loop below also takes the column-by-column case and the other dtypes).
+    if (kBlockwise && words) {
+      static_assert(32 * kCols == 256, "ReduceBlockwiseWordItems takes 256-column items");
+      for (int64_t item = gwarp; item < n * chunks; item += 2 * nwarps) {
+        const int64_t it[2] = {item, item + nwarps};
+        ReduceBlockwiseWordItems(p, comb, token_ranks, chunks, n * chunks, it, lane);
+        for (int j = 0; j < 2; ++j) {
+          if (it[j] < n * chunks && it[j] % chunks == 0) {
+            CombineTokenWeightsLl(p, combw, token_ranks, it[j] / chunks, lane);
+          }
+        }
+      }
+    }
+    for (int64_t item = gwarp; !(kBlockwise && words) && item < n * chunks; item += nwarps) {
       const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
       // As CombineTokenRow / CombineTokenWeights (common/numeric.hpp): no part: zeros; one
       // part: its bytes; else an fp32 sum from -0.0 in ascending pe order.
@@ -486,7 +561,7 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
         if (token_ranks[t * W + d]) ++parts, only = d;
       }
       if constexpr (kBlockwise) {
-        if (h0 < hidden) ReduceBlockwiseColumns(p, comb, token_ranks + t * W, t, h0, words);
+        if (h0 < hidden) ReduceBlockwiseColumns(p, comb, token_ranks + t * W, t, h0);
       } else if (h0 < hidden) {
         const int64_t cols = hidden - h0 < kCols ? hidden - h0 : kCols;
         char* o = static_cast<char*>(a.out) + t * row_bytes + h0 * eb;
@@ -573,8 +648,8 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
     // where rows allow), so an item costs a load latency per eight slots, not per slot.
     constexpr int kCols = 8, kBatch = 4;
     const int64_t chunks = (hidden + 32 * kCols - 1) / (32 * kCols);
-    const bool vec = hidden % kCols == 0 && Hc % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+    const bool vec =
+        hidden % kCols == 0 && Hc % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
     uint16_t* out = static_cast<uint16_t*>(a.out);
     for (int64_t item = gwarp; item < a.num_tokens * chunks; item += nwarps) {
       const int64_t t = item / chunks, h0 = (item % chunks) * 32 * kCols + lane * kCols;
