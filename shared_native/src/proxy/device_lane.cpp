@@ -49,8 +49,8 @@ DeviceLane::DeviceLane(int device, size_t staging_bytes, std::string who)
     MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     stream_ = stream;
     if (staging_bytes > 0) {
-      MORI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_), staging_bytes,
-                                    cudaHostAllocPortable));
+      MORI_CUDA_CHECK(
+          cudaHostAlloc(reinterpret_cast<void**>(&staging_), staging_bytes, cudaHostAllocPortable));
       staging_bytes_ = staging_bytes;
     }
     MORI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(uint64_t)));
@@ -67,8 +67,13 @@ DeviceLane::DeviceLane(int device, size_t staging_bytes, std::string who)
 DeviceLane::~DeviceLane() { Release(); }
 
 void DeviceLane::Release() noexcept {
-  // The proxy is closed or failed: no producer of it runs any more.
-  if (cudaSetDevice(device_) != cudaSuccess) return;
+  // The proxy is closed or failed: no producer of it runs any more. The caller's
+  // current device is restored after (torch keeps its own notion of it).
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
   if (stream_ != nullptr) {
     (void)cudaStreamSynchronize(AsStream(stream_));
     (void)cudaStreamDestroy(AsStream(stream_));
@@ -78,6 +83,7 @@ void DeviceLane::Release() noexcept {
   staging_ = nullptr;
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
   scratch_ = nullptr;
+  if (previous != device_) (void)cudaSetDevice(previous);
   (void)cudaGetLastError();
 }
 
@@ -109,7 +115,8 @@ void DeviceLane::Sync() {
 
 #else  // !MORI_CORE_WITH_CUDA
 
-DeviceLane::DeviceLane(int device, size_t, std::string who) : device_(device), who_(std::move(who)) {
+DeviceLane::DeviceLane(int device, size_t, std::string who)
+    : device_(device), who_(std::move(who)) {
   MORI_THROW(NotSupportedError, who_,
              ": a CUDA heap needs libmori_core built with CUDA (MORI_CUDA=off or no nvcc)");
 }

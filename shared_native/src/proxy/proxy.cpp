@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -128,8 +129,9 @@ struct Proxy::Impl {
       std::lock_guard<std::mutex> lock(mu);
       if (failure.empty()) failure = why;
     }
-    MORI_LOG_ERROR(kCore, why);
+    // The queues first: a producer whose wait is timing out now sees the failure.
     for (auto& q : queues) q->Fail(why);
+    MORI_LOG_ERROR(kCore, why);
   }
 
   std::string CommandText(int q, uint64_t index, const Command& c) const {
@@ -182,15 +184,21 @@ struct Proxy::Impl {
   }
 
   // Names the pe a command is being posted to in the queue's control block for as
-  // long as the post takes (a producer's timeout then names it).
+  // long as the post takes (a producer's timeout then names it). A post that fails
+  // leaves the pe named: a producer timing out while the failure is being recorded
+  // still names it.
   struct PostingGuard {
-    PostingGuard(CommandQueue& q, const Command& c) : queue(q) {
+    PostingGuard(CommandQueue& q, const Command& c)
+        : queue(q), exceptions(std::uncaught_exceptions()) {
       const bool to_pe =
           c.op != static_cast<uint32_t>(Op::kQuiet) && c.op != static_cast<uint32_t>(Op::kBarrier);
       if (to_pe) queue.SetPostingPe(c.pe);
     }
-    ~PostingGuard() { queue.SetPostingPe(-1); }
+    ~PostingGuard() {
+      if (std::uncaught_exceptions() == exceptions) queue.SetPostingPe(-1);
+    }
     CommandQueue& queue;
+    int exceptions;
   };
 
   // Pops and posts a batch from queue q; true when anything happened.

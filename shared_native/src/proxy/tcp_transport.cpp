@@ -298,7 +298,8 @@ bool TcpTransport::ApplyOne(int pe) {
   try {
     return ApplyFrame(pe);
   } catch (const std::exception& e) {
-    SetError(Lost(pe, "applying what it sent", e.what()));
+    SetError(
+        StrCat(heap_->Self(), ": applying what ", heap_->PeName(pe), " sent failed: ", e.what()));
     return false;
   }
 }

@@ -285,6 +285,12 @@ class CudaBackend final : public HeapBackend {
     // The heap starts zeroed (signals and barrier counters rely on it).
     MORI_CUDA_CHECK(cudaMemset(base(group_.local_pes[group_.my_local_index]), 0, alloc_size_));
     MORI_CUDA_CHECK(cudaDeviceSynchronize());
+    // The signal kernel's first launch loads it (CUDA's lazy module loading), which may
+    // synchronize the context: done here, so that a host signal (or barrier_all) later
+    // never waits for a user kernel that itself waits for that signal. Adds 0.
+    LaunchSignalAdd(reinterpret_cast<uint64_t*>(base(group_.local_pes[group_.my_local_index])), 0,
+                    stream_);
+    MORI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     // No pe touches another's heap before every heap is zeroed.
     bootstrap.Barrier();
   }

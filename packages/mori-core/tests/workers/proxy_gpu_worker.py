@@ -8,7 +8,9 @@ with MORI_SHMEM_NODE_ID: pes_per_node 1 puts the two pes on two nodes (path tcp,
 CUDA heap staged through host buffers), 2 on one node (path mapped, CUDA IPC). A
 kernel pushes a write+add of random bytes to the peer (then a device Quiet), the peer
 checks them bit for bit after its signal; then 8 blocks push 1000 adds each and the
-peer's word must reach exactly 8000; then one thread times 1000 push -> retire round
+peer's word must reach exactly 8000; then 4 blocks push 250 adds each to the pe itself
+(path mapped, applied by the proxy's own kernel while the pushing kernel spins) and
+the own word must reach exactly 1000; then one thread times 1000 push -> retire round
 trips. Prints "pe N ok" at the end.
 """
 
@@ -46,7 +48,7 @@ def data_of(pe):
 
 src = shmem.empty((N,), torch.uint8)
 dst = shmem.empty((N,), torch.uint8)
-sig = shmem.empty((2,), torch.int64)
+sig = shmem.empty((3,), torch.int64)
 src.copy_(data_of(me).cuda())
 dst.zero_()
 sig.zero_()
@@ -69,6 +71,11 @@ torch.cuda.synchronize()
 shmem.wait_until(sig[1:], "ge", 8000, timeout_s=60)
 shmem.barrier_all()
 assert int(sig[1].item()) == 8000, int(sig[1].item())
+
+assert p.path_to(me) == "mapped", p.path_to(me)
+p._p._device_push("atomic_add", me, 0, 0, 0, off(sig) + 16, 1, 250, 4, True, stream)
+torch.cuda.synchronize()  # the kernel's Quiets returned: every add applied here
+assert int(sig[2].item()) == 1000, int(sig[2].item())
 
 out = torch.zeros(1000, dtype=torch.int64, device="cuda")
 p._p._device_push_latency("atomic_add", peer, 0, 0, 0, off(sig) + 8, 1000, out.data_ptr(), stream)
