@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../src/shmem/allocator.hpp"
+#include "mori/bootstrap/bootstrap.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/host_ops.hpp"
 #include "mori/shmem/shmem.hpp"
@@ -172,6 +173,34 @@ TEST(HostOps, SizesAndHandleNames) {
   EXPECT_THROW(ParseHandleType("ipc"), InvalidArgumentError);
   EXPECT_FALSE(Initialized());
   EXPECT_THROW(MyPe(), InvalidStateError);
+}
+
+// GetBootstrap is the heap's; AtFinalize hooks run once, in order, at the next Finalize,
+// while the heap still exists (a mori::proxy::Proxy closes there), and not again.
+TEST(Shmem, AtFinalizeHooksRunOnceBeforeTheHeapGoes) {
+  bootstrap::TcpBootstrapOptions bo;
+  bo.rank = 0;
+  bo.world_size = 1;
+  bo.timeout = std::chrono::seconds(10);
+  auto boot = std::make_shared<bootstrap::TcpBootstrap>(bo);
+  InitOptions so;
+  so.heap_size = 1 << 20;
+  Init(boot, so);
+  EXPECT_EQ(GetBootstrap().get(), boot.get());
+  std::vector<int> order;
+  bool heap_alive = false;
+  AtFinalize([&] { order.push_back(1); });
+  AtFinalize([&] {
+    order.push_back(2);
+    heap_alive = Initialized() && GetDeviceContext().my_base != nullptr;
+  });
+  Finalize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(heap_alive);
+  EXPECT_FALSE(Initialized());
+  Init(boot, so);
+  Finalize();  // the hooks ran with the last heap: not again
+  EXPECT_EQ(order.size(), 2u);
 }
 
 }  // namespace
