@@ -463,8 +463,7 @@ void LaunchPlanner(const PlannerParams& p, uintptr_t stream_int) {
   auto stream = reinterpret_cast<cudaStream_t>(stream_int);
   MORI_CUDA_CHECK(cudaMemsetAsync(p.error, 0, 4 * sizeof(int32_t), stream));
   MORI_CUDA_CHECK(cudaMemsetAsync(p.scratch, 0, sizeof(int32_t) * (2 + l.chunks), stream));
-  PlannerKernel<<<static_cast<unsigned>(l.chunks), 32 * l.warps, smem, stream>>>(p,
-                                                                               l.chunk_tokens);
+  PlannerKernel<<<static_cast<unsigned>(l.chunks), 32 * l.warps, smem, stream>>>(p, l.chunk_tokens);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
