@@ -93,6 +93,12 @@ __host__ __device__ inline Layout LayoutOf(const PlanShape& s) {
   return l;
 }
 
+// The scratch: [0] the ticket, [2, 2 + chunks) the chunks' flags (both cleared before
+// each launch), then from a 16-byte boundary each expert's counts per chunk, a row of
+// HistStride words per expert (read as int4).
+__host__ __device__ inline int64_t HistOffset(int64_t chunks) { return (2 + chunks + 3) / 4 * 4; }
+__host__ __device__ inline int64_t HistStride(int64_t chunks) { return (chunks + 3) / 4 * 4; }
+
 struct Shared {
   int32_t* count;   // [E] pairs per expert, all ranks
   int32_t* prior;   // [E] pairs of the ranks before this one
@@ -146,7 +152,8 @@ __global__ void __launch_bounds__(1024, 1) PlannerKernel(PlannerParams p, int64_
   Shared sh = Carve(smem, s, warps);
   int32_t* ticket = p.scratch;
   int32_t* flag = p.scratch + 2;
-  int32_t* hist = flag + chunks;  // [chunks, E]
+  const int64_t stride = HistStride(chunks);
+  int32_t* hist = p.scratch + HistOffset(chunks);  // [E, stride]: chunk counts per expert
 
   // Phase 0: a chunk (ticket), the counts, cleared tables.
   int32_t my_ticket = 0;
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__(1024, 1) PlannerKernel(PlannerParams p, int64_
       run += v;
     }
     sh.total[x] = run;
-    hist[static_cast<int64_t>(c) * E + x] = run;
+    hist[static_cast<int64_t>(x) * stride + c] = run;
   }
   __threadfence();
   __syncthreads();
@@ -383,24 +390,30 @@ __global__ void __launch_bounds__(1024, 1) PlannerKernel(PlannerParams p, int64_
     for (int i = tid; i < R * epn; i += B) p.tables.experts_to_copy[i] = sh.copy[i];
   }
 
-  // Step 4. Every earlier chunk's counts, 8 loads in flight per thread.
+  // Step 4. Every earlier chunk's counts: an expert's column is contiguous, so a
+  // thread sums part of one column with 16-byte loads (8 in flight) and adds it once.
   {
-    const int64_t n = static_cast<int64_t>(c) * E;
-    const int step = B % E;
-    int x0 = tid % E;
-    for (int64_t f0 = tid; f0 < n; f0 += 8 * static_cast<int64_t>(B)) {
-      int32_t v[8];
+    const int parts = B >= E ? B / E : 1;
+    const int vecs = (c + 3) / 4;  // int4s covering chunks [0, c)
+    for (int idx = tid; idx < E * parts; idx += B) {
+      const int x = idx % E, part = idx / E;
+      const int4* col = reinterpret_cast<const int4*>(hist + static_cast<int64_t>(x) * stride);
+      int32_t sum = 0;
+      for (int v0 = part; v0 < vecs; v0 += 8 * parts) {
+        int4 q[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int64_t f = f0 + static_cast<int64_t>(u) * B;
-        v[u] = f < n ? __ldcg(hist + f) : 0;
-      }
+        for (int u = 0; u < 8; ++u) {
+          const int v = v0 + u * parts;
+          q[u] = v < vecs ? __ldcg(col + v) : make_int4(0, 0, 0, 0);
+        }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (v[u] != 0) atomicAdd(&sh.before[x0], v[u]);
-        x0 += step;
-        if (x0 >= E) x0 -= E;
+        for (int u = 0; u < 8; ++u) {
+          const int j = 4 * (v0 + u * parts);  // chunks j .. j + 3; only those below c count
+          sum += (j < c ? q[u].x : 0) + (j + 1 < c ? q[u].y : 0) + (j + 2 < c ? q[u].z : 0) +
+                 (j + 3 < c ? q[u].w : 0);
+        }
       }
+      if (sum != 0) atomicAdd(&sh.before[x], sum);
     }
   }
   __syncthreads();
@@ -437,7 +450,7 @@ __global__ void __launch_bounds__(1024, 1) PlannerKernel(PlannerParams p, int64_
 
 int64_t PlannerScratchWords(const PlanShape& s) {
   const Layout l = LayoutOf(s);
-  return 2 + l.chunks + l.chunks * s.experts;
+  return HistOffset(l.chunks) + s.experts * HistStride(l.chunks);
 }
 
 void LaunchPlanner(const PlannerParams& p, uintptr_t stream_int) {
