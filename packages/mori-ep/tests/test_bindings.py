@@ -18,6 +18,7 @@ CUDA_ONLY = {
     "dispatch_layout_cuda",
     "local_expert_count_cuda",
     "balanced_plan_cuda",
+    "balanced_planner_scratch_words",
     "BalancedCuda",
 }
 # Each mode's (CPU, CUDA) native classes; what one has beyond the shared methods.

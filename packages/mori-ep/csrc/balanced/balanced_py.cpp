@@ -222,16 +222,27 @@ void register_balanced(py::module_& m) {
   m.def(
       "balanced_plan_cuda",
       [](int R, int E, int64_t S, int K, int pad, uintptr_t tpe, uintptr_t topk, int rank,
-         std::array<uintptr_t, 6> tables, uintptr_t dst, uintptr_t error, uintptr_t stream) {
+         std::array<uintptr_t, 6> tables, uintptr_t dst, uintptr_t error, uintptr_t scratch,
+         uintptr_t stream) {
         balanced::LaunchPlanner(
             balanced::PlannerParams{Shape(R, E, S, K, pad), rank, P<const int32_t>(tpe),
                                     P<const int32_t>(topk), Tables(tables), P<int32_t>(dst),
-                                    P<int32_t>(error)},
+                                    P<int32_t>(error), P<int32_t>(scratch)},
             stream);
       },
       SHAPE_ARGS, py::arg("tpe"), py::arg("topk"), py::arg("rank"), py::arg("tables"),
-      py::arg("dst"), py::arg("error"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
-      "The CUDA planner on `stream` (device pointers; error [4] int32, zero when good).");
+      py::arg("dst"), py::arg("error"), py::arg("scratch"), py::arg("stream"),
+      py::call_guard<py::gil_scoped_release>(),
+      "The CUDA planner on `stream` (device pointers; error [4] int32, zero when good; "
+      "scratch [balanced_planner_scratch_words] int32).");
+  m.def(
+      "balanced_planner_scratch_words",
+      [](int R, int E, int64_t S, int K, int pad) {
+        const PlanShape s = Shape(R, E, S, K, pad);
+        balanced::CheckPlanShape(s);
+        return balanced::PlannerScratchWords(s);
+      },
+      SHAPE_ARGS, "int32 words of the CUDA planner's scratch for this shape.");
 #endif
 
   BindImpl(py::class_<balanced::BalancedCpu>(

@@ -52,6 +52,7 @@ BalancedCuda::BalancedCuda(const PlanShape& shape, int64_t hidden, int rank, voi
   MORI_CUDA_CHECK(cudaMemset(block_ + layout_.dup_src, 0xff, sizeof(int32_t) * shape.nvs()));
   MORI_CUDA_CHECK(cudaMalloc(&error_, 4 * sizeof(int32_t)));
   MORI_CUDA_CHECK(cudaMalloc(&scratch_, 2 * sizeof(int32_t) * shape.nvs()));
+  MORI_CUDA_CHECK(cudaMalloc(&plan_scratch_, sizeof(int32_t) * PlannerScratchWords(shape)));
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   common_ = Common{ctx_,
                    shape_,
@@ -72,6 +73,7 @@ BalancedCuda::~BalancedCuda() {
   // Never throw from a destructor; a failure leaks the buffers.
   if (error_ != nullptr) cudaFree(error_);
   if (scratch_ != nullptr) cudaFree(scratch_);
+  if (plan_scratch_ != nullptr) cudaFree(plan_scratch_);
 }
 
 void BalancedCuda::Enter(int op, uint32_t kind, const char* name, const std::string& reason,
@@ -103,7 +105,9 @@ void BalancedCuda::Plan(const int32_t* tpe, const int32_t* topk, const std::stri
   MORI_CUDA_CHECK(
       cudaMemsetAsync(common_.dup_src, 0xff, sizeof(int32_t) * shape_.nvs(), S(stream)));
   Enter(kOpDispatch, kPlanned, "dispatch", reason, tpe, stream);
-  LaunchPlanner(PlannerParams{shape_, rank_, common_.counts, topk, tables, dst, error_}, stream);
+  LaunchPlanner(
+      PlannerParams{shape_, rank_, common_.counts, topk, tables, dst, error_, plan_scratch_},
+      stream);
   LaunchPlannerCheck(error_, rank_, stream);
 }
 

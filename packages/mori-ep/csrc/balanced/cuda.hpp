@@ -64,8 +64,9 @@ class BalancedCuda {
   shmem::DeviceContext ctx_;
   uint64_t timeout_ns_;
   Common common_;
-  int32_t* error_ = nullptr;    // [4] the planner's error record
-  int32_t* scratch_ = nullptr;  // [2, NvS] the duplicate groups' scratch
+  int32_t* error_ = nullptr;         // [4] the planner's error record
+  int32_t* scratch_ = nullptr;       // [2, NvS] the duplicate groups' scratch
+  int32_t* plan_scratch_ = nullptr;  // [PlannerScratchWords] the planner's chunk counts
   uint64_t calls_ = 0;
   uint64_t phases_ = 0;
 };

@@ -90,7 +90,8 @@ void DuplicateGroupsCpu(int64_t nvs, const int32_t* dup_src, int32_t* groups, in
 // pointers are device memory: tpe [R, E] (every rank's counts), topk [S, K] (this
 // rank's), the tables (every rank's), dst [S*K] (this rank's), error [4]: zero, or a
 // code and its values (kPlannerError*) when the inputs broke a rule the CPU planner
-// refuses; the tables are then undefined.
+// refuses; the tables are then undefined. scratch [PlannerScratchWords(shape)]: the
+// launch's per-chunk expert counts (LaunchPlanner clears its header on the stream).
 struct PlannerParams {
   PlanShape shape;
   int rank;
@@ -99,11 +100,16 @@ struct PlannerParams {
   PlanTables tables;
   int32_t* dst;
   int32_t* error;
+  int32_t* scratch;
 };
+
+// The int32 words of PlannerParams::scratch for `shape` (CUDA builds only).
+int64_t PlannerScratchWords(const PlanShape& shape);
 
 inline constexpr int32_t kPlannerErrorRowSum = 1;     // (rank, its sum)
 inline constexpr int32_t kPlannerErrorExpertId = 2;   // (pair index, expert id)
 inline constexpr int32_t kPlannerErrorCounts = 3;     // (expert, pairs routed to it)
 inline constexpr int32_t kPlannerErrorInvariant = 4;  // (rank, slots or remote experts)
+inline constexpr int32_t kPlannerErrorStalled = 5;    // (chunk, the earlier chunk it waited for)
 
 }  // namespace mori::ep::balanced

@@ -117,7 +117,7 @@ __global__ void PlannerErrorKernel(const int32_t* error, int rank) {
   if (threadIdx.x == 0 && error[0] != 0) {
     printf(
         "mori.ep balanced dispatch on rank %d: the planner refused the inputs (code %d: "
-        "%d, %d; 1 row sum, 2 expert id, 3 counts differ from topk, 4 invariant)\n",
+        "%d, %d; 1 row sum, 2 expert id, 3 counts differ from topk, 4 invariant, 5 stalled)\n",
         rank, error[0], error[1], error[2]);
     dev::Trap();
   }

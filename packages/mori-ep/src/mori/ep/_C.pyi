@@ -594,8 +594,11 @@ def balanced_duplicate_tables_cpu(
 ) -> None: ...  # fmt: skip
 def balanced_plan_cuda(
     ranks: int, experts: int, tokens: int, top_k: int, token_padding: int, tpe: int, topk: int,
-    rank: int, tables: list[int], dst: int, error: int, stream: int,
+    rank: int, tables: list[int], dst: int, error: int, scratch: int, stream: int,
 ) -> None: ...  # fmt: skip
+def balanced_planner_scratch_words(
+    ranks: int, experts: int, tokens: int, top_k: int, token_padding: int
+) -> int: ...
 
 class BalancedCpu:
     """The balanced mode's data paths on a host heap (collective calls; a non-empty

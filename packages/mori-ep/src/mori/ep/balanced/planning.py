@@ -210,6 +210,7 @@ _PLANNER_ERRORS = {
     2: "expert id {1} out of range at pair {0}",
     3: "tokens_per_expert[{0}] differs from topk_experts by {1} pairs",
     4: "planner invariant broken at rank {0} ({1})",
+    5: "planner chunk {0} waited too long for chunk {1}",
 }
 
 
@@ -245,10 +246,12 @@ def plan_cuda(tpe, topk, rank: int, S: int, K: int, token_padding: int = 128, *,
     tables = {n: t.to(dev) for n, t in empty_tables(R, E).items()}
     dst = torch.empty(1, S * K, dtype=torch.int32, device=dev)
     error = torch.empty(4, dtype=torch.int32, device=dev)
+    words = _C.balanced_planner_scratch_words(R, E, S, K, token_padding)
+    scratch = torch.empty(words, dtype=torch.int32, device=dev)
     stream = torch.cuda.current_stream(dev).cuda_stream
     _C.balanced_plan_cuda(R, E, S, K, token_padding, tpe.data_ptr(), topk.data_ptr(), int(rank),
                           table_addresses(tables), dst.data_ptr(), error.data_ptr(),
-                          stream)  # fmt: skip
+                          scratch.data_ptr(), stream)  # fmt: skip
     out = PlanSet(R, S, K, E, token_padding, nvs, **tables)
     out.dst = dst
     if check:
