@@ -152,7 +152,8 @@ __device__ __forceinline__ void CopyChunk(char* dst, const char* src, int64_t by
   char* d = dst + s.lo;
   const char* x = src + s.lo;
   const int64_t n = s.hi - s.lo;
-  if (((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(x)) & 15) != 0 || n % 16 != 0) {
+  if (((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(x)) & 15) != 0 ||
+      n % 16 != 0) {
     mori::shmem::device::detail::CopyBytes(d, x, n, lane, 32);
     return;
   }
