@@ -55,6 +55,7 @@ import sys
 
 from mori.core import bench as scaffold
 
+from .internode import INTERNODE
 from .measure import KERNEL_TYPES
 from .report import plot
 from .worker import worker
@@ -166,8 +167,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         "transfer alone (GEMM sized to --overlap-ratio x the transfer's time)",
     )  # fmt: skip
     p.add_argument("--overlap-ratio", type=float, default=2.0)
+    p.add_argument(
+        "--gpu-per-node", type=int, default=None,
+        help="inter-node kernel types: ranks per emulated node (rank r on node r // this, "
+        "MORI_SHMEM_NODE_ID; default: the world, one node); other kernel types need one node",
+    )  # fmt: skip
+    p.add_argument(
+        "--proxy-transport", choices=("tcp", "auto"), default="tcp",
+        help="inter-node kernel types on emulated nodes: the proxy's transport to other "
+        "nodes (MORI_PROXY_TRANSPORT; tcp: the same transport as the raw stream beside it)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     args.tokens = args.tokens or [args.max_tokens]
+    if args.gpu_per_node is not None:
+        if args.gpu_per_node < 1:
+            p.error(f"--gpu-per-node {args.gpu_per_node} must be positive")
+        intra = [kt for kt in args.kernel_type if kt not in INTERNODE]
+        if intra and args.world_size and args.gpu_per_node < args.world_size:
+            p.error(f"--gpu-per-node {args.gpu_per_node} splits the ranks into nodes: kernel "
+                    f"types {intra} need one node")  # fmt: skip
     if max(args.tokens) > args.max_tokens or min(args.tokens) < 0:
         p.error(f"--tokens {args.tokens} must lie in [0, --max-tokens {args.max_tokens}]")
     return args
