@@ -10,6 +10,7 @@ import os
 from types import SimpleNamespace
 
 from mori.core import bench as scaffold
+from mori.core import env
 
 from .baseline import PEER_COPY_BYTES, a2a_bus_bandwidth, peer_copy_gbps
 from .floors import Floors
@@ -45,7 +46,10 @@ def worker(args: argparse.Namespace) -> None:
     # node's own ranks only, so other nodes are reached through the op's proxy).
     inter = any(kt in INTERNODE for kt in args.kernel_type)
     gpn = args.gpu_per_node or world
-    if inter and gpn < world:
+    # MORI_EP_INTERNODE_LINK=heap (the op's copies through a heap that maps every rank:
+    # the protocol without the proxy, for comparison) keeps one heap local group.
+    heap_link = env.get_str("MORI_EP_INTERNODE_LINK", "proxy") == "heap"
+    if inter and gpn < world and not heap_link:
         os.environ["MORI_SHMEM_NODE_ID"] = f"bench-node-{rank // gpn}"
         os.environ["MORI_PROXY_TRANSPORT"] = args.proxy_transport
     cuda, dev, _ = scaffold.pick_device(args.device, local, _C)
@@ -176,7 +180,11 @@ def worker(args: argparse.Namespace) -> None:
             "a2a_reference": a2a_ref,
             "torch": torch.__version__,
             "gpu_per_node": gpn,
-            "proxy_transport": args.proxy_transport if inter and gpn < world else None,
+            "proxy_transport": (
+                ("none (MORI_EP_INTERNODE_LINK=heap)" if heap_link else args.proxy_transport)
+                if inter and gpn < world
+                else None
+            ),
         }
         meta["overlap"] = [r for rs in gathered_overlaps for r in rs]
         report(args, meta, [r for rs in gathered for r in rs])
