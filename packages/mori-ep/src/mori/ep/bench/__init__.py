@@ -42,6 +42,12 @@ them; mori.ep.bench.floors): an empty kernel's graph replay, one device copy of 
 call's bytes, and the same call written in plain torch on this GPU, each as GPU time
 per call, with mori's kernel time as a multiple of them.
 
+Inter-node kernel types (InterNode, InterNodeV1, InterNodeV1LL; host heaps only, so
+``--device cpu``): ``--gpu-per-node L`` makes emulated nodes of L ranks and forces the
+proxy to TCP (``--proxy-transport``); a further table gives per phase the algo,
+physical and link bytes (``op._mode.bytes``) and GB/s beside a raw TCP stream of the
+same bytes between the same processes (mori.ep.bench.internode).
+
 Without a GPU (or with ``--device cpu``) the CPU implementation runs on a host heap,
 the baseline is all_to_all_single over gloo, and times are wall-clock medians of
 single calls: that mode checks the bench end to end (CI), its numbers are not the
@@ -154,7 +160,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "combine_standard_moe on an IntraNodeLL op, per-rank partials where the op decides "
         "so), standard-moe-rows (the same with one row per (token, expert) sent back: "
         "MORI_EP_LL_PRE_REDUCE=0), deepep-ll (low_latency_dispatch/combine "
-        "on an IntraNodeLL op; fp8 = the cast inside dispatch)",
+        "on an IntraNodeLL op; fp8 = the cast inside dispatch), InterNode, InterNodeV1, "
+        "InterNodeV1LL (host heaps; with --gpu-per-node)",
     )  # fmt: skip
     p.add_argument(
         "--combine-quant", type=_quant_list, default=["none"],
