@@ -2,8 +2,10 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The arguments of an intra-node dispatch and combine, shared by the CPU
-// implementation (intranode/cpu.hpp) and the CUDA kernels (intranode/cuda.hpp).
+// The arguments of a dispatch and a combine, and the order in which combines may
+// reverse dispatches, shared by the modes that take MORI's token-major calls: the
+// intra-node CPU implementation and CUDA kernels (intranode/cpu.hpp, cuda.hpp) and
+// the inter-node CPU implementation (internode/cpu.hpp).
 // Tensors arrive as pointers with sizes; shapes and dtypes were checked by the
 // caller (mori.ep's Python layer).
 
