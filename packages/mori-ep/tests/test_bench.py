@@ -204,3 +204,45 @@ def test_bench_combine_quant_rows(tmp_path):
             # over at most 2 ranks, then bf16; relative to the largest bf16 value.
             assert 0.0 < fp8["combine_rel_diff_vs_bf16"] < 2.0**-3, fp8
             assert fp8["combine_us"] > 0
+
+
+def test_bench_internode_kinds_on_emulated_nodes(tmp_path):
+    """The inter-node kernel types, 2 emulated nodes of one rank (MORI_SHMEM_NODE_ID), the
+    proxy forced to TCP: every kind's byte counts add up across the ranks (each
+    crossing lands one row: no forwarding with one rank per node), what the link
+    reports it moved is what the op wrote on it, and the raw TCP stream of the same bytes is
+    timed beside it; the all_to_all baseline's combine output equals mori's."""
+    out = tmp_path / "bench.json"
+    kinds = ("InterNode", "InterNodeV1", "InterNodeV1LL")
+    cmd = [
+        sys.executable, "-m", "mori.ep.bench", "--device", "cpu", "--world-size", "2",
+        "--gpu-per-node", "1", "--max-tokens", "16", "--tokens", "16", "--hidden-dim", "256",
+        "--num-experts-per-token", "4", "--num-experts-per-rank", "4", "--dtype", "bf16",
+        "--iters", "2", "--reps", "2", "--no-floors", "--json", str(out),
+        "--kernel-type", ",".join(kinds),
+    ]  # fmt: skip
+    stdout = launch_local(cmd, 2, timeout_s=120, env=NO_MULTICAST_ENV)[0].output
+    print(stdout[-4000:])
+    assert "inter-node kernel types, 1 rank(s) per emulated node, proxy transport tcp" in stdout
+    assert "baseline combine output matches mori's: yes" in stdout
+    assert "token-major kernel types' combine outputs identical: yes" in stdout
+    data = json.loads(out.read_text())
+    assert data["meta"]["gpu_per_node"] == 1 and data["meta"]["proxy_transport"] == "tcp"
+    recs = data["records"]
+    row = 256 * 2
+    for kt in kinds:
+        rs = {r["rank"]: r for r in recs if r.get("kernel_type") == kt}
+        assert set(rs) == {0, 1}, (kt, recs)
+        cross = sum(r["recv_rows"] - r["local_rows"] for r in rs.values())
+        assert cross > 0, rs
+        for phase in ("dispatch", "combine"):
+            b = {rank: r[f"{phase}_bytes"] for rank, r in rs.items()}
+            assert sum(x["physical_token"] for x in b.values()) == cross * row, (kt, phase, b)
+            for rank, r in rs.items():
+                x = b[rank]
+                assert x["link_token"] == x["physical_token"] <= x["algo_token"], (kt, x)
+                # moved: the transport's write bytes (the signals are atomic adds).
+                assert x["moved"] == x["link_token"] + x["link_meta"], (kt, x)
+                assert r[f"{phase}_link_bytes"] == x["moved"] + x["link_signal"], (kt, x)
+                assert r[f"{phase}_raw_us"] > 0 and r[f"{phase}_us"] > 0
+                assert r["link"] == "proxy (tcp)"

@@ -14,9 +14,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
+#include "common/args.hpp"
 #include "common/shape.hpp"
+#include "mori/core/error.hpp"
 #include "mori/core/timeout.hpp"
 
 namespace mori::ep::bind {
@@ -78,6 +82,26 @@ void DefInit(py::class_<Impl>& cls, const char* doc) {
           }),
           MORI_EP_SHAPE_ARGS, py::arg("block"), py::arg("device"), py::arg("timeout_s"),
           py::arg("recv_capacity") = 0, py::call_guard<py::gil_scoped_release>(), doc);
+}
+
+// A routing handle's snapshot as mori.ep passes it (mori.ep.routing): the addresses of
+// src_pos, group_row, token_ranks, token_self_row, total_recv and epoch, then the host
+// epoch and num_tokens (RoutingSnapshot's fields in order; a mode reads the ones its
+// protocol has).
+using RoutingWords = std::optional<std::vector<uint64_t>>;
+
+inline std::optional<RoutingSnapshot> ToRouting(const RoutingWords& w) {
+  if (!w) return std::nullopt;
+  MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
+  const auto& v = *w;
+  return RoutingSnapshot{P<const int32_t>(v[0]),
+                         P<const int32_t>(v[1]),
+                         P<const uint8_t>(v[2]),
+                         P<const int32_t>(v[3]),
+                         P<const int32_t>(v[4]),
+                         P<const uint64_t>(v[5]),
+                         v[6],
+                         static_cast<int64_t>(v[7])};
 }
 
 }  // namespace mori::ep::bind

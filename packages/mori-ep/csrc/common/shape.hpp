@@ -35,6 +35,17 @@ inline int64_t RecvCapacity(const EpShape& s) {
 
 MORI_HOST_DEVICE inline size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Hands out a symmetric block's regions in order, each starting at a 256-byte
+// boundary (the modes' layouts); `end` is the block's size so far.
+struct RegionCursor {
+  size_t end = 0;
+  size_t Take(size_t bytes) {
+    const size_t at = end;
+    end = AlignUp(end + bytes, 256);
+    return at;
+  }
+};
+
 // Rank-major expert placement (MORI's): global expert e lives on pe e / experts_per_rank.
 MORI_HOST_DEVICE inline int ExpertRank(int32_t expert, int experts_per_rank) {
   return expert / experts_per_rank;

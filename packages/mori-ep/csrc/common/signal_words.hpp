@@ -4,11 +4,12 @@
 
 // The count word every mode posts (the intra-node count exchange, the low-latency
 // flags): an epoch (or call number), a count and a row tag in one 64-bit word, so one
-// release store publishes them all. Modes add their own words on top (the intra-node
-// combine words, intranode/protocol.hpp).
+// release store publishes them all; and the combine word (the intra-node combine_done,
+// the inter-node combine vote): a call number, the input's dtype and a rejection.
 
 #include <cstdint>
 
+#include "common/dtype.hpp"        // DtypeTagName
 #include "mori/shmem/context.hpp"  // MORI_HOST_DEVICE
 
 namespace mori::ep {
@@ -42,5 +43,31 @@ MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountB
 // Smallest word value that carries `epoch` (WaitUntil(word, kGe, EpochFloor(e))):
 // earlier epochs' words are smaller, later ones cannot arrive before this call ends.
 MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
+
+// Combine words (intranode/protocol.hpp's combine_done, internode/protocol.hpp's
+// comb_vote): (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
+// being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise; 0 in a
+// rejection), so every pe sees every returning pe's dtype with the words it waits for
+// anyway. Waits compare
+// with CombineFloor(epoch).
+inline constexpr int kCombineEpochShift = 4;
+MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool rejected) {
+  return (epoch << kCombineEpochShift) | (static_cast<uint64_t>(tag & 7u) << 1) |
+         (rejected ? 1u : 0u);
+}
+MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
+  return epoch << kCombineEpochShift;
+}
+MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
+  return static_cast<uint32_t>(word >> 1) & 7u;
+}
+// The combine tag of bf16 rows sent under fp8_blockwise (a code DtypeTagName does not
+// use), and the name of any combine tag.
+inline constexpr uint32_t kCombineTagFp8Blockwise = 5;
+MORI_HOST_DEVICE inline const char* CombineTagName(uint32_t tag) {
+  return tag == kCombineTagFp8Blockwise
+             ? "bfloat16 sent as float8_e4m3fn blocks with fp32 scales (fp8_blockwise)"
+             : DtypeTagName(tag);
+}
 
 }  // namespace mori::ep

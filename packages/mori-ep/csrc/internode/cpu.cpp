@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/call_checks.hpp"
 #include "common/host_block.hpp"
 #include "common/numeric.hpp"
 #include "mori/core/error.hpp"
@@ -417,48 +418,12 @@ int InterNodeCpu::DispatchLowLatency(uint64_t epoch, const DispatchArgs& a,
 }
 
 int64_t InterNodeCpu::Dispatch(const DispatchArgs& a) {
-  const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
-  const int64_t M = shape_.max_tokens;
-  const int num_experts = shape_.num_experts_per_rank * W;
-  if (a.num_tokens < 0 || a.num_tokens > M) {
-    RejectDispatch(StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", M));
-  }
-  if (a.token_row_bytes > shape_.hidden_bytes) {
-    RejectDispatch(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
-                          "max_token_type_size = ", shape_.hidden_bytes, " bytes"));
-  }
+  const int W = shape_.world_size, me = shape_.rank;
   // Routing (and the expert id check) before anything moves.
   uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
-  std::memset(token_ranks, 0, static_cast<size_t>(std::max<int64_t>(a.num_tokens, 0)) * W);
   std::vector<uint64_t> counts(W, 0);
-  for (int64_t t = 0; t < a.num_tokens; ++t) {
-    uint8_t* ranks = token_ranks + t * W;
-    if (a.rank_masks != nullptr) {
-      const uint32_t mask = a.rank_masks[t];
-      if (W < 32 && (mask >> W)) {
-        RejectDispatch(StrCat("routing handle sends token ", t, " to rank mask ", mask,
-                              ", beyond world_size ", W));
-      }
-      for (int d = 0; d < W; ++d) {
-        ranks[d] = (mask >> d) & 1u;
-        counts[d] += ranks[d];
-      }
-      continue;
-    }
-    for (int j = 0; j < K; ++j) {
-      const int32_t e = a.indices[t * K + j];
-      if (e == -1) continue;
-      if (e < 0 || e >= num_experts) {
-        RejectDispatch(StrCat("expert id ", e, " out of range [-1, ", num_experts, ") at token ", t,
-                              " slot ", j));
-      }
-      const int d = ExpertRank(e, shape_.num_experts_per_rank);
-      if (!ranks[d]) {
-        ranks[d] = 1;
-        ++counts[d];
-      }
-    }
-  }
+  RouteTokens(shape_, a, token_ranks, counts.data(),
+              [this](const std::string& reason) { RejectDispatch(reason); });
   if (kind_ == InterNodeKind::kHierLL) {
     const int64_t P = RecvCapacity(shape_) / W;
     for (int d = 0; d < W; ++d) {
@@ -484,22 +449,8 @@ int64_t InterNodeCpu::Dispatch(const DispatchArgs& a) {
     }
   } else {
     PostCounts(epoch, counts, a.row_tag);
-    const int rejected_by = WaitCounts(epoch);
-    if (rejected_by >= 0) {
-      FinishDispatchEpoch(epoch);
-      MORI_THROW(InvalidArgumentError, "dispatch rejected by rank ", rejected_by,
-                 " (its inputs failed validation; see its error); no data moved");
-    }
     const uint64_t* words = At<uint64_t>(layout_.count_words);
-    for (int s = 1; s < W; ++s) {
-      const uint32_t first = RowTagOf(words[0]), tag = RowTagOf(words[s * W]);
-      if (tag != first) {
-        FinishDispatchEpoch(epoch);
-        MORI_THROW(InvalidArgumentError, "dispatch token dtype differs between ranks: rank 0 ",
-                   "passes ", DtypeTagName(first), " and rank ", s, " passes ", DtypeTagName(tag),
-                   " (every rank must pass the same dtype); no data moved");
-      }
-    }
+    CheckCountExchange(WaitCounts(epoch), words, W, [&] { FinishDispatchEpoch(epoch); });
     // base[s][d]: where pe s's rows start at pe d (the same matrix on every pe).
     std::vector<std::vector<int64_t>> base(W, std::vector<int64_t>(W, 0));
     const int64_t capacity = RecvCapacity(shape_);

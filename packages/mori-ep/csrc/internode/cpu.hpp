@@ -5,7 +5,7 @@
 // Inter-node dispatch/combine (internode/protocol.hpp: InterNode, InterNodeV1,
 // InterNodeV1LL) on a host symmetric heap: pes of one node through the heap, pes of
 // other nodes through a CrossNodeLink (internode/link.hpp). Takes DispatchArgs and
-// CombineArgs (intranode/args.hpp) as the intra-node implementation does.
+// CombineArgs (common/args.hpp) as the intra-node implementation does.
 
 #include <chrono>
 #include <cstdint>
@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/args.hpp"
 #include "common/peer_wait.hpp"
 #include "internode/link.hpp"
 #include "internode/protocol.hpp"
 #include "internode/proxy_link.hpp"
-#include "intranode/args.hpp"
 #include "mori/shmem/context.hpp"
 
 namespace mori::ep {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/call_checks.hpp"
 #include "common/numeric.hpp"
 #include "internode/cpu.hpp"
 #include "mori/core/error.hpp"
@@ -21,24 +22,12 @@ void InterNodeCpu::Vote(uint64_t epoch, uint32_t tag, bool rejected) {
   const int W = shape_.world_size, me = shape_.rank;
   const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected);
   for (int d = 0; d < W; ++d) PutSignal(d, layout_.comb_vote + me * 8, mine, combine_bytes_);
-  int rejected_by = -1, other = -1;
-  uint32_t other_tag = 0;
+  CombineVote vote(tag);
   for (int d = 0; d < W; ++d) {
-    const uint64_t v = Wait(layout_.comb_vote + d * 8, CombineFloor(epoch), d,
-                            {"combine", epoch, "combine entry", kCombineEpochShift});
-    if ((v & 1) && rejected_by < 0) rejected_by = d;
-    if (!(v & 1) && CombineTagOf(v) != tag && other < 0) other = d, other_tag = CombineTagOf(v);
+    vote.Add(d, Wait(layout_.comb_vote + d * 8, CombineFloor(epoch), d,
+                     {"combine", epoch, "combine entry", kCombineEpochShift}));
   }
-  if (rejected) return;
-  if (rejected_by >= 0) {
-    MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
-               " (its inputs failed validation; see its error); outputs not written");
-  }
-  if (other >= 0) {
-    MORI_THROW(InvalidArgumentError, "combine input dtype differs between ranks: rank ", other,
-               " passes ", CombineTagName(other_tag), ", this rank ", CombineTagName(tag),
-               " (every rank must pass the same dtype); outputs not written");
-  }
+  if (!rejected) vote.ThrowIfFailed();
 }
 
 RoutingSnapshot InterNodeCpu::LastRouting() const {

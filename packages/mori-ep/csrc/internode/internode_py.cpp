@@ -41,22 +41,8 @@ py::dict BytesDict(const InterNodeBytes& b) {
   return d;
 }
 
-// A routing handle's snapshot as mori.ep passes it (intranode_py.cpp's words: src_pos,
-// group_row, token_ranks, token_self_row, total_recv, epoch addresses, then the host
-// epoch and num_tokens); group_row and token_self_row are not read here.
-std::optional<RoutingSnapshot> ToRouting(const std::optional<std::vector<uint64_t>>& w) {
-  if (!w) return std::nullopt;
-  MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
-  const auto& v = *w;
-  return RoutingSnapshot{P<const int32_t>(v[0]),
-                         P<const int32_t>(v[1]),
-                         P<const uint8_t>(v[2]),
-                         P<const int32_t>(v[3]),
-                         P<const int32_t>(v[4]),
-                         P<const uint64_t>(v[5]),
-                         v[6],
-                         static_cast<int64_t>(v[7])};
-}
+// Routing snapshots: bind::ToRouting (group_row and token_self_row are not read here).
+using bind::ToRouting;
 
 InterNodeKind ToKind(int kind) {
   MORI_CHECK_ARG(kind >= 1 && kind <= 3, "inter-node kernel type ", kind,

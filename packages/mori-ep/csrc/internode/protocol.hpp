@@ -105,7 +105,6 @@
 
 #include "common/shape.hpp"
 #include "common/signal_words.hpp"
-#include "intranode/protocol.hpp"  // CombineWord, CombineFloor, CombineTagOf
 
 namespace mori::ep {
 
@@ -151,52 +150,47 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
   const bool hier = kind != InterNodeKind::kFlat, ll = kind == InterNodeKind::kHierLL;
   const size_t Nh = hier ? N : 0, Wl = ll ? W : 0, P = C / W;
   InterNodeLayout l{};
-  size_t off = 0;
-  auto take = [&off](size_t bytes) {
-    size_t at = off;
-    off = AlignUp(off + bytes, 256);
-    return at;
-  };
-  l.count_words = take(W * W * 8);
-  l.dispatch_done = take(W * 8);
-  l.fwd_done = take(N * 8);
-  l.ll_flags = take(W * 8);
-  l.comb_vote = take(W * 8);
-  l.stage_done = take(N * L * 8);
-  l.partial_done = take(N * 8);
-  l.comb_done = take(W * 8);
+  RegionCursor region;
+  l.count_words = region.Take(W * W * 8);
+  l.dispatch_done = region.Take(W * 8);
+  l.fwd_done = region.Take(N * 8);
+  l.ll_flags = region.Take(W * 8);
+  l.comb_vote = region.Take(W * 8);
+  l.stage_done = region.Take(N * L * 8);
+  l.partial_done = region.Take(N * 8);
+  l.comb_done = region.Take(W * 8);
   // Read as call numbers like the signal words, so zeroed with them (a reused block
   // must not show an earlier op's calls).
-  l.stage_mark = take(Nh * L * M * 8);
-  l.recv_tokens = take(C * H);
-  l.recv_weights = take(C * K * 4);
-  l.recv_scales = take(C * Sb);
-  l.recv_indices = take(C * K * 4);
-  l.recv_src_pos = take(C * 4);
-  l.ll_tokens = take(Wl * P * H);
-  l.ll_weights = take(Wl * P * K * 4);
-  l.ll_scales = take(Wl * P * Sb);
-  l.ll_indices = take(Wl * P * K * 4);
-  l.ll_src_pos = take(Wl * P * 4);
-  l.fwd_tokens = take(Nh * M * H);
-  l.fwd_weights = take(Nh * M * K * 4);
-  l.fwd_scales = take(Nh * M * Sb);
-  l.fwd_indices = take(Nh * M * K * 4);
-  l.fwd_src_pos = take(Nh * M * 4);
-  l.fwd_mask = take(Nh * M * 4);
-  l.comb_tokens = take(W * M * Hc);
-  l.comb_weights = take(W * M * K * 4);
-  l.stage_tokens = take(Nh * L * M * Hc);
-  l.stage_weights = take(Nh * L * M * K * 4);
-  l.partial_tokens = take(Nh * M * Hc);
-  l.partial_weights = take(Nh * M * K * 4);
-  l.total_recv = take(8);
-  l.token_ranks = take(M * W);
+  l.stage_mark = region.Take(Nh * L * M * 8);
+  l.recv_tokens = region.Take(C * H);
+  l.recv_weights = region.Take(C * K * 4);
+  l.recv_scales = region.Take(C * Sb);
+  l.recv_indices = region.Take(C * K * 4);
+  l.recv_src_pos = region.Take(C * 4);
+  l.ll_tokens = region.Take(Wl * P * H);
+  l.ll_weights = region.Take(Wl * P * K * 4);
+  l.ll_scales = region.Take(Wl * P * Sb);
+  l.ll_indices = region.Take(Wl * P * K * 4);
+  l.ll_src_pos = region.Take(Wl * P * 4);
+  l.fwd_tokens = region.Take(Nh * M * H);
+  l.fwd_weights = region.Take(Nh * M * K * 4);
+  l.fwd_scales = region.Take(Nh * M * Sb);
+  l.fwd_indices = region.Take(Nh * M * K * 4);
+  l.fwd_src_pos = region.Take(Nh * M * 4);
+  l.fwd_mask = region.Take(Nh * M * 4);
+  l.comb_tokens = region.Take(W * M * Hc);
+  l.comb_weights = region.Take(W * M * K * 4);
+  l.stage_tokens = region.Take(Nh * L * M * Hc);
+  l.stage_weights = region.Take(Nh * L * M * K * 4);
+  l.partial_tokens = region.Take(Nh * M * Hc);
+  l.partial_weights = region.Take(Nh * M * K * 4);
+  l.total_recv = region.Take(8);
+  l.token_ranks = region.Take(M * W);
   // The proxy link's send ring (internode/proxy_link.hpp): at least 8 of the largest
   // payloads (a token or combine row, a count row), and 1 MiB.
   l.send_ring_bytes = AlignUp(std::max<size_t>(size_t{1} << 20, 8 * std::max({H, Hc, W * 8})), 256);
-  l.send_ring = take(l.send_ring_bytes);
-  l.total_bytes = off;
+  l.send_ring = region.Take(l.send_ring_bytes);
+  l.total_bytes = region.end;
   return l;
 }
 

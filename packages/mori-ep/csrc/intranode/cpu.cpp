@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/call_checks.hpp"
 #include "common/host_block.hpp"
 #include "common/numeric.hpp"
 #include "intranode/cpu.hpp"
@@ -95,72 +96,20 @@ void IntraNodeCpu::RejectDispatch(const std::string& reason) {
 int64_t IntraNodeCpu::Dispatch(const DispatchArgs& a) {
   const int W = shape_.world_size, me = shape_.rank, K = shape_.top_k;
   const int64_t M = shape_.max_tokens;
-  const int num_experts = shape_.num_experts_per_rank * W;
-  if (a.num_tokens < 0 || a.num_tokens > M) {
-    RejectDispatch(StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", M));
-  }
-  if (a.token_row_bytes > shape_.hidden_bytes) {
-    RejectDispatch(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
-                          "max_token_type_size = ", shape_.hidden_bytes, " bytes"));
-  }
-
   // Counting pass (also the expert id check; a replay takes the sets as given):
   // nothing has been written yet.
   uint8_t* token_ranks = At<uint8_t>(layout_.token_ranks);
-  std::memset(token_ranks, 0, static_cast<size_t>(a.num_tokens) * W);
   std::vector<uint64_t> counts(W, 0);
-  for (int64_t t = 0; t < a.num_tokens; ++t) {
-    const int32_t* row = a.indices + t * K;
-    uint8_t* ranks = token_ranks + t * W;
-    if (a.rank_masks != nullptr) {
-      const uint32_t mask = a.rank_masks[t];
-      if (mask >> W) {
-        RejectDispatch(StrCat("routing handle sends token ", t, " to rank mask ", mask,
-                              ", beyond world_size ", W));
-      }
-      for (int d = 0; d < W; ++d) {
-        ranks[d] = (mask >> d) & 1u;
-        counts[d] += ranks[d];
-      }
-      continue;
-    }
-    for (int j = 0; j < K; ++j) {
-      const int32_t e = row[j];
-      if (e == -1) continue;
-      if (e < 0 || e >= num_experts) {
-        RejectDispatch(StrCat("expert id ", e, " out of range [-1, ", num_experts, ") at token ", t,
-                              " slot ", j));
-      }
-      const int d = ExpertRank(e, shape_.num_experts_per_rank);
-      if (!ranks[d]) {
-        ranks[d] = 1;
-        ++counts[d];
-      }
-    }
-  }
+  RouteTokens(shape_, a, token_ranks, counts.data(),
+              [this](const std::string& reason) { RejectDispatch(reason); });
 
   const uint64_t epoch = ++epoch_;
   order_.Dispatched(false);
   PostCounts(epoch, counts.data(), a.row_tag);
   // Every pe's row for this epoch: the routing matrix, and the proof that each
   // destination has entered this call (so its receive buffers are free to write).
-  const int rejected_by = WaitCounts(epoch);
-  if (rejected_by >= 0) {
-    FinishDispatchEpoch(epoch);
-    MORI_THROW(InvalidArgumentError, "dispatch rejected by rank ", rejected_by,
-               " (its inputs failed validation; see its error); no data moved");
-  }
   const uint64_t* words = At<uint64_t>(layout_.count_words);
-  // Every pe sees the same words, so every pe finds the same dtype mismatch.
-  for (int s = 1; s < W; ++s) {
-    const uint32_t first = RowTagOf(words[0]), tag = RowTagOf(words[s * W]);
-    if (tag != first) {
-      FinishDispatchEpoch(epoch);
-      MORI_THROW(InvalidArgumentError, "dispatch token dtype differs between ranks: rank 0 ",
-                 "passes ", DtypeTagName(first), " and rank ", s, " passes ", DtypeTagName(tag),
-                 " (every rank must pass the same dtype); no data moved");
-    }
-  }
+  CheckCountExchange(WaitCounts(epoch), words, W, [&] { FinishDispatchEpoch(epoch); });
   std::vector<int64_t> next_row(W);  // where my next row lands on pe d
   int64_t total_recv = 0;
   for (int d = 0; d < W; ++d) {
@@ -250,28 +199,14 @@ void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag) {
   for (int s = 0; s < W; ++s) {
     for (int64_t g = 0; g < G; ++g) hs::SignalSet(ctx_, &done[me * G + g], mine, s);
   }
-  int rejected_by = -1, other = -1;
-  uint32_t other_tag = 0;
+  CombineVote vote(tag);
   for (int d = 0; d < W; ++d) {
     for (int64_t g = 0; g < G; ++g) {
-      const uint64_t v = WaitPeerWord(&done[d * G + g], CombineFloor(epoch), timeout_, me, d,
-                                      {"combine", epoch, "combine rows", kCombineEpochShift});
-      if ((v & 1) && rejected_by < 0) rejected_by = d;
-      if (!(v & 1) && CombineTagOf(v) != tag && other < 0) other = d, other_tag = CombineTagOf(v);
+      vote.Add(d, WaitPeerWord(&done[d * G + g], CombineFloor(epoch), timeout_, me, d,
+                               {"combine", epoch, "combine rows", kCombineEpochShift}));
     }
   }
-  if (rejected) return;
-  if (rejected_by >= 0) {
-    MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
-               " (its inputs failed validation; see its error); outputs not written");
-  }
-  // Every pe with a peer of another dtype finds one (if any two differ, each pe
-  // differs from some pe), so every pe fails the call.
-  if (other >= 0) {
-    MORI_THROW(InvalidArgumentError, "combine input dtype differs between ranks: rank ", other,
-               " passes ", CombineTagName(other_tag), ", this rank ", CombineTagName(tag),
-               " (every rank must pass the same dtype); outputs not written");
-  }
+  if (!rejected) vote.ThrowIfFailed();
 }
 
 void IntraNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapshot* routing) {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "intranode/args.hpp"
+#include "common/args.hpp"
 #include "intranode/protocol.hpp"
 #include "mori/shmem/context.hpp"
 

@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/args.hpp"
 #include "common/launch_shape.hpp"
 #include "common/timeline.hpp"
-#include "intranode/args.hpp"
 #include "intranode/kernels/params.hpp"
 #include "intranode/protocol.hpp"
 #include "intranode/tuning.hpp"

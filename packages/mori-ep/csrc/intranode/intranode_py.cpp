@@ -29,23 +29,8 @@ namespace {
 using bind::Launch;
 using bind::P;
 
-// A routing handle's snapshot as mori.ep passes it: (src_pos, group_row, token_ranks,
-// token_self_row, total_recv, epoch) addresses, then the host epoch and num_tokens.
-using RoutingWords = std::optional<std::vector<uint64_t>>;
-
-std::optional<RoutingSnapshot> ToRouting(const RoutingWords& w) {
-  if (!w) return std::nullopt;
-  MORI_CHECK_ARG(w->size() == 8, "a routing snapshot has 8 words, got ", w->size());
-  const auto& v = *w;
-  return RoutingSnapshot{P<const int32_t>(v[0]),
-                         P<const int32_t>(v[1]),
-                         P<const uint8_t>(v[2]),
-                         P<const int32_t>(v[3]),
-                         P<const int32_t>(v[4]),
-                         P<const uint64_t>(v[5]),
-                         v[6],
-                         static_cast<int64_t>(v[7])};
-}
+using bind::RoutingWords;
+using bind::ToRouting;
 
 const RoutingSnapshot* Ptr(const std::optional<RoutingSnapshot>& r) { return r ? &*r : nullptr; }
 

@@ -73,30 +73,7 @@ namespace mori::ep {
 // count_words are common/signal_words.hpp's CountWord; the op's shape is EpShape
 // (common/shape.hpp).
 
-// combine_done words: (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
-// being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise; 0 in a
-// rejection), so every pe
-// sees every returning pe's dtype with the words it waits for anyway. Waits compare
-// with CombineFloor(epoch).
-inline constexpr int kCombineEpochShift = 4;
-MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool rejected) {
-  return (epoch << kCombineEpochShift) | (static_cast<uint64_t>(tag & 7u) << 1) |
-         (rejected ? 1u : 0u);
-}
-MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
-  return epoch << kCombineEpochShift;
-}
-MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
-  return static_cast<uint32_t>(word >> 1) & 7u;
-}
-// The combine tag of bf16 rows sent under fp8_blockwise (a code DtypeTagName does not
-// use), and the name of any combine tag.
-inline constexpr uint32_t kCombineTagFp8Blockwise = 5;
-MORI_HOST_DEVICE inline const char* CombineTagName(uint32_t tag) {
-  return tag == kCombineTagFp8Blockwise
-             ? "bfloat16 sent as float8_e4m3fn blocks with fp32 scales (fp8_blockwise)"
-             : DtypeTagName(tag);
-}
+// combine_done words are common/signal_words.hpp's CombineWord.
 // Tokens per combine signal group (combine_done, recv_group_row).
 inline constexpr int kCombineGroupTokens = 8;
 
@@ -128,28 +105,23 @@ inline EpBufferLayout MakeLayout(const EpShape& s) {
   const size_t W = s.world_size, M = s.max_tokens, C = RecvCapacity(s), K = s.top_k;
   const size_t G = static_cast<size_t>(CombineGroups(s.max_tokens));
   EpBufferLayout l{};
-  size_t off = 0;
-  auto take = [&off](size_t bytes) {
-    size_t at = off;
-    off = AlignUp(off + bytes, 256);
-    return at;
-  };
-  l.count_words = take(W * W * 8);
-  l.dispatch_done = take(W * 8);
-  l.combine_done = take(W * G * 8);
-  l.state = take(sizeof(EpDeviceState));
-  l.recv_tokens = take(C * s.hidden_bytes);
-  l.recv_weights = take(C * K * 4);
-  l.recv_scales = take(C * s.scale_bytes);
-  l.recv_indices = take(C * K * 4);
-  l.recv_src_pos = take(C * 4);
-  l.recv_group_row = take(W * (G + 1) * 4);
-  l.comb_tokens = take(W * M * s.combine_row_bytes);
-  l.comb_weights = take(W * M * K * 4);
-  l.total_recv = take(8);
-  l.token_ranks = take(M * W);
-  l.token_self_row = take(M * 4);
-  l.total_bytes = off;
+  RegionCursor region;
+  l.count_words = region.Take(W * W * 8);
+  l.dispatch_done = region.Take(W * 8);
+  l.combine_done = region.Take(W * G * 8);
+  l.state = region.Take(sizeof(EpDeviceState));
+  l.recv_tokens = region.Take(C * s.hidden_bytes);
+  l.recv_weights = region.Take(C * K * 4);
+  l.recv_scales = region.Take(C * s.scale_bytes);
+  l.recv_indices = region.Take(C * K * 4);
+  l.recv_src_pos = region.Take(C * 4);
+  l.recv_group_row = region.Take(W * (G + 1) * 4);
+  l.comb_tokens = region.Take(W * M * s.combine_row_bytes);
+  l.comb_weights = region.Take(W * M * K * 4);
+  l.total_recv = region.Take(8);
+  l.token_ranks = region.Take(M * W);
+  l.token_self_row = region.Take(M * 4);
+  l.total_bytes = region.end;
   return l;
 }
 

@@ -29,13 +29,13 @@ import sys
 import torch
 import torch.distributed as dist
 from ep_internode_reference import InterNodeReference, deepep_rdma_bytes
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, op_config
 
 import mori.core as mc
 from mori.core import shmem
 from mori.core.dist_compat import all_gather_single
 from mori.core.launch import expect_raises as expect
-from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
+from mori.ep import EpDispatchCombineKernelType, EpDispatchCombineOp
 
 mode, seed, kind, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 iters = int(sys.argv[5]) if len(sys.argv) > 5 else 8
@@ -54,22 +54,10 @@ print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}), seed {s
 
 
 def make_op(dtype, quant="none", timeout_s=30.0) -> EpDispatchCombineOp:
-    fp8 = dtype == FP8
-    cfg = EpDispatchCombineConfig(
-        data_type=dtype,
-        rank=rank,
-        world_size=world,
-        hidden_dim=HIDDEN,
-        scale_dim=HIDDEN // 128 if fp8 else 0,
-        scale_type_size=4,
-        max_token_type_size=2,
-        max_num_inp_token_per_rank=M,
-        num_experts_per_rank=EPR,
-        num_experts_per_token=K,
-        kernel_type=EpDispatchCombineKernelType[kind],
-        gpu_per_node=local,
-        quant_type=quant,
-    )
+    cfg = op_config(
+        rank, world, HIDDEN, M, EPR, K, dtype,
+        kernel_type=EpDispatchCombineKernelType[kind], gpu_per_node=local, quant_type=quant,
+    )  # fmt: skip
     return EpDispatchCombineOp(cfg, timeout_s=timeout_s)
 
 

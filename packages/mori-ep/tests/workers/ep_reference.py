@@ -14,6 +14,27 @@ FP8 = torch.float8_e4m3fn
 ROUTINGS = ["random", "zero", "one_expert", "one_rank", "round_robin", "one_token", "max", "dup"]
 
 
+def op_config(rank, world, hidden, m, epr, k, dtype, **kw):
+    """The tests' EpDispatchCombineConfig: ``dtype`` tokens (fp8: one fp32 scale per 128
+    columns), ``m`` tokens per rank, ``epr`` experts per rank, top-``k``; ``kw`` sets
+    the rest (kernel type, gpu_per_node, quant type)."""
+    from mori.ep import EpDispatchCombineConfig
+
+    return EpDispatchCombineConfig(
+        rank=rank,
+        world_size=world,
+        hidden_dim=hidden,
+        scale_dim=hidden // 128 if dtype == FP8 else 0,
+        scale_type_size=4,
+        max_token_type_size=2,
+        max_num_inp_token_per_rank=m,
+        num_experts_per_rank=epr,
+        num_experts_per_token=k,
+        data_type=dtype,
+        **kw,
+    )
+
+
 def sum_start(has_part: torch.Tensor, cols: int) -> torch.Tensor:
     """Where combine's fp32 sums start, per token (row): -0.0, the identity of addition,
     for a token with a part (``has_part``, bool [n]), +0.0 for one with none."""

@@ -20,7 +20,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from ep_reference import FP8, ROUTINGS, Routing, expert, factor, sum_start
+from ep_reference import FP8, ROUTINGS, Routing, expert, factor, op_config, sum_start
 
 import mori.core as mc
 from mori.core import shmem
@@ -41,18 +41,7 @@ routing, gather, padded = REF.routing, REF.gather, REF.padded
 
 
 def make_op(fp8: bool) -> EpDispatchCombineOp:
-    cfg = EpDispatchCombineConfig(
-        rank=rank,
-        world_size=world,
-        hidden_dim=HIDDEN,
-        scale_dim=HIDDEN // 128 if fp8 else 0,
-        scale_type_size=4,
-        max_token_type_size=2,
-        max_num_inp_token_per_rank=M,
-        num_experts_per_rank=EPR,
-        num_experts_per_token=K,
-        data_type=FP8 if fp8 else torch.bfloat16,
-    )
+    cfg = op_config(rank, world, HIDDEN, M, EPR, K, FP8 if fp8 else torch.bfloat16)
     return EpDispatchCombineOp(cfg, timeout_s=30)
 
 

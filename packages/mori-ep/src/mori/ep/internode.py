@@ -81,7 +81,7 @@ class InterNodeMode(IntraNodeMode):
                 "implementation); its CUDA kernels are not written yet"
             )
         self.local_size = pes_per_node(c)
-        cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
+        cap = c.max_num_tokens_to_recv
         self.layout = internode_buffer_layout(
             *self.shape, recv_capacity=cap, kind=int(c.kernel_type), local_size=self.local_size
         )
@@ -94,16 +94,7 @@ class InterNodeMode(IntraNodeMode):
             kind=int(c.kernel_type), local_size=self.local_size, link=link,
         )  # fmt: skip
         self.routing_owner = object()
-        hb = c.hidden_dim * c.max_token_type_size
-        sb = c.scale_dim * c.scale_type_size
-        self.recv_tokens = self.region("recv_tokens", cap * hb).view(cap, hb)
-        self.recv_weights = self.region("recv_weights", cap * k * 4).view(torch.float32)
-        self.recv_weights = self.recv_weights.view(cap, k)
-        self.recv_scales = self.region("recv_scales", cap * sb).view(cap, sb)
-        self.recv_indices = self.region("recv_indices", cap * k * 4).view(torch.int32)
-        self.recv_indices = self.recv_indices.view(cap, k)
-        self.recv_src_pos = self.region("recv_src_pos", cap * 4).view(torch.int32)
-        self.total_recv = self.region("total_recv", 4).view(torch.int32)
+        self.map_recv_regions()
 
     @property
     def nodes(self) -> int:

@@ -35,11 +35,19 @@ class IntraNodeMode(Mode):
     def __init__(self, config, place, timeout_s: float) -> None:
         super().__init__(config, place, timeout_s)
         c = config
-        cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
+        cap = c.max_num_tokens_to_recv
         self.layout = ep_buffer_layout(*self.shape, recv_capacity=cap)
         self.block = shmem.empty((self.layout["total_bytes"],), torch.uint8)
         self.impl = self.native(IntraNodeCpu, IntraNodeCuda, f"kernel_type {c.kernel_type.name}")
         self.routing_owner = object()  # what routing handles of this op carry
+        self.map_recv_regions()
+
+    def map_recv_regions(self) -> None:
+        """The views of the block's receive regions that dispatch returns (every mode
+        whose layout names them: intra-node, inter-node), ``max_num_tokens_to_recv``
+        rows each."""
+        c = self.config
+        cap, k = c.max_num_tokens_to_recv, c.num_experts_per_token
         hb = c.hidden_dim * c.max_token_type_size
         sb = c.scale_dim * c.scale_type_size
         self.recv_tokens = self.region("recv_tokens", cap * hb).view(cap, hb)

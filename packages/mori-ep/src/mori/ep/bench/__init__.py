@@ -42,6 +42,12 @@ them; mori.ep.bench.floors): an empty kernel's graph replay, one device copy of 
 call's bytes, and the same call written in plain torch on this GPU, each as GPU time
 per call, with mori's kernel time as a multiple of them.
 
+Inter-node kernel types (InterNode, InterNodeV1, InterNodeV1LL; host heaps only, so
+``--device cpu``): ``--gpu-per-node L`` makes emulated nodes of L ranks and forces the
+proxy to TCP (``--proxy-transport``); a further table gives per phase the algo,
+physical and link bytes (``op._mode.bytes``) and GB/s beside a raw TCP stream of the
+same bytes between the same processes (mori.ep.bench.internode).
+
 Without a GPU (or with ``--device cpu``) the CPU implementation runs on a host heap,
 the baseline is all_to_all_single over gloo, and times are wall-clock medians of
 single calls: that mode checks the bench end to end (CI), its numbers are not the
@@ -55,6 +61,7 @@ import sys
 
 from mori.core import bench as scaffold
 
+from .internode import INTERNODE
 from .measure import KERNEL_TYPES
 from .report import plot
 from .worker import worker
@@ -153,7 +160,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "combine_standard_moe on an IntraNodeLL op, per-rank partials where the op decides "
         "so), standard-moe-rows (the same with one row per (token, expert) sent back: "
         "MORI_EP_LL_PRE_REDUCE=0), deepep-ll (low_latency_dispatch/combine "
-        "on an IntraNodeLL op; fp8 = the cast inside dispatch)",
+        "on an IntraNodeLL op; fp8 = the cast inside dispatch), InterNode, InterNodeV1, "
+        "InterNodeV1LL (host heaps; with --gpu-per-node)",
     )  # fmt: skip
     p.add_argument(
         "--combine-quant", type=_quant_list, default=["none"],
@@ -166,8 +174,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         "transfer alone (GEMM sized to --overlap-ratio x the transfer's time)",
     )  # fmt: skip
     p.add_argument("--overlap-ratio", type=float, default=2.0)
+    p.add_argument(
+        "--gpu-per-node", type=int, default=None,
+        help="inter-node kernel types: ranks per emulated node (rank r on node r // this, "
+        "MORI_SHMEM_NODE_ID; default: the world, one node); other kernel types need one node",
+    )  # fmt: skip
+    p.add_argument(
+        "--proxy-transport", choices=("tcp", "auto"), default="tcp",
+        help="inter-node kernel types on emulated nodes: the proxy's transport to other "
+        "nodes (MORI_PROXY_TRANSPORT; tcp: the same transport as the raw stream beside it)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     args.tokens = args.tokens or [args.max_tokens]
+    if args.gpu_per_node is not None:
+        if args.gpu_per_node < 1:
+            p.error(f"--gpu-per-node {args.gpu_per_node} must be positive")
+        intra = [kt for kt in args.kernel_type if kt not in INTERNODE]
+        if intra and args.world_size and args.gpu_per_node < args.world_size:
+            p.error(f"--gpu-per-node {args.gpu_per_node} splits the ranks into nodes: kernel "
+                    f"types {intra} need one node")  # fmt: skip
     if max(args.tokens) > args.max_tokens or min(args.tokens) < 0:
         p.error(f"--tokens {args.tokens} must lie in [0, --max-tokens {args.max_tokens}]")
     return args

@@ -12,12 +12,13 @@ from typing import Any
 
 from mori.core import env
 
+from . import internode
 from .baseline import a2a_combine, a2a_dispatch
 from .timing import captured, captured_pair, gemm_for, graph_times, median_us, time_pairs
 
 KERNEL_TYPES = (
     "IntraNode", "IntraNodeLL", "AsyncLL", "AsyncLL-ce", "standard-moe", "standard-moe-rows",
-    "deepep-ll",
+    "deepep-ll", "InterNode", "InterNodeV1", "InterNodeV1LL",
 )  # fmt: skip
 # The kernel types measured by measure_token_major (the ones --combine-quant applies to).
 TOKEN_MAJOR = ("IntraNode", "IntraNodeLL", "AsyncLL", "AsyncLL-ce")
@@ -284,6 +285,8 @@ def measure_token_major(
         rec = record(name, n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
         rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
         ctx.floors.attach(rec, case, vol, "token")
+        if kt in internode.INTERNODE:
+            internode.attach(args, ctx, op, rec)
         rec["matches_intranode"] = bool(
             torch.equal(mori_out, ctx.reference.setdefault((n, dt, quant), mori_out))
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from mori.core import bench as scaffold
 
+from . import internode
 from .baseline import PEER_COPY_BYTES
 
 
@@ -71,6 +72,18 @@ def report(args, meta, records) -> None:
         "GPU time (profiler, median; as DeepEP measures)"
     )
     floors_table(meta, order)
+    inter = internode.table(records)
+    if inter:
+        print(
+            f"inter-node kernel types, {meta['gpu_per_node']} rank(s) per emulated node, proxy "
+            f"transport {meta['proxy_transport'] or 'none (one node)'}; slowest rank per column: "
+            "algo = token rows x destination nodes incl. its own (InterNode: x destination "
+            "ranks), phys = the crossings to other nodes, link = what the op put on its "
+            "inter-node link (rows, metadata, signals); raw = the same link bytes over a plain "
+            "TCP stream between the same processes (mori.ep.bench.internode); op / raw = "
+            "raw us / us"
+        )
+        print(scaffold.table(*inter))
     if meta["peer_copy_gbps"]:
         print(
             f"peer copy reference (copy engine, rank 0 -> rank 1, "

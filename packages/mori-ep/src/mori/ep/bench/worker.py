@@ -10,9 +10,11 @@ import os
 from types import SimpleNamespace
 
 from mori.core import bench as scaffold
+from mori.core import env
 
 from .baseline import PEER_COPY_BYTES, a2a_bus_bandwidth, peer_copy_gbps
 from .floors import Floors
+from .internode import INTERNODE, RawMesh
 from .measure import (
     OP_ENV,
     OP_KERNEL_TYPE,
@@ -40,6 +42,16 @@ def worker(args: argparse.Namespace) -> None:
     )
 
     rank, world, local = scaffold.rank_env()
+    # Inter-node kernel types: emulated nodes of --gpu-per-node ranks (the heap maps a
+    # node's own ranks only, so other nodes are reached through the op's proxy).
+    inter = any(kt in INTERNODE for kt in args.kernel_type)
+    gpn = args.gpu_per_node or world
+    # MORI_EP_INTERNODE_LINK=heap (the op's copies through a heap that maps every rank:
+    # the protocol without the proxy, for comparison) keeps one heap local group.
+    heap_link = env.get_str("MORI_EP_INTERNODE_LINK", "proxy") == "heap"
+    if inter and gpn < world and not heap_link:
+        os.environ["MORI_SHMEM_NODE_ID"] = f"bench-node-{rank // gpn}"
+        os.environ["MORI_PROXY_TRANSPORT"] = args.proxy_transport
     cuda, dev, _ = scaffold.pick_device(args.device, local, _C)
     device = torch.device("cuda", dev) if cuda else torch.device("cpu")
     dist.init_process_group("gloo", init_method="env://")
@@ -59,6 +71,12 @@ def worker(args: argparse.Namespace) -> None:
              if cq == "none" or kt in TOKEN_MAJOR]  # fmt: skip
     heap = 0
     for kt, _ in kinds:
+        if kt in INTERNODE:
+            kind = int(EpDispatchCombineKernelType[kt])
+            heap += sum(_C.internode_buffer_layout(*shape(dt), recv_capacity=world * m, kind=kind,
+                                                   local_size=min(gpn, world))["total_bytes"]
+                        for dt in args.dtype)  # fmt: skip
+            continue
         layout = _C.ep_buffer_layout if kt == "IntraNode" else _C.ll_buffer_layout
         heap += sum(layout(*shape(dt))["total_bytes"] for dt in args.dtype)
     heap += (PEER_COPY_BYTES if cuda and world > 1 else 0) + (64 << 20)
@@ -85,6 +103,7 @@ def worker(args: argparse.Namespace) -> None:
             data_type=fp8 if dt == "fp8" else torch.bfloat16,
             kernel_type=EpDispatchCombineKernelType[OP_KERNEL_TYPE.get(kt, kt)],
             quant_type=cq,
+            gpu_per_node=gpn,
         )
         saved = os.environ.copy()
         os.environ.update(OP_ENV.get(kt, {}))
@@ -111,6 +130,9 @@ def worker(args: argparse.Namespace) -> None:
         reference={},  # (tokens, dtype, quant) -> the first token-major kind's combine output
     )  # fmt: skip
     ctx.floors = Floors(args, ctx)
+    ctx.gpu_per_node = gpn
+    ctx.node_of = lambda r: r // gpn
+    ctx.raw_mesh = RawMesh(rank, world, ctx.node_of) if inter and gpn < world else None
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
     records, overlaps = [], []
     for n in args.tokens:
@@ -157,12 +179,20 @@ def worker(args: argparse.Namespace) -> None:
             "floor_empty_us": ctx.floors.empty_us,
             "a2a_reference": a2a_ref,
             "torch": torch.__version__,
+            "gpu_per_node": gpn,
+            "proxy_transport": (
+                ("none (MORI_EP_INTERNODE_LINK=heap)" if heap_link else args.proxy_transport)
+                if inter and gpn < world
+                else None
+            ),
         }
         meta["overlap"] = [r for rs in gathered_overlaps for r in rs]
         report(args, meta, [r for rs in gathered for r in rs])
     if cuda:
         torch.cuda.synchronize()
     barrier()
+    if ctx.raw_mesh is not None:
+        ctx.raw_mesh.close()
     for op in ops.values():
         op.close()
     ops.clear()
