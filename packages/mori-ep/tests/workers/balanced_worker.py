@@ -14,8 +14,9 @@ against a reference of all ranks' inputs without communication.
           reuse, zero_copy and async_finish give the same bits; a per-expert scale
           within the rounding bound of the global fp64 reference (1 bf16 ulp when at
           most one rank pre-sums a token's rows); prefetch slots equal
-          their owners' weights bitwise, other slots untouched; reduce_grad bitwise
-          against an ascending-order sum, consumed slots zeroed; autograd functions.
+          their owners' weights bitwise, other slots untouched (on a CUDA heap with
+          both prefetch engines); reduce_grad bitwise against an ascending-order sum,
+          consumed slots zeroed; CUDA-graph capture refused (CUDA heap); autograd.
   timeout (host heap) rank 1 never dispatches: rank 0's error names it and the stage
           within the timeout; the Buffer refuses later calls.
   errors  (host heap) each rank in turn passes a bad input: that rank's error names
@@ -205,25 +206,30 @@ def check_weights(buf, p, hp):
     owner = {n: [random_bf16(shape, "w", n, r) for r in range(R)] for n in names}
     pools = {n: shmem.empty((R, *shape), torch.bfloat16) for n in names}
     sentinel = torch.full((R, *shape), -7.0, dtype=torch.bfloat16)
-    for n in names:
-        pools[n].copy_(sentinel)
-    sync()
-    buf.prefetch_weight(
-        p, local_gate_weight=local["gate"], local_up_weight=local["up"],
-        local_down_weight=local["down"], gate_prefetch_buffer=pools["gate"],
-        up_prefetch_buffer=pools["up"], down_prefetch_buffer=pools["down"],
-    )  # fmt: skip
-    sync()
     etc = hp.experts_to_copy.tolist()
-    for n in names:
-        got = pools[n].cpu()
-        for b in range(EPN):
-            e = etc[rank][b]
-            want = owner[n][e // EPN][e % EPN] if e >= 0 else sentinel[rank][b]
-            assert torch.equal(got[rank][b].view(torch.int16), want.view(torch.int16)), (n, b)
-        for d in range(R):
-            if d != rank:
-                assert torch.equal(got[d], sentinel[d]), (n, d)
+    # Both prefetch engines on a CUDA heap (kernel stores, copy-engine peer copies).
+    for engine in ("sm", "copy") if DEV.type == "cuda" else ("sm",):
+        buf.prefetch_engine = engine
+        for n in names:
+            pools[n].copy_(sentinel)
+        sync()
+        buf.prefetch_weight(
+            p, local_gate_weight=local["gate"], local_up_weight=local["up"],
+            local_down_weight=local["down"], gate_prefetch_buffer=pools["gate"],
+            up_prefetch_buffer=pools["up"], down_prefetch_buffer=pools["down"],
+        )  # fmt: skip
+        sync()
+        for n in names:
+            got = pools[n].cpu()
+            for b in range(EPN):
+                e = etc[rank][b]
+                want = owner[n][e // EPN][e % EPN] if e >= 0 else sentinel[rank][b]
+                assert torch.equal(got[rank][b].view(torch.int16), want.view(torch.int16)), (
+                    engine, n, b)  # fmt: skip
+            for d in range(R):
+                if d != rank:
+                    assert torch.equal(got[d], sentinel[d]), (engine, n, d)
+    buf.prefetch_engine = "sm"
 
     gshape = (R, *shape)
     grads = {n: D(torch.randn(shape, generator=gen("g", n, rank))) for n in names}
@@ -322,6 +328,21 @@ def run_paths():
         check_expert_scale(buf, p, hp, topk, kind)
         check_weights(buf, p, hp)
         print(f"rank {rank}: {kind} ok (remote experts {p.remote_stats.tolist()})")
+
+    if DEV.type == "cuda":
+        # CUDA-graph capture is refused before any launch, every op; the Buffer works after.
+        xs, h_cap = D(hidden_all[rank]), D(torch.zeros(buf.NvS, H, dtype=torch.bfloat16))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for call in (lambda: buf.dispatch(xs, None, plan=p), lambda: buf.combine(p, h_cap),
+                         lambda: buf.prefetch_weight(p), lambda: buf.reduce_grad(p)):  # fmt: skip
+                expect_raises(mc.NotSupportedError, "cannot be captured in a CUDA graph", call)
+        del g
+        sync()
+        h_nvs, _, _, _ = buf.dispatch(xs, None, plan=p)
+        out, _, _ = buf.combine(p, h_nvs)
+        assert torch.equal(out.cpu().view(torch.int16), (hidden_all[rank].float() * K).bfloat16()
+                           .view(torch.int16))  # fmt: skip
 
     # Autograd: combine(dispatch(x)) with an identity expert; grads go back through
     # the other op with the saved plan.

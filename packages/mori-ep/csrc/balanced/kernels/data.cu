@@ -331,20 +331,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// A block per (slot, pool): the owner writes its expert into rank d's slot b.
+// The owner writes its expert into rank d's slot b, in chunks of kPrefetchChunk bytes:
+// a block per (slot, pool, chunk), so that a few large slots still spread over the
+// GPU (a block per slot leaves all but a few SMs idle). Chunks start at multiples of
+// 256 KiB from the slot's start, so each keeps the slot's alignment.
+constexpr int64_t kPrefetchChunk = 256 << 10;
+
 __global__ void __launch_bounds__(kThreads)
-    PrefetchKernel(Common c, const int32_t* copy, PoolArgs a) {
+    PrefetchKernel(Common c, const int32_t* copy, PoolArgs a, int64_t chunks) {
   const int R = c.shape.ranks, epn = c.shape.epn();
-  const int64_t jobs = static_cast<int64_t>(R) * epn * a.n;
+  const int64_t jobs = static_cast<int64_t>(R) * epn * a.n * chunks;
   for (int64_t j = blockIdx.x; j < jobs; j += gridDim.x) {
-    const int i = static_cast<int>(j % a.n);
-    const int64_t slot = j / a.n;  // d * epn + b
+    const int64_t part = j % chunks;
+    const int i = static_cast<int>((j / chunks) % a.n);
+    const int64_t slot = j / chunks / a.n;  // d * epn + b
     const int32_t e = copy[slot];
-    if (e < 0 || e / epn != c.rank) continue;
+    const int64_t first = part * kPrefetchChunk;
+    if (e < 0 || e / epn != c.rank || first >= a.bytes[i]) continue;
+    const int64_t n = a.bytes[i] - first < kPrefetchChunk ? a.bytes[i] - first : kPrefetchChunk;
     const int d = static_cast<int>(slot / epn);
-    char* dst = dev::Ptr(c.ctx, a.pools[i] + slot * a.bytes[i], d);
-    dev::detail::CopyBytes(dst, a.locals[i] + static_cast<int64_t>(e % epn) * a.bytes[i],
-                           a.bytes[i], threadIdx.x, blockDim.x);
+    char* dst = dev::Ptr(c.ctx, a.pools[i] + slot * a.bytes[i] + first, d);
+    dev::detail::CopyBytes(dst, a.locals[i] + static_cast<int64_t>(e % epn) * a.bytes[i] + first, n,
+                           threadIdx.x, blockDim.x);
   }
   dev::Fence();
 }
@@ -439,8 +447,11 @@ void LaunchCombine(const Common& c, const DevicePlan& p, uint16_t* out, float* o
 }
 
 void LaunchPrefetch(const Common& c, const int32_t* copy, const PoolArgs& a, uintptr_t stream) {
-  PrefetchKernel<<<Blocks(static_cast<int64_t>(c.shape.ranks) * c.shape.epn() * a.n, 1), kThreads,
-                   0, S(stream)>>>(c, copy, a);
+  int64_t most = 0;
+  for (int i = 0; i < a.n; ++i) most = a.bytes[i] > most ? a.bytes[i] : most;
+  const int64_t chunks = most < 1 ? 1 : (most + kPrefetchChunk - 1) / kPrefetchChunk;
+  const int64_t jobs = static_cast<int64_t>(c.shape.ranks) * c.shape.epn() * a.n * chunks;
+  PrefetchKernel<<<Blocks(jobs, 1), kThreads, 0, S(stream)>>>(c, copy, a, chunks);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 

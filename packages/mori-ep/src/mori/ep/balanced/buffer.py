@@ -189,6 +189,17 @@ class Buffer:
         if self._destroyed:
             raise InvalidStateError("balanced.Buffer has been destroyed")
 
+    def _not_capturing(self, op: str) -> None:
+        """Refuse a call made while the stream is captured into a CUDA graph, before any
+        launch: each call's kernels take its sequence numbers (rank agreement, barrier
+        phases) from host counters as launch arguments, and a replay would repeat them,
+        so the replayed waits would not order anything."""
+        if self._cuda and torch.cuda.is_current_stream_capturing():
+            raise NotSupportedError(
+                f"balanced.Buffer.{op} cannot be captured in a CUDA graph (its kernels' "
+                "sequence numbers come from the host per call); call it eagerly"
+            )
+
     def destroy(self) -> None:
         """Release the symmetric block (collective: a heap barrier first). Idempotent."""
         if self._destroyed:
@@ -259,6 +270,7 @@ class Buffer:
             ``cu_seqlens[-1]`` are undefined.
         """
         self._require()
+        self._not_capturing("dispatch")
         S, K, E, H = self.S, self.K, self.E, self.H
         reason = _tensor_problem(hidden_sh, "hidden_sh", torch.bfloat16, (S, H), self.device)
         if not reason and route_weights_sk is not None:
@@ -340,6 +352,7 @@ class Buffer:
             event or None)``.
         """
         self._require()
+        self._not_capturing("combine")
         nvs, H, S, K = self.NvS, self.H, self.S, self.K
         reason = self._plan_problem(plan) if plan is not None else "combine needs plan"
         reason = reason or _tensor_problem(
@@ -441,6 +454,7 @@ class Buffer:
         Weights [epn, H, H'] of any dtype, scales optional. Slots no expert uses are
         untouched. Returns None, or an event with ``async_finish``."""
         self._require()
+        self._not_capturing("prefetch_weight")
         pairs = [
             ("gate_weight", local_gate_weight, gate_prefetch_buffer),
             ("up_weight", local_up_weight, up_prefetch_buffer),
@@ -473,6 +487,7 @@ class Buffer:
         ascending (d, b) order, so the result is bitwise reproducible; then every rank
         zeroes its own consumed slots. Returns None, or an event with ``async_finish``."""
         self._require()
+        self._not_capturing("reduce_grad")
         pairs = [
             ("gate_grad", local_gate_grad, gate_reduce_buffer),
             ("up_grad", local_up_grad, up_reduce_buffer),
