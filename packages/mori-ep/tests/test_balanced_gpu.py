@@ -2,8 +2,9 @@
 # Copyright (c) 2026 The mori authors
 """The CUDA balanced planner (one launch) against the CPU planner, table for table, over
 the planner's case matrix; its time for R=8, E=384, S=8192, K=8 (printed: the target
-is 20 us on an H200); the Buffer's data-path kernels with 2 processes against the CPU
-tests' references. Skips without a GPU."""
+is 20 us on an H200); the Buffer's data-path kernels with 2 processes (and 1) against
+the CPU tests' references; bench_balanced's CUDA path at small sizes. Skips without a
+GPU."""
 
 import random
 import sys
@@ -85,3 +86,41 @@ def test_buffer_kernels(S, H, K, epn, pad, gpu_placement):
     argv = [worker, "paths", str(new_seed()), *(str(v) for v in (S, H, K, epn, pad)),
             gpu_placement]  # fmt: skip
     run_ranks(argv, 2, timeout_s=300)
+
+
+def test_buffer_kernels_one_rank(cuda_gpus):
+    # One process (python -m mori.ep.bench_balanced --world-size 1): every expert local,
+    # no prefetch slot, the same checks.
+    worker = str(Path(__file__).parent / "workers" / "balanced_worker.py")
+    run_ranks([worker, "paths", str(new_seed()), "24", "64", "4", "3", "8", "shared"], 1,
+              timeout_s=300)  # fmt: skip
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("mode", ["maxvio", "prefetch"])
+def test_bench_runs_on_cuda(mode, world, cuda_gpus, tmp_path):
+    # bench_balanced's CUDA path end to end at small sizes (ranks share GPU 0 unless
+    # there are more): maxvio checks S*K real rows per rank at every MaxVio itself.
+    import json
+    import subprocess
+
+    out = tmp_path / "b.json"
+    cmd = [sys.executable, "-m", "mori.ep.bench_balanced", mode, "--device", "cuda",
+           "--world-size", str(world), "--iters", "2", "--timeout-s", "240",
+           "--json", str(out)]  # fmt: skip
+    if mode == "maxvio":
+        cmd += ["--tokens", "256", "--hidden", "1024", "--ffn", "64"]
+    else:
+        cmd += ["--configs", "slots_1,epn16_mixed,thin_7168x128,tiny_512x512"]
+    subprocess.run(cmd, check=True, timeout=300)
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["ranks"] == world
+    rows = doc["records"]
+    if mode == "maxvio":
+        assert [r["target"] for r in rows] == [0.2, 1.0, 10.0, 20.0]
+        assert all(r["rows_min"] == r["rows_max"] == 256 * 8 for r in rows)
+        keys = ("dispatch_us", "combine_us", "intranode_dc_us")
+        assert all(r[k] > 0 for r in rows for k in keys)
+    else:
+        assert sorted({r["engine"] for r in rows}) == ["copy", "sm"] and len(rows) == 8
+        assert all(r["worst_us"] > 0 and r["copy_us"] > 0 for r in rows)
