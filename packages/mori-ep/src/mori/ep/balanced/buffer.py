@@ -8,7 +8,8 @@ on every rank, naming the value, before any byte moves; on a CUDA heap that rank
 it and the other ranks' kernels trap naming that rank (no host synchronisation). Every
 wait is bounded by ``timeout_s``. The data paths run on a host heap
 (``mori.core.shmem.init(device="cpu")``, tested) or as CUDA kernels on a CUDA heap
-(built, not yet run on a GPU).
+(tested on 1 x H200 with 2 processes). Calls are not CUDA-graph capturable (refused
+while the current stream is capturing).
 """
 
 from __future__ import annotations
