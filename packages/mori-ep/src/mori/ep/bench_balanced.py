@@ -44,8 +44,9 @@ fit a host heap) and the times are the host implementation's, not the product's.
 ``maxvio``: routings of growing imbalance (MaxVio = max_e T_e / mean_e T_e - 1 over the
 experts' pair counts T_e summed over ranks, of 0.2, 1, 10, 20; lognormal expert
 popularity, top-k without repeats; a target beyond what that allows, E / K - 1, is
-clipped, the achieved value printed). Per MaxVio: the planner alone (CUDA: the one-launch
-kernel from the gathered counts; CPU: the host planner's tables), dispatch with planning
+clipped, the achieved value printed). Per MaxVio: the planner alone (CUDA: a call of the
+one-launch kernel from the gathered counts, and that kernel's device time from the
+profiler, the slowest rank's mean of 5; CPU: the host planner's tables), dispatch with planning
 and with the saved plan, combine, prefetch_weight and reduce_grad ([epn, H, ffn] gate,
 up, down), the slowest rank's median; dispatch and combine with ``zero_copy`` (the
 shard itself; no copy out of it); mori's IntraNode dispatch + combine on the same
@@ -327,6 +328,26 @@ def _planner(ctx, tpe_all, topk, rank, S, K):
     return partial(balanced.plan, tpe_all, S, K, 128)
 
 
+def _kernel_us(ctx, fn, name: str, reps: int = 5) -> float | None:
+    """The slowest rank's mean device time per call of the kernels whose name holds
+    ``name`` (the profiler's CUDA activity records: kernel time only, without the
+    call's host work or another process's time slices), or None on CPU."""
+    if not ctx.cuda:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    ctx.sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        ctx.sync()
+    kernels = [e for e in prof.events() if name in e.name]
+    us = sum(e.device_time for e in kernels) / reps if kernels else -1.0
+    us = ctx.all_max(us)
+    return None if us < 0 else us
+
+
 def run_maxvio(args, ctx, rank, R) -> list[dict]:
     import torch
 
@@ -391,11 +412,13 @@ def run_maxvio(args, ctx, rank, R) -> list[dict]:
             "intranode": partial(_intranode, op, x, w, topk),
         }  # fmt: skip
         t = {name: ctx.time_us(fn, args.iters) for name, fn in calls.items()}
+        plan_kernel = _kernel_us(ctx, calls["plan"], "PlannerKernel")
         rows.append({"target": target, "maxvio": achieved, "rows_min": int(low),
                      "rows_max": int(high), "rows_balanced": S * K,
                      "rows_unbalanced_max": unbalanced, "intranode_tokens_max": int(intra_max),
                      "remote_experts_max": int(remote),
-                     "plan_us": t["plan"], "plan_dispatch_us": t["fresh"],
+                     "plan_us": t["plan"], "plan_kernel_us": plan_kernel,
+                     "plan_dispatch_us": t["fresh"],
                      "dispatch_us": t["dispatch"], "combine_us": t["combine"],
                      "prefetch_us": t["prefetch"], "reduce_grad_us": t["reduce_grad"],
                      "intranode_dc_us": t["intranode"]})  # fmt: skip
@@ -428,11 +451,11 @@ def _report(args, meta, rows) -> None:
               f"slowest rank's median; balanced rows checked == S*K = {s['S'] * s['K']} "
               f"on every rank")  # fmt: skip
         heads = ["target", "MaxVio", "rows/rank (min..max)", "unbalanced max pairs/rank",
-                 "IntraNode max tokens/rank", "plan", "plan+dispatch", "dispatch", "combine",
-                 "prefetch", "reduce_grad", "IntraNode d+c"]  # fmt: skip
+                 "IntraNode max tokens/rank", "plan", "plan kernel", "plan+dispatch",
+                 "dispatch", "combine", "prefetch", "reduce_grad", "IntraNode d+c"]  # fmt: skip
         keys = ["target", "maxvio", "rows", "rows_unbalanced_max", "intranode_tokens_max",
-                "plan_us", "plan_dispatch_us", "dispatch_us", "combine_us", "prefetch_us",
-                "reduce_grad_us", "intranode_dc_us"]  # fmt: skip
+                "plan_us", "plan_kernel_us", "plan_dispatch_us", "dispatch_us", "combine_us",
+                "prefetch_us", "reduce_grad_us", "intranode_dc_us"]  # fmt: skip
         rows = [{**r, "rows": f"{r['rows_min']}..{r['rows_max']}"} for r in rows]
     print(scaffold.table([[r[k] for k in keys] for r in rows], heads, floatfmt=".2f"))
 

@@ -295,7 +295,7 @@ class Buffer:
             self._refuse("dispatch", reason)
         if fresh:
             dev = self.device
-            tables = {n: t.to(dev) for n, t in empty_tables(self.R, E).items()}
+            tables = empty_tables(self.R, E, dev)
             dst = torch.empty(S * K, dtype=torch.int32, device=dev)
             self._impl.plan(tokens_per_expert.data_ptr(), topk_experts_sk.data_ptr(), "",
                             table_addresses(tables), dst.data_ptr(), self._stream())  # fmt: skip

@@ -120,10 +120,11 @@ class PlanSet:
         )  # fmt: skip
 
 
-def empty_tables(R: int, E: int) -> dict[str, torch.Tensor]:
-    """Uninitialised [R, ...] tables for the planner (names as PlanSet's)."""
+def empty_tables(R: int, E: int, device=None) -> dict[str, torch.Tensor]:
+    """Uninitialised [R, ...] tables for the planner (names as PlanSet's), on ``device``
+    (default the CPU): allocated there, no copy, no synchronisation."""
     epn = E // R
-    i32 = dict(dtype=torch.int32)
+    i32 = dict(dtype=torch.int32, device=device)
     return {
         "alloc": torch.empty(R, E, **i32),
         "expert_offsets": torch.empty(R, E, **i32),
@@ -243,7 +244,7 @@ def plan_cuda(tpe, topk, rank: int, S: int, K: int, token_padding: int = 128, *,
             raise InvalidArgumentError(f"{name} shape {tuple(x.shape)} must be {shape}")
     nvs = nvs_of(S, K, E, R, token_padding)
     dev = tpe.device
-    tables = {n: t.to(dev) for n, t in empty_tables(R, E).items()}
+    tables = empty_tables(R, E, dev)
     dst = torch.empty(1, S * K, dtype=torch.int32, device=dev)
     error = torch.empty(4, dtype=torch.int32, device=dev)
     words = _C.balanced_planner_scratch_words(R, E, S, K, token_padding)
