@@ -357,26 +357,63 @@ __global__ void __launch_bounds__(kThreads)
   dev::Fence();
 }
 
-// Thread per (local expert, pool, element): the slots holding the expert, ascending
-// (rank, slot), added in fp32 to the local gradient.
+// A block per (pool, local expert, tile of kReduceTile elements): warp 0 lists the
+// slots holding the expert in ascending (rank, slot) order (a ballot per 32 slots),
+// then every thread adds those slots' values to its elements of the fp32 local
+// gradient in that order: the same sums, in the same order, as scanning every slot
+// for every element, without the R * epn comparisons per element. A list longer than
+// kHeldMax (not produced by the planner: a rank holds an expert at most once) falls
+// back to that scan.
+constexpr int64_t kReduceTile = 64 << 10;
+constexpr int kHeldMax = 1024;
+
 __global__ void __launch_bounds__(kThreads)
-    ReduceGradKernel(Common c, const int32_t* copy, PoolArgs a) {
-  const int R = c.shape.ranks, epn = c.shape.epn();
-  for (int i = 0; i < a.n; ++i) {
-    const int64_t elems = a.bytes[i], total = static_cast<int64_t>(epn) * elems;
-    float* local = reinterpret_cast<float*>(const_cast<char*>(a.locals[i]));
-    for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < total;
-         x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const int32_t e = c.rank * epn + static_cast<int32_t>(x / elems);
-      const int64_t off = x % elems;
-      float acc = local[x];
-      for (int64_t slot = 0; slot < static_cast<int64_t>(R) * epn; ++slot) {
-        if (copy[slot] != e) continue;
-        const float* pool = reinterpret_cast<const float*>(a.pools[i]) + slot * elems;
-        acc += dev::Ptr(c.ctx, pool, static_cast<int>(slot / epn))[off];
+    ReduceGradKernel(Common c, const int32_t* copy, PoolArgs a, int64_t tiles) {
+  __shared__ int32_t held[kHeldMax];
+  __shared__ int held_n;
+  const int epn = c.shape.epn();
+  const int64_t slots = static_cast<int64_t>(c.shape.ranks) * epn;
+  const int64_t jobs = static_cast<int64_t>(a.n) * epn * tiles;
+  for (int64_t j = blockIdx.x; j < jobs; j += gridDim.x) {
+    const int64_t part = j % tiles;
+    const int le = static_cast<int>((j / tiles) % epn);
+    const int i = static_cast<int>(j / tiles / epn);
+    const int64_t elems = a.bytes[i], first = part * kReduceTile;
+    if (first >= elems) continue;  // the same for the whole block
+    const int32_t e = c.rank * epn + le;
+    if (threadIdx.x < 32) {
+      const unsigned lane = threadIdx.x;
+      int n = 0;
+      for (int64_t base = 0; base < slots; base += 32) {
+        const bool hit = base + lane < slots && copy[base + lane] == e;
+        const unsigned mask = __ballot_sync(0xffffffffu, hit);
+        const int at = n + __popc(mask & ((1u << lane) - 1u));
+        if (hit && at < kHeldMax) held[at] = static_cast<int32_t>(base + lane);
+        n += __popc(mask);
       }
-      local[x] = acc;
+      if (lane == 0) held_n = n;
     }
+    __syncthreads();
+    const int n = held_n;
+    const float* pools = reinterpret_cast<const float*>(a.pools[i]);
+    float* local = reinterpret_cast<float*>(const_cast<char*>(a.locals[i])) + le * elems;
+    const int64_t last = elems - first < kReduceTile ? elems : first + kReduceTile;
+    for (int64_t off = first + threadIdx.x; off < last; off += blockDim.x) {
+      float acc = local[off];
+      if (n <= kHeldMax) {
+        for (int h = 0; h < n; ++h) {
+          const int64_t slot = held[h];
+          acc += dev::Ptr(c.ctx, pools + slot * elems, static_cast<int>(slot / epn))[off];
+        }
+      } else {
+        for (int64_t slot = 0; slot < slots; ++slot) {
+          if (copy[slot] != e) continue;
+          acc += dev::Ptr(c.ctx, pools + slot * elems, static_cast<int>(slot / epn))[off];
+        }
+      }
+      local[off] = acc;
+    }
+    __syncthreads();  // the next job rewrites held
   }
 }
 
@@ -460,7 +497,9 @@ void LaunchReduceGrad(const Common& c, const int32_t* copy, const PoolArgs& a, u
   int64_t most = 0;
   for (int i = 0; i < a.n; ++i) most = a.bytes[i] > most ? a.bytes[i] : most;
   const int blocks = Blocks(most * c.shape.epn(), kThreads);
-  ReduceGradKernel<<<blocks, kThreads, 0, S(stream)>>>(c, copy, a);
+  const int64_t tiles = most < 1 ? 1 : (most + kReduceTile - 1) / kReduceTile;
+  ReduceGradKernel<<<Blocks(static_cast<int64_t>(a.n) * c.shape.epn() * tiles, 1), kThreads, 0,
+                     S(stream)>>>(c, copy, a, tiles);
   MORI_CUDA_CHECK(cudaGetLastError());
   LaunchBarrier(c, n, call, kOpReduceGrad, kStageSlotsRead, stream);
   ZeroSlotsKernel<<<blocks, kThreads, 0, S(stream)>>>(c, copy, a);
