@@ -64,10 +64,10 @@ InterNodeCuda::InterNodeCuda(const EpShape& shape, void* block, int device,
       timeout_ns_(KernelTimeoutNs(timeout, "timeout")),
       ctx_(shmem::GetDeviceContext()) {
   const int W = shape.world_size;
-  if (kind != InterNodeKind::kFlat) {
+  if (kind == InterNodeKind::kHierLL) {
     MORI_THROW(NotSupportedError, InterNodeKindName(kind),
-               " has no CUDA kernels yet (InterNode has them; InterNodeV1 and InterNodeV1LL run "
-               "on host heaps)");
+               " has no CUDA kernels yet (InterNode and InterNodeV1 have them; InterNodeV1LL "
+               "runs on host heaps)");
   }
   MORI_CHECK_ARG(local_size >= 1 && local_size <= 32 && W % local_size == 0, "pes per node ",
                  local_size, " must divide world_size ", W, " and be in [1, 32]");
@@ -95,7 +95,8 @@ InterNodeCuda::InterNodeCuda(const EpShape& shape, void* block, int device,
   MORI_CUDA_CHECK(cudaMemset(block_ + layout_.counters, 0, layout_.total_bytes - layout_.counters));
   // Loaded now, not at a first launch while a kernel spins on the proxy (CUDA's lazy
   // loading may wait for the device).
-  internode::LoadKernels();
+  internode::LoadFlatKernels();  // also the rejections' kernels of every kind
+  internode::LoadHierKernels();
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
   proxy_ = SharedDeviceProxy(timeout);
   queue_ = proxy_->DeviceQueue(0);
@@ -168,7 +169,11 @@ void InterNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   p.row_tag = a.row_tag;
   moved_at_dispatch_ = ProxyMoved();
   last_stream_ = stream;
-  internode::LaunchFlatDispatch(p, Threads(launch), stream);
+  if (kind_ == InterNodeKind::kFlat) {
+    internode::LaunchFlatDispatch(p, Threads(launch), stream);
+  } else {
+    internode::LaunchHierDispatch(p, Threads(launch), stream);
+  }
   ++epoch_;
   num_tokens_ = a.num_tokens;
   order_.Dispatched(true);
@@ -180,7 +185,7 @@ void InterNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) 
     internode::Params p =
         BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
     p.call = epoch_ + 1;
-    p.reject = true;
+    p.reject = true;  // the count exchange only: the same in both kernels
     internode::LaunchFlatDispatch(p, 64, stream);
   }
   ++epoch_;
@@ -206,7 +211,7 @@ void InterNodeCuda::LaunchCombine(const CombineArgs* a, const RoutingSnapshot* r
       BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
   p.call = call;
   if (a == nullptr) {
-    p.reject = true;
+    p.reject = true;  // the vote only: the same in both kernels
     internode::LaunchFlatCombine(p, 64, stream);
     return;
   }
@@ -227,7 +232,11 @@ void InterNodeCuda::LaunchCombine(const CombineArgs* a, const RoutingSnapshot* r
   p.combine_tag = CombineDtypeTag(a->dtype);
   moved_at_combine_ = ProxyMoved();
   last_stream_ = stream;
-  internode::LaunchFlatCombine(p, Threads(launch), stream);
+  if (kind_ == InterNodeKind::kFlat) {
+    internode::LaunchFlatCombine(p, Threads(launch), stream);
+  } else {
+    internode::LaunchHierCombine(p, Threads(launch), stream);
+  }
 }
 
 void InterNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t stream) {

@@ -4,15 +4,15 @@
 
 // Inter-node dispatch/combine (internode/protocol.hpp) on a CUDA symmetric heap: the
 // same protocol as InterNodeCpu, run by kernels (internode/kernels.cu) on the caller's
-// stream. Pes of this node are written with load/store through the heap's peer
+// stream (internode/kernels/). Pes of this node are written with load/store through the heap's peer
 // mappings; every byte to a pe of another node is staged in this pe's block and
 // handed to mori-core's proxy as commands pushed by the kernel (a write, then an add
 // to the signal word it covers: mori/proxy/queue_device.cuh); receivers wait on their
 // signal words, bounded, and trap naming the rank, its node and the stage (a failed
 // proxy's error included) as the other mode's kernels do.
 //
-// Kernel types: InterNode (flat). InterNodeV1 and InterNodeV1LL have no kernels yet
-// (the constructor refuses them). One block of warp_per_block warps per call and one
+// Kernel types: InterNode (flat) and InterNodeV1 (hierarchical). InterNodeV1LL has no
+// kernels yet (the constructor refuses it). One block of warp_per_block warps per call and one
 // proxy queue: the protocol first, the speed later (MORI spreads the rows over
 // rdma_block_num blocks and num_qp_per_pe queues). The call numbers (epochs) are
 // passed by the host, so calls are not capturable in CUDA graphs.

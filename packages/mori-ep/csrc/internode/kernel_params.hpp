@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// What the inter-node kernels (internode/kernels.cu) take, by value, and their launch
+// What the inter-node kernels (internode/kernels/) take, by value, and their launch
 // entry points for internode/cuda.cu. Plain C++: no CUDA types.
 
 #include <cstdint>
@@ -76,10 +76,14 @@ struct Params {
   uint32_t combine_tag;
 };
 
-// Loads the kernels' module (cudaFuncGetAttributes), so no launch loads it lazily.
-void LoadKernels();
-// Enqueue the kernels (one block of `threads`) on `stream`.
+// Load a kind's kernels (cudaFuncGetAttributes), so that no launch loads them lazily.
+void LoadFlatKernels();
+void LoadHierKernels();
+// Enqueue a kind's kernels (one block of `threads`) on `stream`: flat (InterNode,
+// kernels/flat.cu), hierarchical (InterNodeV1, kernels/hier.cu).
 void LaunchFlatDispatch(const Params& p, int threads, uintptr_t stream);
 void LaunchFlatCombine(const Params& p, int threads, uintptr_t stream);
+void LaunchHierDispatch(const Params& p, int threads, uintptr_t stream);
+void LaunchHierCombine(const Params& p, int threads, uintptr_t stream);
 
 }  // namespace mori::ep::internode

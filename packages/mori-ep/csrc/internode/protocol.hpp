@@ -97,8 +97,11 @@
 //   private, CUDA kernels only (MakeInterNodeLayout's `device`; internode/cuda.hpp):
 //     dstage_* [M] of the receive fields: each token's row staged once for the proxy's
 //     writes to other nodes; cstage_tokens u8 [C][Hc], cstage_weights f32 [C][K]:
-//     combine rows staged likewise; dest_row i32 [M][W]: token t's row index among
-//     this pe's rows to pe d (-1: none); counters u64 [2][16]: the byte counts of the
+//     combine rows staged likewise (flat); dest_row i32 [M][W]: token t's row index among
+//     this pe's rows to pe d (-1: none); V1: dstage_mask u32 [M][N] (token t's
+//     local-rank mask on node n), node_row i32 [M][N] (its slot among this pe's tokens
+//     staged at node n's gateway, -1: none), pstage_tokens u8 [N][M][Hc] and
+//     pstage_weights f32 [N][M][K] (the partials a gateway sends back); counters u64 [2][16]: the byte counts of the
 //     last dispatch and combine; last_set u64 [W][stage_mark / 8]: the value this pe
 //     last set at each signal word of each pe through the proxy (the proxy adds, so a
 //     "set" is an add of the difference, as ProxyLink does on the host)
@@ -148,7 +151,8 @@ struct InterNodeLayout {
       partial_weights;
   size_t total_recv, token_ranks, send_ring, send_ring_bytes;
   size_t dstage_tokens, dstage_weights, dstage_scales, dstage_indices, dstage_src_pos;
-  size_t cstage_tokens, cstage_weights, dest_row, counters, last_set;
+  size_t cstage_tokens, cstage_weights, dest_row, dstage_mask, node_row, pstage_tokens,
+      pstage_weights, counters, last_set;
   size_t total_bytes;
 };
 
@@ -202,7 +206,7 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
   // payloads (a token or combine row, a count row), and 1 MiB.
   l.send_ring_bytes = AlignUp(std::max<size_t>(size_t{1} << 20, 8 * std::max({H, Hc, W * 8})), 256);
   l.send_ring = region.Take(l.send_ring_bytes);
-  const size_t Md = device ? M : 0, Cd = device ? C : 0;
+  const size_t Md = device ? M : 0, Cd = device && !hier ? C : 0;
   l.dstage_tokens = region.Take(Md * H);
   l.dstage_weights = region.Take(Md * K * 4);
   l.dstage_scales = region.Take(Md * Sb);
@@ -211,6 +215,11 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
   l.cstage_tokens = region.Take(Cd * Hc);
   l.cstage_weights = region.Take(Cd * K * 4);
   l.dest_row = region.Take(Md * W * 4);
+  const size_t Mh = device && hier ? M : 0;
+  l.dstage_mask = region.Take(Mh * N * 4);
+  l.node_row = region.Take(Mh * N * 4);
+  l.pstage_tokens = region.Take(N * Mh * Hc);
+  l.pstage_weights = region.Take(N * Mh * K * 4);
   l.counters = region.Take(device ? 2 * 16 * 8 : 0);
   l.last_set = region.Take(device ? W * l.stage_mark : 0);
   l.total_bytes = region.end;

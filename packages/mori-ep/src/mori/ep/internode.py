@@ -14,9 +14,9 @@ crosses back; ``InterNodeV1LL`` is V1 without the count exchange (fixed slots pe
 in ``csrc/internode/protocol.hpp`` and the package README ("Inter-node"). Dispatch and
 combine take and return what the intra-node calls do; the checks are the same
 (:mod:`mori.ep.checks`). On a host heap every kind runs (``InterNodeCpu``); on a CUDA
-heap ``InterNode`` runs as kernels (``InterNodeCuda``: this node's ranks by load/store,
-other nodes through the proxy's queues, pushed by the kernel); ``InterNodeV1`` and
-``InterNodeV1LL`` have no CUDA kernels yet.
+heap ``InterNode`` and ``InterNodeV1`` run as kernels (``InterNodeCuda``: this node's
+ranks by load/store, other nodes through the proxy's queues, pushed by the kernel);
+``InterNodeV1LL`` has no CUDA kernels yet.
 """
 
 from __future__ import annotations
@@ -83,10 +83,10 @@ class InterNodeMode(IntraNodeMode):
     def __init__(self, config, place, timeout_s: float) -> None:
         Mode.__init__(self, config, place, timeout_s)
         c = config
-        if not place.host and c.kernel_type != EpDispatchCombineKernelType.InterNode:
+        if not place.host and c.kernel_type == EpDispatchCombineKernelType.InterNodeV1LL:
             raise NotSupportedError(
-                f"kernel_type {c.kernel_type.name} has no CUDA kernels yet (InterNode has them); "
-                "on a host heap it runs as the CPU implementation"
+                f"kernel_type {c.kernel_type.name} has no CUDA kernels yet (InterNode and "
+                "InterNodeV1 have them); on a host heap it runs as the CPU implementation"
             )
         if not place.host and InterNodeCuda is None:
             raise NotSupportedError(

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
+#pragma once
+
+// What the inter-node kernels (flat.cu: InterNode; hier.cu: InterNodeV1) share: the
+// bounded waits and their traps, signals and proxy writes, the byte counters, the
+// routing and the count exchange (the steps of InterNodeCpu::Dispatch before the rows
+// move). Internal linkage: each kernel file gets its own copy (no -rdc).
 //
-// The CUDA kernels of the inter-node protocols (internode/protocol.hpp), InterNode
-// (flat): the steps of InterNodeCpu (internode/cpu.cpp, cpu_combine.cpp) in the same
-// order, so the rows land at the same places and combine sums in the same order, bit
-// for bit. One block per call. Pes of this node: load/store through the heap's peer
-// mappings, then a release store of the signal word. Pes of other nodes: the payload
-// is staged in this pe's block and pushed to the proxy as a write command, and the
-// signal word follows as an add on the same queue (the proxy applies it after the
-// writes before it to that pe). Every wait is bounded and traps naming this rank and
-// node, the peer and its node, and the stage; a failed proxy's error is printed with
-// it (the transport's words: which pe and node it lost).
+// Pes of this node: load/store through the heap's peer mappings, then a release store
+// of the signal word. Pes of other nodes: the payload is staged in this pe's block and
+// pushed to the proxy as a write command, and the signal word follows as an add on the
+// same queue (the proxy applies it after the writes before it to that pe). Every wait
+// is bounded and traps naming this rank and node, the peer and its node, and the
+// stage; a failed proxy's error is printed with it (which pe and node it lost).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -149,21 +151,95 @@ __device__ void StoreCounters(const Params& p, int which, const unsigned long lo
   for (int i = 0; i < kCounters; ++i) out[i] = cnt[i];
 }
 
-// ------------------------------------------------------------------ dispatch
+// Element h of a combine row as stored (a single part is copied bitwise).
+__device__ __forceinline__ void CopyElement(char* out, const char* row, int64_t h, int bytes) {
+  if (bytes == 2) {
+    reinterpret_cast<uint16_t*>(out)[h] = reinterpret_cast<const uint16_t*>(row)[h];
+  } else if (bytes == 4) {
+    reinterpret_cast<uint32_t*>(out)[h] = reinterpret_cast<const uint32_t*>(row)[h];
+  } else {
+    reinterpret_cast<uint8_t*>(out)[h] = reinterpret_cast<const uint8_t*>(row)[h];
+  }
+}
 
-__global__ void FlatDispatchKernel(const Params p) {
-  __shared__ unsigned long long cnt[kCounters];
-  __shared__ int64_t base[kMaxInterNodeWorld];
-  __shared__ int32_t counts[kMaxInterNodeWorld];
-  __shared__ int bad;  // first bad (token * K + slot), INT_MAX: none
+__device__ __forceinline__ void StoreElement(char* out, int64_t h, CombineDtype dtype, float v) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      reinterpret_cast<uint16_t*>(out)[h] = FloatToBf16Bits(v);
+      break;
+    case CombineDtype::kFloat8E4M3:
+      reinterpret_cast<uint8_t*>(out)[h] = FloatToFloat8E4M3(v);
+      break;
+    case CombineDtype::kFloat32:
+      reinterpret_cast<float*>(out)[h] = v;
+      break;
+  }
+}
+
+
+// Element h of a row of a combine dtype as bits, its value, and a value rounded to it
+// (the CPU's CombineTokenRow, one element at a time).
+__device__ __forceinline__ uint32_t LoadBits(const char* row, int64_t h, int bytes) {
+  if (bytes == 2) return reinterpret_cast<const uint16_t*>(row)[h];
+  if (bytes == 4) return reinterpret_cast<const uint32_t*>(row)[h];
+  return reinterpret_cast<const uint8_t*>(row)[h];
+}
+
+__device__ __forceinline__ float BitsValue(uint32_t bits, CombineDtype dtype) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      return Bf16BitsToFloat(static_cast<uint16_t>(bits));
+    case CombineDtype::kFloat8E4M3:
+      return Float8E4M3ToFloat(static_cast<uint8_t>(bits));
+    default:
+      return BitsFloat(bits);
+  }
+}
+
+__device__ __forceinline__ uint32_t RoundBits(float v, CombineDtype dtype) {
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      return FloatToBf16Bits(v);
+    case CombineDtype::kFloat8E4M3:
+      return FloatToFloat8E4M3(v);
+    default:
+      return FloatBits(v);
+  }
+}
+
+__device__ __forceinline__ void StoreBits(char* out, int64_t h, int bytes, uint32_t bits) {
+  if (bytes == 2) {
+    reinterpret_cast<uint16_t*>(out)[h] = static_cast<uint16_t>(bits);
+  } else if (bytes == 4) {
+    reinterpret_cast<uint32_t*>(out)[h] = bits;
+  } else {
+    reinterpret_cast<uint8_t*>(out)[h] = static_cast<uint8_t>(bits);
+  }
+}
+
+// ---------------------------------------------------------- routing and counts
+
+// A dispatch kernel's shared state.
+struct DispatchShared {
+  unsigned long long cnt[kCounters];
+  int64_t base[kMaxInterNodeWorld];    // my first row at pe d
+  int32_t counts[kMaxInterNodeWorld];  // my rows to pe d
+  int bad;                             // first bad (token * (K + 1) + slot), INT_MAX: none
+};
+
+// Routing (RouteTokens: token_ranks, each token's row index among my rows to d in
+// dest_row, my counts) and the count exchange (PostCounts, WaitCounts and the checks
+// of InterNodeCpu::Dispatch: a rejection, a dtype difference or a pe over its receive
+// capacity traps on every pe; a bad expert id here posts a rejection, then traps).
+// Fills sh.base and total_recv. False: a host rejection was posted; the call ends.
+__device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
   const int W = p.world_size, me = p.rank, K = p.top_k;
-  const int64_t M = p.max_tokens, n = p.reject ? 0 : p.num_tokens;
-  const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, trb = p.token_row_bytes;
+  const int64_t n = p.reject ? 0 : p.num_tokens;
   const int num_experts = p.num_experts_per_rank * W;
-  if (tid < kCounters) cnt[tid] = 0;
-  if (tid == 0) bad = INT_MAX;
+  if (tid < kCounters) sh.cnt[tid] = 0;
+  if (tid == 0) sh.bad = INT_MAX;
   __syncthreads();
   uint8_t* token_ranks = reinterpret_cast<uint8_t*>(p.block + p.l.token_ranks);
   int32_t* dest_row = reinterpret_cast<int32_t*>(p.block + p.l.dest_row);
@@ -173,13 +249,13 @@ __global__ void FlatDispatchKernel(const Params p) {
     uint32_t mask = 0;
     if (p.rank_masks != nullptr) {
       mask = p.rank_masks[t];
-      if (W < 32 && (mask >> W)) atomicMin(&bad, static_cast<int>(t * (K + 1) + K));
+      if (W < 32 && (mask >> W)) atomicMin(&sh.bad, static_cast<int>(t * (K + 1) + K));
     } else {
       for (int j = 0; j < K; ++j) {
         const int32_t e = p.indices[t * K + j];
         if (e == -1) continue;
         if (e < 0 || e >= num_experts) {
-          atomicMin(&bad, static_cast<int>(t * (K + 1) + j));
+          atomicMin(&sh.bad, static_cast<int>(t * (K + 1) + j));
           continue;
         }
         mask |= 1u << ExpertRank(e, p.num_experts_per_rank);
@@ -188,7 +264,7 @@ __global__ void FlatDispatchKernel(const Params p) {
     for (int d = 0; d < W; ++d) token_ranks[t * W + d] = (mask >> d) & 1u;
   }
   __syncthreads();
-  const bool rejecting = p.reject || bad != INT_MAX;
+  const bool rejecting = p.reject || sh.bad != INT_MAX;
   // Each token's row index among my rows to d (token order), and my count to d.
   for (int d = warp; d < W; d += nwarps) {
     int64_t j = 0;
@@ -199,7 +275,7 @@ __global__ void FlatDispatchKernel(const Params p) {
       if (t < n) dest_row[t * W + d] = to_d ? static_cast<int32_t>(j + __popc(ballot & ((1u << lane) - 1u))) : -1;
       j += __popc(ballot);
     }
-    if (lane == 0) counts[d] = static_cast<int32_t>(j);
+    if (lane == 0) sh.counts[d] = static_cast<int32_t>(j);
   }
   __syncthreads();
 
@@ -208,7 +284,7 @@ __global__ void FlatDispatchKernel(const Params p) {
   uint64_t* words = reinterpret_cast<uint64_t*>(p.block + p.l.count_words);
   const size_t my_row = p.l.count_words + static_cast<size_t>(me) * W * 8;
   if (tid < W) {
-    const uint64_t c = rejecting ? kRejectedCount : static_cast<uint64_t>(counts[tid]);
+    const uint64_t c = rejecting ? kRejectedCount : static_cast<uint64_t>(sh.counts[tid]);
     words[static_cast<size_t>(me) * W + tid] = CountWord(p.call, c, rejecting ? 0 : p.row_tag);
   }
   __threadfence_system();
@@ -222,20 +298,20 @@ __global__ void FlatDispatchKernel(const Params p) {
                           row[d]);
       }
     } else {
-      PushRemote(p, pe, my_row, my_row, static_cast<uint64_t>(W - 1) * 8, kLinkMeta, cnt);
-      PostSignal(p, pe, my_row + (W - 1) * 8, row[W - 1], cnt);
+      PushRemote(p, pe, my_row, my_row, static_cast<uint64_t>(W - 1) * 8, kLinkMeta, sh.cnt);
+      PostSignal(p, pe, my_row + (W - 1) * 8, row[W - 1], sh.cnt);
     }
   }
   __syncthreads();
   if (rejecting) {
     if (tid == 0) {
       pdev::Quiet(p.queue);  // the rejection reached every pe
-      StoreCounters(p, 0, cnt);
+      StoreCounters(p, 0, sh.cnt);
     }
-    if (p.reject) return;
+    if (p.reject) return false;
     __syncthreads();
     if (tid == 0) {
-      const int t = bad / (K + 1), j = bad % (K + 1);
+      const int t = sh.bad / (K + 1), j = sh.bad % (K + 1);
       if (j == K) {
         MORI_INTERNODE_TRAP(p, "dispatch",
                             "routing handle sends token %d to rank mask %u, beyond world_size %d",
@@ -285,7 +361,7 @@ __global__ void FlatDispatchKernel(const Params p) {
     for (int d = 0; d < W; ++d) {
       int64_t rows = 0;
       for (int s = 0; s < W; ++s) {
-        if (s == me) base[d] = rows;
+        if (s == me) sh.base[d] = rows;
         rows += static_cast<int64_t>(CountOf(words[static_cast<size_t>(s) * W + d]));
       }
       if (rows > p.recv_capacity) {
@@ -301,106 +377,25 @@ __global__ void FlatDispatchKernel(const Params p) {
   }
   __syncthreads();
 
-  // The rows: a warp per token; every destination of this node directly at its final
-  // row, the token staged once for the writes to the other nodes' destinations.
-  for (int64_t t = warp; t < n; t += nwarps) {
-    const uint8_t* ranks = token_ranks + t * W;
-    const int32_t pos = EncodeSrcPos(me, t, M);
-    bool remote = false;
-    for (int d = 0; d < W; ++d) {
-      if (!ranks[d]) continue;
-      if (lane == 0) atomicAdd(&cnt[kAlgoToken], static_cast<unsigned long long>(trb));
-      if (!SameNode(p, d)) {
-        remote = true;
-        continue;
-      }
-      const int64_t r = base[d] + dest_row[t * W + d];
-      char* b = p.block;
-      CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_tokens + r * H, d), p.tokens + t * trb, trb, lane, 32);
-      CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_weights + r * K * 4, d), p.weights + t * K, K * 4,
-                lane, 32);
-      if (Sb > 0) {
-        CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_scales + r * Sb, d), p.scales + t * Sb, Sb, lane,
-                  32);
-      }
-      CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_indices + r * K * 4, d), p.indices + t * K, K * 4,
-                lane, 32);
-      if (lane == 0) *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + p.l.recv_src_pos) + r, d) = pos;
-    }
-    if (!remote) continue;
-    char* b = p.block;
-    CopyBytes(b + p.l.dstage_tokens + t * H, p.tokens + t * trb, trb, lane, 32);
-    CopyBytes(b + p.l.dstage_weights + t * K * 4, p.weights + t * K, K * 4, lane, 32);
-    if (Sb > 0) CopyBytes(b + p.l.dstage_scales + t * Sb, p.scales + t * Sb, Sb, lane, 32);
-    CopyBytes(b + p.l.dstage_indices + t * K * 4, p.indices + t * K, K * 4, lane, 32);
-    if (lane == 0) reinterpret_cast<int32_t*>(b + p.l.dstage_src_pos)[t] = pos;
-    __threadfence_system();
-    __syncwarp();
-    for (int d = 0; d < W && lane == 0; ++d) {
-      if (!ranks[d] || SameNode(p, d)) continue;
-      const int64_t r = base[d] + dest_row[t * W + d];
-      PushRemote(p, d, p.l.recv_tokens + r * H, p.l.dstage_tokens + t * H, trb, kLinkToken, cnt);
-      PushRemote(p, d, p.l.recv_weights + r * K * 4, p.l.dstage_weights + t * K * 4, K * 4,
-                 kLinkMeta, cnt);
-      PushRemote(p, d, p.l.recv_scales + r * Sb, p.l.dstage_scales + t * Sb, Sb, kLinkMeta, cnt);
-      PushRemote(p, d, p.l.recv_indices + r * K * 4, p.l.dstage_indices + t * K * 4, K * 4,
-                 kLinkMeta, cnt);
-      PushRemote(p, d, p.l.recv_src_pos + r * 4, p.l.dstage_src_pos + t * 4, 4, kLinkMeta, cnt);
-      atomicAdd(&cnt[kPhysicalToken], static_cast<unsigned long long>(trb));
-      atomicAdd(&cnt[kPhysicalRows], 1ull);
-    }
-    __syncwarp();
-  }
-
-  // Done words: a pe leaves once every pe has written every row of the call.
-  __threadfence_system();
-  __syncthreads();
-  if (tid < W) PostSignal(p, tid, p.l.dispatch_done + static_cast<size_t>(me) * 8, p.call, cnt);
-  if (tid < W) {
-    WaitWord(p, p.l.dispatch_done + static_cast<size_t>(tid) * 8, p.call, tid, "dispatch",
-             "rows written", 0);
-  }
-  __syncthreads();
-  if (tid == 0) {
-    pdev::Quiet(p.queue);  // the staging may be rewritten by the next call
-    StoreCounters(p, 0, cnt);
-  }
+  return true;
 }
 
-// ------------------------------------------------------------------- combine
+// ------------------------------------------------------------- combine entry
 
-// Element h of a combine row as stored (a single part is copied bitwise).
-__device__ __forceinline__ void CopyElement(char* out, const char* row, int64_t h, int bytes) {
-  if (bytes == 2) {
-    reinterpret_cast<uint16_t*>(out)[h] = reinterpret_cast<const uint16_t*>(row)[h];
-  } else if (bytes == 4) {
-    reinterpret_cast<uint32_t*>(out)[h] = reinterpret_cast<const uint32_t*>(row)[h];
-  } else {
-    reinterpret_cast<uint8_t*>(out)[h] = reinterpret_cast<const uint8_t*>(row)[h];
-  }
-}
+// A combine kernel's shared state.
+struct CombineShared {
+  unsigned long long cnt[kCounters];
+  uint64_t votes[kMaxInterNodeWorld];
+};
 
-__device__ __forceinline__ void StoreElement(char* out, int64_t h, CombineDtype dtype, float v) {
-  switch (dtype) {
-    case CombineDtype::kBFloat16:
-      reinterpret_cast<uint16_t*>(out)[h] = FloatToBf16Bits(v);
-      break;
-    case CombineDtype::kFloat8E4M3:
-      reinterpret_cast<uint8_t*>(out)[h] = FloatToFloat8E4M3(v);
-      break;
-    case CombineDtype::kFloat32:
-      reinterpret_cast<float*>(out)[h] = v;
-      break;
-  }
-}
-
-__global__ void FlatCombineKernel(const Params p) {
-  __shared__ unsigned long long cnt[kCounters];
-  __shared__ uint64_t votes[kMaxInterNodeWorld];
-  const int tid = threadIdx.x, nthreads = blockDim.x;
-  const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
-  const int W = p.world_size, me = p.rank, K = p.top_k;
-  const int64_t M = p.max_tokens, Hc = p.combine_row_bytes, row_bytes = p.row_bytes;
+// The entry vote (InterNodeCpu::Vote): this pe's combine word to every pe, then every
+// pe's; a rejection or a dtype difference traps on every pe before any row moves, as
+// does a combine input shorter than total_recv. False: a host rejection was posted.
+__device__ bool CombineEntry(const Params& p, CombineShared& sh) {
+  const int tid = threadIdx.x;
+  const int W = p.world_size, me = p.rank;
+  unsigned long long* cnt = sh.cnt;
+  uint64_t* votes = sh.votes;
   if (tid < kCounters) cnt[tid] = 0;
   __syncthreads();
 
@@ -415,7 +410,7 @@ __global__ void FlatCombineKernel(const Params p) {
       pdev::Quiet(p.queue);
       StoreCounters(p, 1, cnt);
     }
-    return;
+    return false;
   }
   if (tid < W) {
     votes[tid] = WaitWord(p, p.l.comb_vote + static_cast<size_t>(tid) * 8, CombineFloor(p.call),
@@ -447,113 +442,9 @@ __global__ void FlatCombineKernel(const Params p) {
                         static_cast<long long>(p.input_rows), static_cast<long long>(total));
   }
   __syncthreads();
-
-  // Every received row back to its source's slot [me][t]: this node directly, other
-  // nodes staged and written by the proxy.
-  const bool with_weights = p.out_weights != nullptr;
-  for (int64_t i = warp; i < total; i += nwarps) {
-    const int s = static_cast<int>(p.src_pos[i] / M);
-    const int64_t t = p.src_pos[i] % M;
-    const char* row = p.input + i * p.input_row_stride;
-    const size_t slot = static_cast<size_t>(me) * M + t;
-    char* b = p.block;
-    if (lane == 0) atomicAdd(&cnt[kAlgoToken], static_cast<unsigned long long>(row_bytes));
-    if (SameNode(p, s)) {
-      CopyBytes(dev::Ptr(p.ctx, b + p.l.comb_tokens + slot * Hc, s), row, row_bytes, lane, 32);
-      if (with_weights) {
-        CopyBytes(dev::Ptr(p.ctx, b + p.l.comb_weights + slot * K * 4, s),
-                  p.combine_weights + i * K, K * 4, lane, 32);
-      }
-      continue;
-    }
-    CopyBytes(b + p.l.cstage_tokens + i * Hc, row, row_bytes, lane, 32);
-    if (with_weights) {
-      CopyBytes(b + p.l.cstage_weights + i * K * 4, p.combine_weights + i * K, K * 4, lane, 32);
-    }
-    __threadfence_system();
-    __syncwarp();
-    if (lane == 0) {
-      PushRemote(p, s, p.l.comb_tokens + slot * Hc, p.l.cstage_tokens + i * Hc, row_bytes,
-               kLinkToken, cnt);
-      if (with_weights) {
-        PushRemote(p, s, p.l.comb_weights + slot * K * 4, p.l.cstage_weights + i * K * 4, K * 4,
-                   kLinkMeta, cnt);
-      }
-      atomicAdd(&cnt[kPhysicalToken], static_cast<unsigned long long>(row_bytes));
-      atomicAdd(&cnt[kPhysicalRows], 1ull);
-    }
-    __syncwarp();
-  }
-  __threadfence_system();
-  __syncthreads();
-  if (tid < W) PostSignal(p, tid, p.l.comb_done + static_cast<size_t>(me) * 8, p.call, cnt);
-  if (tid < W) {
-    WaitWord(p, p.l.comb_done + static_cast<size_t>(tid) * 8, p.call, tid, "combine",
-             "combine rows", 0);
-  }
-  __syncthreads();
-
-  // My tokens: the rows of D(t) in ascending pe order, fp32, one rounding
-  // (CombineTokenRow, CombineTokenWeights).
-  const CombineDtype dtype = static_cast<CombineDtype>(p.dtype);
-  const int elem = static_cast<int>(CombineElementBytes(dtype));
-  for (int64_t t = warp; t < p.num_tokens; t += nwarps) {
-    const uint8_t* ranks = p.token_ranks + t * W;
-    uint32_t mask = 0;
-    for (int d = 0; d < W; ++d) mask |= static_cast<uint32_t>(ranks[d] != 0) << d;
-    const int parts = __popc(mask);
-    char* out = p.out + t * row_bytes;
-    auto row_of = [&](int d) -> const char* {
-      return p.block + p.l.comb_tokens + (static_cast<size_t>(d) * M + t) * Hc;
-    };
-    if (parts == 0) {
-      for (int64_t h = lane; h < row_bytes; h += 32) out[h] = 0;
-    } else if (CopiesSinglePart(parts, p.fp8_cast)) {
-      const char* row = row_of(__ffs(mask) - 1);
-      for (int64_t h = lane; h < p.hidden_dim; h += 32) CopyElement(out, row, h, elem);
-    } else {
-      for (int64_t h = lane; h < p.hidden_dim; h += 32) {
-        float acc = kSumStart;
-        for (uint32_t m = mask; m != 0; m &= m - 1) {
-          acc += CombineElementValue(row_of(__ffs(m) - 1), h, dtype, p.fp8_cast);
-        }
-        StoreElement(out, h, dtype, acc);
-      }
-    }
-    if (!with_weights) continue;
-    auto weights_of = [&](int d) -> const float* {
-      return reinterpret_cast<const float*>(p.block + p.l.comb_weights) +
-             (static_cast<size_t>(d) * M + t) * K;
-    };
-    for (int j = lane; j < K; j += 32) {
-      float acc = parts == 0 ? 0.0f : parts == 1 ? weights_of(__ffs(mask) - 1)[j] : kSumStart;
-      for (uint32_t m = parts > 1 ? mask : 0u; m != 0; m &= m - 1) acc += weights_of(__ffs(m) - 1)[j];
-      p.out_weights[t * K + j] = acc;
-    }
-  }
-  __syncthreads();
-  if (tid == 0) {
-    pdev::Quiet(p.queue);  // the staging may be rewritten by the next call
-    StoreCounters(p, 1, cnt);
-  }
+  return true;
 }
 
 }  // namespace
-
-void LoadKernels() {
-  cudaFuncAttributes attr;
-  MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, FlatDispatchKernel));
-  MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, FlatCombineKernel));
-}
-
-void LaunchFlatDispatch(const Params& p, int threads, uintptr_t stream) {
-  FlatDispatchKernel<<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
-  MORI_CUDA_CHECK(cudaGetLastError());
-}
-
-void LaunchFlatCombine(const Params& p, int threads, uintptr_t stream) {
-  FlatCombineKernel<<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
-  MORI_CUDA_CHECK(cudaGetLastError());
-}
 
 }  // namespace mori::ep::internode
