@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""The inter-node CUDA kernels (InterNode, InterNodeV1) among real processes sharing GPU 0, nodes
-emulated by gpu_per_node (the proxy's mapped path: CUDA IPC copies) or as separate
-hosts (MORI_SHMEM_NODE_ID, the proxy's TCP path staged through pinned memory): the
-worker and reference of test_internode.py, bit for bit (dispatch rows and metadata,
-combine sums, every rank's byte counts). Skipped without a CUDA GPU or a mori build
-without CUDA."""
+"""The inter-node CUDA kernels (InterNode, InterNodeV1, InterNodeV1LL) among real
+processes sharing GPU 0, nodes emulated by gpu_per_node (the proxy's mapped path: CUDA
+IPC copies) or as separate hosts (MORI_SHMEM_NODE_ID, the proxy's TCP path staged
+through pinned memory): the worker and reference of test_internode.py, bit for bit
+(dispatch rows and metadata, combine sums, every rank's byte counts). Skipped without a
+CUDA GPU or a mori build without CUDA."""
 
 from pathlib import Path
 
@@ -24,9 +24,9 @@ def _run(kind, world, local, nodes, iters=8, timeout_s=300):
 
 # 2 nodes x 1 (every token to the other rank crosses the proxy) and 2 nodes x 2 (rows
 # to this node's other rank by load/store, to the other node's through the proxy; V1:
-# once per node, forwarded by the gateway); bf16, fp8 with scales and bf16 with
+# once per node, forwarded by the gateway; V1LL: into fixed slots, compacted); bf16, fp8 with scales and bf16 with
 # fp8_direct_cast; ranks with no tokens, -1 slots.
-@pytest.mark.parametrize("kind", ["InterNode", "InterNodeV1"])
+@pytest.mark.parametrize("kind", ["InterNode", "InterNodeV1", "InterNodeV1LL"])
 @pytest.mark.parametrize(("world", "local"), [(2, 1), (4, 2)])
 @pytest.mark.parametrize("nodes", ["mapped", "tcp"])
 def test_internode_kernels_match_the_reference_bit_for_bit(kind, world, local, nodes, cuda_gpus):

@@ -64,11 +64,6 @@ InterNodeCuda::InterNodeCuda(const EpShape& shape, void* block, int device,
       timeout_ns_(KernelTimeoutNs(timeout, "timeout")),
       ctx_(shmem::GetDeviceContext()) {
   const int W = shape.world_size;
-  if (kind == InterNodeKind::kHierLL) {
-    MORI_THROW(NotSupportedError, InterNodeKindName(kind),
-               " has no CUDA kernels yet (InterNode and InterNodeV1 have them; InterNodeV1LL "
-               "runs on host heaps)");
-  }
   MORI_CHECK_ARG(local_size >= 1 && local_size <= 32 && W % local_size == 0, "pes per node ",
                  local_size, " must divide world_size ", W, " and be in [1, 32]");
   if (W > internode::kMaxInterNodeWorld) {
@@ -76,6 +71,10 @@ InterNodeCuda::InterNodeCuda(const EpShape& shape, void* block, int device,
                internode::kMaxInterNodeWorld, ", got ", W);
   }
   layout_ = MakeInterNodeLayout(shape, nodes_, kind, /*device=*/true);
+  if (kind == InterNodeKind::kHierLL) {
+    MORI_CHECK_ARG(RecvCapacity(shape) % W == 0, "receive capacity ", RecvCapacity(shape),
+                   " is not a multiple of world_size ", W);
+  }
   MORI_CHECK_ARG(ctx_.n_pes == W, "world_size ", W, " differs from the heap's n_pes ", ctx_.n_pes);
   MORI_CHECK_ARG(ctx_.my_pe == shape.rank, "rank ", shape.rank, " differs from the heap's my_pe ",
                  ctx_.my_pe);
@@ -159,6 +158,7 @@ void InterNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   internode::Params p =
       BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
   p.call = epoch_ + 1;
+  p.finish_previous = kind_ == InterNodeKind::kHierLL && last_call_dispatch_;
   p.tokens = static_cast<const char*>(a.tokens);
   p.token_row_bytes = a.token_row_bytes;
   p.weights = a.weights;
@@ -171,11 +171,14 @@ void InterNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   last_stream_ = stream;
   if (kind_ == InterNodeKind::kFlat) {
     internode::LaunchFlatDispatch(p, Threads(launch), stream);
-  } else {
+  } else if (kind_ == InterNodeKind::kHier) {
     internode::LaunchHierDispatch(p, Threads(launch), stream);
+  } else {
+    internode::LaunchHierLowLatencyDispatch(p, Threads(launch), stream);
   }
   ++epoch_;
   num_tokens_ = a.num_tokens;
+  last_call_dispatch_ = true;
   order_.Dispatched(true);
 }
 
@@ -185,10 +188,16 @@ void InterNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) 
     internode::Params p =
         BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
     p.call = epoch_ + 1;
-    p.reject = true;  // the count exchange only: the same in both kernels
-    internode::LaunchFlatDispatch(p, 64, stream);
+    p.reject = true;
+    if (kind_ == InterNodeKind::kHierLL) {  // the rejection words, then forwarding
+      p.finish_previous = last_call_dispatch_;
+      internode::LaunchHierLowLatencyDispatch(p, 64, stream);
+    } else {  // the count exchange only: the same in the flat and V1 kernels
+      internode::LaunchFlatDispatch(p, 64, stream);
+    }
   }
   ++epoch_;
+  last_call_dispatch_ = true;
   order_.Dispatched(false);
   throw InvalidArgumentError(reason);
 }
@@ -260,6 +269,7 @@ void InterNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   // total_recv is on the device: an input shorter than it is a kernel trap (mori.ep
   // checks it on the host first).
   order_.Enter(r->host_epoch);
+  last_call_dispatch_ = false;
   LaunchCombine(&a, r, ++combine_calls_, launch, stream);
 }
 
@@ -268,6 +278,7 @@ void InterNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
   const RoutingSnapshot last = LastRouting();
   if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
     order_.Enter(r->host_epoch);
+    last_call_dispatch_ = false;
     LaunchCombine(nullptr, r, ++combine_calls_, LaunchShape{1, 2}, stream);
   }
   throw InvalidArgumentError(reason);

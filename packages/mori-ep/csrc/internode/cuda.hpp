@@ -11,8 +11,8 @@
 // signal words, bounded, and trap naming the rank, its node and the stage (a failed
 // proxy's error included) as the other mode's kernels do.
 //
-// Kernel types: InterNode (flat) and InterNodeV1 (hierarchical). InterNodeV1LL has no
-// kernels yet (the constructor refuses it). One block of warp_per_block warps per call and one
+// Kernel types: InterNode (flat), InterNodeV1 (hierarchical) and InterNodeV1LL (V1's
+// combine; its dispatch without the count exchange). One block of warp_per_block warps per call and one
 // proxy queue: the protocol first, the speed later (MORI spreads the rows over
 // rdma_block_num blocks and num_qp_per_pe queues). The call numbers (epochs) are
 // passed by the host, so calls are not capturable in CUDA graphs.
@@ -92,6 +92,9 @@ class InterNodeCuda {
   CombineOrder order_;
   uint64_t moved_at_dispatch_ = 0, moved_at_combine_ = 0;
   uintptr_t last_stream_ = 0;
+  // V1LL: a dispatch that follows a dispatch first exchanges the previous call's done
+  // words (as InterNodeCpu).
+  bool last_call_dispatch_ = false;
 };
 
 }  // namespace mori::ep

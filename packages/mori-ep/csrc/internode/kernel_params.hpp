@@ -48,6 +48,9 @@ struct Params {
   uint64_t timeout_ns;
   uint64_t call;  // the dispatch's epoch, or the combine's call number
   bool reject;    // only post this pe's rejection (RejectDispatch / RejectCombine)
+  // V1LL: a dispatch right after a dispatch first exchanges the previous call's done
+  // words (InterNodeCpu::FinishDispatchEpoch).
+  bool finish_previous;
 
   // dispatch
   const char* tokens;
@@ -80,10 +83,12 @@ struct Params {
 void LoadFlatKernels();
 void LoadHierKernels();
 // Enqueue a kind's kernels (one block of `threads`) on `stream`: flat (InterNode,
-// kernels/flat.cu), hierarchical (InterNodeV1, kernels/hier.cu).
+// kernels/flat.cu), hierarchical (InterNodeV1, kernels/hier.cu; InterNodeV1LL: its own
+// dispatch, V1's combine).
 void LaunchFlatDispatch(const Params& p, int threads, uintptr_t stream);
 void LaunchFlatCombine(const Params& p, int threads, uintptr_t stream);
 void LaunchHierDispatch(const Params& p, int threads, uintptr_t stream);
+void LaunchHierLowLatencyDispatch(const Params& p, int threads, uintptr_t stream);
 void LaunchHierCombine(const Params& p, int threads, uintptr_t stream);
 
 }  // namespace mori::ep::internode

@@ -2,7 +2,7 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// What the inter-node kernels (flat.cu: InterNode; hier.cu: InterNodeV1) share: the
+// What the inter-node kernels (flat.cu: InterNode; hier.cu: InterNodeV1, V1LL) share: the
 // bounded waits and their traps, signals and proxy writes, the byte counters, the
 // routing and the count exchange (the steps of InterNodeCpu::Dispatch before the rows
 // move). Internal linkage: each kernel file gets its own copy (no -rdc).
@@ -225,17 +225,16 @@ struct DispatchShared {
   int64_t base[kMaxInterNodeWorld];    // my first row at pe d
   int32_t counts[kMaxInterNodeWorld];  // my rows to pe d
   int bad;                             // first bad (token * (K + 1) + slot), INT_MAX: none
+  int over;                            // V1LL: the first pe past its slots, -1: none
 };
 
-// Routing (RouteTokens: token_ranks, each token's row index among my rows to d in
-// dest_row, my counts) and the count exchange (PostCounts, WaitCounts and the checks
-// of InterNodeCpu::Dispatch: a rejection, a dtype difference or a pe over its receive
-// capacity traps on every pe; a bad expert id here posts a rejection, then traps).
-// Fills sh.base and total_recv. False: a host rejection was posted; the call ends.
-__device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
+// Routing (RouteTokens): token_ranks, each token's row index among my rows to d in
+// dest_row, my counts to each pe. True when this pe rejects the call (a host rejection,
+// or a bad expert id / routing mask: sh.bad).
+__device__ bool Route(const Params& p, DispatchShared& sh) {
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
-  const int W = p.world_size, me = p.rank, K = p.top_k;
+  const int W = p.world_size, K = p.top_k;
   const int64_t n = p.reject ? 0 : p.num_tokens;
   const int num_experts = p.num_experts_per_rank * W;
   if (tid < kCounters) sh.cnt[tid] = 0;
@@ -278,6 +277,34 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
     if (lane == 0) sh.counts[d] = static_cast<int32_t>(j);
   }
   __syncthreads();
+  return rejecting;
+}
+
+// A bad expert id or routing mask of this pe (sh.bad), after its rejection was posted:
+// thread 0 prints it, every thread traps.
+__device__ void TrapBadInput(const Params& p, DispatchShared& sh) {
+  const int K = p.top_k, W = p.world_size;
+  if (threadIdx.x == 0) {
+    const int t = sh.bad / (K + 1), j = sh.bad % (K + 1);
+    if (j == K) {
+      MORI_INTERNODE_TRAP(p, "dispatch",
+                          "routing handle sends token %d to rank mask %u, beyond world_size %d", t,
+                          p.rank_masks[t], W);
+    }
+    MORI_INTERNODE_TRAP(p, "dispatch", "expert id %d out of range [-1, %d) at token %d slot %d",
+                        p.indices[t * K + j], p.num_experts_per_rank * W, t, j);
+  }
+  dev::TrapAfterReport();
+}
+
+// The count exchange (PostCounts, WaitCounts and the checks of InterNodeCpu::Dispatch:
+// a rejection, a dtype difference or a pe over its receive capacity traps on every pe;
+// this pe's bad input posts a rejection, then traps). Fills sh.base and total_recv.
+// False: a host rejection was posted; the call ends.
+__device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
+  const bool rejecting = Route(p, sh);
+  const int tid = threadIdx.x;
+  const int W = p.world_size, me = p.rank;
 
   // The count exchange: my row of count words in my block, then to every pe (this
   // node: a release per word; another node: one write and the last word's signal).
@@ -310,17 +337,7 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
     }
     if (p.reject) return false;
     __syncthreads();
-    if (tid == 0) {
-      const int t = sh.bad / (K + 1), j = sh.bad % (K + 1);
-      if (j == K) {
-        MORI_INTERNODE_TRAP(p, "dispatch",
-                            "routing handle sends token %d to rank mask %u, beyond world_size %d",
-                            t, p.rank_masks[t], W);
-      }
-      MORI_INTERNODE_TRAP(p, "dispatch", "expert id %d out of range [-1, %d) at token %d slot %d",
-                          p.indices[t * K + j], num_experts, t, j);
-    }
-    dev::TrapAfterReport();
+    TrapBadInput(p, sh);
   }
 
   if (tid < W) {

@@ -17,23 +17,174 @@ namespace {
 
 // ------------------------------------------------------------------ dispatch
 
+// V1LL's entry (InterNodeCpu::Dispatch and DispatchLowLatency before the rows): the
+// previous call's done words when it was a dispatch, the routing, the slots per source
+// (a pe over them rejects the call), and on a rejection its words: a rejected flag to
+// this node's pes and a rejected staging word to every gateway. True: this pe rejects.
+__device__ bool LowLatencyEntry(const Params& p, DispatchShared& sh) {
+  const int tid = threadIdx.x;
+  const int W = p.world_size, me = p.rank;
+  const int L = p.nodes.local_size, N = p.nodes.nodes(), my_node = p.nodes.NodeOf(me);
+  if (p.finish_previous) {  // not counted: the previous call's words (Route zeroes cnt)
+    if (tid < W) {
+      PostSignal(p, tid, p.l.dispatch_done + static_cast<size_t>(me) * 8, p.call - 1, sh.cnt);
+      WaitWord(p, p.l.dispatch_done + static_cast<size_t>(tid) * 8, p.call - 1, tid, "dispatch",
+               "rows written", 0);
+    }
+    __syncthreads();
+  }
+  bool rejecting = Route(p, sh);
+  const int64_t P = p.recv_capacity / W;
+  if (tid == 0) {
+    sh.over = -1;
+    for (int d = 0; d < W && !rejecting; ++d) {
+      if (sh.counts[d] > P) {
+        sh.over = d;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  rejecting = rejecting || sh.over >= 0;
+  if (rejecting) {
+    const uint64_t w = CountWord(p.call, kRejectedCount);
+    if (tid < L) PostSignal(p, my_node * L + tid, p.l.ll_flags + static_cast<size_t>(me) * 8, w, sh.cnt);
+    if (tid < N && tid != my_node) {
+      PostSignal(p, p.nodes.Gateway(me, tid), p.l.fwd_done + static_cast<size_t>(my_node) * 8, w,
+                 sh.cnt);
+    }
+  }
+  return rejecting;
+}
+
+// V1LL's end (the rest of DispatchLowLatency): a host rejection returns once its words
+// are out (and forwarded); this pe's bad input traps naming it; else every source's
+// flag (a rejection or a dtype difference traps on every pe) and the slots compacted
+// into the receive rows, source by source.
+__device__ void LowLatencyFinish(const Params& p, DispatchShared& sh, bool rejecting,
+                                 int64_t* first_row, int64_t* total_rows) {
+  const int tid = threadIdx.x, nthreads = blockDim.x;
+  const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
+  const int W = p.world_size, me = p.rank, K = p.top_k;
+  const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, P = p.recv_capacity / W;
+  __syncthreads();
+  if (rejecting) {
+    if (tid == 0) {
+      pdev::Quiet(p.queue);  // the rejection reached every pe
+      StoreCounters(p, 0, sh.cnt);
+    }
+    if (p.reject) return;
+    __syncthreads();
+    if (sh.over >= 0 && tid == 0) {
+      MORI_INTERNODE_TRAP(p, "dispatch",
+                          "rank %d routes %d tokens to rank %d, more than the %lld receive slots "
+                          "per source rank (max_total_recv_tokens)",
+                          me, sh.counts[sh.over], sh.over, static_cast<long long>(P));
+    }
+    if (sh.over >= 0) dev::TrapAfterReport();
+    TrapBadInput(p, sh);
+  }
+  uint64_t* flags = reinterpret_cast<uint64_t*>(p.block + p.l.ll_flags);
+  if (tid < W) {
+    WaitWord(p, p.l.ll_flags + static_cast<size_t>(tid) * 8, EpochFloor(p.call), tid, "dispatch",
+             "low-latency dispatch flag", kCountBits);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int rejected_by = -1, first_tag_pe = -1, other_tag_pe = -1;
+    uint32_t first_tag = 0, other_tag = 0;
+    int64_t r = 0;
+    for (int s = 0; s < W; ++s) {
+      const uint64_t w = dev::LoadAcquire(flags + s);
+      if (EpochOf(w) != (p.call & kEpochMask)) {
+        MORI_INTERNODE_TRAP(p, "dispatch", "dispatch flag of pe %d has epoch %llu, expected %llu",
+                            s, static_cast<unsigned long long>(EpochOf(w)),
+                            static_cast<unsigned long long>(p.call));
+      }
+      first_row[s] = r;
+      if (CountOf(w) == kRejectedCount) {
+        if (rejected_by < 0) rejected_by = s;
+        continue;
+      }
+      r += static_cast<int64_t>(CountOf(w)) - 1;
+      if (first_tag_pe < 0) {
+        first_tag_pe = s, first_tag = RowTagOf(w);
+      } else if (RowTagOf(w) != first_tag && other_tag_pe < 0) {
+        other_tag_pe = s, other_tag = RowTagOf(w);
+      }
+    }
+    if (rejected_by >= 0) {
+      MORI_INTERNODE_TRAP(p, "dispatch",
+                          "dispatch rejected by rank %d (its inputs failed validation; see its "
+                          "error)",
+                          rejected_by);
+    }
+    if (other_tag_pe >= 0) {
+      MORI_INTERNODE_TRAP(p, "dispatch",
+                          "dispatch token dtype differs between ranks: rank %d passes %s and rank "
+                          "%d passes %s (every rank must pass the same dtype)",
+                          first_tag_pe, DtypeTagName(first_tag), other_tag_pe,
+                          DtypeTagName(other_tag));
+    }
+    *total_rows = r;
+    *reinterpret_cast<int32_t*>(p.block + p.l.total_recv) = static_cast<int32_t>(r);
+  }
+  __syncthreads();
+  // Compact: receive row i is slot [s][i - first_row[s]] of the source s it falls in.
+  char* b = p.block;
+  for (int64_t i = warp; i < *total_rows; i += nwarps) {
+    int s = 0;
+    while (s + 1 < W && first_row[s + 1] <= i) ++s;
+    const int64_t slot = static_cast<int64_t>(s) * P + (i - first_row[s]);
+    CopyBytes(b + p.l.recv_tokens + i * H, b + p.l.ll_tokens + slot * H, H, lane, 32);
+    CopyBytes(b + p.l.recv_weights + i * K * 4, b + p.l.ll_weights + slot * K * 4, K * 4, lane, 32);
+    if (Sb > 0) CopyBytes(b + p.l.recv_scales + i * Sb, b + p.l.ll_scales + slot * Sb, Sb, lane, 32);
+    CopyBytes(b + p.l.recv_indices + i * K * 4, b + p.l.ll_indices + slot * K * 4, K * 4, lane, 32);
+    if (lane == 0) {
+      reinterpret_cast<int32_t*>(b + p.l.recv_src_pos)[i] =
+          reinterpret_cast<const int32_t*>(b + p.l.ll_src_pos)[slot];
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    pdev::Quiet(p.queue);  // the staging may be rewritten by the next call
+    StoreCounters(p, 0, sh.cnt);
+  }
+}
+
+template <bool kLL>
 __global__ void HierDispatchKernel(const Params p) {
   __shared__ DispatchShared sh;
   __shared__ int64_t staged[kMaxInterNodeWorld];     // my tokens staged at node n's gateway
   __shared__ uint64_t fwd_words[kMaxInterNodeWorld];  // node n's staging word, as its gateway
-  if (!RouteAndExchange(p, sh)) return;
+  __shared__ int64_t first_row[kMaxInterNodeWorld];   // V1LL: pe s's first receive row
+  __shared__ int64_t total_rows;
+  bool rejecting = false;  // V1LL: this pe rejects (it still forwards, as a gateway)
+  if constexpr (kLL) {
+    rejecting = LowLatencyEntry(p, sh);
+  } else {
+    if (!RouteAndExchange(p, sh)) return;
+  }
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
   const int W = p.world_size, me = p.rank, K = p.top_k;
   const int L = p.nodes.local_size, N = p.nodes.nodes(), my_node = p.nodes.NodeOf(me);
-  const int64_t M = p.max_tokens, n = p.num_tokens;
+  const int64_t M = p.max_tokens, n = rejecting ? 0 : p.num_tokens;
   const int64_t H = p.hidden_bytes, Sb = p.scale_bytes, trb = p.token_row_bytes;
+  const int64_t P = p.recv_capacity / W;
   const uint8_t* token_ranks = reinterpret_cast<const uint8_t*>(p.block + p.l.token_ranks);
   const int32_t* dest_row = reinterpret_cast<const int32_t*>(p.block + p.l.dest_row);
   uint32_t* stage_mask = reinterpret_cast<uint32_t*>(p.block + p.l.dstage_mask);
   int32_t* node_row = reinterpret_cast<int32_t*>(p.block + p.l.node_row);
   const uint64_t* words = reinterpret_cast<const uint64_t*>(p.block + p.l.count_words);
   char* b = p.block;
+  // Where this node's rows land: V1 at their final receive rows, V1LL in the fixed
+  // slots [s][j] (compacted at the end).
+  const size_t to_tokens = kLL ? p.l.ll_tokens : p.l.recv_tokens;
+  const size_t to_weights = kLL ? p.l.ll_weights : p.l.recv_weights;
+  const size_t to_scales = kLL ? p.l.ll_scales : p.l.recv_scales;
+  const size_t to_indices = kLL ? p.l.ll_indices : p.l.recv_indices;
+  const size_t to_src_pos = kLL ? p.l.ll_src_pos : p.l.recv_src_pos;
 
   // Each token's local-rank mask on every other node and its slot among my tokens
   // staged at that node's gateway (token order): a warp per node.
@@ -77,20 +228,16 @@ __global__ void HierDispatchKernel(const Params p) {
       for (int l = 0; l < L; ++l) {
         if (!((mask >> l) & 1u)) continue;
         const int d = nn * L + l;
-        const int64_t r = sh.base[d] + dest_row[t * W + d];
-        CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_tokens + r * H, d), p.tokens + t * trb, trb, lane,
+        const int64_t r = (kLL ? static_cast<int64_t>(me) * P : sh.base[d]) + dest_row[t * W + d];
+        CopyBytes(dev::Ptr(p.ctx, b + to_tokens + r * H, d), p.tokens + t * trb, trb, lane, 32);
+        CopyBytes(dev::Ptr(p.ctx, b + to_weights + r * K * 4, d), p.weights + t * K, K * 4, lane,
                   32);
-        CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_weights + r * K * 4, d), p.weights + t * K, K * 4,
-                  lane, 32);
         if (Sb > 0) {
-          CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_scales + r * Sb, d), p.scales + t * Sb, Sb, lane,
-                    32);
+          CopyBytes(dev::Ptr(p.ctx, b + to_scales + r * Sb, d), p.scales + t * Sb, Sb, lane, 32);
         }
-        CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_indices + r * K * 4, d), p.indices + t * K, K * 4,
-                  lane, 32);
-        if (lane == 0) {
-          *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + p.l.recv_src_pos) + r, d) = pos;
-        }
+        CopyBytes(dev::Ptr(p.ctx, b + to_indices + r * K * 4, d), p.indices + t * K, K * 4, lane,
+                  32);
+        if (lane == 0) *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + to_src_pos) + r, d) = pos;
       }
     }
     if (!remote) continue;
@@ -123,10 +270,16 @@ __global__ void HierDispatchKernel(const Params p) {
   __threadfence_system();
   __syncthreads();
 
-  // Each gateway hears how many rows I staged there (count + 1, after the rows).
-  if (tid < N && tid != my_node) {
+  // Each gateway hears how many rows I staged there (count + 1, after the rows); V1LL:
+  // this node's pes how many rows of mine are in their slots (a rejection posted both).
+  if (!rejecting && tid < N && tid != my_node) {
     PostSignal(p, p.nodes.Gateway(me, tid), p.l.fwd_done + static_cast<size_t>(my_node) * 8,
                CountWord(p.call, staged[tid] + 1, p.row_tag), sh.cnt);
+  }
+  if (kLL && !rejecting && tid < L) {
+    const int d = my_node * L + tid;
+    PostSignal(p, d, p.l.ll_flags + static_cast<size_t>(me) * 8,
+               CountWord(p.call, static_cast<uint64_t>(sh.counts[d]) + 1, p.row_tag), sh.cnt);
   }
   // As the gateway of the pe with my local index on every other node: its staged rows.
   if (tid < N && tid != my_node) {
@@ -144,18 +297,28 @@ __global__ void HierDispatchKernel(const Params p) {
   __syncthreads();
 
   // Forward them (a warp per node): slot j's row to every masked pe l of this node, at
-  // row base[s][d] + (its index among s's forwarded rows to l), in slot order.
+  // row base[s][d] (V1LL: slot s * P) + its index among s's forwarded rows to l, in slot
+  // order; V1LL: then s's flag to each of them (a rejection passed on as it came).
   const uint32_t* fwd_mask = reinterpret_cast<const uint32_t*>(b + p.l.fwd_mask);
   const int32_t* fwd_src = reinterpret_cast<const int32_t*>(b + p.l.fwd_src_pos);
   for (int nn = warp; nn < N; nn += nwarps) {
     if (nn == my_node) continue;
     const int s = p.nodes.Gateway(me, nn);
+    if (kLL && CountOf(fwd_words[nn]) == kRejectedCount) {
+      if (lane < L) {
+        PostSignal(p, my_node * L + lane, p.l.ll_flags + static_cast<size_t>(s) * 8, fwd_words[nn],
+                   sh.cnt);
+      }
+      continue;
+    }
     const int64_t c = static_cast<int64_t>(CountOf(fwd_words[nn])) - 1;
-    int64_t next = 0;  // lane l: base[s][my_node * L + l] + rows forwarded to l so far
-    if (lane < L) {
+    // Lane l: the next row of s's at pe my_node * L + l.
+    int64_t next = kLL ? static_cast<int64_t>(s) * P : 0;
+    if (!kLL && lane < L) {
       const int d = my_node * L + lane;
       for (int s2 = 0; s2 < s; ++s2) next += static_cast<int64_t>(CountOf(words[s2 * W + d]));
     }
+    const int64_t start = next;
     for (int64_t j0 = 0; j0 < c; j0 += 32) {
       const int64_t j = j0 + lane;
       const uint32_t mask = j < c ? fwd_mask[nn * M + j] : 0u;
@@ -167,18 +330,18 @@ __global__ void HierDispatchKernel(const Params p) {
           const int k = __ffs(bits) - 1;
           const int64_t slot = nn * M + j0 + k;
           const int64_t r = first + __popc(ballot & ((1u << k) - 1u));
-          CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_tokens + r * H, d), b + p.l.fwd_tokens + slot * H,
-                    H, lane, 32);
-          CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_weights + r * K * 4, d),
+          CopyBytes(dev::Ptr(p.ctx, b + to_tokens + r * H, d), b + p.l.fwd_tokens + slot * H, H,
+                    lane, 32);
+          CopyBytes(dev::Ptr(p.ctx, b + to_weights + r * K * 4, d),
                     b + p.l.fwd_weights + slot * K * 4, K * 4, lane, 32);
           if (Sb > 0) {
-            CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_scales + r * Sb, d),
-                      b + p.l.fwd_scales + slot * Sb, Sb, lane, 32);
+            CopyBytes(dev::Ptr(p.ctx, b + to_scales + r * Sb, d), b + p.l.fwd_scales + slot * Sb,
+                      Sb, lane, 32);
           }
-          CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_indices + r * K * 4, d),
+          CopyBytes(dev::Ptr(p.ctx, b + to_indices + r * K * 4, d),
                     b + p.l.fwd_indices + slot * K * 4, K * 4, lane, 32);
           if (lane == 0) {
-            *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + p.l.recv_src_pos) + r, d) =
+            *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + to_src_pos) + r, d) =
                 EncodeSrcPos(s, fwd_src[slot], M);
             atomicAdd(&sh.cnt[kForwardedRows], 1ull);
           }
@@ -186,6 +349,19 @@ __global__ void HierDispatchKernel(const Params p) {
         if (lane == l) next += __popc(ballot);
       }
     }
+    if (kLL) {
+      __threadfence_system();
+      __syncwarp();
+      if (lane < L) {
+        PostSignal(p, my_node * L + lane, p.l.ll_flags + static_cast<size_t>(s) * 8,
+                   CountWord(p.call, static_cast<uint64_t>(next - start) + 1, RowTagOf(fwd_words[nn])),
+                   sh.cnt);
+      }
+    }
+  }
+  if constexpr (kLL) {
+    LowLatencyFinish(p, sh, rejecting, first_row, &total_rows);
+    return;
   }
 
   // Done words: a pe leaves once every pe has written (and forwarded) every row.
@@ -424,7 +600,12 @@ __global__ void HierCombineKernel(const Params p) {
 }  // namespace
 
 void LaunchHierDispatch(const Params& p, int threads, uintptr_t stream) {
-  HierDispatchKernel<<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  HierDispatchKernel<false><<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  MORI_CUDA_CHECK(cudaGetLastError());
+}
+
+void LaunchHierLowLatencyDispatch(const Params& p, int threads, uintptr_t stream) {
+  HierDispatchKernel<true><<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -435,7 +616,8 @@ void LaunchHierCombine(const Params& p, int threads, uintptr_t stream) {
 
 void LoadHierKernels() {
   cudaFuncAttributes attr;
-  MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, HierDispatchKernel));
+  MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, HierDispatchKernel<false>));
+  MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, HierDispatchKernel<true>));
   MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, HierCombineKernel));
 }
 

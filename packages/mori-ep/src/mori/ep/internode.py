@@ -14,9 +14,8 @@ crosses back; ``InterNodeV1LL`` is V1 without the count exchange (fixed slots pe
 in ``csrc/internode/protocol.hpp`` and the package README ("Inter-node"). Dispatch and
 combine take and return what the intra-node calls do; the checks are the same
 (:mod:`mori.ep.checks`). On a host heap every kind runs (``InterNodeCpu``); on a CUDA
-heap ``InterNode`` and ``InterNodeV1`` run as kernels (``InterNodeCuda``: this node's
-ranks by load/store, other nodes through the proxy's queues, pushed by the kernel);
-``InterNodeV1LL`` has no CUDA kernels yet.
+heap every kind runs as kernels (``InterNodeCuda``: this node's ranks by load/store,
+other nodes through the proxy's queues, pushed by the kernel).
 """
 
 from __future__ import annotations
@@ -83,11 +82,6 @@ class InterNodeMode(IntraNodeMode):
     def __init__(self, config, place, timeout_s: float) -> None:
         Mode.__init__(self, config, place, timeout_s)
         c = config
-        if not place.host and c.kernel_type == EpDispatchCombineKernelType.InterNodeV1LL:
-            raise NotSupportedError(
-                f"kernel_type {c.kernel_type.name} has no CUDA kernels yet (InterNode and "
-                "InterNodeV1 have them); on a host heap it runs as the CPU implementation"
-            )
         if not place.host and InterNodeCuda is None:
             raise NotSupportedError(
                 f"kernel_type {c.kernel_type.name} has no CUDA kernels in this build; use a host "
@@ -103,7 +97,9 @@ class InterNodeMode(IntraNodeMode):
         if link not in ("proxy", "heap"):
             raise InvalidArgumentError(f"{LINK_ENV}={link!r} is not 'proxy' or 'heap'")
         if link != "proxy" and not place.host:
-            raise NotSupportedError(f"{LINK_ENV}={link!r} is for host heaps; CUDA heaps use the proxy")
+            raise NotSupportedError(
+                f"{LINK_ENV}={link!r} is for host heaps; CUDA heaps use the proxy"
+            )
         self.block = shmem.empty((self.layout["total_bytes"],), torch.uint8)
         if place.host:
             self.impl = InterNodeCpu(
