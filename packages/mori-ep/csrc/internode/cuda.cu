@@ -120,8 +120,8 @@ uint64_t InterNodeCuda::ProxyMoved() const {
 // The parts of the kernels' parameters every call shares.
 static internode::Params BaseParams(char* block, const shmem::DeviceContext& ctx,
                                     const InterNodeLayout& l, const NodeMap& nodes,
-                                    const proxy::QueueView& q, InterNodeKind kind,
-                                    const EpShape& s, uint64_t timeout_ns) {
+                                    const proxy::QueueView& q, InterNodeKind kind, const EpShape& s,
+                                    uint64_t timeout_ns) {
   internode::Params p{};
   p.block = block;
   p.block_offset = static_cast<uint64_t>(block - ctx.my_base);
@@ -289,10 +289,9 @@ InterNodeBytes InterNodeCuda::Bytes(bool dispatch) {
   // The stream of the last call (not the device: the proxy's streams keep running).
   MORI_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(last_stream_)));
   uint64_t c[internode::kCounterStride];
-  MORI_CUDA_CHECK(cudaMemcpy(c,
-                             block_ + layout_.counters +
-                                 (dispatch ? 0 : internode::kCounterStride * sizeof(uint64_t)),
-                             sizeof(c), cudaMemcpyDeviceToHost));
+  MORI_CUDA_CHECK(cudaMemcpy(
+      c, block_ + layout_.counters + (dispatch ? 0 : internode::kCounterStride * sizeof(uint64_t)),
+      sizeof(c), cudaMemcpyDeviceToHost));
   InterNodeBytes b;
   b.algo_token = c[internode::kAlgoToken];
   b.physical_token = c[internode::kPhysicalToken];

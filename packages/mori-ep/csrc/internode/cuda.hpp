@@ -12,11 +12,10 @@
 // proxy's error included) as the other mode's kernels do.
 //
 // Kernel types: InterNode (flat), InterNodeV1 (hierarchical) and InterNodeV1LL (V1's
-// combine; its dispatch without the count exchange). One block of warp_per_block warps per call and one
-// proxy queue: the protocol first, the speed later (MORI spreads the rows over
-// rdma_block_num blocks and num_qp_per_pe queues). The call numbers (epochs) are
-// passed by the host, so calls are not capturable in CUDA graphs.
-// Plain C++ (no CUDA types): streams cross as integers.
+// combine; its dispatch without the count exchange). One block of warp_per_block warps per call and
+// one proxy queue: the protocol first, the speed later (MORI spreads the rows over rdma_block_num
+// blocks and num_qp_per_pe queues). The call numbers (epochs) are passed by the host, so calls are
+// not capturable in CUDA graphs. Plain C++ (no CUDA types): streams cross as integers.
 
 #include <chrono>
 #include <cstdint>

@@ -228,11 +228,11 @@ symmetric block of internode_buffer_layout(..., device=True)'s total_bytes.)doc"
           [](InterNodeCuda& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
              uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
              int warp_per_block, uintptr_t stream, uintptr_t rank_masks, uint32_t row_tag) {
-            self.Dispatch(DispatchArgs{P<const void>(tokens), token_row_bytes,
-                                       P<const float>(weights), P<const void>(scales),
-                                       P<const int32_t>(indices), num_tokens,
-                                       P<const uint32_t>(rank_masks), row_tag},
-                          LaunchShape{block_num, warp_per_block}, stream);
+            self.Dispatch(
+                DispatchArgs{P<const void>(tokens), token_row_bytes, P<const float>(weights),
+                             P<const void>(scales), P<const int32_t>(indices), num_tokens,
+                             P<const uint32_t>(rank_masks), row_tag},
+                LaunchShape{block_num, warp_per_block}, stream);
           },
           py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
           py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"),

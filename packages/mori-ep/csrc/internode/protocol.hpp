@@ -97,14 +97,15 @@
 //   private, CUDA kernels only (MakeInterNodeLayout's `device`; internode/cuda.hpp):
 //     dstage_* [M] of the receive fields: each token's row staged once for the proxy's
 //     writes to other nodes; cstage_tokens u8 [C][Hc], cstage_weights f32 [C][K]:
-//     combine rows staged likewise (flat); dest_row i32 [M][W]: token t's row index among
-//     this pe's rows to pe d (-1: none); V1: dstage_mask u32 [M][N] (token t's
-//     local-rank mask on node n), node_row i32 [M][N] (its slot among this pe's tokens
-//     staged at node n's gateway, -1: none), pstage_tokens u8 [N][M][Hc] and
-//     pstage_weights f32 [N][M][K] (the partials a gateway sends back); counters u64 [2][16]: the byte counts of the
-//     last dispatch and combine; last_set u64 [W][stage_mark / 8]: the value this pe
-//     last set at each signal word of each pe through the proxy (the proxy adds, so a
-//     "set" is an add of the difference, as ProxyLink does on the host)
+//     combine rows staged likewise (flat); dest_row i32 [M][W]: token t's row index
+//     among this pe's rows to pe d (-1: none); V1, V1LL: dstage_mask u32 [M][N] (token
+//     t's local-rank mask on node n), node_row i32 [M][N] (its slot among this pe's
+//     tokens staged at node n's gateway, -1: none), pstage_tokens u8 [N][M][Hc] and
+//     pstage_weights f32 [N][M][K] (the partials a gateway sends back); counters u64
+//     [2][16]: the byte counts of the last dispatch and combine; last_set u64
+//     [W][stage_mark / 8]: the value this pe last set at each signal word of each pe
+//     through the proxy (the proxy adds, so a "set" is an add of the difference, as
+//     ProxyLink does on the host)
 //
 // The staging areas are sized for the worst case (every token to every node), as
 // MORI's V1 buffers are; a chunked ring with credits (DeepEP) is what a GPU version
@@ -158,8 +159,8 @@ struct InterNodeLayout {
 
 // `device`: the block of the CUDA kernels (internode/cuda.hpp), with their private
 // staging regions; the host implementation's has none of them (sizes 0).
-inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
-                                           InterNodeKind kind, bool device = false) {
+inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm, InterNodeKind kind,
+                                           bool device = false) {
   const size_t W = s.world_size, M = s.max_tokens, C = RecvCapacity(s), K = s.top_k;
   const size_t N = nm.nodes(), L = nm.local_size, H = s.hidden_bytes, Hc = s.combine_row_bytes;
   const size_t Sb = s.scale_bytes;

@@ -83,15 +83,15 @@ __device__ __noinline__ void TrapLink(int kind, const char* op, uint64_t call, i
 
 // A call every pe fails the same way (a rejection, a dtype or capacity disagreement):
 // the message of InterNodeCpu's error, after "mori.ep <kind> <op> (call c) on rank r: ".
-#define MORI_INTERNODE_TRAP(p, op, fmt, ...)                                                 \
-  do {                                                                                       \
-    if (FirstReport()) {                                                                     \
-      printf("mori.ep %s %s (call %llu) on rank %d: " fmt " [block %d thread %d]\n",         \
-             KindName((p).kind), op, static_cast<unsigned long long>((p).call), (p).rank,    \
-             __VA_ARGS__, static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));      \
-      dev::TrapReported();                                                                   \
-    }                                                                                        \
-    dev::TrapAfterReport();                                                                  \
+#define MORI_INTERNODE_TRAP(p, op, fmt, ...)                                              \
+  do {                                                                                    \
+    if (FirstReport()) {                                                                  \
+      printf("mori.ep %s %s (call %llu) on rank %d: " fmt " [block %d thread %d]\n",      \
+             KindName((p).kind), op, static_cast<unsigned long long>((p).call), (p).rank, \
+             __VA_ARGS__, static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));   \
+      dev::TrapReported();                                                                \
+    }                                                                                     \
+    dev::TrapAfterReport();                                                               \
   } while (0)
 
 // Waits until this pe's word at `offset` >= floor (posted by `peer`); traps on the
@@ -175,7 +175,6 @@ __device__ __forceinline__ void StoreElement(char* out, int64_t h, CombineDtype 
       break;
   }
 }
-
 
 // Element h of a row of a combine dtype as bits, its value, and a value rounded to it
 // (the CPU's CombineTokenRow, one element at a time).
@@ -271,7 +270,9 @@ __device__ bool Route(const Params& p, DispatchShared& sh) {
       const int64_t t = t0 + lane;
       const bool to_d = t < n && token_ranks[t * W + d] != 0;
       const unsigned ballot = __ballot_sync(0xffffffffu, to_d);
-      if (t < n) dest_row[t * W + d] = to_d ? static_cast<int32_t>(j + __popc(ballot & ((1u << lane) - 1u))) : -1;
+      if (t < n)
+        dest_row[t * W + d] =
+            to_d ? static_cast<int32_t>(j + __popc(ballot & ((1u << lane) - 1u))) : -1;
       j += __popc(ballot);
     }
     if (lane == 0) sh.counts[d] = static_cast<int32_t>(j);
@@ -351,8 +352,8 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
       for (int d = 0; d < W; ++d) {
         const uint64_t w = dev::LoadAcquire(words + static_cast<size_t>(s) * W + d);
         if (EpochOf(w) != (p.call & kEpochMask)) {
-          MORI_INTERNODE_TRAP(p, "dispatch", "count word from pe %d has epoch %llu, expected %llu", s,
-                              static_cast<unsigned long long>(EpochOf(w)),
+          MORI_INTERNODE_TRAP(p, "dispatch", "count word from pe %d has epoch %llu, expected %llu",
+                              s, static_cast<unsigned long long>(EpochOf(w)),
                               static_cast<unsigned long long>(p.call));
         }
         if (CountOf(w) == kRejectedCount && rejected_by < 0) rejected_by = s;
@@ -368,10 +369,11 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
     for (int s = 1; s < W; ++s) {
       const uint32_t tag = RowTagOf(words[static_cast<size_t>(s) * W]);
       if (tag != first) {
-        MORI_INTERNODE_TRAP(p, "dispatch",
-                            "dispatch token dtype differs between ranks: rank 0 passes %s and "
-                            "rank %d passes %s (every rank must pass the same dtype); no data moved",
-                            DtypeTagName(first), s, DtypeTagName(tag));
+        MORI_INTERNODE_TRAP(
+            p, "dispatch",
+            "dispatch token dtype differs between ranks: rank 0 passes %s and "
+            "rank %d passes %s (every rank must pass the same dtype); no data moved",
+            DtypeTagName(first), s, DtypeTagName(tag));
       }
     }
     int64_t total = 0;

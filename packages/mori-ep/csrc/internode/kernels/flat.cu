@@ -48,7 +48,8 @@ __global__ void FlatDispatchKernel(const Params p) {
       }
       CopyBytes(dev::Ptr(p.ctx, b + p.l.recv_indices + r * K * 4, d), p.indices + t * K, K * 4,
                 lane, 32);
-      if (lane == 0) *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + p.l.recv_src_pos) + r, d) = pos;
+      if (lane == 0)
+        *dev::Ptr(p.ctx, reinterpret_cast<int32_t*>(b + p.l.recv_src_pos) + r, d) = pos;
     }
     if (!remote) continue;
     char* b = p.block;
@@ -128,7 +129,7 @@ __global__ void FlatCombineKernel(const Params p) {
     __syncwarp();
     if (lane == 0) {
       PushRemote(p, s, p.l.comb_tokens + slot * Hc, p.l.cstage_tokens + i * Hc, row_bytes,
-               kLinkToken, cnt);
+                 kLinkToken, cnt);
       if (with_weights) {
         PushRemote(p, s, p.l.comb_weights + slot * K * 4, p.l.cstage_weights + i * K * 4, K * 4,
                    kLinkMeta, cnt);
@@ -181,7 +182,8 @@ __global__ void FlatCombineKernel(const Params p) {
     };
     for (int j = lane; j < K; j += 32) {
       float acc = parts == 0 ? 0.0f : parts == 1 ? weights_of(__ffs(mask) - 1)[j] : kSumStart;
-      for (uint32_t m = parts > 1 ? mask : 0u; m != 0; m &= m - 1) acc += weights_of(__ffs(m) - 1)[j];
+      for (uint32_t m = parts > 1 ? mask : 0u; m != 0; m &= m - 1)
+        acc += weights_of(__ffs(m) - 1)[j];
       p.out_weights[t * K + j] = acc;
     }
   }

@@ -48,7 +48,8 @@ __device__ bool LowLatencyEntry(const Params& p, DispatchShared& sh) {
   rejecting = rejecting || sh.over >= 0;
   if (rejecting) {
     const uint64_t w = CountWord(p.call, kRejectedCount);
-    if (tid < L) PostSignal(p, my_node * L + tid, p.l.ll_flags + static_cast<size_t>(me) * 8, w, sh.cnt);
+    if (tid < L)
+      PostSignal(p, my_node * L + tid, p.l.ll_flags + static_cast<size_t>(me) * 8, w, sh.cnt);
     if (tid < N && tid != my_node) {
       PostSignal(p, p.nodes.Gateway(me, tid), p.l.fwd_done + static_cast<size_t>(my_node) * 8, w,
                  sh.cnt);
@@ -138,7 +139,8 @@ __device__ void LowLatencyFinish(const Params& p, DispatchShared& sh, bool rejec
     const int64_t slot = static_cast<int64_t>(s) * P + (i - first_row[s]);
     CopyBytes(b + p.l.recv_tokens + i * H, b + p.l.ll_tokens + slot * H, H, lane, 32);
     CopyBytes(b + p.l.recv_weights + i * K * 4, b + p.l.ll_weights + slot * K * 4, K * 4, lane, 32);
-    if (Sb > 0) CopyBytes(b + p.l.recv_scales + i * Sb, b + p.l.ll_scales + slot * Sb, Sb, lane, 32);
+    if (Sb > 0)
+      CopyBytes(b + p.l.recv_scales + i * Sb, b + p.l.ll_scales + slot * Sb, Sb, lane, 32);
     CopyBytes(b + p.l.recv_indices + i * K * 4, b + p.l.ll_indices + slot * K * 4, K * 4, lane, 32);
     if (lane == 0) {
       reinterpret_cast<int32_t*>(b + p.l.recv_src_pos)[i] =
@@ -155,7 +157,7 @@ __device__ void LowLatencyFinish(const Params& p, DispatchShared& sh, bool rejec
 template <bool kLL>
 __global__ void HierDispatchKernel(const Params p) {
   __shared__ DispatchShared sh;
-  __shared__ int64_t staged[kMaxInterNodeWorld];     // my tokens staged at node n's gateway
+  __shared__ int64_t staged[kMaxInterNodeWorld];      // my tokens staged at node n's gateway
   __shared__ uint64_t fwd_words[kMaxInterNodeWorld];  // node n's staging word, as its gateway
   __shared__ int64_t first_row[kMaxInterNodeWorld];   // V1LL: pe s's first receive row
   __shared__ int64_t total_rows;
@@ -284,12 +286,11 @@ __global__ void HierDispatchKernel(const Params p) {
   // As the gateway of the pe with my local index on every other node: its staged rows.
   if (tid < N && tid != my_node) {
     const int s = p.nodes.Gateway(me, tid);
-    const uint64_t w = WaitWord(p, p.l.fwd_done + static_cast<size_t>(tid) * 8,
-                                EpochFloor(p.call), s, "dispatch", "staged rows at the gateway",
-                                kCountBits);
+    const uint64_t w = WaitWord(p, p.l.fwd_done + static_cast<size_t>(tid) * 8, EpochFloor(p.call),
+                                s, "dispatch", "staged rows at the gateway", kCountBits);
     if (EpochOf(w) != (p.call & kEpochMask)) {
-      MORI_INTERNODE_TRAP(p, "dispatch", "staging word from pe %d has epoch %llu, expected %llu",
-                          s, static_cast<unsigned long long>(EpochOf(w)),
+      MORI_INTERNODE_TRAP(p, "dispatch", "staging word from pe %d has epoch %llu, expected %llu", s,
+                          static_cast<unsigned long long>(EpochOf(w)),
                           static_cast<unsigned long long>(p.call));
     }
     fwd_words[tid] = w;
@@ -353,9 +354,10 @@ __global__ void HierDispatchKernel(const Params p) {
       __threadfence_system();
       __syncwarp();
       if (lane < L) {
-        PostSignal(p, my_node * L + lane, p.l.ll_flags + static_cast<size_t>(s) * 8,
-                   CountWord(p.call, static_cast<uint64_t>(next - start) + 1, RowTagOf(fwd_words[nn])),
-                   sh.cnt);
+        PostSignal(
+            p, my_node * L + lane, p.l.ll_flags + static_cast<size_t>(s) * 8,
+            CountWord(p.call, static_cast<uint64_t>(next - start) + 1, RowTagOf(fwd_words[nn])),
+            sh.cnt);
       }
     }
   }
@@ -477,13 +479,8 @@ __global__ void HierCombineKernel(const Params p) {
     float* partial_w = reinterpret_cast<float*>(b + p.l.pstage_weights) + it * K;
     for (int j = lane; with_weights && j < K; j += 32) {
       auto wt = [&](int l) {
-        return reinterpret_cast<const float*>(b + p.l.stage_weights)[((static_cast<int64_t>(nn) *
-                                                                           L +
-                                                                       l) *
-                                                                          M +
-                                                                      t) *
-                                                                         K +
-                                                                     j];
+        return reinterpret_cast<const float*>(
+            b + p.l.stage_weights)[((static_cast<int64_t>(nn) * L + l) * M + t) * K + j];
       };
       float acc = parts == 1 ? wt(__ffs(mask) - 1) : kSumStart;
       for (uint32_t m = parts > 1 ? mask : 0u; m != 0; m &= m - 1) acc += wt(__ffs(m) - 1);
@@ -517,8 +514,8 @@ __global__ void HierCombineKernel(const Params p) {
              0);
   }
   if (tid < N && tid != my_node) {
-    WaitWord(p, p.l.partial_done + static_cast<size_t>(tid) * 8, p.call,
-             p.nodes.Gateway(me, tid), "combine", "node partials", 0);
+    WaitWord(p, p.l.partial_done + static_cast<size_t>(tid) * 8, p.call, p.nodes.Gateway(me, tid),
+             "combine", "node partials", 0);
   }
   __syncthreads();
 
