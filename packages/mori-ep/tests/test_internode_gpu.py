@@ -16,8 +16,8 @@ from mori.core.testing import new_seed, run_ranks
 WORKER = str(Path(__file__).parent / "workers" / "ep_internode_worker.py")
 
 
-def _run(kind, world, local, nodes, iters=8, timeout_s=300):
-    argv = [WORKER, "random", str(new_seed()), kind, str(local), str(iters), nodes, "shared"]
+def _run(kind, world, local, nodes, iters=8, timeout_s=300, mode="random"):
+    argv = [WORKER, mode, str(new_seed()), kind, str(local), str(iters), nodes, "shared"]
     results = run_ranks(argv, world, timeout_s=timeout_s)
     return [r.output.strip().splitlines()[-2] for r in results]
 
@@ -34,3 +34,10 @@ def test_internode_kernels_match_the_reference_bit_for_bit(kind, world, local, n
     print("\n".join(out))
     want = "tcp" if nodes == "tcp" else "mapped"
     assert all("kernel producer" in line and want in line for line in out), out
+
+
+# Routing handles: two micro-batches combined by their handles in order, one replayed
+# with a new payload (the kernels read the handle's copies of the routing regions).
+@pytest.mark.parametrize(("kind", "world", "local"), [("InterNodeV1", 4, 2), ("InterNode", 2, 1)])
+def test_routing_handles_on_the_kernels(kind, world, local, cuda_gpus):
+    print("\n".join(_run(kind, world, local, "mapped", mode="routing")))

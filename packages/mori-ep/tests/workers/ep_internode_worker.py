@@ -24,7 +24,7 @@ TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
           first, TransportError) naming a rank of that node, its node and the stage.
 placement: "cpu" (the default, a host heap) or "shared" (a CUDA heap, every rank on
 GPU 0: the kernels; inputs are made on the host as on CPU and moved to the GPU, the
-results compared on the host with the same references).
+results compared on the host with the same references; modes random and routing).
 """
 
 import os
@@ -182,8 +182,11 @@ def run_routing(base_seed) -> None:
         x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)
         idx = REF.routing("random", n, gen, b)
-        out, out_w, _, _, total, handle = op.dispatch(x, w, None, idx, return_routing=True)
+        out, out_w, _, _, total, handle = op.dispatch(
+            x.to(DEV), w.to(DEV), None, idx.to(DEV), return_routing=True
+        )
         total = int(total.item())
+        out, out_w = out.cpu(), out_w.cpu()
         _, _, _, _, ai = gather_inputs(n, x, w, None, idx)
         ref = InterNodeReference(kind, world, local, EPR, K, ai)
         # The experts' outputs, kept: the next dispatch rewrites the receive buffers.
@@ -200,15 +203,15 @@ def run_routing(base_seed) -> None:
             assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), (b, t)
 
     for b, (n, x, w, idx, ref, handle, y, yw) in enumerate(batches):
-        cout, cw = op.combine(y, yw, idx, routing=handle)
-        check(b, x, w, idx, cout, cw, n, ref)
+        cout, cw = op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle)
+        check(b, x, w, idx, cout.cpu(), cw.cpu(), n, ref)
     n, x, w, idx, ref, handle, _, _ = batches[0]
     x2 = (x.float() * 2).to(torch.bfloat16)
-    out, out_w, _, _, total = op.dispatch(x2, w, None, idx, routing=handle)
+    out, out_w, _, _, total = op.dispatch(x2.to(DEV), w.to(DEV), None, idx.to(DEV), routing=handle)
     total = int(total.item())
-    cout, cw = op.combine(expert(out[:total], None, rank), out_w[:total] * factor(rank), idx,
-                          routing=handle)  # fmt: skip
-    check("replay", x2, w, idx, cout, cw, n, ref)
+    y, yw = expert(out[:total].cpu(), None, rank), out_w[:total].cpu() * factor(rank)
+    cout, cw = op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle)
+    check("replay", x2, w, idx, cout.cpu(), cw.cpu(), n, ref)
     print(f"rank {rank}: 2 handles combined in order, one replayed")
     op.close()
 

@@ -129,7 +129,8 @@ class InterNodeMode(IntraNodeMode):
             raise
 
     def epoch_tensor(self) -> torch.Tensor:
-        return torch.tensor([self.impl.epoch], dtype=torch.int64)
+        # The host's counter on either heap (the kernels take the calls' numbers from it).
+        return torch.tensor([self.impl.epoch], dtype=torch.int64, device=self.device)
 
     def dispatch(self, input, weights, scales, indices, block_num, rdma_block_num,
                  warp_per_block, call_local_expert_count, routing, return_routing):  # fmt: skip
