@@ -53,6 +53,19 @@ if nodes == "tcp":
 DEV = torch.device("cpu") if placement == "cpu" else torch.device("cuda", 0)
 if DEV.type == "cuda":
     torch.cuda.set_device(DEV)
+
+
+def settled(*results):
+    """``results`` once the op's kernels have ended (a CUDA heap: the stream is
+    synchronized first). A copy to pageable host memory (``tensor.cpu()``) while an
+    inter-node kernel runs would hold the CUDA context the proxy needs for the
+    kernel's own commands (its add kernel, its copies): seen on an H200 as a combine
+    stalled until its timeout. torch's ``.item()`` copies through pinned memory."""
+    if DEV.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+    return results
+
+
 dist.init_process_group("gloo", init_method="env://")
 shmem.init(device="cpu" if DEV.type == "cpu" else 0, heap_size="64M", timeout_s=60)
 
@@ -102,7 +115,7 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
         idx = REF.routing(rkind, n, gen, it)
 
         on = [t.to(DEV) if t is not None else None for t in (x, w, sc, idx)]
-        out, out_w, out_s, out_idx, total = op.dispatch(*on)
+        out, out_w, out_s, out_idx, total = settled(*op.dispatch(*on))
         total = int(total.item())
         out, out_w, out_idx = out.cpu(), out_w.cpu(), out_idx.cpu()
         out_s = out_s.cpu() if out_s is not None else None
@@ -140,7 +153,7 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
         # Combine: rank d's experts scale its rows by factor(d).
         y = expert(out[:total], out_s[:total] if fp8 else None, rank)
         yw = out_w[:total] * factor(rank)
-        cout, cw = op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV))
+        cout, cw = settled(*op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV)))
         cout, cw = cout.cpu(), cw.cpu()
         assert cout.shape == (n, HIDDEN) and cw.shape == (n, K)
         for t in range(n):
@@ -182,8 +195,8 @@ def run_routing(base_seed) -> None:
         x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)
         idx = REF.routing("random", n, gen, b)
-        out, out_w, _, _, total, handle = op.dispatch(
-            x.to(DEV), w.to(DEV), None, idx.to(DEV), return_routing=True
+        out, out_w, _, _, total, handle = settled(
+            *op.dispatch(x.to(DEV), w.to(DEV), None, idx.to(DEV), return_routing=True)
         )
         total = int(total.item())
         out, out_w = out.cpu(), out_w.cpu()
@@ -203,14 +216,16 @@ def run_routing(base_seed) -> None:
             assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), (b, t)
 
     for b, (n, x, w, idx, ref, handle, y, yw) in enumerate(batches):
-        cout, cw = op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle)
+        cout, cw = settled(*op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle))
         check(b, x, w, idx, cout.cpu(), cw.cpu(), n, ref)
     n, x, w, idx, ref, handle, _, _ = batches[0]
     x2 = (x.float() * 2).to(torch.bfloat16)
-    out, out_w, _, _, total = op.dispatch(x2.to(DEV), w.to(DEV), None, idx.to(DEV), routing=handle)
+    out, out_w, _, _, total = settled(
+        *op.dispatch(x2.to(DEV), w.to(DEV), None, idx.to(DEV), routing=handle)
+    )
     total = int(total.item())
     y, yw = expert(out[:total].cpu(), None, rank), out_w[:total].cpu() * factor(rank)
-    cout, cw = op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle)
+    cout, cw = settled(*op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle))
     check("replay", x2, w, idx, cout.cpu(), cw.cpu(), n, ref)
     print(f"rank {rank}: 2 handles combined in order, one replayed")
     op.close()

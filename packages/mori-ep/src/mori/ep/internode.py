@@ -15,7 +15,9 @@ in ``csrc/internode/protocol.hpp`` and the package README ("Inter-node"). Dispat
 combine take and return what the intra-node calls do; the checks are the same
 (:mod:`mori.ep.checks`). On a host heap every kind runs (``InterNodeCpu``); on a CUDA
 heap every kind runs as kernels (``InterNodeCuda``: this node's ranks by load/store,
-other nodes through the proxy's queues, pushed by the kernel).
+other nodes through the proxy's queues, pushed by the kernel). On CUDA, synchronize the
+stream before copying results to pageable host memory (``tensor.cpu()``): such a copy
+holds the CUDA context while the kernel waits for the proxy, which needs it.
 """
 
 from __future__ import annotations
