@@ -16,9 +16,9 @@ from mori.core.testing import new_seed, run_ranks
 WORKER = str(Path(__file__).parent / "workers" / "ep_internode_worker.py")
 
 
-def _run(kind, world, local, nodes, iters=8, timeout_s=300, mode="random"):
+def _run(kind, world, local, nodes, iters=8, timeout_s=300, mode="random", env=None):
     argv = [WORKER, mode, str(new_seed()), kind, str(local), str(iters), nodes, "shared"]
-    results = run_ranks(argv, world, timeout_s=timeout_s)
+    results = run_ranks(argv, world, timeout_s=timeout_s, env=env)
     return [r.output.strip().splitlines()[-2] for r in results]
 
 
@@ -38,6 +38,11 @@ def test_internode_kernels_match_the_reference_bit_for_bit(kind, world, local, n
 
 # Routing handles: two micro-batches combined by their handles in order, one replayed
 # with a new payload (the kernels read the handle's copies of the routing regions).
+# mori.ep makes a handle with torch ops right after the dispatch launch; under CUDA's
+# lazy loading a torch kernel's first launch may wait for the context while the
+# dispatch kernel waits for the proxy (CUDA documents the deadlock), so the torch
+# kernels are loaded eagerly here.
 @pytest.mark.parametrize(("kind", "world", "local"), [("InterNodeV1", 4, 2), ("InterNode", 2, 1)])
 def test_routing_handles_on_the_kernels(kind, world, local, cuda_gpus):
-    print("\n".join(_run(kind, world, local, "mapped", mode="routing")))
+    env = {"CUDA_MODULE_LOADING": "EAGER"}
+    print("\n".join(_run(kind, world, local, "mapped", mode="routing", env=env)))
