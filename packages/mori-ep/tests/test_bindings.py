@@ -20,6 +20,7 @@ CUDA_ONLY = {
     "balanced_plan_cuda",
     "balanced_planner_scratch_words",
     "BalancedCuda",
+    "InterNodeCuda",
 }
 # Each mode's (CPU, CUDA) native classes; what one has beyond the shared methods.
 TWINS = [

@@ -124,3 +124,18 @@ def test_bad_gpu_per_node_is_refused_naming_it(gpu_per_node, message):
 def test_the_op_needs_a_heap_first():
     with pytest.raises(mc.InvalidStateError, match=r"needs mori.core.shmem.init\(\) first"):
         EpDispatchCombineOp(_config())
+
+
+@pytest.mark.parametrize("kind", [1, 2, 3])
+def test_the_kernels_layout_extends_the_host_layout(kind):
+    # The CUDA kernels' block (device=True) adds private staging regions after the host
+    # implementation's; every region mori.ep reads sits at the same offset in both.
+    from mori.ep._C import internode_buffer_layout
+
+    shape = (4, 1, 24, 4, 256, 2, 8, 4)
+    host = internode_buffer_layout(*shape, recv_capacity=96, kind=kind, local_size=2)
+    dev = internode_buffer_layout(*shape, recv_capacity=96, kind=kind, local_size=2, device=True)
+    assert {k: v for k, v in dev.items() if k != "total_bytes"} == {
+        k: v for k, v in host.items() if k != "total_bytes"
+    }
+    assert dev["total_bytes"] > host["total_bytes"] > dev["token_ranks"]

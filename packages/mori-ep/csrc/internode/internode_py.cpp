@@ -17,6 +17,9 @@
 #include "internode/protocol.hpp"
 #include "mori/core/error.hpp"
 #include "mori/shmem/shmem.hpp"
+#if MORI_EP_WITH_CUDA
+#include "internode/cuda.hpp"
+#endif
 
 namespace py = pybind11;
 
@@ -74,14 +77,14 @@ every pe), in pe order. What the config check uses when some pes are on other ho
       "internode_buffer_layout",
       [](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
          int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
-         int64_t recv_capacity, int kind, int local_size) {
+         int64_t recv_capacity, int kind, int local_size, bool device) {
         MORI_CHECK_ARG(local_size >= 1 && world_size % local_size == 0, "pes per node ", local_size,
                        " must divide world_size ", world_size);
         const EpShape s =
             bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim, max_token_type_size,
                             scale_bytes, num_experts_per_rank, recv_capacity);
         const InterNodeLayout l =
-            MakeInterNodeLayout(s, NodeMap{world_size, local_size}, ToKind(kind));
+            MakeInterNodeLayout(s, NodeMap{world_size, local_size}, ToKind(kind), device);
         py::dict d;
         d["recv_tokens"] = l.recv_tokens;
         d["recv_weights"] = l.recv_weights;
@@ -94,9 +97,11 @@ every pe), in pe order. What the config check uses when some pes are on other ho
         return d;
       },
       MORI_EP_SHAPE_ARGS, py::arg("recv_capacity"), py::arg("kind"), py::arg("local_size"),
+      py::arg("device") = false,
       R"doc(Byte offsets of the regions of an inter-node op's symmetric block that mori.ep
 reads (internode/protocol.hpp), and its total size. ``kind``: MORI's kernel type value
-(1 InterNode, 2 InterNodeV1, 3 InterNodeV1LL); ``local_size``: pes per node.)doc");
+(1 InterNode, 2 InterNodeV1, 3 InterNodeV1LL); ``local_size``: pes per node;
+``device``: the CUDA kernels' block (with their staging regions).)doc");
 
   py::class_<InterNodeCpu>(m, "InterNodeCpu",
                            R"doc(Inter-node dispatch/combine on a host symmetric heap.)doc")
@@ -196,6 +201,107 @@ counts) and moved (what the link's transport reports it moved).)doc")
       .def_property_readonly("epoch", &InterNodeCpu::epoch)
       .def_property_readonly("combined_epoch", &InterNodeCpu::combined_epoch)
       .def_property_readonly("combine_pending", &InterNodeCpu::combine_pending);
+
+#if MORI_EP_WITH_CUDA
+  py::class_<InterNodeCuda>(m, "InterNodeCuda",
+                            R"doc(Inter-node dispatch/combine kernels on a CUDA symmetric heap
+(InterNode; internode/cuda.hpp).)doc")
+      .def(py::init([](int world_size, int rank, int64_t max_tokens, int top_k, int64_t hidden_dim,
+                       int max_token_type_size, int64_t scale_bytes, int num_experts_per_rank,
+                       uintptr_t block, int device, double timeout_s, int64_t recv_capacity,
+                       int kind, int local_size) {
+             const EpShape shape = bind::MakeShape(world_size, rank, max_tokens, top_k, hidden_dim,
+                                                   max_token_type_size, scale_bytes,
+                                                   num_experts_per_rank, recv_capacity);
+             return new InterNodeCuda(shape, P<void>(block), device,
+                                      TimeoutMsFromSeconds(timeout_s, "timeout_s"), ToKind(kind),
+                                      local_size);
+           }),
+           MORI_EP_SHAPE_ARGS, py::arg("block"), py::arg("device"), py::arg("timeout_s"),
+           py::arg("recv_capacity"), py::arg("kind"), py::arg("local_size"),
+           py::call_guard<py::gil_scoped_release>(),
+           R"doc(Collective: zeroes this pe's signal words and private regions, builds the
+process's proxy for kernel producers (the first op), then a heap barrier. ``block``: a
+symmetric block of internode_buffer_layout(..., device=True)'s total_bytes.)doc")
+      .def(
+          "dispatch",
+          [](InterNodeCuda& self, uintptr_t tokens, int64_t token_row_bytes, uintptr_t weights,
+             uintptr_t scales, uintptr_t indices, int64_t num_tokens, int block_num,
+             int warp_per_block, uintptr_t stream, uintptr_t rank_masks, uint32_t row_tag) {
+            self.Dispatch(
+                DispatchArgs{P<const void>(tokens), token_row_bytes, P<const float>(weights),
+                             P<const void>(scales), P<const int32_t>(indices), num_tokens,
+                             P<const uint32_t>(rank_masks), row_tag},
+                LaunchShape{block_num, warp_per_block}, stream);
+          },
+          py::arg("tokens"), py::arg("token_row_bytes"), py::arg("weights"), py::arg("scales"),
+          py::arg("indices"), py::arg("num_tokens"), py::arg("block_num"),
+          py::arg("warp_per_block"), py::arg("stream"), py::arg("rank_masks") = 0,
+          py::arg("row_tag") = 0, py::call_guard<py::gil_scoped_release>(),
+          R"doc(Enqueues the dispatch kernel on ``stream`` (one block of warp_per_block warps).)doc")
+      .def(
+          "reject_dispatch",
+          [](InterNodeCuda& self, const std::string& reason, uintptr_t stream) {
+            self.RejectDispatch(reason, stream);
+          },
+          py::arg("reason"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Post a rejection for the next call (the peers' kernels trap naming this rank),
+then raise InvalidArgumentError(reason).)doc")
+      .def(
+          "combine",
+          [](InterNodeCuda& self, uintptr_t input, int64_t input_row_stride, int64_t input_rows,
+             int dtype, uintptr_t weights, uintptr_t out, uintptr_t out_weights, bool fp8_cast,
+             int block_num, int warp_per_block, uintptr_t stream,
+             const std::optional<std::vector<uint64_t>>& routing, int fp8_block_scale_dim) {
+            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
+                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
+            const auto r = ToRouting(routing);
+            self.Combine(CombineArgs{P<const void>(input), input_row_stride, input_rows,
+                                     static_cast<CombineDtype>(dtype), P<const float>(weights),
+                                     P<void>(out), P<float>(out_weights), fp8_cast,
+                                     r ? &*r : nullptr, fp8_block_scale_dim},
+                         LaunchShape{block_num, warp_per_block}, stream);
+          },
+          py::arg("input"), py::arg("input_row_stride"), py::arg("input_rows"), py::arg("dtype"),
+          py::arg("weights"), py::arg("out"), py::arg("out_weights"), py::arg("fp8_cast"),
+          py::arg("block_num"), py::arg("warp_per_block"), py::arg("stream"),
+          py::arg("routing") = py::none(), py::arg("fp8_block_scale_dim") = 0,
+          py::call_guard<py::gil_scoped_release>(),
+          R"doc(Enqueues the combine kernel on ``stream``.)doc")
+      .def(
+          "reject_combine",
+          [](InterNodeCuda& self, const std::string& reason, uintptr_t stream,
+             const std::optional<std::vector<uint64_t>>& routing) {
+            const auto r = ToRouting(routing);
+            self.RejectCombine(reason, stream, r ? &*r : nullptr);
+          },
+          py::arg("reason"), py::arg("stream"), py::arg("routing") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
+          R"doc(Post a rejected combine vote (the peers' kernels trap naming this rank), then
+raise InvalidArgumentError(reason).)doc")
+      .def(
+          "bytes",
+          [](InterNodeCuda& self, const std::string& phase) {
+            MORI_CHECK_ARG(phase == "dispatch" || phase == "combine", "phase ", phase,
+                           " is not 'dispatch' or 'combine'");
+            InterNodeBytes b;
+            {
+              py::gil_scoped_release nogil;
+              b = self.Bytes(phase == "dispatch");
+            }
+            return BytesDict(b);
+          },
+          py::arg("phase"),
+          R"doc(As InterNodeCpu.bytes, counted by the kernels (synchronises the last call's
+stream); ``moved``: the proxy's bytes since that call was enqueued.)doc")
+      .def_property_readonly("link_name", &InterNodeCuda::link_name)
+      .def_property_readonly("local_size",
+                             [](const InterNodeCuda& s) { return s.nodes().local_size; })
+      .def_property_readonly("num_tokens", &InterNodeCuda::num_tokens)
+      .def_property_readonly("epoch", &InterNodeCuda::epoch)
+      .def_property_readonly("combined_epoch", &InterNodeCuda::combined_epoch)
+      .def_property_readonly("combine_pending", &InterNodeCuda::combine_pending);
+#endif
 }
 
 }  // namespace mori::ep

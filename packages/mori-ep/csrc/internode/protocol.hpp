@@ -94,6 +94,18 @@
 //       this pe's token t
 //   private: total_recv i32 [1], token_ranks u8 [M][W] (last dispatch's D(t)), send_ring
 //     (the proxy link stages its payloads here: proxy writes copy from the heap)
+//   private, CUDA kernels only (MakeInterNodeLayout's `device`; internode/cuda.hpp):
+//     dstage_* [M] of the receive fields: each token's row staged once for the proxy's
+//     writes to other nodes; cstage_tokens u8 [C][Hc], cstage_weights f32 [C][K]:
+//     combine rows staged likewise (flat); dest_row i32 [M][W]: token t's row index
+//     among this pe's rows to pe d (-1: none); V1, V1LL: dstage_mask u32 [M][N] (token
+//     t's local-rank mask on node n), node_row i32 [M][N] (its slot among this pe's
+//     tokens staged at node n's gateway, -1: none), pstage_tokens u8 [N][M][Hc] and
+//     pstage_weights f32 [N][M][K] (the partials a gateway sends back); counters u64
+//     [2][16]: the byte counts of the last dispatch and combine; last_set u64
+//     [W][stage_mark / 8]: the value this pe last set at each signal word of each pe
+//     through the proxy (the proxy adds, so a "set" is an add of the difference, as
+//     ProxyLink does on the host)
 //
 // The staging areas are sized for the worst case (every token to every node), as
 // MORI's V1 buffers are; a chunked ring with credits (DeepEP) is what a GPU version
@@ -139,11 +151,16 @@ struct InterNodeLayout {
   size_t comb_tokens, comb_weights, stage_tokens, stage_weights, stage_mark, partial_tokens,
       partial_weights;
   size_t total_recv, token_ranks, send_ring, send_ring_bytes;
+  size_t dstage_tokens, dstage_weights, dstage_scales, dstage_indices, dstage_src_pos;
+  size_t cstage_tokens, cstage_weights, dest_row, dstage_mask, node_row, pstage_tokens,
+      pstage_weights, counters, last_set;
   size_t total_bytes;
 };
 
-inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
-                                           InterNodeKind kind) {
+// `device`: the block of the CUDA kernels (internode/cuda.hpp), with their private
+// staging regions; the host implementation's has none of them (sizes 0).
+inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm, InterNodeKind kind,
+                                           bool device = false) {
   const size_t W = s.world_size, M = s.max_tokens, C = RecvCapacity(s), K = s.top_k;
   const size_t N = nm.nodes(), L = nm.local_size, H = s.hidden_bytes, Hc = s.combine_row_bytes;
   const size_t Sb = s.scale_bytes;
@@ -190,6 +207,22 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm,
   // payloads (a token or combine row, a count row), and 1 MiB.
   l.send_ring_bytes = AlignUp(std::max<size_t>(size_t{1} << 20, 8 * std::max({H, Hc, W * 8})), 256);
   l.send_ring = region.Take(l.send_ring_bytes);
+  const size_t Md = device ? M : 0, Cd = device && !hier ? C : 0;
+  l.dstage_tokens = region.Take(Md * H);
+  l.dstage_weights = region.Take(Md * K * 4);
+  l.dstage_scales = region.Take(Md * Sb);
+  l.dstage_indices = region.Take(Md * K * 4);
+  l.dstage_src_pos = region.Take(Md * 4);
+  l.cstage_tokens = region.Take(Cd * Hc);
+  l.cstage_weights = region.Take(Cd * K * 4);
+  l.dest_row = region.Take(Md * W * 4);
+  const size_t Mh = device && hier ? M : 0;
+  l.dstage_mask = region.Take(Mh * N * 4);
+  l.node_row = region.Take(Mh * N * 4);
+  l.pstage_tokens = region.Take(N * Mh * Hc);
+  l.pstage_weights = region.Take(N * Mh * K * 4);
+  l.counters = region.Take(device ? 2 * 16 * 8 : 0);
+  l.last_set = region.Take(device ? W * l.stage_mark : 0);
   l.total_bytes = region.end;
   return l;
 }

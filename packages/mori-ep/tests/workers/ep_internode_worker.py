@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
-"""One rank of the CPU inter-node dispatch/combine tests.
-argv: mode seed kind local_size [iters] [nodes]
+"""One rank of the inter-node dispatch/combine tests (test_internode.py on host heaps,
+test_internode_gpu.py on CUDA heaps).
+argv: mode seed kind local_size [iters] [nodes] [placement]
 
 Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size``
 (nodes "mapped", the default: one heap local group, the proxy's mapped path), or also
@@ -21,6 +22,9 @@ TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
   death   the last node's ranks exit after a dispatch (os._exit): every surviving rank's
           combine raises MoriTimeoutError (or, when the proxy's TCP connection drops
           first, TransportError) naming a rank of that node, its node and the stage.
+placement: "cpu" (the default, a host heap) or "shared" (a CUDA heap, every rank on
+GPU 0: the kernels; inputs are made on the host as on CPU and moved to the GPU, the
+results compared on the host with the same references; modes random and routing).
 """
 
 import os
@@ -40,17 +44,34 @@ from mori.ep import EpDispatchCombineKernelType, EpDispatchCombineOp
 mode, seed, kind, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 iters = int(sys.argv[5]) if len(sys.argv) > 5 else 8
 nodes = sys.argv[6] if len(sys.argv) > 6 else "mapped"
+placement = sys.argv[7] if len(sys.argv) > 7 else "cpu"
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if nodes in ("hosts", "tcp"):
     os.environ["MORI_SHMEM_NODE_ID"] = f"node{rank // local}"
 if nodes == "tcp":
     os.environ["MORI_PROXY_TRANSPORT"] = "tcp"
+DEV = torch.device("cpu") if placement == "cpu" else torch.device("cuda", 0)
+if DEV.type == "cuda":
+    torch.cuda.set_device(DEV)
+
+
+def settled(*results):
+    """``results`` once the op's kernels have ended (a CUDA heap: the stream is
+    synchronized first). A copy to pageable host memory (``tensor.cpu()``) while an
+    inter-node kernel runs would hold the CUDA context the proxy needs for the
+    kernel's own commands (its add kernel, its copies): seen on an H200 as a combine
+    stalled until its timeout. torch's ``.item()`` copies through pinned memory."""
+    if DEV.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+    return results
+
+
 dist.init_process_group("gloo", init_method="env://")
-shmem.init(device="cpu", heap_size="64M", timeout_s=60)
+shmem.init(device="cpu" if DEV.type == "cpu" else 0, heap_size="64M", timeout_s=60)
 
 HIDDEN, M, EPR, K = 256, 24, 4, 4
 REF = Routing(world, rank, M, EPR, K)
-print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}), seed {seed}")
+print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}, {placement}), seed {seed}")
 
 
 def make_op(dtype, quant="none", timeout_s=30.0) -> EpDispatchCombineOp:
@@ -93,15 +114,18 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
         sc = torch.rand(n, HIDDEN // 128, generator=gen) + 0.5 if fp8 else None
         idx = REF.routing(rkind, n, gen, it)
 
-        out, out_w, out_s, out_idx, total = op.dispatch(x, w, sc, idx)
+        on = [t.to(DEV) if t is not None else None for t in (x, w, sc, idx)]
+        out, out_w, out_s, out_idx, total = settled(*op.dispatch(*on))
         total = int(total.item())
+        out, out_w, out_idx = out.cpu(), out_w.cpu(), out_idx.cpu()
+        out_s = out_s.cpu() if out_s is not None else None
         counts, ax, aw, asc, ai = gather_inputs(n, x, w, sc, idx)
         ref = InterNodeReference(kind, world, local, EPR, K, ai)
         rows = ref.rows_at(rank)
         where = f"it {it} ({rkind}, {dtype}, {quant})"
         assert total == len(rows), f"{where}: total_recv {total}, expected {len(rows)}"
         want_pos = torch.tensor([s * world * M + t for s, t in rows], dtype=torch.int32)
-        assert torch.equal(op.get_dispatch_src_token_pos(), want_pos), f"{where}: src pos"
+        assert torch.equal(op.get_dispatch_src_token_pos().cpu(), want_pos), f"{where}: src pos"
         if rows:
 
             def sel(a, rows=rows):
@@ -129,7 +153,8 @@ def run_random(dtype, quant, base_seed) -> tuple[int, int, str]:
         # Combine: rank d's experts scale its rows by factor(d).
         y = expert(out[:total], out_s[:total] if fp8 else None, rank)
         yw = out_w[:total] * factor(rank)
-        cout, cw = op.combine(y, yw, idx)
+        cout, cw = settled(*op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV)))
+        cout, cw = cout.cpu(), cw.cpu()
         assert cout.shape == (n, HIDDEN) and cw.shape == (n, K)
         for t in range(n):
 
@@ -170,8 +195,11 @@ def run_routing(base_seed) -> None:
         x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
         w = torch.rand(n, K, generator=gen)
         idx = REF.routing("random", n, gen, b)
-        out, out_w, _, _, total, handle = op.dispatch(x, w, None, idx, return_routing=True)
+        out, out_w, _, _, total, handle = settled(
+            *op.dispatch(x.to(DEV), w.to(DEV), None, idx.to(DEV), return_routing=True)
+        )
         total = int(total.item())
+        out, out_w = out.cpu(), out_w.cpu()
         _, _, _, _, ai = gather_inputs(n, x, w, None, idx)
         ref = InterNodeReference(kind, world, local, EPR, K, ai)
         # The experts' outputs, kept: the next dispatch rewrites the receive buffers.
@@ -188,15 +216,17 @@ def run_routing(base_seed) -> None:
             assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), (b, t)
 
     for b, (n, x, w, idx, ref, handle, y, yw) in enumerate(batches):
-        cout, cw = op.combine(y, yw, idx, routing=handle)
-        check(b, x, w, idx, cout, cw, n, ref)
+        cout, cw = settled(*op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle))
+        check(b, x, w, idx, cout.cpu(), cw.cpu(), n, ref)
     n, x, w, idx, ref, handle, _, _ = batches[0]
     x2 = (x.float() * 2).to(torch.bfloat16)
-    out, out_w, _, _, total = op.dispatch(x2, w, None, idx, routing=handle)
+    out, out_w, _, _, total = settled(
+        *op.dispatch(x2.to(DEV), w.to(DEV), None, idx.to(DEV), routing=handle)
+    )
     total = int(total.item())
-    cout, cw = op.combine(expert(out[:total], None, rank), out_w[:total] * factor(rank), idx,
-                          routing=handle)  # fmt: skip
-    check("replay", x2, w, idx, cout, cw, n, ref)
+    y, yw = expert(out[:total].cpu(), None, rank), out_w[:total].cpu() * factor(rank)
+    cout, cw = settled(*op.combine(y.to(DEV), yw.to(DEV), idx.to(DEV), routing=handle))
+    check("replay", x2, w, idx, cout.cpu(), cw.cpu(), n, ref)
     print(f"rank {rank}: 2 handles combined in order, one replayed")
     op.close()
 

@@ -32,7 +32,7 @@ __device__ __forceinline__ uint64_t LoadVolatile(const volatile uint64_t* p) { r
 __device__ __forceinline__ uint32_t LoadVolatile32(const volatile uint32_t* p) { return *p; }
 
 // Not inlined, scalars only, so that the waits keep their registers.
-__device__ __noinline__ void TrapQueue(const QueueView& q, const char* what, uint64_t index,
+static __device__ __noinline__ void TrapQueue(const QueueView& q, const char* what, uint64_t index,
                                        uint64_t seen) {
   const uint32_t health = LoadVolatile32(&q.control->health);
   printf(

@@ -260,6 +260,7 @@ def internode_buffer_layout(
     recv_capacity: int,
     kind: int,
     local_size: int,
+    device: bool = False,
 ) -> dict[str, int]: ...
 
 class InterNodeCpu:
@@ -285,6 +286,77 @@ class InterNodeCpu:
         kind: int,
         local_size: int,
         link: str = "proxy",
+    ) -> None: ...
+    def dispatch(
+        self,
+        tokens: int,
+        token_row_bytes: int,
+        weights: int,
+        scales: int,
+        indices: int,
+        num_tokens: int,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        rank_masks: int = 0,
+        row_tag: int = 0,
+    ) -> None: ...
+    def reject_dispatch(self, reason: str, stream: int) -> None: ...
+    def combine(
+        self,
+        input: int,
+        input_row_stride: int,
+        input_rows: int,
+        dtype: int,
+        weights: int,
+        out: int,
+        out_weights: int,
+        fp8_cast: bool,
+        block_num: int,
+        warp_per_block: int,
+        stream: int,
+        routing: list[int] | None = None,
+        fp8_block_scale_dim: int = 0,
+    ) -> None: ...
+    def reject_combine(
+        self, reason: str, stream: int, routing: list[int] | None = None
+    ) -> None: ...
+    def bytes(self, phase: str) -> dict[str, int]: ...
+    @property
+    def link_name(self) -> str: ...
+    @property
+    def local_size(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def combined_epoch(self) -> int: ...
+    @property
+    def combine_pending(self) -> bool: ...
+
+class InterNodeCuda:
+    """Inter-node dispatch/combine kernels (the kinds of InterNodeCpu) on a CUDA symmetric
+    heap (a CUDA build only): this node's ranks by load/store, other nodes through
+    mori-core's proxy, the kernels pushing its commands. The calls take InterNodeCpu's
+    arguments and enqueue on ``stream``; ``bytes`` synchronises the last call's stream."""
+
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        max_tokens: int,
+        top_k: int,
+        hidden_dim: int,
+        max_token_type_size: int,
+        scale_bytes: int,
+        num_experts_per_rank: int,
+        block: int,
+        device: int,
+        timeout_s: float,
+        recv_capacity: int,
+        kind: int,
+        local_size: int,
     ) -> None: ...
     def dispatch(
         self,

@@ -13,7 +13,11 @@ crosses back; ``InterNodeV1LL`` is V1 without the count exchange (fixed slots pe
 "count + 1" flags). The protocols, their row and summation orders and byte formulas are
 in ``csrc/internode/protocol.hpp`` and the package README ("Inter-node"). Dispatch and
 combine take and return what the intra-node calls do; the checks are the same
-(:mod:`mori.ep.checks`). Host heaps only: the CUDA kernels are not written yet.
+(:mod:`mori.ep.checks`). On a host heap every kind runs (``InterNodeCpu``); on a CUDA
+heap every kind runs as kernels (``InterNodeCuda``: this node's ranks by load/store,
+other nodes through the proxy's queues, pushed by the kernel). On CUDA, synchronize the
+stream before copying results to pageable host memory (``tensor.cpu()``): such a copy
+holds the CUDA context while the kernel waits for the proxy, which needs it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ from ._C import InterNodeCpu, internode_buffer_layout
 from .config import EpDispatchCombineKernelType, EpDispatchCombineQuantType
 from .intranode import IntraNodeMode
 from .mode import Mode
+
+try:  # a build with CUDA
+    from ._C import InterNodeCuda
+except ImportError:
+    InterNodeCuda = None
 
 # How bytes reach other nodes (docs/configuration.md): "proxy" (mori-core's proxy) or
 # "heap" (direct copies through the host heap: a baseline without the proxy).
@@ -75,24 +84,35 @@ class InterNodeMode(IntraNodeMode):
     def __init__(self, config, place, timeout_s: float) -> None:
         Mode.__init__(self, config, place, timeout_s)
         c = config
-        if not place.host:
+        if not place.host and InterNodeCuda is None:
             raise NotSupportedError(
-                f"kernel_type {c.kernel_type.name} is implemented on host heaps only (the CPU "
-                "implementation); its CUDA kernels are not written yet"
+                f"kernel_type {c.kernel_type.name} has no CUDA kernels in this build; use a host "
+                "heap (the CPU implementation)"
             )
         self.local_size = pes_per_node(c)
         cap = c.max_num_tokens_to_recv
         self.layout = internode_buffer_layout(
-            *self.shape, recv_capacity=cap, kind=int(c.kernel_type), local_size=self.local_size
-        )
+            *self.shape, recv_capacity=cap, kind=int(c.kernel_type), local_size=self.local_size,
+            device=not place.host,
+        )  # fmt: skip
         link = env.get_str(LINK_ENV, "proxy")
         if link not in ("proxy", "heap"):
             raise InvalidArgumentError(f"{LINK_ENV}={link!r} is not 'proxy' or 'heap'")
+        if link != "proxy" and not place.host:
+            raise NotSupportedError(
+                f"{LINK_ENV}={link!r} is for host heaps; CUDA heaps use the proxy"
+            )
         self.block = shmem.empty((self.layout["total_bytes"],), torch.uint8)
-        self.impl = InterNodeCpu(
-            *self.shape, self.block.data_ptr(), place.index, timeout_s, recv_capacity=cap,
-            kind=int(c.kernel_type), local_size=self.local_size, link=link,
-        )  # fmt: skip
+        if place.host:
+            self.impl = InterNodeCpu(
+                *self.shape, self.block.data_ptr(), place.index, timeout_s, recv_capacity=cap,
+                kind=int(c.kernel_type), local_size=self.local_size, link=link,
+            )  # fmt: skip
+        else:
+            self.impl = InterNodeCuda(
+                *self.shape, self.block.data_ptr(), place.index, timeout_s, recv_capacity=cap,
+                kind=int(c.kernel_type), local_size=self.local_size,
+            )  # fmt: skip
         self.routing_owner = object()
         self.map_recv_regions()
 
@@ -111,7 +131,8 @@ class InterNodeMode(IntraNodeMode):
             raise
 
     def epoch_tensor(self) -> torch.Tensor:
-        return torch.tensor([self.impl.epoch], dtype=torch.int64)
+        # The host's counter on either heap (the kernels take the calls' numbers from it).
+        return torch.tensor([self.impl.epoch], dtype=torch.int64, device=self.device)
 
     def dispatch(self, input, weights, scales, indices, block_num, rdma_block_num,
                  warp_per_block, call_local_expert_count, routing, return_routing):  # fmt: skip
