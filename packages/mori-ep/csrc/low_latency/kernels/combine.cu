@@ -350,7 +350,9 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     Stamp(stamps, 3);
   }
   // The grid's last block advances the call counter (every block has read it by now);
-  // a copy-engine op's flags (lane 0) go with it, or to the host's copies.
+  // a copy-engine op's flags (lane 0) go with it, or to the host's copies. A launch
+  // that receives too leaves the counter to its receive phase (CombineRecv).
+  if (!ce && (p.phases & kLlCombineRecv)) return;
   if (FinishBlock(&st->blocks_done)) {
     if (ce && threadIdx.x < W) {
       if (kCe && a.layout == LlLayout::kTokenMajor && threadIdx.x != me) {
@@ -530,6 +532,11 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
       reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + LlFlagIndex(half, W, 0);
   WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false,
             ce ? 1 : kLlFlagLanes);
+  // A fused launch's counter (CombineSend left it): every block posted its lanes, so
+  // every block read the counter before this store.
+  if (!ce && (p.phases & kLlCombineSend) && blockIdx.x == 0 && threadIdx.x == 0) {
+    c.State()->combine_calls = call;
+  }
   if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine", nullptr, call);
   Stamp(stamps, 1);
   const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);

@@ -189,7 +189,10 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     Stamp(stamps, 3);
   }
   // The grid's last block advances the call counter (every block has read it by now)
-  // and, with the copy engines, stages the flags the host copies after the rows.
+  // and, with the copy engines, stages the flags the host copies after the rows. A
+  // launch that receives too leaves the counter to its receive phase (DispatchRecv),
+  // which has seen every block's lanes: no block waits for the grid here.
+  if (!kCe && !rejected && (p.phases & kLlDispatchRecv)) return;
   if (FinishBlock(&st->blocks_done)) {
     if (kCe && threadIdx.x < W) {
       const int d = threadIdx.x;
@@ -249,6 +252,12 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call, uint32_t* scratch
   const uint64_t* flags =
       reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + LlFlagIndex(half, W, 0);
   WaitFlags(p, flags, call, counts, &rejected_by, LlDispatchTag(p.d), true, kCe ? 1 : kLlFlagLanes);
+  // A fused launch's counter (DispatchSend left it): every block of this launch posted
+  // its lanes, so every block read the counter before this store.
+  if (!kCe && (p.phases & kLlDispatchSend) && blockIdx.x == 0 && threadIdx.x == 0 &&
+      rejected_by < 0) {
+    Ctx{p}.State()->dispatch_calls = call;
+  }
   if (rejected_by >= 0) {
     TrapRejected(p, rejected_by, "dispatch",
                  reinterpret_cast<const LlOverNote*>(c.Local(p.layout.disp_over)) + half * W, call);
