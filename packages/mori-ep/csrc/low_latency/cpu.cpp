@@ -80,8 +80,8 @@ LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::mil
 
 void LowLatencyCpu::PostDispatchFlags(uint64_t call, const uint64_t* counts, uint32_t tag) {
   const int W = shape_.world_size, me = shape_.rank;
-  uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W;
-  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &flags[me], LlWord(call, counts[d], tag), d);
+  uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W * kLlFlagLanes;
+  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &flags[me * kLlFlagLanes], LlWord(call, counts[d], tag), d);
 }
 
 void LowLatencyCpu::RejectDispatch(const std::string& reason) {
@@ -93,9 +93,9 @@ void LowLatencyCpu::RejectDispatch(const std::string& reason) {
   // Receive the call too (its flags, no rows): the double buffering relies on no pe
   // sending call c + 1 before it has received call c.
   const int W = shape_.world_size;
-  const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W;
+  const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W * kLlFlagLanes;
   for (int s = 0; s < W; ++s) {
-    WaitPeerWord(&flags[s], LlWord(call, 0), timeout_, shape_.rank, s,
+    WaitPeerWord(&flags[s * kLlFlagLanes], LlWord(call, 0), timeout_, shape_.rank, s,
                  {"low-latency dispatch", call, "dispatch flag", kCountBits});
   }
   throw InvalidArgumentError(reason);
@@ -236,12 +236,12 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   const int E = shape_.num_experts_per_rank;
   const uint64_t call = dispatch_calls_;
   const size_t half = call & 1;
-  const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + half * W;
+  const uint64_t* flags = At<uint64_t>(layout_.disp_flag) + half * W * kLlFlagLanes;
   std::vector<int64_t> count(W);
   int rejected_by = -1, other_from = -1;
   uint32_t other_tag = 0;
   for (int s = 0; s < W; ++s) {
-    const uint64_t w = WaitPeerWord(&flags[s], LlWord(call, 0), timeout_, me, s,
+    const uint64_t w = WaitPeerWord(&flags[s * kLlFlagLanes], LlWord(call, 0), timeout_, me, s,
                                     {"low-latency dispatch", call, "dispatch flag", kCountBits});
     MORI_CHECK(EpochOf(w) == (call & kEpochMask), "dispatch flag from pe ", s, " has call ",
                EpochOf(w), ", expected ", call);
@@ -362,9 +362,9 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
 
 void LowLatencyCpu::PostCombineFlags(uint64_t call, bool rejected, uint32_t tag) {
   const int W = shape_.world_size, me = shape_.rank;
-  uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W;
+  uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W * kLlFlagLanes;
   const uint64_t word = LlWord(call, rejected ? kLlRejected : 0, tag);
-  for (int s = 0; s < W; ++s) hs::SignalSet(ctx_, &flags[me], word, s);
+  for (int s = 0; s < W; ++s) hs::SignalSet(ctx_, &flags[me * kLlFlagLanes], word, s);
 }
 
 void LowLatencyCpu::RejectCombine(const std::string& reason) {
@@ -372,9 +372,9 @@ void LowLatencyCpu::RejectCombine(const std::string& reason) {
   combine_recv_pending_ = false;
   PostCombineFlags(call, true, 0);
   const int W = shape_.world_size;
-  const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W;
+  const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W * kLlFlagLanes;
   for (int d = 0; d < W; ++d) {
-    WaitPeerWord(&flags[d], LlWord(call, 0), timeout_, shape_.rank, d,
+    WaitPeerWord(&flags[d * kLlFlagLanes], LlWord(call, 0), timeout_, shape_.rank, d,
                  {"low-latency combine", call, "combine flag", kCountBits});
   }
   throw InvalidArgumentError(reason);
@@ -533,12 +533,12 @@ void LowLatencyCpu::CombineRecv() {
   const int64_t M = shape_.max_tokens, hidden = shape_.hidden_dim, Hc = shape_.combine_row_bytes;
   const uint64_t call = combine_calls_;
   const size_t half = call & 1;
-  const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + half * W;
+  const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + half * W * kLlFlagLanes;
   const uint32_t mine = LlCombineTag(a);
   int rejected_by = -1, other_from = -1;
   uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
-    const uint64_t w = WaitPeerWord(&flags[d], LlWord(call, 0), timeout_, shape_.rank, d,
+    const uint64_t w = WaitPeerWord(&flags[d * kLlFlagLanes], LlWord(call, 0), timeout_, shape_.rank, d,
                                     {"low-latency combine", call, "combine flag", kCountBits});
     if (CountOf(w) == kLlRejected) {
       if (rejected_by < 0) rejected_by = d;

@@ -128,10 +128,12 @@ low_latency::LlParams LowLatencyCuda::Base() const {
 }
 
 void LowLatencyCuda::Launch(const low_latency::LlParams& p, LaunchShape launch, uintptr_t stream) {
-  // Every block of a launch may wait for the flags its last block posts: the grid
-  // must be resident, one block per SM at most (and the peers' grids beside it).
+  // Every block of a launch may wait for the flags its other blocks post: the grid
+  // must be resident, one block per SM at most (and the peers' grids beside it), and
+  // each block owns at least one flag lane (kLlFlagLanes).
   const int warps = std::clamp(launch.warp_per_block, 1, low_latency::kLlMaxWarps);
-  const int blocks = std::clamp(launch.block_num, 1, std::max(1, sm_count_ / 2));
+  const int blocks =
+      std::clamp(launch.block_num, 1, std::max(1, std::min(sm_count_ / 2, kLlFlagLanes)));
   // A launch runs dispatch phases or combine phases, never both (one kernel each).
   const bool dispatch = (p.phases & (low_latency::kLlDispatchSend | low_latency::kLlDispatchRecv |
                                      low_latency::kLlRejectDispatch)) != 0;
@@ -189,7 +191,7 @@ void LowLatencyCuda::CopyToPeers(const PeerCopy* copies, int n, size_t flag_off,
           cudaMemcpyAsync(dst, copies[i].src + d * bytes, bytes, cudaMemcpyDeviceToDevice, side_));
     }
     // After the rows, in stream order: a pe that sees the flag sees them.
-    auto* flag = static_cast<uint64_t*>(shmem::Ptr(block_ + flag_off, d)) + me;
+    auto* flag = static_cast<uint64_t*>(shmem::Ptr(block_ + flag_off, d)) + LlFlagIndex(0, W, me);
     MORI_CUDA_CHECK(
         cudaMemcpyAsync(flag, flags + d, sizeof(uint64_t), cudaMemcpyDeviceToDevice, side_));
   }

@@ -20,6 +20,15 @@
 //     experts live there (expanded into expert rows on the receiving side), then
 //     posts flag[s] = Word(call, count) with release. The receiver waits for W
 //     flags, no count exchange before data.
+//   * Flag lanes: flag[s] is kLlFlagLanes words, not one. Every block of a sender's
+//     launch computes the whole routing (the counts, the over-the-cap check and the
+//     id checks), so each block posts the same word itself, into lanes b, b + B,
+//     b + 2B, ... (B blocks, B <= kLlFlagLanes), after its own rows, with release:
+//     the receiver waits for all lanes of each source, and no block waits for the
+//     grid's last one (an atomic counter round trip and a second system fence) before
+//     its rows are announced. A copy-engine op (the host copies a flag after the
+//     rows) and the CPU implementation use lane 0 alone; the receiver of such an op
+//     waits for lane 0.
 //   * Over the cap: a sender whose count for some destination d exceeds P writes no
 //     row past slot P - 1 and rejects the call; before its (rejected) flags it writes
 //     disp_over[half][s] = {Word(call, count), d} into every pe, so every pe fails
@@ -91,8 +100,8 @@
 // S = scale bytes of the caller's scales, Q = hidden_dim / 128 fp32 cast scales,
 // Hc = hidden_dim * max(max_token_type_size, 2), R = M * max(W, K)):
 //   signals (written by peers), then the private state, zeroed at construction
-//     disp_flag   u64 [2][W]
-//     comb_flag   u64 [2][W]
+//     disp_flag   u64 [2][W][kLlFlagLanes]
+//     comb_flag   u64 [2][W][kLlFlagLanes]
 //     disp_over   u64 [2][W][2]    over-the-cap note of source s: Word(call, count), d
 //     disp_consumed u64 [W]        copy-engine op: Word(call) once pe d consumed this
 //     comb_consumed u64 [W]        pe's rows of that dispatch / combine call (below)
@@ -208,6 +217,16 @@ inline constexpr float kLlCastMargin = 1e-4f;
 inline constexpr float kE4M3Max = 448.0f;
 inline constexpr float kE4M3MaxInv = 1.0f / 448.0f;
 
+// Flag lanes per (half, source) (see "Flag lanes" above); a launch has at most this
+// many blocks.
+inline constexpr int kLlFlagLanes = 64;
+
+// Index of lane `lane` of source s's flag in half `half` of a flag array.
+MORI_HOST_DEVICE inline size_t LlFlagIndex(size_t half, int world, int s, int lane = 0) {
+  return (half * static_cast<size_t>(world) + static_cast<size_t>(s)) * kLlFlagLanes +
+         static_cast<size_t>(lane);
+}
+
 struct LlDeviceState {
   uint64_t dispatch_calls;
   uint64_t combine_calls;
@@ -274,8 +293,8 @@ inline LlBufferLayout MakeLlLayout(const EpShape& s) {
   l.half_src = AlignUp(slots * 4, 256);
   l.half_comb_tokens = AlignUp(static_cast<size_t>(LlCombineRows(s)) * s.combine_row_bytes, 256);
   l.half_comb_weights = AlignUp(W * M * K * 4, 256);
-  l.disp_flag = take(2 * W * 8);
-  l.comb_flag = take(2 * W * 8);
+  l.disp_flag = take(2 * W * kLlFlagLanes * 8);
+  l.comb_flag = take(2 * W * kLlFlagLanes * 8);
   l.disp_over = take(2 * W * sizeof(LlOverNote));
   l.disp_consumed = take(W * 8);
   l.comb_consumed = take(W * 8);

@@ -43,11 +43,14 @@ __device__ __forceinline__ void CombineSendPartials(const LlParams& p, size_t ct
   const uint64_t dcall = st->dispatch_calls;
   const size_t dh = DispHalf(p, dcall);
   const int64_t P = p.recv_slots, hidden = p.hidden_dim, stride = a.input_row_stride / 2;
-  const uint64_t* dflags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + dh * W;
+  const uint64_t* dflags =
+      reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + LlFlagIndex(dh, W, 0);
   __shared__ int64_t base[kMaxCudaWorldSize + 1];
   if (threadIdx.x == 0) {
     base[0] = 0;
-    for (int s = 0; s < W; ++s) base[s + 1] = base[s] + static_cast<int64_t>(CountOf(dflags[s]));
+    for (int s = 0; s < W; ++s) {
+      base[s + 1] = base[s] + static_cast<int64_t>(CountOf(dflags[s * kLlFlagLanes]));
+    }
   }
   __syncthreads();
   const float* weights =
@@ -336,18 +339,30 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
     }
   }
   Stamp(stamps, 2);
+  uint64_t* flags =
+      reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + LlFlagIndex(half, W, 0);
+  const uint64_t word = LlWord(call, 0, LlCombineTag(p.c));
+  if constexpr (!ce) {
+    // Every block announces its own rows into its flag lanes, released after them.
+    dev::Quiet();
+    __syncthreads();
+    PostLanes(p, flags, word, true);
+    Stamp(stamps, 3);
+  }
+  // The grid's last block advances the call counter (every block has read it by now);
+  // a copy-engine op's flags (lane 0) go with it, or to the host's copies. A launch
+  // that receives too leaves the counter to its receive phase (CombineRecv).
+  if (!ce && (p.phases & kLlCombineRecv)) return;
   if (FinishBlock(&st->blocks_done)) {
-    if (threadIdx.x < W) {
-      uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
-      const uint64_t word = LlWord(call, 0, LlCombineTag(p.c));
+    if (ce && threadIdx.x < W) {
       if (kCe && a.layout == LlLayout::kTokenMajor && threadIdx.x != me) {
         p.stage_comb_flags[threadIdx.x] = word;  // the host copies it after the rows
       } else {
-        dev::SignalSet(p.ctx, &flags[me], word, threadIdx.x);
+        dev::SignalSet(p.ctx, &flags[me * kLlFlagLanes], word, threadIdx.x);
       }
     }
     if (threadIdx.x == 0) st->combine_calls = call;
-    Stamp(stamps, 3);
+    if (ce) Stamp(stamps, 3);
   }
 }
 
@@ -513,8 +528,15 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   __shared__ int rejected_by;
   uint64_t* stamps = p.stamps[kLlPartCombineRecv];
   Stamp(stamps, 0);
-  const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + half * W;
-  WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false);
+  const uint64_t* flags =
+      reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + LlFlagIndex(half, W, 0);
+  WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false,
+            ce ? 1 : kLlFlagLanes);
+  // A fused launch's counter (CombineSend left it): every block posted its lanes, so
+  // every block read the counter before this store.
+  if (!ce && (p.phases & kLlCombineSend) && blockIdx.x == 0 && threadIdx.x == 0) {
+    c.State()->combine_calls = call;
+  }
   if (rejected_by >= 0) TrapRejected(p, rejected_by, "combine", nullptr, call);
   Stamp(stamps, 1);
   const char* comb = c.Local(p.layout.comb_tokens + half * p.layout.half_comb_tokens);

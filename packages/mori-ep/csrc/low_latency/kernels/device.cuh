@@ -194,11 +194,13 @@ __device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32
   dev::TrapAfterReport();
 }
 
-// Waits for the W flags of `call` in `flags` (this pe's copy); threads < W wait,
-// the block gets the counts and the first rejecting pe (or -1). A flag under another
-// wire tag than `mine` traps naming both.
+// Waits for the flags of `call` in `flags` (this pe's copy of one half): `lanes` lanes
+// of each of the W sources (kLlFlagLanes where every sending block posts its own, 1 for
+// a copy-engine op), spread over the block's threads; the block gets the counts (lane
+// 0's) and the first rejecting pe (or -1). A flag under another wire tag than `mine`
+// traps naming both.
 __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t call, int64_t* counts,
-                          int* rejected_by, uint32_t mine, bool dispatch) {
+                          int* rejected_by, uint32_t mine, bool dispatch, int lanes) {
   __shared__ int other_from;
   __shared__ uint32_t other_tag;
   if (threadIdx.x == 0) {
@@ -206,19 +208,33 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
     other_from = -1;
   }
   __syncthreads();
-  if (threadIdx.x < p.world) {
-    const int s = threadIdx.x;
-    const uint64_t w = WaitPeerWord(&flags[s], LlWord(call, 0), p.timeout_ns, p.me, s,
+  for (int i = threadIdx.x; i < p.world * lanes; i += blockDim.x) {
+    const int s = i / lanes, lane = i % lanes;
+    const uint64_t w = WaitPeerWord(&flags[s * kLlFlagLanes + lane], LlWord(call, 0), p.timeout_ns,
+                                    p.me, s,
                                     dispatch ? "low-latency dispatch" : "low-latency combine", call,
                                     dispatch ? "dispatch flag" : "combine flag", kCountBits);
     const bool rej = CountOf(w) == kLlRejected;
-    counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
+    if (lane == 0) counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
     if (rej) atomicCAS(rejected_by, -1, s);
     if (!rej && RowTagOf(w) != mine && atomicCAS(&other_from, -1, s) == -1) other_tag = RowTagOf(w);
   }
   __syncthreads();
   if (*rejected_by < 0 && other_from >= 0) {
     TrapLlTag(p.me, other_from, other_tag, mine, p.timeout_ns, dispatch);
+  }
+}
+
+// Posts `word` as this pe's flag (source me) into every pe's `flags` half: with
+// `own_lanes`, the lanes this block owns (b, b + B, ...; "Flag lanes" in
+// low_latency/protocol.hpp), else every lane (the grid's last block, or a rejection
+// every block of the grid posts alike). Every thread of the block calls it after the
+// stores the flag covers and a barrier; each posting thread releases them.
+__device__ void PostLanes(const LlParams& p, uint64_t* flags, uint64_t word, bool own_lanes) {
+  for (int i = threadIdx.x; i < p.world * kLlFlagLanes; i += blockDim.x) {
+    const int d = i / kLlFlagLanes, lane = i % kLlFlagLanes;
+    if (own_lanes && lane % static_cast<int>(gridDim.x) != static_cast<int>(blockIdx.x)) continue;
+    dev::SignalSet(p.ctx, &flags[p.me * kLlFlagLanes + lane], word, d);
   }
 }
 
@@ -244,11 +260,14 @@ __device__ void Reject(const LlParams& p, bool dispatch) {
   const size_t half = DispHalf<kCe>(call);  // combines of a copy-engine op use half 0 too
   uint64_t* flags =
       reinterpret_cast<uint64_t*>(c.Local(dispatch ? p.layout.disp_flag : p.layout.comb_flag)) +
-      half * W;
-  if (threadIdx.x < W) dev::SignalSet(p.ctx, &flags[p.me], LlWord(call, kLlRejected), threadIdx.x);
-  if (threadIdx.x < W) {
-    WaitPeerWord(&flags[threadIdx.x], LlWord(call, 0), p.timeout_ns, p.me, threadIdx.x,
-                 dispatch ? "low-latency dispatch" : "low-latency combine", call,
+      LlFlagIndex(half, W, 0);
+  // Every block posts the rejection into its own lanes (a copy-engine op's receivers
+  // read lane 0, which block 0 owns).
+  PostLanes(p, flags, LlWord(call, kLlRejected), true);
+  const int lanes = kCe ? 1 : kLlFlagLanes;
+  for (int i = threadIdx.x; i < W * lanes; i += blockDim.x) {
+    WaitPeerWord(&flags[(i / lanes) * kLlFlagLanes + i % lanes], LlWord(call, 0), p.timeout_ns,
+                 p.me, i / lanes, dispatch ? "low-latency dispatch" : "low-latency combine", call,
                  dispatch ? "dispatch flag" : "combine flag", kCountBits);
   }
   __syncthreads();

@@ -29,9 +29,12 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
   LlDeviceState* st = c.State();
   uint64_t* stamps = p.stamps[kLlPartDispatchSend];
   Stamp(stamps, 0);
-  // Rows per destination, counted with the masks (the last block posts them).
+  // Rows per destination, counted with the masks (every block posts them), and
+  // whether an id failed its check (every block sees every token's ids).
   __shared__ int sent[kMaxCudaWorldSize];
+  __shared__ int bad_ids;
   if (threadIdx.x < W) sent[threadIdx.x] = 0;
+  if (threadIdx.x == 0) bad_ids = 0;
   __syncthreads();
   // Routing masks of every token (each block its own copy), and the id checks.
   for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
@@ -47,6 +50,7 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
         why = "repeated (the expert-major layout needs distinct experts)";
       }
       if (bad) {
+        bad_ids = 1;
         if (blockIdx.x == 0 && atomicCAS(&st->pad, 0u, 1u) == 0u) {
           printf(
               "mori.ep low-latency dispatch on rank %d: expert id %d %s at token %lld slot %d "
@@ -155,17 +159,42 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
     }
   }
   Stamp(stamps, 2);
+  // Over the cap: the first pe whose count exceeds the slots (every block finds it).
+  __shared__ int over;
+  if (threadIdx.x == 0) over = W;
+  __syncthreads();
+  if (threadIdx.x < W && sent[threadIdx.x] > P) atomicMin(&over, threadIdx.x);
+  __syncthreads();
+  const bool rejected = bad_ids != 0 || over < W;
+  uint64_t* flags =
+      reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_flag)) + LlFlagIndex(half, W, 0);
+  if (!kCe) {
+    // Every block announces its own rows: a rejecting sender's note first (every
+    // block writes the same one), then the block's flag lanes, each released after
+    // the block's stores.
+    if (over < W && threadIdx.x < W) {
+      LlOverNote* note =
+          reinterpret_cast<LlOverNote*>(c.Peer(p.layout.disp_over, threadIdx.x)) + half * W + me;
+      note->word = LlWord(call, static_cast<uint64_t>(sent[over]));
+      note->dest = static_cast<uint64_t>(over);
+    }
+    dev::Quiet();
+    __syncthreads();
+    for (int i = threadIdx.x; i < W * kLlFlagLanes; i += blockDim.x) {
+      const int d = i / kLlFlagLanes, lane = i % kLlFlagLanes;
+      if (lane % static_cast<int>(gridDim.x) != static_cast<int>(blockIdx.x)) continue;
+      const uint64_t word = LlWord(call, rejected ? kLlRejected : sent[d], LlDispatchTag(a));
+      dev::SignalSet(p.ctx, &flags[me * kLlFlagLanes + lane], word, d);
+    }
+    Stamp(stamps, 3);
+  }
+  // The grid's last block advances the call counter (every block has read it by now)
+  // and, with the copy engines, stages the flags the host copies after the rows. A
+  // launch that receives too leaves the counter to its receive phase (DispatchRecv),
+  // which has seen every block's lanes: no block waits for the grid here.
+  if (!kCe && !rejected && (p.phases & kLlDispatchRecv)) return;
   if (FinishBlock(&st->blocks_done)) {
-    // The last block: every block's rows are released; post the counts. A count past
-    // the receive slots rejects the call, its note (the first such pe) written into
-    // every pe before the flag that releases it.
-    __shared__ int over;
-    if (threadIdx.x == 0) over = W;
-    __syncthreads();
-    if (threadIdx.x < W && sent[threadIdx.x] > P) atomicMin(&over, threadIdx.x);
-    __syncthreads();
-    const bool rejected = st->pad != 0 || over < W;
-    if (threadIdx.x < W) {
+    if (kCe && threadIdx.x < W) {
       const int d = threadIdx.x;
       if (over < W) {
         LlOverNote* note =
@@ -173,9 +202,8 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
         note->word = LlWord(call, static_cast<uint64_t>(sent[over]));
         note->dest = static_cast<uint64_t>(over);
       }
-      uint64_t* flags = reinterpret_cast<uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
       const uint64_t word = LlWord(call, rejected ? kLlRejected : sent[d], LlDispatchTag(a));
-      if (kCe && d != me && !rejected) {
+      if (d != me && !rejected) {
         // The host copies it after the rows. d's area is single-buffered: wait until d
         // consumed this pe's previous call (its receive posts that) before the copies.
         p.stage_flags[d] = word;
@@ -184,22 +212,21 @@ __device__ void DispatchSend(const LlParams& p, uint64_t call, uint32_t* masks) 
         WaitPeerWord(&consumed[d], LlWord(call - 1, 0), p.timeout_ns, me, d, "low-latency dispatch",
                      call, "consumed word", kCountBits);
       } else {
-        dev::SignalSet(p.ctx, &flags[me], word, d);
+        dev::SignalSet(p.ctx, &flags[me * kLlFlagLanes], word, d);
       }
     }
     __syncthreads();
-    Stamp(stamps, 3);
+    if (kCe) Stamp(stamps, 3);
     if (threadIdx.x == 0) st->dispatch_calls = call;
     if (rejected) {
       if (over < W && threadIdx.x == 0) {
         ReportOverCap(me, me, static_cast<uint64_t>(sent[over]), static_cast<uint64_t>(over), P);
       }
       // Receive the call as every pe does (its flags), then end the launch.
-      const uint64_t* flags =
-          reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
-      if (threadIdx.x < W) {
-        WaitPeerWord(&flags[threadIdx.x], LlWord(call, 0), p.timeout_ns, me, threadIdx.x,
-                     "low-latency dispatch", call, "dispatch flag", kCountBits);
+      const int lanes = kCe ? 1 : kLlFlagLanes;
+      for (int i = threadIdx.x; i < W * lanes; i += blockDim.x) {
+        WaitPeerWord(&flags[(i / lanes) * kLlFlagLanes + i % lanes], LlWord(call, 0), p.timeout_ns,
+                     me, i / lanes, "low-latency dispatch", call, "dispatch flag", kCountBits);
       }
       __syncthreads();
       if (threadIdx.x == 0) st->pad = 0;
@@ -222,8 +249,15 @@ __device__ void DispatchRecv(const LlParams& p, uint64_t call, uint32_t* scratch
   __shared__ int rejected_by;
   uint64_t* stamps = p.stamps[kLlPartDispatchRecv];
   Stamp(stamps, 0);
-  const uint64_t* flags = reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + half * W;
-  WaitFlags(p, flags, call, counts, &rejected_by, LlDispatchTag(p.d), true);
+  const uint64_t* flags =
+      reinterpret_cast<const uint64_t*>(c.Local(p.layout.disp_flag)) + LlFlagIndex(half, W, 0);
+  WaitFlags(p, flags, call, counts, &rejected_by, LlDispatchTag(p.d), true, kCe ? 1 : kLlFlagLanes);
+  // A fused launch's counter (DispatchSend left it): every block of this launch posted
+  // its lanes, so every block read the counter before this store.
+  if (!kCe && (p.phases & kLlDispatchSend) && blockIdx.x == 0 && threadIdx.x == 0 &&
+      rejected_by < 0) {
+    Ctx{p}.State()->dispatch_calls = call;
+  }
   if (rejected_by >= 0) {
     TrapRejected(p, rejected_by, "dispatch",
                  reinterpret_cast<const LlOverNote*>(c.Local(p.layout.disp_over)) + half * W, call);
