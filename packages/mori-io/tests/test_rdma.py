@@ -346,7 +346,7 @@ def test_wr_id_round_trip_and_rejections():
     for kind in (0, 3):
         with pytest.raises(mori.core.InvalidArgumentError, match="kind"):
             R.encode_wr_id(kind, 0, 0)
-        with pytest.raises(mori.core.InvalidArgumentError, match="not a mori-io work request"):
+        with pytest.raises(mori.core.InvalidArgumentError, match="not a mori work request"):
             R.decode_wr_id(kind << 56)
 
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/verbs_objects.hpp"
+#include "mori/transport/verbs/verbs_objects.hpp"
 
-#if MORI_IO_WITH_RDMA
+#if MORI_CORE_WITH_VERBS
 
 #include <arpa/inet.h>
 
@@ -14,7 +14,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 namespace {
 
 [[noreturn]] void ThrowVerb(const char* verb, const std::string& what, int err) {
@@ -127,7 +127,7 @@ VerbsDevice::VerbsDevice(const VerbsApi& api, const std::string& device, int por
     Close();
     throw;
   }
-  MORI_LOG_INFO(kIo, "rdma: opened ", Describe());
+  MORI_LOG_INFO(kCore, "rdma: opened ", Describe());
 }
 
 VerbsDevice::~VerbsDevice() { Close(); }
@@ -173,7 +173,7 @@ MemoryRegistration::MemoryRegistration(const VerbsDevice& device, uintptr_t addr
 
 MemoryRegistration::~MemoryRegistration() {
   if (int rc = api_.dereg_mr(mr_); rc != 0) {
-    MORI_LOG_WARN(kIo, "rdma: ibv_dereg_mr failed: ", std::strerror(rc));
+    MORI_LOG_WARN(kCore, "rdma: ibv_dereg_mr failed: ", std::strerror(rc));
   }
 }
 
@@ -205,7 +205,7 @@ RcQueuePair::RcQueuePair(const VerbsDevice& device, int cq_index, uint32_t max_s
 RcQueuePair::~RcQueuePair() {
   if (qp_ != nullptr) {
     if (int rc = device_.api().destroy_qp(qp_); rc != 0) {
-      MORI_LOG_WARN(kIo, "rdma: ibv_destroy_qp(", qp_->qp_num, ") failed: ", std::strerror(rc));
+      MORI_LOG_WARN(kCore, "rdma: ibv_destroy_qp(", qp_->qp_num, ") failed: ", std::strerror(rc));
     }
   }
 }
@@ -265,7 +265,7 @@ void RcQueuePair::Connect(const QpConfig& config, const EndpointInfo& remote) {
   Modify(BuildInitTransition(c), "RESET->INIT");
   Modify(BuildRtrTransition(c, device_.PortInfo(), remote), "INIT->RTR");
   Modify(BuildRtsTransition(c, psn_), "RTR->RTS");
-  MORI_LOG_DEBUG(kIo, "rdma: QP ", qp_->qp_num, " connected to QPN ", remote.qpn, " (LID ",
+  MORI_LOG_DEBUG(kCore, "rdma: QP ", qp_->qp_num, " connected to QPN ", remote.qpn, " (LID ",
                  remote.lid, ", GID ", FormatGid(remote.gid), ")");
 }
 
@@ -326,6 +326,6 @@ std::string DescribeWcStatus(const VerbsApi* api, int status) {
                 ": ", WcStatusHint(status));
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs
 
-#endif  // MORI_IO_WITH_RDMA
+#endif  // MORI_CORE_WITH_VERBS
