@@ -319,6 +319,44 @@ int RcQueuePair::PostReceives(uint32_t n) {
   return n == 0 ? 0 : ibv_post_recv(qp_, wrs.data(), &bad);
 }
 
+int RcQueuePair::PostSendOps(const SendOp* ops, size_t n) {
+  if (n == 0) return 0;
+  wr_buf_.assign(n, ibv_send_wr{});
+  sge_buf_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SendOp& op = ops[i];
+    ibv_send_wr& w = wr_buf_[i];
+    sge_buf_[i] = {op.local_addr, op.length, op.lkey};
+    w.wr_id = op.wr_id;
+    w.next = i + 1 < n ? &wr_buf_[i + 1] : nullptr;
+    w.sg_list = op.length > 0 ? &sge_buf_[i] : nullptr;
+    w.num_sge = op.length > 0 ? 1 : 0;
+    w.opcode = static_cast<ibv_wr_opcode>(op.opcode);
+    w.send_flags = op.signaled ? IBV_SEND_SIGNALED : 0;
+    if (op.opcode == WrOpcode::kWrite) {
+      w.wr.rdma.remote_addr = op.remote_addr;
+      w.wr.rdma.rkey = op.rkey;
+    }
+  }
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp_, wr_buf_.data(), &bad);
+}
+
+int RcQueuePair::PostRecvOps(const RecvOp* ops, size_t n) {
+  if (n == 0) return 0;
+  std::vector<ibv_recv_wr> wrs(n);
+  std::vector<ibv_sge> sges(n);
+  for (size_t i = 0; i < n; ++i) {
+    sges[i] = {ops[i].addr, ops[i].length, ops[i].lkey};
+    wrs[i].wr_id = ops[i].wr_id;
+    wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+  }
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(qp_, wrs.data(), &bad);
+}
+
 std::string DescribeWcStatus(const VerbsApi* api, int status) {
   const char* text =
       api != nullptr ? api->wc_status_str(static_cast<ibv_wc_status>(status)) : nullptr;

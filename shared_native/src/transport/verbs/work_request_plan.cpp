@@ -12,10 +12,15 @@
 static_assert(static_cast<int>(mori::transport::verbs::WrOpcode::kWrite) == IBV_WR_RDMA_WRITE &&
                   static_cast<int>(mori::transport::verbs::WrOpcode::kWriteWithImm) ==
                       IBV_WR_RDMA_WRITE_WITH_IMM &&
+                  static_cast<int>(mori::transport::verbs::WrOpcode::kSend) == IBV_WR_SEND &&
                   static_cast<int>(mori::transport::verbs::WrOpcode::kRead) == IBV_WR_RDMA_READ,
               "WrOpcode differs from enum ibv_wr_opcode");
 static_assert(IBV_WC_SUCCESS == mori::transport::verbs::kWcSuccess &&
                   IBV_WC_WR_FLUSH_ERR == mori::transport::verbs::kWcFlushError &&
+                  IBV_WC_LOC_LEN_ERR == mori::transport::verbs::kWcLocLenError &&
+                  IBV_WC_LOC_PROT_ERR == mori::transport::verbs::kWcLocProtError &&
+                  IBV_WC_REM_ACCESS_ERR == mori::transport::verbs::kWcRemAccessError &&
+                  IBV_WC_RETRY_EXC_ERR == mori::transport::verbs::kWcRetryExceeded &&
                   IBV_WC_RETRY_EXC_ERR == 12 && IBV_WC_GENERAL_ERR == 21,
               "WcStatusName's table differs from enum ibv_wc_status");
 static_assert(mori::transport::verbs::send_flag::kFence == IBV_SEND_FENCE &&

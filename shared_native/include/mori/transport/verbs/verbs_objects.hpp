@@ -22,6 +22,7 @@
 
 #include "mori/transport/verbs/nic_select.hpp"
 #include "mori/transport/verbs/qp_attributes.hpp"
+#include "mori/transport/verbs/rdma_port.hpp"
 #include "mori/transport/verbs/verbs_loader.hpp"
 #include "mori/transport/verbs/work_request_plan.hpp"
 
@@ -131,6 +132,9 @@ class MORI_API RcQueuePair {
                 uint32_t slot, size_t* posted);
   // Posts `n` zero-SGE receive WRs (they absorb WRITE_WITH_IMM notifications).
   int PostReceives(uint32_t n);
+  // Posts SendOps (one SGE each) / receive buffers as one chain; 0 or the errno.
+  int PostSendOps(const SendOp* ops, size_t n);
+  int PostRecvOps(const RecvOp* ops, size_t n);
 
  private:
   void Modify(const QpTransition& t, const char* what);

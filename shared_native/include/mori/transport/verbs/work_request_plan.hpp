@@ -16,7 +16,7 @@
 namespace mori::transport::verbs {
 
 // enum ibv_wr_opcode values (checked against the header in work_request_plan.cpp).
-enum class WrOpcode : uint8_t { kWrite = 0, kWriteWithImm = 1, kRead = 4 };
+enum class WrOpcode : uint8_t { kWrite = 0, kWriteWithImm = 1, kSend = 2, kRead = 4 };
 // enum ibv_send_flags values.
 namespace send_flag {
 inline constexpr uint32_t kFence = 1u << 0;  // wait for earlier RDMA READs of this QP
@@ -145,7 +145,11 @@ MORI_API std::string WcStatusName(int status);
 // What a failed completion usually means, in a few words, for the transfer's message.
 MORI_API const char* WcStatusHint(int status) noexcept;
 inline constexpr int kWcSuccess = 0;
-inline constexpr int kWcFlushError = 5;  // flushed because the QP went to ERROR
+inline constexpr int kWcLocLenError = 1;   // a SEND longer than the receive buffer
+inline constexpr int kWcLocProtError = 4;  // a local buffer outside its registration
+inline constexpr int kWcFlushError = 5;    // flushed because the QP went to ERROR
+inline constexpr int kWcRemAccessError = 10;  // remote address/rkey not registered there
+inline constexpr int kWcRetryExceeded = 12;   // the peer did not answer (gone, link down)
 
 // Throws InvalidArgumentError naming the first bad limit.
 MORI_API void ValidatePlanLimits(const PlanLimits& limits);
