@@ -233,6 +233,26 @@ TEST(ProxyVerbs, ManyAddsThroughThreeReceivesAreExact) {
   });
 }
 
+TEST(ProxyVerbs, ShutdownDeliversWhatWasPostedBeforeTheQueuePairsGo) {
+  RunRanks(2, [&](int me, TcpBootstrap& boot) {
+    Pe pe(me, 2, 4096);
+    auto t = Open(pe, boot, SmallQueues());
+    if (me == 0) {
+      for (int i = 0; i < 5; ++i) t->PostAtomicAdd(1, 8, 1);  // unsignaled SENDs
+      t->PostNotify(1, 9);
+      t->Shutdown();
+      t.reset();  // its QPs are gone
+    } else {
+      // Polls (reposting receives) while pe 0 shuts down, as a proxy thread does.
+      std::vector<Completion> seen;
+      PollUntil(*t, &seen, [&] { return Count(seen, Completion::Kind::kNotify, 0, 9) == 1; },
+                "the notify posted before the peer shut down");
+      EXPECT_EQ(pe.Load(8), 5u);
+    }
+    boot.Barrier();
+  });
+}
+
 TEST(ProxyVerbs, APeWithoutAPortFailsEveryPeNamingIt) {
   std::atomic<int> failures{0};
   RunRanks(2, [&](int me, TcpBootstrap& boot) {

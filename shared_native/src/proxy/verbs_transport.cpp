@@ -304,7 +304,10 @@ void VerbsTransport::Handle(const tv::WorkCompletion& wc) {
   }
   Peer& p = *peers_[pe];
   if (wc.status != tv::kWcSuccess) {
-    if (shutting_down_) return;
+    if (shutting_down_) {
+      p.retired = p.posted;  // the QP is in error: everything on it was flushed
+      return;
+    }
     Lost(pe, wc.recv ? "receiving a record" : StrCat("RDMA work request ", low),
          StrCat(tv::WcStatusName(wc.status), ": ", tv::WcStatusHint(wc.status)));
   }
@@ -379,6 +382,28 @@ void VerbsTransport::Poll(std::vector<Completion>* out) {
   notices_.clear();
 }
 
-void VerbsTransport::Shutdown() { shutting_down_ = true; }
+void VerbsTransport::Shutdown() {
+  // Destroying a QP drops the WRs it still holds: wait until the NIC has delivered
+  // what was posted (the close barrier's notifies included). A zero-length signaled
+  // WRITE covers the unsignaled WRs before it. Failures now are flushes of peers that
+  // went first; they retire everything (Handle).
+  shutting_down_ = true;
+  for (int pe = 0; pe < static_cast<int>(peers_.size()); ++pe) {
+    Peer* p = peers_[pe].get();
+    if (p == nullptr || p->retired >= p->posted) continue;
+    try {
+      tv::SendOp op;
+      op.opcode = tv::WrOpcode::kWrite;
+      op.local_addr = reinterpret_cast<uint64_t>(heap_->my_base());
+      op.lkey = heap_keys_.lkey;
+      op.remote_addr = p->heap.addr;
+      op.rkey = p->heap.rkey;
+      const uint64_t last = Post(pe, op, true);
+      WaitRetired(pe, last + 1, "delivering its last records at shutdown");
+    } catch (const std::exception& e) {
+      MORI_LOG_WARN(kCore, e.what());
+    }
+  }
+}
 
 }  // namespace mori::proxy::internal
