@@ -183,24 +183,33 @@ TEST(ProxyVerbs, AllToAllWritesThenAddsLandInOrderBitForBit) {
     }
     // Fences: everything posted to `to` before them has been applied there.
     for (int step = 1; step < world; ++step) t->PostFence((me + step) % world, 100 + me);
-    PollUntil(*t, &seen, [&] {
-      check();
-      size_t acks = 0;
-      for (int step = 1; step < world; ++step) {
-        acks += Count(seen, Completion::Kind::kFenceAck, (me + step) % world, 100 + me);
-      }
-      return acks == size_t(world - 1);
-    }, "fence acks");
+    PollUntil(
+        *t, &seen,
+        [&] {
+          check();
+          size_t acks = 0;
+          for (int step = 1; step < world; ++step) {
+            acks += Count(seen, Completion::Kind::kFenceAck, (me + step) % world, 100 + me);
+          }
+          return acks == size_t(world - 1);
+        },
+        "fence acks");
     // A notify to everyone; each pe's arrives after its adds.
     for (int step = 1; step < world; ++step) t->PostNotify((me + step) % world, 7);
-    PollUntil(*t, &seen, [&] {
-      size_t n = 0;
-      for (int from = 0; from < world; ++from) n += Count(seen, Completion::Kind::kNotify, from, 7);
-      return n == size_t(world - 1);
-    }, "notifies");
+    PollUntil(
+        *t, &seen,
+        [&] {
+          size_t n = 0;
+          for (int from = 0; from < world; ++from)
+            n += Count(seen, Completion::Kind::kNotify, from, 7);
+          return n == size_t(world - 1);
+        },
+        "notifies");
     check();
     for (int from = 0; from < world; ++from) {
-      if (from != me) EXPECT_EQ(pe.Load(from * 8), uint64_t(kRounds)) << "pe " << me;
+      if (from != me) {
+        EXPECT_EQ(pe.Load(from * 8), uint64_t(kRounds)) << "pe " << me;
+      }
     }
     // The loopback double moves a pe's WRs when that pe polls (as a NIC moves them
     // without being asked): keep polling until every pe has what it waits for.
@@ -222,8 +231,9 @@ TEST(ProxyVerbs, ManyAddsThroughThreeReceivesAreExact) {
       for (int i = 0; i < adds; ++i) t->PostAtomicAdd(1, 8, uint64_t(i) + 1);
       t->PostNotify(1, 1);
     } else {
-      PollUntil(*t, &seen, [&] { return Count(seen, Completion::Kind::kNotify, 0, 1) == 1; },
-                "the notify after 2000 adds");
+      PollUntil(
+          *t, &seen, [&] { return Count(seen, Completion::Kind::kNotify, 0, 1) == 1; },
+          "the notify after 2000 adds");
       EXPECT_EQ(pe.Load(8), uint64_t(adds) * (adds + 1) / 2);
       done = true;
     }
@@ -245,8 +255,9 @@ TEST(ProxyVerbs, ShutdownDeliversWhatWasPostedBeforeTheQueuePairsGo) {
     } else {
       // Polls (reposting receives) while pe 0 shuts down, as a proxy thread does.
       std::vector<Completion> seen;
-      PollUntil(*t, &seen, [&] { return Count(seen, Completion::Kind::kNotify, 0, 9) == 1; },
-                "the notify posted before the peer shut down");
+      PollUntil(
+          *t, &seen, [&] { return Count(seen, Completion::Kind::kNotify, 0, 9) == 1; },
+          "the notify posted before the peer shut down");
       EXPECT_EQ(pe.Load(8), 5u);
     }
     boot.Barrier();

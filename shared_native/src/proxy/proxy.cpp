@@ -393,7 +393,8 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
   auto all = bootstrap::AllGatherBytes(*bootstrap, std::vector<uint8_t>(blob.begin(), blob.end()));
   for (int pe = 0; pe < n; ++pe) s.heap.peers().push_back(Decode(all[pe]));
   for (int pe = 0; pe < n; ++pe) {
-    const bool verbs_there = s.heap.peers()[pe].transport == static_cast<int>(TransportChoice::kVerbs);
+    const bool verbs_there =
+        s.heap.peers()[pe].transport == static_cast<int>(TransportChoice::kVerbs);
     if (verbs_there != (s.opts.transport == TransportChoice::kVerbs)) {
       MORI_THROW(InvalidArgumentError, "proxy of pe ", me, ": pe ", pe,
                  verbs_there ? " chose" : " did not choose", " the verbs transport and pe ", me,

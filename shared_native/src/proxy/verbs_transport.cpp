@@ -58,7 +58,6 @@ struct VerbsTransport::Record {
   uint64_t seq;
 };
 
-
 struct VerbsTransport::Peer {
   std::unique_ptr<tv::RdmaQueuePair> qp;
   tv::RegionKey heap;     // the peer's heap: address, length, rkey
@@ -119,9 +118,10 @@ void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<
         auto p = std::make_unique<Peer>();
         p->qp = port_->CreateQp(options_.send_depth, options_.recv_depth);
         p->depth = std::min(options_.send_depth, p->qp->send_depth());
-        MORI_CHECK(p->depth >= options_.signal_interval && p->qp->recv_depth() >= options_.recv_depth,
-                   "RDMA QP capacities ", p->qp->send_depth(), "/", p->qp->recv_depth(),
-                   " below what the proxy needs");
+        MORI_CHECK(
+            p->depth >= options_.signal_interval && p->qp->recv_depth() >= options_.recv_depth,
+            "RDMA QP capacities ", p->qp->send_depth(), "/", p->qp->recv_depth(),
+            " below what the proxy needs");
         p->recv_base = at;
         p->send_base = at + options_.recv_depth * sizeof(Record);
         at += per_peer;
@@ -142,8 +142,8 @@ void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<
   std::string blob;
   if (error.empty()) {
     blob.push_back('\0');
-    blob += tv::EncodeRegionKey({reinterpret_cast<uint64_t>(heap_->my_base()), heap_->heap_size(),
-                                 heap_keys_.rkey});
+    blob += tv::EncodeRegionKey(
+        {reinterpret_cast<uint64_t>(heap_->my_base()), heap_->heap_size(), heap_keys_.rkey});
     for (int pe = 0; pe < n; ++pe) blob += tv::EncodeEndpoints({endpoints[pe]});
   } else {
     blob.push_back('\1');
@@ -154,8 +154,9 @@ void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<
   for (int pe = 0; pe < n; ++pe) {
     const std::vector<uint8_t>& b = all[pe];
     if (!b.empty() && b[0] == 0 && b.size() == 1 + kKeyBlob + n * kEndpointBlob) continue;
-    std::string why = b.size() > 1 && b[0] == 1 ? std::string(b.begin() + 1, b.end())
-                                                : StrCat("a malformed blob of ", b.size(), " bytes");
+    std::string why = b.size() > 1 && b[0] == 1
+                          ? std::string(b.begin() + 1, b.end())
+                          : StrCat("a malformed blob of ", b.size(), " bytes");
     failed += StrCat(failed.empty() ? "" : "; ", heap_->PeName(pe), ": ", why);
   }
   if (!failed.empty()) {
@@ -199,8 +200,8 @@ void VerbsTransport::WaitRoom(int pe) {
     }
     if (Clock::now() > deadline) {
       Lost(pe, "waiting for send-queue room",
-           StrCat(p.posted - p.retired, " work requests not completed within ",
-                  options_.timeout_ms, " ms"));
+           StrCat(p.posted - p.retired, " work requests not completed within ", options_.timeout_ms,
+                  " ms"));
     }
     idle.Pause();
   }
@@ -362,7 +363,8 @@ void VerbsTransport::Apply(int pe, uint32_t slot, uint32_t byte_len) {
       notices_.push_back({Completion::Kind::kNotify, pe, r.a});
       return;
     default:
-      Lost(pe, "receiving a record", StrCat("unknown record kind ", r.kind, " (", KindName(r.kind), ")"));
+      Lost(pe, "receiving a record",
+           StrCat("unknown record kind ", r.kind, " (", KindName(r.kind), ")"));
   }
 }
 

@@ -18,10 +18,10 @@
 #include "mori/transport/verbs/endpoint_codec.hpp"
 #include "mori/transport/verbs/nic_select.hpp"
 #include "mori/transport/verbs/qp_attributes.hpp"
-#include "rdma/rdma_backend.hpp"
 #include "mori/transport/verbs/send_queue.hpp"
 #include "mori/transport/verbs/verbs_loader.hpp"
 #include "mori/transport/verbs/work_request_plan.hpp"
+#include "rdma/rdma_backend.hpp"
 #include "testing/loopback_backend.hpp"
 #include "testing/testing_py.hpp"
 

@@ -34,9 +34,9 @@ enum class Path : int {
 MORI_API const char* PathName(Path path) noexcept;
 
 enum class TransportChoice : int {
-  kAuto = 0,  // kMapped within the local group; kCma for other groups on this host when
-              // the kernel permits it (probed), else kTcp
-  kTcp = 1,   // kTcp for every pe outside the local group (kMapped inside it)
+  kAuto = 0,   // kMapped within the local group; kCma for other groups on this host when
+               // the kernel permits it (probed), else kTcp
+  kTcp = 1,    // kTcp for every pe outside the local group (kMapped inside it)
   kVerbs = 2,  // kVerbs for every pe outside the local group (kMapped inside it); every
                // pe must choose it, and every pe must open an RDMA port, or construction
                // fails on all of them naming the pe and why

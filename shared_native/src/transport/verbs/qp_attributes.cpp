@@ -32,11 +32,13 @@ static_assert(mori::transport::verbs::access::kLocalWrite == IBV_ACCESS_LOCAL_WR
                   mori::transport::verbs::access::kRemoteWrite == IBV_ACCESS_REMOTE_WRITE &&
                   mori::transport::verbs::access::kRemoteRead == IBV_ACCESS_REMOTE_READ,
               "access flags differ from enum ibv_access_flags");
-static_assert(mori::transport::verbs::kMtuMin == IBV_MTU_256 && mori::transport::verbs::kMtuMax == IBV_MTU_4096,
+static_assert(mori::transport::verbs::kMtuMin == IBV_MTU_256 &&
+                  mori::transport::verbs::kMtuMax == IBV_MTU_4096,
               "MTU enum differs from enum ibv_mtu");
 static_assert(static_cast<int>(mori::transport::verbs::LinkLayer::kInfiniBand) ==
                       IBV_LINK_LAYER_INFINIBAND &&
-                  static_cast<int>(mori::transport::verbs::LinkLayer::kEthernet) == IBV_LINK_LAYER_ETHERNET,
+                  static_cast<int>(mori::transport::verbs::LinkLayer::kEthernet) ==
+                      IBV_LINK_LAYER_ETHERNET,
               "LinkLayer differs from the IBV_LINK_LAYER_* values");
 #endif
 

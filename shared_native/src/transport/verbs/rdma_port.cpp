@@ -56,8 +56,8 @@ class VerbsQueuePair final : public RdmaQueuePair {
 class VerbsPort final : public RdmaPort {
  public:
   VerbsPort(const VerbsApi& api, const RdmaPortChoice& choice, const RdmaPortOptions& options)
-      : device_(std::make_unique<VerbsDevice>(api, choice.device, choice.port, options.gid_index,
-                                              1, options.cq_depth, false)) {
+      : device_(std::make_unique<VerbsDevice>(api, choice.device, choice.port, options.gid_index, 1,
+                                              options.cq_depth, false)) {
     max_message_ = std::min<uint64_t>(device_->port_attr().max_msg_sz, uint64_t{1} << 30);
   }
   ~VerbsPort() override {
@@ -88,7 +88,7 @@ class VerbsPort final : public RdmaPort {
 
  private:
   std::unique_ptr<VerbsDevice> device_;
-  std::vector<std::unique_ptr<MemoryRegistration>> regs_;
+  std::vector<std::unique_ptr<MemoryRegistration> > regs_;
   std::vector<ibv_wc> wc_;
   uint64_t max_message_ = 0;
 };

@@ -194,8 +194,7 @@ WrId DecodeWrId(uint64_t wr_id) {
   auto kind = static_cast<uint8_t>(wr_id >> 56);
   MORI_CHECK_ARG(
       kind == static_cast<uint8_t>(WrKind::kSend) || kind == static_cast<uint8_t>(WrKind::kRecv),
-      "wr_id 0x", std::hex, wr_id, " has kind ", std::dec, int{kind},
-      ": not a mori work request");
+      "wr_id 0x", std::hex, wr_id, " has kind ", std::dec, int{kind}, ": not a mori work request");
   return {static_cast<WrKind>(kind), static_cast<uint32_t>((wr_id >> 32) & kMaxRetire),
           static_cast<uint32_t>(wr_id)};
 }

@@ -2,7 +2,8 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The RDMA payloads of the engine's TCP control messages: a set of QP endpoints (to
+// The RDMA payloads of mori-io's engine control messages and of the proxy's queue-pair
+// exchange over its bootstrap: a set of QP endpoints (to
 // connect queue pairs) and a region's remote key (to address it with one-sided
 // READ/WRITE). A small versioned binary format, little-endian:
 //

@@ -2,8 +2,8 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// Which RDMA device, port and GID a backend uses. Pure functions of the topology
-// (mori::topology::Discover) and of a GID table, so they are tested on synthetic
+// Which RDMA device, port and GID a backend (mori-io's, the proxy's port) uses. Pure functions of
+// the topology (mori::topology::Discover) and of a GID table, so they are tested on synthetic
 // machines.
 
 #include <array>
@@ -34,8 +34,8 @@ struct RdmaPortChoice {
 // not exist (listing the devices and ports that do, with their states), or when no
 // port that could be used is ACTIVE.
 MORI_API RdmaPortChoice ChooseRdmaPort(const std::vector<topology::RdmaDevice>& devices,
-                              const topology::Gpu* gpu, const std::string& requested,
-                              int requested_port = 0);
+                                       const topology::Gpu* gpu, const std::string& requested,
+                                       int requested_port = 0);
 
 // One entry of a port's GID table: the GID and its type as sysfs names it under
 // ports/<p>/gid_attrs/types/<index> ("IB/RoCE v1", "RoCE v2"; "" when unknown).
@@ -68,6 +68,7 @@ MORI_API std::array<uint8_t, 16> ParseGid(const std::string& text);
 //    non-zero entry; the lowest index within a class.
 //  - requested < 0 on InfiniBand: the lowest non-zero entry (index 0, the port GID).
 // Throws NotFoundError when no entry is non-zero.
-MORI_API GidChoice SelectGidIndex(const std::vector<GidEntry>& table, LinkLayer link_layer, int requested);
+MORI_API GidChoice SelectGidIndex(const std::vector<GidEntry>& table, LinkLayer link_layer,
+                                  int requested);
 
 }  // namespace mori::transport::verbs

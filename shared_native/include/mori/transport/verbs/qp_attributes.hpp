@@ -154,7 +154,7 @@ struct QpTransition {
 // peer without GID, an InfiniBand peer with LID 0, a PSN or QPN over 24 bits).
 MORI_API QpTransition BuildInitTransition(const QpConfig& config);
 MORI_API QpTransition BuildRtrTransition(const QpConfig& config, const LocalPortInfo& local,
-                                const EndpointInfo& remote);
+                                         const EndpointInfo& remote);
 MORI_API QpTransition BuildRtsTransition(const QpConfig& config, uint32_t local_psn);
 
 // The path MTU both ends support: min(local, remote, configured bound).

@@ -2,9 +2,9 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// libibverbs, loaded with dlopen so that the extension imports (and every other
-// backend works) on machines without rdma-core. Nothing in mori-io may call an ibv_*
-// function by name: the extension must not carry an undefined ibv_* symbol. The
+// libibverbs, loaded with dlopen so that libmori_core and the extensions import (and
+// every other backend works) on machines without rdma-core. Nothing in mori may call
+// an ibv_* function by name: no library may carry an undefined ibv_* symbol. The
 // static inline verbs of <infiniband/verbs.h> that only go through the context's ops
 // (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) are fine.
 

@@ -2,7 +2,8 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The verbs-facing half of the RDMA backend: an opened device port (context, PD, CQs,
+// The verbs-facing half of mori's RDMA code (mori-io's RDMA backend, the proxy's
+// verbs port in rdma_port.cpp): an opened device port (context, PD, CQs,
 // port attributes, GID table), memory registrations, RC queue pairs with their state
 // machine, posting of planned work requests. Everything decided here without a device
 // (attributes, plans, choices, encodings) comes from the pure files next to it; this
@@ -74,8 +75,8 @@ class MORI_API VerbsDevice {
 };
 
 // The GID table of a port as ibv_query_gid and sysfs (types) report it.
-MORI_API std::vector<GidEntry> ReadGidTable(const VerbsApi& api, ibv_context* ctx, const std::string& device,
-                                   uint8_t port, int table_len);
+MORI_API std::vector<GidEntry> ReadGidTable(const VerbsApi& api, ibv_context* ctx,
+                                            const std::string& device, uint8_t port, int table_len);
 
 // A registered memory region (deregistered on destruction).
 class MORI_API MemoryRegistration {

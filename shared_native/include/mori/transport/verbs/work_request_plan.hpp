@@ -95,8 +95,8 @@ struct TransferPlan {
 //    one; for a read a zero-length one is appended with the fence flag, so the target
 //    hears of it only after the reads before it completed. A transfer of zero bytes
 //    with notify is one zero-length WRITE_WITH_IMM; without notify it has no WRs.
-MORI_API TransferPlan PlanTransfer(PlanOp op, const PlanSpan* spans, size_t n, const PlanLimits& limits,
-                          uint64_t uid);
+MORI_API TransferPlan PlanTransfer(PlanOp op, const PlanSpan* spans, size_t n,
+                                   const PlanLimits& limits, uint64_t uid);
 
 // Immediate data of a notification (32 bits, sent big-endian as ibverbs requires):
 //   bit 31      1 = the initiator READ the target's memory, 0 = it WROTE it
@@ -145,9 +145,9 @@ MORI_API std::string WcStatusName(int status);
 // What a failed completion usually means, in a few words, for the transfer's message.
 MORI_API const char* WcStatusHint(int status) noexcept;
 inline constexpr int kWcSuccess = 0;
-inline constexpr int kWcLocLenError = 1;   // a SEND longer than the receive buffer
-inline constexpr int kWcLocProtError = 4;  // a local buffer outside its registration
-inline constexpr int kWcFlushError = 5;    // flushed because the QP went to ERROR
+inline constexpr int kWcLocLenError = 1;      // a SEND longer than the receive buffer
+inline constexpr int kWcLocProtError = 4;     // a local buffer outside its registration
+inline constexpr int kWcFlushError = 5;       // flushed because the QP went to ERROR
 inline constexpr int kWcRemAccessError = 10;  // remote address/rkey not registered there
 inline constexpr int kWcRetryExceeded = 12;   // the peer did not answer (gone, link down)
 
