@@ -407,19 +407,24 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
     // Every pe outside this pe's local group is reached over RDMA. A pe that cannot
     // open a port says why in the collective Connect, and every pe fails with it.
     std::vector<uint8_t> use(n, 0);
-    for (int pe = 0; pe < n; ++pe) use[pe] = shmem::Ptr(ctx.my_base, pe) == nullptr;
+    int remote = 0;
+    for (int pe = 0; pe < n; ++pe) {
+      use[pe] = shmem::Ptr(ctx.my_base, pe) == nullptr;
+      remote += use[pe];
+    }
+    internal::VerbsOptions vo;
+    vo.timeout_ms = topts.timeout_ms;
     std::unique_ptr<transport::verbs::RdmaPort> port;
     std::string why;
     try {
       transport::verbs::RdmaPortOptions po;
       po.device = env::String("MORI_PROXY_IB_DEVICE", "");
       po.gpu_index = s.heap.cuda() ? info.device : -1;
+      po.cq_depth = std::max(4096, internal::VerbsTransport::CqEntriesNeeded(remote, vo));
       port = transport::verbs::OpenRdmaPort(po);
     } catch (const std::exception& e) {
       why = e.what();
     }
-    internal::VerbsOptions vo;
-    vo.timeout_ms = topts.timeout_ms;
     s.verbs = std::make_unique<internal::VerbsTransport>(&s.heap, std::move(port), why, vo);
     s.verbs->Connect(*bootstrap, use);
   }

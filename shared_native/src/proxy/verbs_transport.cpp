@@ -94,6 +94,11 @@ void VerbsTransport::Lost(int pe, const std::string& stage, const std::string& d
              stage, ": ", detail);
 }
 
+int VerbsTransport::CqEntriesNeeded(int peers, const VerbsOptions& o) {
+  const uint64_t per_peer = o.send_depth / o.signal_interval + 2 + o.recv_depth;
+  return static_cast<int>(std::min<uint64_t>(uint64_t(peers) * per_peer, INT32_MAX));
+}
+
 void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<uint8_t>& use) {
   const int n = heap_->n_pes();
   const int me = heap_->my_pe();
@@ -112,6 +117,11 @@ void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<
       records_.assign(std::max<size_t>(1, used * per_peer), 0);
       record_keys_ = port_->Register(records_.data(), records_.size());
       max_message_ = port_->max_message_bytes();
+      if (port_->cq_depth() < CqEntriesNeeded(used, options_)) {
+        MORI_THROW(InvalidArgumentError, "the completion queue of ", port_->Describe(), " has ",
+                   port_->cq_depth(), " entries, ", used, " queue pairs need up to ",
+                   CqEntriesNeeded(used, options_));
+      }
       size_t at = 0;
       for (int pe = 0; pe < n; ++pe) {
         if (!use[pe] || pe == me) continue;
@@ -304,15 +314,17 @@ void VerbsTransport::Handle(const tv::WorkCompletion& wc) {
                wc.wr_id);
   }
   Peer& p = *peers_[pe];
+  // From our wr_id, not wc.recv: a failed completion's opcode is undefined in ibverbs.
+  const bool recv = (wc.wr_id & kRecvBit) != 0;
   if (wc.status != tv::kWcSuccess) {
     if (shutting_down_) {
       p.retired = p.posted;  // the QP is in error: everything on it was flushed
       return;
     }
-    Lost(pe, wc.recv ? "receiving a record" : StrCat("RDMA work request ", low),
+    Lost(pe, recv ? "receiving a record" : StrCat("RDMA work request ", low),
          StrCat(tv::WcStatusName(wc.status), ": ", tv::WcStatusHint(wc.status)));
   }
-  if (!wc.recv) {
+  if (!recv) {
     // In-order completion: this WR and every unsignaled one before it are done. (WR
     // numbers are carried in 40 bits: 2^40 WRs to one pe are not reached.)
     p.retired = std::max(p.retired, low + 1);

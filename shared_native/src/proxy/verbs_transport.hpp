@@ -66,6 +66,11 @@ class MORI_API VerbsTransport final : public Transport {
   // on every pe when any pe failed to open its port or to set up, naming that pe.
   void Connect(bootstrap::Bootstrap& bootstrap, const std::vector<uint8_t>& use);
 
+  // Completion-queue entries `peers` queue pairs can have outstanding at once: each
+  // peer's signaled send WRs (every signal_interval-th of send_depth, a write's last,
+  // the shutdown WRITE) and its posted receives. The port must have at least this many.
+  static int CqEntriesNeeded(int peers, const VerbsOptions& options);
+
   const char* Name() const override { return "verbs"; }
   void PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) override;
   void PostAtomicAdd(int pe, uint64_t offset, uint64_t value) override;

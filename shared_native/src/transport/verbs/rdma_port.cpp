@@ -59,12 +59,14 @@ class VerbsPort final : public RdmaPort {
       : device_(std::make_unique<VerbsDevice>(api, choice.device, choice.port, options.gid_index, 1,
                                               options.cq_depth, false)) {
     max_message_ = std::min<uint64_t>(device_->port_attr().max_msg_sz, uint64_t{1} << 30);
+    cq_depth_ = std::min(options.cq_depth, device_->device_attr().max_cqe);
   }
   ~VerbsPort() override {
     regs_.clear();  // before the device (its PD)
   }
   std::string Describe() const override { return device_->Describe(); }
   uint64_t max_message_bytes() const override { return max_message_; }
+  int cq_depth() const override { return cq_depth_; }
   MemoryKeys Register(void* addr, uint64_t length) override {
     regs_.push_back(
         std::make_unique<MemoryRegistration>(*device_, reinterpret_cast<uintptr_t>(addr), length));
@@ -91,6 +93,7 @@ class VerbsPort final : public RdmaPort {
   std::vector<std::unique_ptr<MemoryRegistration> > regs_;
   std::vector<ibv_wc> wc_;
   uint64_t max_message_ = 0;
+  int cq_depth_ = 0;
 };
 
 }  // namespace

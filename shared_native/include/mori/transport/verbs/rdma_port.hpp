@@ -79,6 +79,9 @@ class MORI_API RdmaPort {
   virtual std::string Describe() const = 0;
   // The longest message one WRITE may carry.
   virtual uint64_t max_message_bytes() const = 0;
+  // Entries of the completion queue (completions not yet polled beyond this overrun
+  // it, which breaks the port): RdmaPortOptions::cq_depth bounded by the device.
+  virtual int cq_depth() const = 0;
   // Registers [addr, +length) (host memory, or CUDA memory where the NIC reaches it by
   // GPUDirect) for local access and remote WRITE; kept until the port is destroyed.
   // Throws TransportError naming the range and errno.
