@@ -110,7 +110,15 @@ void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<
   std::vector<tv::EndpointInfo> endpoints(n);
   if (error.empty()) {
     try {
-      heap_keys_ = port_->Register(heap_->my_base(), heap_->heap_size());
+      try {
+        heap_keys_ = port_->Register(heap_->my_base(), heap_->heap_size());
+      } catch (const std::exception& e) {
+        if (!heap_->cuda()) throw;
+        // No staging path: a CUDA heap needs the NIC to reach GPU memory itself.
+        MORI_THROW(NotSupportedError, "registering the CUDA heap with the NIC failed (", e.what(),
+                   "): GPUDirect RDMA is not available (nvidia-peermem or dma-buf support); "
+                   "MORI_PROXY_TRANSPORT=tcp stages CUDA heaps through host memory instead");
+      }
       int used = 0;
       for (int pe = 0; pe < n; ++pe) used += use[pe] && pe != me;
       const size_t per_peer = (options_.recv_depth + options_.send_depth) * sizeof(Record);
