@@ -91,7 +91,7 @@ struct Pe {
 
 VerbsOptions SmallQueues() {
   VerbsOptions o;
-  o.timeout_ms = 10000;
+  o.timeout_ms = 30000;
   o.send_depth = 16;  // room runs out often
   o.recv_depth = 3;   // SENDs wait for reposted receives
   o.signal_interval = 4;
@@ -109,7 +109,7 @@ std::unique_ptr<VerbsTransport> Open(Pe& pe, TcpBootstrap& boot, const VerbsOpti
 // Polls until pred() holds (bounded), collecting completions into *seen.
 void PollUntil(VerbsTransport& t, std::vector<Completion>* seen, const std::function<bool()>& pred,
                const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!pred()) {
     t.Poll(seen);
     if (std::chrono::steady_clock::now() > deadline) {
@@ -226,14 +226,14 @@ TEST(ProxyVerbs, ManyAddsThroughThreeReceivesAreExact) {
     Pe pe(me, 2, 4096);
     auto t = Open(pe, boot, SmallQueues());
     std::vector<Completion> seen;
-    const int adds = 2000;
+    const int adds = 500;
     if (me == 0) {
       for (int i = 0; i < adds; ++i) t->PostAtomicAdd(1, 8, uint64_t(i) + 1);
       t->PostNotify(1, 1);
     } else {
       PollUntil(
           *t, &seen, [&] { return Count(seen, Completion::Kind::kNotify, 0, 1) == 1; },
-          "the notify after 2000 adds");
+          "the notify after 500 adds");
       EXPECT_EQ(pe.Load(8), uint64_t(adds) * (adds + 1) / 2);
       done = true;
     }
@@ -278,6 +278,69 @@ TEST(ProxyVerbs, APeWithoutAPortFailsEveryPeNamingIt) {
       const std::string what = e.what();
       EXPECT_NE(what.find("pe 1 (node 'n1'): no RDMA device here"), std::string::npos) << what;
       EXPECT_NE(what.find("MORI_PROXY_TRANSPORT=verbs"), std::string::npos) << what;
+      ++failures;
+    }
+  });
+  EXPECT_EQ(failures.load(), 2);
+}
+
+// A port whose queue pairs refuse to connect (a NIC's modify_qp failing), around the
+// loopback double.
+class RefusingPort final : public mori::transport::verbs::RdmaPort {
+ public:
+  RefusingPort() : inner_(mori::transport::verbs::testing::CreateLoopbackPort()) {}
+  std::string Describe() const override { return "refusing port"; }
+  uint64_t max_message_bytes() const override { return inner_->max_message_bytes(); }
+  int cq_depth() const override { return inner_->cq_depth(); }
+  mori::transport::verbs::MemoryKeys Register(void* addr, uint64_t length) override {
+    return inner_->Register(addr, length);
+  }
+  std::unique_ptr<mori::transport::verbs::RdmaQueuePair> CreateQp(uint32_t s, uint32_t r) override {
+    struct Qp final : mori::transport::verbs::RdmaQueuePair {
+      std::unique_ptr<mori::transport::verbs::RdmaQueuePair> qp;
+      mori::transport::verbs::EndpointInfo LocalEndpoint() const override {
+        return qp->LocalEndpoint();
+      }
+      void Connect(const mori::transport::verbs::QpConfig&,
+                   const mori::transport::verbs::EndpointInfo&) override {
+        MORI_THROW(TransportError, "ibv_modify_qp INIT->RTR failed (test)");
+      }
+      int PostSend(const mori::transport::verbs::SendOp* o, size_t n) override {
+        return qp->PostSend(o, n);
+      }
+      int PostRecv(const mori::transport::verbs::RecvOp* o, size_t n) override {
+        return qp->PostRecv(o, n);
+      }
+      uint32_t send_depth() const override { return qp->send_depth(); }
+      uint32_t recv_depth() const override { return qp->recv_depth(); }
+    };
+    auto q = std::make_unique<Qp>();
+    q->qp = inner_->CreateQp(s, r);
+    return q;
+  }
+  int Poll(mori::transport::verbs::WorkCompletion* out, int max) override {
+    return inner_->Poll(out, max);
+  }
+
+ private:
+  std::unique_ptr<mori::transport::verbs::RdmaPort> inner_;
+};
+
+TEST(ProxyVerbs, AQueuePairThatCannotConnectFailsEveryPeNamingIt) {
+  std::atomic<int> failures{0};
+  RunRanks(2, [&](int me, TcpBootstrap& boot) {
+    Pe pe(me, 2, 4096);
+    std::unique_ptr<mori::transport::verbs::RdmaPort> port =
+        me == 1 ? std::make_unique<RefusingPort>()
+                : mori::transport::verbs::testing::CreateLoopbackPort();
+    VerbsTransport t(&pe.heap, std::move(port), "", SmallQueues());
+    try {
+      t.Connect(boot, {1, 1});
+    } catch (const mori::TransportError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("pe 1 (node 'n1'): ibv_modify_qp INIT->RTR failed (test)"),
+                std::string::npos)
+          << what;
       ++failures;
     }
   });

@@ -181,28 +181,49 @@ void VerbsTransport::Connect(bootstrap::Bootstrap& bootstrap, const std::vector<
     MORI_THROW(NotSupportedError, heap_->Self(),
                ": MORI_PROXY_TRANSPORT=verbs cannot be used: ", failed);
   }
-  for (int pe = 0; pe < n; ++pe) {
-    Peer* p = peers_[pe].get();
-    if (p == nullptr) continue;
-    const std::vector<uint8_t>& b = all[pe];
-    const char* data = reinterpret_cast<const char*>(b.data()) + 1;
-    p->heap = tv::DecodeRegionKey(std::string(data, kKeyBlob));
-    MORI_CHECK(p->heap.length == heap_->heap_size(), heap_->PeName(pe), "'s heap has ",
-               p->heap.length, " bytes, this pe's ", heap_->heap_size());
-    std::string ep(data + kKeyBlob + me * kEndpointBlob, kEndpointBlob);
-    p->qp->Connect(options_.qp, tv::DecodeEndpoints(ep).at(0));
-    std::vector<tv::RecvOp> recvs(options_.recv_depth);
-    for (uint32_t i = 0; i < options_.recv_depth; ++i) {
-      recvs[i] = {kRecvBit | (uint64_t(pe) << kPeShift) | i,
-                  reinterpret_cast<uint64_t>(records_.data() + p->recv_base + i * sizeof(Record)),
-                  sizeof(Record), record_keys_.lkey};
+  // Connect every QP and post its receives; then a second all-gather, so a pe whose
+  // QP failed to connect fails every pe (instead of leaving them in a barrier), and so
+  // every QP is ready to receive before anyone sends.
+  std::string connect_error;
+  try {
+    for (int pe = 0; pe < n; ++pe) {
+      Peer* p = peers_[pe].get();
+      if (p == nullptr) continue;
+      const std::vector<uint8_t>& b = all[pe];
+      const char* data = reinterpret_cast<const char*>(b.data()) + 1;
+      p->heap = tv::DecodeRegionKey(std::string(data, kKeyBlob));
+      MORI_CHECK(p->heap.length == heap_->heap_size(), heap_->PeName(pe), "'s heap has ",
+                 p->heap.length, " bytes, this pe's ", heap_->heap_size());
+      const tv::EndpointInfo ep =
+          tv::DecodeEndpoints(std::string(data + kKeyBlob + me * kEndpointBlob, kEndpointBlob))
+              .at(0);
+      MORI_CHECK(ep.qpn != 0, heap_->PeName(pe), " has no queue pair for pe ", me,
+                 " (the pes disagree on which pairs use RDMA)");
+      p->qp->Connect(options_.qp, ep);
+      std::vector<tv::RecvOp> recvs(options_.recv_depth);
+      for (uint32_t i = 0; i < options_.recv_depth; ++i) {
+        recvs[i] = {kRecvBit | (uint64_t(pe) << kPeShift) | i,
+                    reinterpret_cast<uint64_t>(records_.data() + p->recv_base + i * sizeof(Record)),
+                    sizeof(Record), record_keys_.lkey};
+      }
+      if (int rc = p->qp->PostRecv(recvs.data(), recvs.size()); rc != 0) {
+        MORI_THROW(TransportError, "posting receives for ", heap_->PeName(pe), ": ",
+                   transport::ErrnoText(rc));
+      }
     }
-    if (int rc = p->qp->PostRecv(recvs.data(), recvs.size()); rc != 0) {
-      Lost(pe, "posting receives", transport::ErrnoText(rc));
-    }
+  } catch (const std::exception& e) {
+    connect_error = e.what();
   }
-  // Every QP is ready to receive before anyone sends.
-  bootstrap.Barrier();
+  auto connected = bootstrap::AllGatherBytes(
+      bootstrap, std::vector<uint8_t>(connect_error.begin(), connect_error.end()));
+  for (int pe = 0; pe < n; ++pe) {
+    if (connected[pe].empty()) continue;
+    failed += StrCat(failed.empty() ? "" : "; ", heap_->PeName(pe), ": ",
+                     std::string(connected[pe].begin(), connected[pe].end()));
+  }
+  if (!failed.empty()) {
+    MORI_THROW(TransportError, heap_->Self(), ": connecting the RDMA queue pairs failed: ", failed);
+  }
   if (port_ != nullptr) MORI_LOG_INFO(kCore, heap_->Self(), ": RDMA over ", port_->Describe());
 }
 

@@ -62,8 +62,9 @@ class MORI_API VerbsTransport final : public Transport {
 
   // Collective over `bootstrap` (every pe calls it, in the same order of collectives):
   // registers the heap and the record buffers, creates a QP to each pe with use[pe],
-  // all-gathers endpoints and region keys, connects, posts receives, barrier. Throws
-  // on every pe when any pe failed to open its port or to set up, naming that pe.
+  // all-gathers endpoints and region keys, connects, posts receives, all-gathers the
+  // outcome. Throws on every pe when any pe failed to open its port, to set up or to
+  // connect, naming that pe and why.
   void Connect(bootstrap::Bootstrap& bootstrap, const std::vector<uint8_t>& use);
 
   // Completion-queue entries `peers` queue pairs can have outstanding at once: each
