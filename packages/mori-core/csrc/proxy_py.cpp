@@ -92,9 +92,11 @@ retire stands beside). CUDA builds only.)doc");
                o.transport = px::TransportChoice::kAuto;
              } else if (transport == "tcp") {
                o.transport = px::TransportChoice::kTcp;
+             } else if (transport == "verbs") {
+               o.transport = px::TransportChoice::kVerbs;
              } else {
                MORI_THROW(InvalidArgumentError, "proxy transport '", transport,
-                          "': expected auto or tcp");
+                          "': expected auto, tcp or verbs");
              }
              o.advertise_host = advertise_host;
              o.timeout = TimeoutMsFromSeconds(timeout_s, "timeout_s");

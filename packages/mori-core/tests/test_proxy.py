@@ -75,3 +75,21 @@ def test_proxy_before_shmem_is_a_clear_error():
     assert not shmem.initialized()
     with pytest.raises(mc.InvalidStateError, match="shmem is not initialized"):
         proxy.Proxy(mc._C.TcpBootstrap(0, 1))
+
+
+VERBS_WORKER = str(Path(__file__).parent / "workers" / "proxy_verbs_worker.py")
+
+
+def test_verbs_without_a_nic_fails_on_every_pe_naming_each():
+    """MORI_PROXY_TRANSPORT=verbs where no pe can open an RDMA port (no NIC here): every
+    pe refuses with each pe's reason, none hangs. On a machine with a NIC the worker
+    instead moves one write+add over RDMA and checks it."""
+    results = run_ranks([VERBS_WORKER, "all", str(new_seed())], 2, timeout_s=120, who="pe")
+    for r in results:
+        assert "refused: " in r.output or "verbs worked" in r.output, r.output
+
+
+def test_verbs_chosen_by_some_pes_only_is_refused_on_every_pe():
+    results = run_ranks([VERBS_WORKER, "mixed", str(new_seed())], 2, timeout_s=120, who="pe")
+    for r in results:
+        assert "must be the same on every pe" in r.output, r.output

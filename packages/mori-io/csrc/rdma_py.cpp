@@ -7,7 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "rdma/qp_attributes.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
 #include "rdma/rdma_backend.hpp"
 
 namespace py = pybind11;

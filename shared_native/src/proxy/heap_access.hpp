@@ -20,6 +20,7 @@ struct PeerInfo {
   uint16_t port = 0;
   int64_t pid = 0;
   uint64_t heap_base = 0;  // address of its heap in its own process (CMA)
+  int transport = 0;       // its TransportChoice (every pe must make the same)
 };
 
 class HeapAccess {

@@ -23,6 +23,7 @@
 #include "samehost_transports.hpp"
 #include "shmem/local_group.hpp"
 #include "tcp_transport.hpp"
+#include "verbs_transport.hpp"
 
 namespace mori::proxy {
 
@@ -34,6 +35,8 @@ const char* PathName(Path path) noexcept {
       return "cma";
     case Path::kTcp:
       return "tcp";
+    case Path::kVerbs:
+      return "verbs";
   }
   return "unknown";
 }
@@ -66,7 +69,8 @@ std::string Encode(const PeerInfo& p) {
      << p.address << '\n'
      << p.port << '\n'
      << p.pid << '\n'
-     << p.heap_base << '\n';
+     << p.heap_base << '\n'
+     << p.transport << '\n';
   return os.str();
 }
 
@@ -76,7 +80,7 @@ PeerInfo Decode(const std::vector<uint8_t>& blob) {
   std::getline(is, p.node);
   std::getline(is, p.host_id);
   std::getline(is, p.address);
-  is >> p.port >> p.pid >> p.heap_base;
+  is >> p.port >> p.pid >> p.heap_base >> p.transport;
   return p;
 }
 
@@ -90,6 +94,7 @@ struct Proxy::Impl {
   std::unique_ptr<internal::TcpTransport> tcp;
   std::unique_ptr<internal::MappedTransport> mapped;
   std::unique_ptr<internal::CmaTransport> cma;
+  std::unique_ptr<internal::VerbsTransport> verbs;
   std::vector<Transport*> transports;  // each once, for Poll
   std::vector<Transport*> route;       // per pe
   std::vector<Path> paths;
@@ -120,7 +125,7 @@ struct Proxy::Impl {
 
   std::atomic<uint64_t> commands{0};
   std::vector<std::atomic<uint64_t>> bytes_to_pe;
-  std::atomic<uint64_t> bytes_by_path[3] = {};
+  std::atomic<uint64_t> bytes_by_path[4] = {};
 
   explicit Impl(int n) : bytes_to_pe(n) {}
 
@@ -346,8 +351,11 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
     const std::string t = env::String("MORI_PROXY_TRANSPORT", "auto");
     if (t == "tcp") {
       s.opts.transport = TransportChoice::kTcp;
+    } else if (t == "verbs") {
+      s.opts.transport = TransportChoice::kVerbs;
     } else if (t != "auto") {
-      MORI_THROW(InvalidArgumentError, "MORI_PROXY_TRANSPORT='", t, "': expected auto or tcp");
+      MORI_THROW(InvalidArgumentError, "MORI_PROXY_TRANSPORT='", t,
+                 "': expected auto, tcp or verbs");
     }
   }
   if (s.opts.advertise_host.empty()) {
@@ -380,14 +388,51 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
   mine.port = s.tcp->port();
   mine.pid = ::getpid();
   mine.heap_base = reinterpret_cast<uint64_t>(ctx.my_base);
+  mine.transport = static_cast<int>(s.opts.transport);
   const std::string blob = Encode(mine);
   auto all = bootstrap::AllGatherBytes(*bootstrap, std::vector<uint8_t>(blob.begin(), blob.end()));
   for (int pe = 0; pe < n; ++pe) s.heap.peers().push_back(Decode(all[pe]));
+  for (int pe = 0; pe < n; ++pe) {
+    const bool verbs_there =
+        s.heap.peers()[pe].transport == static_cast<int>(TransportChoice::kVerbs);
+    if (verbs_there != (s.opts.transport == TransportChoice::kVerbs)) {
+      MORI_THROW(InvalidArgumentError, "proxy of pe ", me, ": pe ", pe,
+                 verbs_there ? " chose" : " did not choose", " the verbs transport and pe ", me,
+                 verbs_there ? " did not" : " did",
+                 " (MORI_PROXY_TRANSPORT=verbs / transport='verbs' must be the same on every pe)");
+    }
+  }
   s.tcp->Connect(*bootstrap);
+  if (s.opts.transport == TransportChoice::kVerbs) {
+    // Every pe outside this pe's local group is reached over RDMA. A pe that cannot
+    // open a port says why in the collective Connect, and every pe fails with it.
+    std::vector<uint8_t> use(n, 0);
+    int remote = 0;
+    for (int pe = 0; pe < n; ++pe) {
+      use[pe] = shmem::Ptr(ctx.my_base, pe) == nullptr;
+      remote += use[pe];
+    }
+    internal::VerbsOptions vo;
+    vo.timeout_ms = topts.timeout_ms;
+    std::unique_ptr<transport::verbs::RdmaPort> port;
+    std::string why;
+    try {
+      transport::verbs::RdmaPortOptions po;
+      po.device = env::String("MORI_PROXY_IB_DEVICE", "");
+      po.gpu_index = s.heap.cuda() ? info.device : -1;
+      po.cq_depth = std::max(4096, internal::VerbsTransport::CqEntriesNeeded(remote, vo));
+      port = transport::verbs::OpenRdmaPort(po);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    s.verbs = std::make_unique<internal::VerbsTransport>(&s.heap, std::move(port), why, vo);
+    s.verbs->Connect(*bootstrap, use);
+  }
 
   s.mapped = std::make_unique<internal::MappedTransport>(&s.heap, s.tcp.get());
   s.cma = std::make_unique<internal::CmaTransport>(&s.heap, s.tcp.get());
   s.transports = {s.tcp.get(), s.mapped.get()};
+  if (s.verbs) s.transports.push_back(s.verbs.get());
   s.route.assign(n, nullptr);
   s.paths.assign(n, Path::kTcp);
   for (int pe = 0; pe < n; ++pe) {
@@ -395,6 +440,9 @@ Proxy::Proxy(std::shared_ptr<bootstrap::Bootstrap> bootstrap, const ProxyOptions
     if (shmem::Ptr(ctx.my_base, pe) != nullptr) {
       s.paths[pe] = Path::kMapped;
       s.route[pe] = s.mapped.get();
+    } else if (s.verbs) {
+      s.paths[pe] = Path::kVerbs;
+      s.route[pe] = s.verbs.get();
     } else if (s.opts.transport == TransportChoice::kAuto && !s.heap.cuda() &&
                s.heap.peers()[pe].host_id == mine.host_id &&
                internal::CmaTransport::Probe(s.heap, pe, &why)) {

@@ -2,7 +2,6 @@
 // Copyright (c) 2026 The mori authors
 #include "engine/backend_probe.hpp"
 
-#include <dlfcn.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include "mori/core/cuda.hpp"
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
+#include "rdma/rdma_backend.hpp"
 #include "shm/cma_copy.hpp"
 
 namespace mori::io {
@@ -35,26 +35,11 @@ BackendAvailability ProbeCma() {
   return {true, scope_file ? StrCat("CMA usable (ptrace_scope=", scope, ")") : "CMA usable"};
 }
 
+// The RDMA backend's own probe (mori-core's verbs loader: MORI_IO_IBVERBS_LIB, the
+// required symbols, the device list), so there is one way libibverbs is loaded.
 BackendAvailability ProbeIbverbs() {
-  void* lib = ::dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = ::dlerror();
-    return {false, StrCat("libibverbs.so.1 cannot be loaded: ", why ? why : "unknown error")};
-  }
-  using GetList = void** (*)(int*);
-  using FreeList = void (*)(void**);
-  auto get_list = reinterpret_cast<GetList>(::dlsym(lib, "ibv_get_device_list"));
-  auto free_list = reinterpret_cast<FreeList>(::dlsym(lib, "ibv_free_device_list"));
-  if (get_list == nullptr || free_list == nullptr) {
-    ::dlclose(lib);
-    return {false, "libibverbs.so.1 lacks ibv_get_device_list/ibv_free_device_list"};
-  }
-  int count = 0;
-  void** list = get_list(&count);
-  if (list != nullptr) free_list(list);
-  ::dlclose(lib);
-  if (count <= 0) return {false, "libibverbs loaded but lists no RDMA devices"};
-  return {true, StrCat(count, " RDMA device(s)")};
+  rdma::RdmaProbe probe = rdma::ProbeRdma();
+  return {probe.available, probe.reason};
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
-#include "rdma/verbs_loader.hpp"
+#include "mori/transport/verbs/verbs_loader.hpp"
 #include "wire/log_safe.hpp"
 
 #if MORI_IO_WITH_RDMA
@@ -25,9 +25,9 @@
 #include <unordered_map>
 
 #include "mori/topology/topology.hpp"
-#include "rdma/nic_select.hpp"
-#include "rdma/send_queue.hpp"
-#include "rdma/verbs_objects.hpp"
+#include "mori/transport/verbs/nic_select.hpp"
+#include "mori/transport/verbs/send_queue.hpp"
+#include "mori/transport/verbs/verbs_objects.hpp"
 #endif
 
 namespace mori::io::rdma {

@@ -37,11 +37,16 @@
 #include <vector>
 
 #include "ledger/transfer_state.hpp"
-#include "rdma/endpoint_codec.hpp"
-#include "rdma/qp_attributes.hpp"
-#include "rdma/work_request_plan.hpp"
+#include "mori/transport/verbs/endpoint_codec.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
+#include "mori/transport/verbs/work_request_plan.hpp"
 
 namespace mori::io::rdma {
+
+// The verbs layer (QP attributes, plans, encodings, NIC/GID choice, the dlopen of
+// libibverbs, device/MR/QP objects) lives in mori-core, shared with the proxy's verbs
+// transport; the backend names it as its own.
+using namespace mori::transport::verbs;  // NOLINT(google-build-using-namespace)
 
 enum class PollCqMode : int { kPolling = 0, kEvent = 1 };
 

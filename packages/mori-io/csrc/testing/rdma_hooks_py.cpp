@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "mori/core/error.hpp"
-#include "rdma/endpoint_codec.hpp"
-#include "rdma/nic_select.hpp"
-#include "rdma/qp_attributes.hpp"
+#include "mori/transport/verbs/endpoint_codec.hpp"
+#include "mori/transport/verbs/nic_select.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
+#include "mori/transport/verbs/send_queue.hpp"
+#include "mori/transport/verbs/verbs_loader.hpp"
+#include "mori/transport/verbs/work_request_plan.hpp"
 #include "rdma/rdma_backend.hpp"
-#include "rdma/send_queue.hpp"
-#include "rdma/verbs_loader.hpp"
-#include "rdma/work_request_plan.hpp"
 #include "testing/loopback_backend.hpp"
 #include "testing/testing_py.hpp"
 

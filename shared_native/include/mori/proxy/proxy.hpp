@@ -27,13 +27,19 @@ enum class Path : int {
   kCma = 1,     // same host, another local group, host heaps: writes with
                 // process_vm_writev, adds/fences/notifies over the pair's TCP stream
   kTcp = 2,     // everything over the pair's TCP stream (CUDA memory staged)
+  kVerbs = 3,   // ibverbs RDMA over the pair's RC queue pair (writes by RDMA WRITE from
+                // and into the registered heap; adds, fences and notifies as SENDs on
+                // the same QP). Tested with a loopback double only: NOT run on a NIC.
 };
 MORI_API const char* PathName(Path path) noexcept;
 
 enum class TransportChoice : int {
-  kAuto = 0,  // kMapped within the local group; kCma for other groups on this host when
-              // the kernel permits it (probed), else kTcp
-  kTcp = 1,   // kTcp for every pe outside the local group (kMapped inside it)
+  kAuto = 0,   // kMapped within the local group; kCma for other groups on this host when
+               // the kernel permits it (probed), else kTcp
+  kTcp = 1,    // kTcp for every pe outside the local group (kMapped inside it)
+  kVerbs = 2,  // kVerbs for every pe outside the local group (kMapped inside it); every
+               // pe must choose it, and every pe must open an RDMA port, or construction
+               // fails on all of them naming the pe and why
 };
 
 struct ProxyOptions {
@@ -41,7 +47,7 @@ struct ProxyOptions {
   // Slots per queue; 0 means MORI_PROXY_QUEUE_CAPACITY or 1024.
   uint64_t queue_capacity = 0;
   Producer producer = Producer::kHost;
-  // kAuto means MORI_PROXY_TRANSPORT (auto|tcp) or auto.
+  // kAuto means MORI_PROXY_TRANSPORT (auto|tcp|verbs) or auto.
   TransportChoice transport = TransportChoice::kAuto;
   // The address other hosts reach this process at; "" means MORI_PROXY_HOST, else
   // this host's name. Pes on the same host connect over 127.0.0.1.

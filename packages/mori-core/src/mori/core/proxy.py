@@ -6,7 +6,9 @@ CPU implementations of inter-node protocols).
 A proxy thread per process drains command queues and moves bytes between the
 symmetric heaps of pes with a transport chosen per pe: ``"mapped"`` (the pe's heap is
 mapped here: same node), ``"cma"`` (another emulated node on this host:
-process_vm_writev), ``"tcp"`` (anything else; one in-order stream per pair).
+process_vm_writev), ``"tcp"`` (anything else; one in-order stream per pair), or
+``"verbs"`` when asked for (ibverbs RDMA, one RC queue pair per pair; never run on a
+NIC).
 Targets are byte offsets in the heaps (:func:`heap_offset`). Ordering: on one queue,
 an add to pe is applied after every earlier write of that queue to pe has landed.
 A lost peer fails the proxy: every later wait raises ``TransportError`` naming the pe
@@ -47,8 +49,11 @@ class Proxy:
         num_queues: independent command queues (ordering holds within one).
         queue_capacity: slots per queue; 0 reads MORI_PROXY_QUEUE_CAPACITY (1024).
             A full queue makes pushes wait, bounded by ``timeout_s``.
-        transport: ``"auto"`` (mapped / cma / tcp per pe) or ``"tcp"`` (every pe of
-            another node over TCP); ``"auto"`` reads MORI_PROXY_TRANSPORT.
+        transport: ``"auto"`` (mapped / cma / tcp per pe), ``"tcp"`` (every pe of
+            another node over TCP) or ``"verbs"`` (every pe of another node over
+            ibverbs RDMA; every pe must choose it; it has not run on a NIC and fails
+            on every pe, naming why, where a pe cannot open an RDMA port);
+            ``"auto"`` reads MORI_PROXY_TRANSPORT.
         advertise_host: the address other hosts reach this process at; "" reads
             MORI_PROXY_HOST, else this host's name.
         timeout_s: bound on setup, every wait, and a peer's silence.
@@ -127,7 +132,8 @@ class Proxy:
         self._p.check_health()
 
     def path_to(self, pe: int) -> str:
-        """``"mapped"``, ``"cma"`` or ``"tcp"``: how commands to ``pe`` travel."""
+        """``"mapped"``, ``"cma"``, ``"tcp"`` or ``"verbs"``: how commands to ``pe``
+        travel."""
         return self._p.path_to(pe)
 
     def node_of(self, pe: int) -> str:

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
-namespace mori::io::rdma {
+#include "mori/core/macros.hpp"
+
+namespace mori::transport::verbs {
 
 // enum ibv_wr_opcode values (checked against the header in work_request_plan.cpp).
-enum class WrOpcode : uint8_t { kWrite = 0, kWriteWithImm = 1, kRead = 4 };
+enum class WrOpcode : uint8_t { kWrite = 0, kWriteWithImm = 1, kSend = 2, kRead = 4 };
 // enum ibv_send_flags values.
 namespace send_flag {
 inline constexpr uint32_t kFence = 1u << 0;  // wait for earlier RDMA READs of this QP
@@ -93,8 +95,8 @@ struct TransferPlan {
 //    one; for a read a zero-length one is appended with the fence flag, so the target
 //    hears of it only after the reads before it completed. A transfer of zero bytes
 //    with notify is one zero-length WRITE_WITH_IMM; without notify it has no WRs.
-TransferPlan PlanTransfer(PlanOp op, const PlanSpan* spans, size_t n, const PlanLimits& limits,
-                          uint64_t uid);
+MORI_API TransferPlan PlanTransfer(PlanOp op, const PlanSpan* spans, size_t n,
+                                   const PlanLimits& limits, uint64_t uid);
 
 // Immediate data of a notification (32 bits, sent big-endian as ibverbs requires):
 //   bit 31      1 = the initiator READ the target's memory, 0 = it WROTE it
@@ -114,9 +116,9 @@ struct ImmData {
 };
 
 // Throws InvalidArgumentError for parts outside [1, 127].
-uint32_t EncodeImm(uint64_t uid, uint32_t parts, bool read);
+MORI_API uint32_t EncodeImm(uint64_t uid, uint32_t parts, bool read);
 // Throws InvalidArgumentError for a value with parts == 0 (never sent by EncodeImm).
-ImmData DecodeImm(uint32_t imm);
+MORI_API ImmData DecodeImm(uint32_t imm);
 
 // wr_id layout (64 bits):
 //   bits 63..56 kind (1 = send-queue WR, 2 = receive WR for notifications)
@@ -133,19 +135,23 @@ struct WrId {
 inline constexpr uint32_t kMaxRetire = (1u << 24) - 1;
 
 // Throws InvalidArgumentError for retire over 24 bits or an unknown kind.
-uint64_t EncodeWrId(const WrId& id);
+MORI_API uint64_t EncodeWrId(const WrId& id);
 // Throws InvalidArgumentError for a kind that is neither send nor recv.
-WrId DecodeWrId(uint64_t wr_id);
+MORI_API WrId DecodeWrId(uint64_t wr_id);
 
 // Completion status (enum ibv_wc_status) -> "IBV_WC_RETRY_EXC_ERR"; "IBV_WC_<n>" for
 // a value this build does not know.
-std::string WcStatusName(int status);
+MORI_API std::string WcStatusName(int status);
 // What a failed completion usually means, in a few words, for the transfer's message.
-const char* WcStatusHint(int status) noexcept;
+MORI_API const char* WcStatusHint(int status) noexcept;
 inline constexpr int kWcSuccess = 0;
-inline constexpr int kWcFlushError = 5;  // flushed because the QP went to ERROR
+inline constexpr int kWcLocLenError = 1;      // a SEND longer than the receive buffer
+inline constexpr int kWcLocProtError = 4;     // a local buffer outside its registration
+inline constexpr int kWcFlushError = 5;       // flushed because the QP went to ERROR
+inline constexpr int kWcRemAccessError = 10;  // remote address/rkey not registered there
+inline constexpr int kWcRetryExceeded = 12;   // the peer did not answer (gone, link down)
 
 // Throws InvalidArgumentError naming the first bad limit.
-void ValidatePlanLimits(const PlanLimits& limits);
+MORI_API void ValidatePlanLimits(const PlanLimits& limits);
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

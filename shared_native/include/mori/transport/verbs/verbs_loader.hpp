@@ -2,29 +2,32 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// libibverbs, loaded with dlopen so that the extension imports (and every other
-// backend works) on machines without rdma-core. Nothing in mori-io may call an ibv_*
-// function by name: the extension must not carry an undefined ibv_* symbol. The
+// libibverbs, loaded with dlopen so that libmori_core and the extensions import (and
+// every other backend works) on machines without rdma-core. Nothing in mori may call
+// an ibv_* function by name: no library may carry an undefined ibv_* symbol. The
 // static inline verbs of <infiniband/verbs.h> that only go through the context's ops
 // (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) are fine.
 
 #include <string>
 #include <vector>
 
-#if MORI_IO_WITH_RDMA
+#include "mori/core/macros.hpp"
+#include "mori/core/version.hpp"
+
+#if MORI_CORE_WITH_VERBS
 #include <infiniband/verbs.h>
 #endif
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 // "libibverbs.so.1", or MORI_IO_IBVERBS_LIB when set (a test points it at a missing
 // file or at a library that lacks the verbs).
-std::string VerbsLibraryPath();
+MORI_API std::string VerbsLibraryPath();
 
 // The exported symbols the transport resolves; all are required except those
 // OptionalVerbsSymbols lists.
-const std::vector<std::string>& RequiredVerbsSymbols();
-const std::vector<std::string>& OptionalVerbsSymbols();
+MORI_API const std::vector<std::string>& RequiredVerbsSymbols();
+MORI_API const std::vector<std::string>& OptionalVerbsSymbols();
 
 struct VerbsLoadReport {
   bool ok = false;
@@ -36,9 +39,9 @@ struct VerbsLoadReport {
 
 // Loads `path`, resolves every symbol, unloads it again: a probe with no lasting
 // effect, for diagnostics and tests. Never throws.
-VerbsLoadReport TryLoadVerbs(const std::string& path);
+MORI_API VerbsLoadReport TryLoadVerbs(const std::string& path);
 
-#if MORI_IO_WITH_RDMA
+#if MORI_CORE_WITH_VERBS
 // The resolved entry points. `reg_mr_iova2` may be null (rdma-core before v22);
 // `reg_mr` is the exported ibv_reg_mr (the header's ibv_reg_mr is a macro).
 struct VerbsApi {
@@ -71,7 +74,7 @@ struct VerbsApi {
 
 // The process-wide table, loaded on the first call (thread-safe, once per process;
 // the library then stays loaded). nullptr when unavailable, with *reason set.
-const VerbsApi* Verbs(std::string* reason);
+MORI_API const VerbsApi* Verbs(std::string* reason);
 #endif
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

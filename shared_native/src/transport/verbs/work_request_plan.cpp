@@ -1,29 +1,34 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/work_request_plan.hpp"
+#include "mori/transport/verbs/work_request_plan.hpp"
 
 #include <algorithm>
 
 #include "mori/core/error.hpp"
 
-#if MORI_IO_WITH_RDMA
+#if MORI_CORE_WITH_VERBS
 #include <infiniband/verbs.h>
 
-static_assert(static_cast<int>(mori::io::rdma::WrOpcode::kWrite) == IBV_WR_RDMA_WRITE &&
-                  static_cast<int>(mori::io::rdma::WrOpcode::kWriteWithImm) ==
+static_assert(static_cast<int>(mori::transport::verbs::WrOpcode::kWrite) == IBV_WR_RDMA_WRITE &&
+                  static_cast<int>(mori::transport::verbs::WrOpcode::kWriteWithImm) ==
                       IBV_WR_RDMA_WRITE_WITH_IMM &&
-                  static_cast<int>(mori::io::rdma::WrOpcode::kRead) == IBV_WR_RDMA_READ,
+                  static_cast<int>(mori::transport::verbs::WrOpcode::kSend) == IBV_WR_SEND &&
+                  static_cast<int>(mori::transport::verbs::WrOpcode::kRead) == IBV_WR_RDMA_READ,
               "WrOpcode differs from enum ibv_wr_opcode");
-static_assert(IBV_WC_SUCCESS == mori::io::rdma::kWcSuccess &&
-                  IBV_WC_WR_FLUSH_ERR == mori::io::rdma::kWcFlushError &&
+static_assert(IBV_WC_SUCCESS == mori::transport::verbs::kWcSuccess &&
+                  IBV_WC_WR_FLUSH_ERR == mori::transport::verbs::kWcFlushError &&
+                  IBV_WC_LOC_LEN_ERR == mori::transport::verbs::kWcLocLenError &&
+                  IBV_WC_LOC_PROT_ERR == mori::transport::verbs::kWcLocProtError &&
+                  IBV_WC_REM_ACCESS_ERR == mori::transport::verbs::kWcRemAccessError &&
+                  IBV_WC_RETRY_EXC_ERR == mori::transport::verbs::kWcRetryExceeded &&
                   IBV_WC_RETRY_EXC_ERR == 12 && IBV_WC_GENERAL_ERR == 21,
               "WcStatusName's table differs from enum ibv_wc_status");
-static_assert(mori::io::rdma::send_flag::kFence == IBV_SEND_FENCE &&
-                  mori::io::rdma::send_flag::kSignaled == IBV_SEND_SIGNALED,
+static_assert(mori::transport::verbs::send_flag::kFence == IBV_SEND_FENCE &&
+                  mori::transport::verbs::send_flag::kSignaled == IBV_SEND_SIGNALED,
               "send_flag differs from enum ibv_send_flags");
 #endif
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 void ValidatePlanLimits(const PlanLimits& l) {
   MORI_CHECK_ARG(l.max_message_bytes >= 1 && l.max_message_bytes <= (uint64_t{1} << 31),
@@ -173,7 +178,7 @@ uint32_t EncodeImm(uint64_t uid, uint32_t parts, bool read) {
 ImmData DecodeImm(uint32_t imm) {
   ImmData d{imm & kImmUidMask, (imm >> kImmUidBits) & 0x7F, (imm >> 31) != 0};
   MORI_CHECK_ARG(d.parts != 0, "immediate data 0x", std::hex, imm,
-                 " carries part count 0: not a mori-io notification");
+                 " carries part count 0: not a mori notification");
   return d;
 }
 
@@ -189,8 +194,7 @@ WrId DecodeWrId(uint64_t wr_id) {
   auto kind = static_cast<uint8_t>(wr_id >> 56);
   MORI_CHECK_ARG(
       kind == static_cast<uint8_t>(WrKind::kSend) || kind == static_cast<uint8_t>(WrKind::kRecv),
-      "wr_id 0x", std::hex, wr_id, " has kind ", std::dec, int{kind},
-      ": not a mori-io work request");
+      "wr_id 0x", std::hex, wr_id, " has kind ", std::dec, int{kind}, ": not a mori work request");
   return {static_cast<WrKind>(kind), static_cast<uint32_t>((wr_id >> 32) & kMaxRetire),
           static_cast<uint32_t>(wr_id)};
 }
@@ -246,4 +250,4 @@ const char* WcStatusHint(int status) noexcept {
   return "unknown completion status";
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "rdma/work_request_plan.hpp"
+#include "mori/transport/verbs/work_request_plan.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
-class SendQueueTracker {
+class MORI_API SendQueueTracker {
  public:
   // depth: the QP's max_send_wr (>= 1).
   explicit SendQueueTracker(uint32_t depth);
@@ -50,4 +50,4 @@ class SendQueueTracker {
   std::deque<Due> expected_;
 };
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

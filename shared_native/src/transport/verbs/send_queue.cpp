@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/send_queue.hpp"
+#include "mori/transport/verbs/send_queue.hpp"
 
 #include "mori/core/error.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 SendQueueTracker::SendQueueTracker(uint32_t depth) : depth_(depth) {
   MORI_CHECK_ARG(depth >= 1, "send queue depth ", depth, " must be >= 1");
@@ -55,4 +55,4 @@ std::vector<std::pair<uint32_t, uint32_t>> SendQueueTracker::Drain() {
   return out;
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/endpoint_codec.hpp"
+#include "mori/transport/verbs/endpoint_codec.hpp"
 
 #include <cstring>
 
 #include "mori/core/error.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 namespace {
 
 constexpr char kMagic[4] = {'m', 'R', 'D', 'M'};
@@ -58,7 +58,7 @@ size_t CheckHeader(const std::string& in, uint8_t want_kind, size_t entry_bytes,
   MORI_CHECK_ARG(in.size() >= kCodecHeaderBytes, "RDMA ", what, " message of ", in.size(),
                  " bytes is shorter than its ", kCodecHeaderBytes, "-byte header");
   MORI_CHECK_ARG(std::memcmp(in.data(), kMagic, sizeof(kMagic)) == 0, "RDMA ", what,
-                 " message does not start with the magic 'mRDM' (not a mori-io RDMA payload)");
+                 " message does not start with the magic 'mRDM' (not a mori RDMA payload)");
   Reader r(in);
   r.Get(4);
   auto version = static_cast<uint8_t>(r.Get(1));
@@ -156,4 +156,4 @@ RegionKey DecodeRegionKey(const std::string& bytes) {
   return key;
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

@@ -2,8 +2,8 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// Which RDMA device, port and GID a backend uses. Pure functions of the topology
-// (mori::topology::Discover) and of a GID table, so they are tested on synthetic
+// Which RDMA device, port and GID a backend (mori-io's, the proxy's port) uses. Pure functions of
+// the topology (mori::topology::Discover) and of a GID table, so they are tested on synthetic
 // machines.
 
 #include <array>
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "mori/topology/topology.hpp"
-#include "rdma/qp_attributes.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 struct RdmaPortChoice {
   std::string device;  // "mlx5_0"
@@ -33,9 +33,9 @@ struct RdmaPortChoice {
 // Throws NotFoundError when there is no device, when the named device or port does
 // not exist (listing the devices and ports that do, with their states), or when no
 // port that could be used is ACTIVE.
-RdmaPortChoice ChooseRdmaPort(const std::vector<topology::RdmaDevice>& devices,
-                              const topology::Gpu* gpu, const std::string& requested,
-                              int requested_port = 0);
+MORI_API RdmaPortChoice ChooseRdmaPort(const std::vector<topology::RdmaDevice>& devices,
+                                       const topology::Gpu* gpu, const std::string& requested,
+                                       int requested_port = 0);
 
 // One entry of a port's GID table: the GID and its type as sysfs names it under
 // ports/<p>/gid_attrs/types/<index> ("IB/RoCE v1", "RoCE v2"; "" when unknown).
@@ -51,13 +51,13 @@ struct GidChoice {
 };
 
 // ::ffff:a.b.c.d
-bool IsIpv4MappedGid(const std::array<uint8_t, 16>& gid) noexcept;
-bool IsZeroGid(const std::array<uint8_t, 16>& gid) noexcept;
+MORI_API bool IsIpv4MappedGid(const std::array<uint8_t, 16>& gid) noexcept;
+MORI_API bool IsZeroGid(const std::array<uint8_t, 16>& gid) noexcept;
 // "fe80:0000:...:0001" (8 groups of 4 hex digits, as sysfs prints GIDs).
-std::string FormatGid(const std::array<uint8_t, 16>& gid);
+MORI_API std::string FormatGid(const std::array<uint8_t, 16>& gid);
 // The inverse of FormatGid (also accepts "::"-compressed IPv6 text); throws
 // InvalidArgumentError naming the text.
-std::array<uint8_t, 16> ParseGid(const std::string& text);
+MORI_API std::array<uint8_t, 16> ParseGid(const std::string& text);
 
 // The GID index a QP's address vector uses.
 //  - requested >= 0: that entry, which must exist and be non-zero (InvalidArgumentError
@@ -68,6 +68,7 @@ std::array<uint8_t, 16> ParseGid(const std::string& text);
 //    non-zero entry; the lowest index within a class.
 //  - requested < 0 on InfiniBand: the lowest non-zero entry (index 0, the port GID).
 // Throws NotFoundError when no entry is non-zero.
-GidChoice SelectGidIndex(const std::vector<GidEntry>& table, LinkLayer link_layer, int requested);
+MORI_API GidChoice SelectGidIndex(const std::vector<GidEntry>& table, LinkLayer link_layer,
+                                  int requested);
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

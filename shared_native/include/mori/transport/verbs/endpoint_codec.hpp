@@ -2,7 +2,8 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The RDMA payloads of the engine's TCP control messages: a set of QP endpoints (to
+// The RDMA payloads of mori-io's engine control messages and of the proxy's queue-pair
+// exchange over its bootstrap: a set of QP endpoints (to
 // connect queue pairs) and a region's remote key (to address it with one-sided
 // READ/WRITE). A small versioned binary format, little-endian:
 //
@@ -20,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "rdma/qp_attributes.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 inline constexpr uint8_t kCodecVersion = 1;
 inline constexpr size_t kCodecHeaderBytes = 8;
@@ -36,10 +37,10 @@ struct RegionKey {
   uint32_t rkey = 0;
 };
 
-std::string EncodeEndpoints(const std::vector<EndpointInfo>& endpoints);
-std::vector<EndpointInfo> DecodeEndpoints(const std::string& bytes);
+MORI_API std::string EncodeEndpoints(const std::vector<EndpointInfo>& endpoints);
+MORI_API std::vector<EndpointInfo> DecodeEndpoints(const std::string& bytes);
 
-std::string EncodeRegionKey(const RegionKey& key);
-RegionKey DecodeRegionKey(const std::string& bytes);
+MORI_API std::string EncodeRegionKey(const RegionKey& key);
+MORI_API RegionKey DecodeRegionKey(const std::string& bytes);
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/qp_attributes.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
 
 #include <strings.h>
 
@@ -8,11 +8,11 @@
 
 #include "mori/core/error.hpp"
 
-#if MORI_IO_WITH_RDMA
+#if MORI_CORE_WITH_VERBS
 #include <infiniband/verbs.h>
 
 // The plain constants are the ibverbs ABI; a header that disagrees fails the build.
-namespace qm = mori::io::rdma::qp_mask;
+namespace qm = mori::transport::verbs::qp_mask;
 static_assert(qm::kState == IBV_QP_STATE && qm::kAccessFlags == IBV_QP_ACCESS_FLAGS &&
                   qm::kPkeyIndex == IBV_QP_PKEY_INDEX && qm::kPort == IBV_QP_PORT &&
                   qm::kAv == IBV_QP_AV && qm::kPathMtu == IBV_QP_PATH_MTU &&
@@ -23,24 +23,26 @@ static_assert(qm::kState == IBV_QP_STATE && qm::kAccessFlags == IBV_QP_ACCESS_FL
                   qm::kMaxDestRdAtomic == IBV_QP_MAX_DEST_RD_ATOMIC &&
                   qm::kDestQpn == IBV_QP_DEST_QPN,
               "qp_mask constants differ from <infiniband/verbs.h>");
-static_assert(static_cast<int>(mori::io::rdma::QpState::kInit) == IBV_QPS_INIT &&
-                  static_cast<int>(mori::io::rdma::QpState::kRtr) == IBV_QPS_RTR &&
-                  static_cast<int>(mori::io::rdma::QpState::kRts) == IBV_QPS_RTS &&
-                  static_cast<int>(mori::io::rdma::QpState::kErr) == IBV_QPS_ERR,
+static_assert(static_cast<int>(mori::transport::verbs::QpState::kInit) == IBV_QPS_INIT &&
+                  static_cast<int>(mori::transport::verbs::QpState::kRtr) == IBV_QPS_RTR &&
+                  static_cast<int>(mori::transport::verbs::QpState::kRts) == IBV_QPS_RTS &&
+                  static_cast<int>(mori::transport::verbs::QpState::kErr) == IBV_QPS_ERR,
               "QpState differs from enum ibv_qp_state");
-static_assert(mori::io::rdma::access::kLocalWrite == IBV_ACCESS_LOCAL_WRITE &&
-                  mori::io::rdma::access::kRemoteWrite == IBV_ACCESS_REMOTE_WRITE &&
-                  mori::io::rdma::access::kRemoteRead == IBV_ACCESS_REMOTE_READ,
+static_assert(mori::transport::verbs::access::kLocalWrite == IBV_ACCESS_LOCAL_WRITE &&
+                  mori::transport::verbs::access::kRemoteWrite == IBV_ACCESS_REMOTE_WRITE &&
+                  mori::transport::verbs::access::kRemoteRead == IBV_ACCESS_REMOTE_READ,
               "access flags differ from enum ibv_access_flags");
-static_assert(mori::io::rdma::kMtuMin == IBV_MTU_256 && mori::io::rdma::kMtuMax == IBV_MTU_4096,
+static_assert(mori::transport::verbs::kMtuMin == IBV_MTU_256 &&
+                  mori::transport::verbs::kMtuMax == IBV_MTU_4096,
               "MTU enum differs from enum ibv_mtu");
-static_assert(static_cast<int>(mori::io::rdma::LinkLayer::kInfiniBand) ==
+static_assert(static_cast<int>(mori::transport::verbs::LinkLayer::kInfiniBand) ==
                       IBV_LINK_LAYER_INFINIBAND &&
-                  static_cast<int>(mori::io::rdma::LinkLayer::kEthernet) == IBV_LINK_LAYER_ETHERNET,
+                  static_cast<int>(mori::transport::verbs::LinkLayer::kEthernet) ==
+                      IBV_LINK_LAYER_ETHERNET,
               "LinkLayer differs from the IBV_LINK_LAYER_* values");
 #endif
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 const char* LinkLayerName(LinkLayer layer) noexcept {
   switch (layer) {
@@ -184,4 +186,4 @@ QpTransition BuildRtsTransition(const QpConfig& config, uint32_t local_psn) {
   return t;
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

@@ -2,14 +2,17 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The verbs-facing half of the RDMA backend: an opened device port (context, PD, CQs,
+// The verbs-facing half of mori's RDMA code (mori-io's RDMA backend, the proxy's
+// verbs port in rdma_port.cpp): an opened device port (context, PD, CQs,
 // port attributes, GID table), memory registrations, RC queue pairs with their state
 // machine, posting of planned work requests. Everything decided here without a device
 // (attributes, plans, choices, encodings) comes from the pure files next to it; this
 // file only moves those values into verbs calls. Compiled only with the ibverbs
-// headers (MORI_IO_WITH_RDMA); it has NOT run against a NIC.
+// headers (MORI_CORE_WITH_VERBS); it has NOT run against a NIC.
 
-#if MORI_IO_WITH_RDMA
+#include "mori/core/version.hpp"
+
+#if MORI_CORE_WITH_VERBS
 
 #include <infiniband/verbs.h>
 
@@ -18,12 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "rdma/nic_select.hpp"
-#include "rdma/qp_attributes.hpp"
-#include "rdma/verbs_loader.hpp"
-#include "rdma/work_request_plan.hpp"
+#include "mori/transport/verbs/nic_select.hpp"
+#include "mori/transport/verbs/qp_attributes.hpp"
+#include "mori/transport/verbs/rdma_port.hpp"
+#include "mori/transport/verbs/verbs_loader.hpp"
+#include "mori/transport/verbs/work_request_plan.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 
 // A CQ and, in event mode, the completion channel it reports to.
 struct CompletionQueue {
@@ -33,7 +37,7 @@ struct CompletionQueue {
 
 // One port of one opened device. Throws TransportError naming the verb and errno when
 // a verb fails, InvalidArgumentError/NotFoundError for a bad GID index.
-class VerbsDevice {
+class MORI_API VerbsDevice {
  public:
   VerbsDevice(const VerbsApi& api, const std::string& device, int port, int gid_index, int num_cqs,
               int cq_depth, bool event_mode);
@@ -71,11 +75,11 @@ class VerbsDevice {
 };
 
 // The GID table of a port as ibv_query_gid and sysfs (types) report it.
-std::vector<GidEntry> ReadGidTable(const VerbsApi& api, ibv_context* ctx, const std::string& device,
-                                   uint8_t port, int table_len);
+MORI_API std::vector<GidEntry> ReadGidTable(const VerbsApi& api, ibv_context* ctx,
+                                            const std::string& device, uint8_t port, int table_len);
 
 // A registered memory region (deregistered on destruction).
-class MemoryRegistration {
+class MORI_API MemoryRegistration {
  public:
   MemoryRegistration(const VerbsDevice& device, uintptr_t addr, uint64_t length);
   ~MemoryRegistration();
@@ -103,7 +107,7 @@ struct PostTarget {
 };
 
 // One RC queue pair. Not thread-safe: the backend serializes posting per QP.
-class RcQueuePair {
+class MORI_API RcQueuePair {
  public:
   RcQueuePair(const VerbsDevice& device, int cq_index, uint32_t max_send_wr, uint32_t max_recv_wr,
               uint32_t max_sge);
@@ -129,6 +133,9 @@ class RcQueuePair {
                 uint32_t slot, size_t* posted);
   // Posts `n` zero-SGE receive WRs (they absorb WRITE_WITH_IMM notifications).
   int PostReceives(uint32_t n);
+  // Posts SendOps (one SGE each) / receive buffers as one chain; 0 or the errno.
+  int PostSendOps(const SendOp* ops, size_t n);
+  int PostRecvOps(const RecvOp* ops, size_t n);
 
  private:
   void Modify(const QpTransition& t, const char* what);
@@ -144,8 +151,8 @@ class RcQueuePair {
 };
 
 // ibv_wc_status_str-like text for a completion status, with the enum name.
-std::string DescribeWcStatus(const VerbsApi* api, int status);
+MORI_API std::string DescribeWcStatus(const VerbsApi* api, int status);
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs
 
-#endif  // MORI_IO_WITH_RDMA
+#endif  // MORI_CORE_WITH_VERBS

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <string>
 
-namespace mori::io::rdma {
+#include "mori/core/macros.hpp"
+
+namespace mori::transport::verbs {
 
 // enum ibv_qp_attr_mask
 namespace qp_mask {
@@ -59,16 +61,16 @@ inline constexpr uint32_t kRegionAccess =
 // enum ibv_port_attr::link_layer
 enum class LinkLayer : uint8_t { kUnspecified = 0, kInfiniBand = 1, kEthernet = 2 };
 
-const char* LinkLayerName(LinkLayer layer) noexcept;
+MORI_API const char* LinkLayerName(LinkLayer layer) noexcept;
 // "InfiniBand", "Ethernet" (sysfs spelling), any case; anything else -> kUnspecified.
-LinkLayer ParseLinkLayer(const std::string& text) noexcept;
+MORI_API LinkLayer ParseLinkLayer(const std::string& text) noexcept;
 
 // enum ibv_mtu: 1 = 256 bytes ... 5 = 4096 bytes.
 inline constexpr int kMtuMin = 1;
 inline constexpr int kMtuMax = 5;
 // 256/512/1024/2048/4096 -> 1..5; throws InvalidArgumentError otherwise.
-int MtuEnumFromBytes(int bytes);
-int MtuBytesFromEnum(int mtu);  // throws InvalidArgumentError for a value outside 1..5
+MORI_API int MtuEnumFromBytes(int bytes);
+MORI_API int MtuBytesFromEnum(int mtu);  // throws InvalidArgumentError for a value outside 1..5
 
 inline constexpr uint32_t kPsnMask = 0xFFFFFF;  // PSNs and QP numbers are 24 bits
 
@@ -91,7 +93,7 @@ struct QpConfig {
 };
 
 // Throws InvalidArgumentError naming the first bad field and its value.
-void ValidateQpConfig(const QpConfig& config);
+MORI_API void ValidateQpConfig(const QpConfig& config);
 
 // What one QP tells its peer over the control channel.
 struct EndpointInfo {
@@ -150,12 +152,12 @@ struct QpTransition {
 // The three transitions of an RC QP. Each validates its inputs and throws
 // InvalidArgumentError with the offending value (a peer on another link layer, a RoCE
 // peer without GID, an InfiniBand peer with LID 0, a PSN or QPN over 24 bits).
-QpTransition BuildInitTransition(const QpConfig& config);
-QpTransition BuildRtrTransition(const QpConfig& config, const LocalPortInfo& local,
-                                const EndpointInfo& remote);
-QpTransition BuildRtsTransition(const QpConfig& config, uint32_t local_psn);
+MORI_API QpTransition BuildInitTransition(const QpConfig& config);
+MORI_API QpTransition BuildRtrTransition(const QpConfig& config, const LocalPortInfo& local,
+                                         const EndpointInfo& remote);
+MORI_API QpTransition BuildRtsTransition(const QpConfig& config, uint32_t local_psn);
 
 // The path MTU both ends support: min(local, remote, configured bound).
-int NegotiatePathMtu(int local_mtu, int remote_mtu, int config_max);
+MORI_API int NegotiatePathMtu(int local_mtu, int remote_mtu, int config_max);
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/verbs_objects.hpp"
+#include "mori/transport/verbs/verbs_objects.hpp"
 
-#if MORI_IO_WITH_RDMA
+#if MORI_CORE_WITH_VERBS
 
 #include <arpa/inet.h>
 
@@ -14,7 +14,7 @@
 #include "mori/core/error.hpp"
 #include "mori/core/logging.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 namespace {
 
 [[noreturn]] void ThrowVerb(const char* verb, const std::string& what, int err) {
@@ -127,7 +127,7 @@ VerbsDevice::VerbsDevice(const VerbsApi& api, const std::string& device, int por
     Close();
     throw;
   }
-  MORI_LOG_INFO(kIo, "rdma: opened ", Describe());
+  MORI_LOG_INFO(kCore, "rdma: opened ", Describe());
 }
 
 VerbsDevice::~VerbsDevice() { Close(); }
@@ -173,7 +173,7 @@ MemoryRegistration::MemoryRegistration(const VerbsDevice& device, uintptr_t addr
 
 MemoryRegistration::~MemoryRegistration() {
   if (int rc = api_.dereg_mr(mr_); rc != 0) {
-    MORI_LOG_WARN(kIo, "rdma: ibv_dereg_mr failed: ", std::strerror(rc));
+    MORI_LOG_WARN(kCore, "rdma: ibv_dereg_mr failed: ", std::strerror(rc));
   }
 }
 
@@ -205,7 +205,7 @@ RcQueuePair::RcQueuePair(const VerbsDevice& device, int cq_index, uint32_t max_s
 RcQueuePair::~RcQueuePair() {
   if (qp_ != nullptr) {
     if (int rc = device_.api().destroy_qp(qp_); rc != 0) {
-      MORI_LOG_WARN(kIo, "rdma: ibv_destroy_qp(", qp_->qp_num, ") failed: ", std::strerror(rc));
+      MORI_LOG_WARN(kCore, "rdma: ibv_destroy_qp(", qp_->qp_num, ") failed: ", std::strerror(rc));
     }
   }
 }
@@ -265,7 +265,7 @@ void RcQueuePair::Connect(const QpConfig& config, const EndpointInfo& remote) {
   Modify(BuildInitTransition(c), "RESET->INIT");
   Modify(BuildRtrTransition(c, device_.PortInfo(), remote), "INIT->RTR");
   Modify(BuildRtsTransition(c, psn_), "RTR->RTS");
-  MORI_LOG_DEBUG(kIo, "rdma: QP ", qp_->qp_num, " connected to QPN ", remote.qpn, " (LID ",
+  MORI_LOG_DEBUG(kCore, "rdma: QP ", qp_->qp_num, " connected to QPN ", remote.qpn, " (LID ",
                  remote.lid, ", GID ", FormatGid(remote.gid), ")");
 }
 
@@ -319,6 +319,44 @@ int RcQueuePair::PostReceives(uint32_t n) {
   return n == 0 ? 0 : ibv_post_recv(qp_, wrs.data(), &bad);
 }
 
+int RcQueuePair::PostSendOps(const SendOp* ops, size_t n) {
+  if (n == 0) return 0;
+  wr_buf_.assign(n, ibv_send_wr{});
+  sge_buf_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SendOp& op = ops[i];
+    ibv_send_wr& w = wr_buf_[i];
+    sge_buf_[i] = {op.local_addr, op.length, op.lkey};
+    w.wr_id = op.wr_id;
+    w.next = i + 1 < n ? &wr_buf_[i + 1] : nullptr;
+    w.sg_list = op.length > 0 ? &sge_buf_[i] : nullptr;
+    w.num_sge = op.length > 0 ? 1 : 0;
+    w.opcode = static_cast<ibv_wr_opcode>(op.opcode);
+    w.send_flags = op.signaled ? IBV_SEND_SIGNALED : 0;
+    if (op.opcode == WrOpcode::kWrite) {
+      w.wr.rdma.remote_addr = op.remote_addr;
+      w.wr.rdma.rkey = op.rkey;
+    }
+  }
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp_, wr_buf_.data(), &bad);
+}
+
+int RcQueuePair::PostRecvOps(const RecvOp* ops, size_t n) {
+  if (n == 0) return 0;
+  std::vector<ibv_recv_wr> wrs(n);
+  std::vector<ibv_sge> sges(n);
+  for (size_t i = 0; i < n; ++i) {
+    sges[i] = {ops[i].addr, ops[i].length, ops[i].lkey};
+    wrs[i].wr_id = ops[i].wr_id;
+    wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+  }
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(qp_, wrs.data(), &bad);
+}
+
 std::string DescribeWcStatus(const VerbsApi* api, int status) {
   const char* text =
       api != nullptr ? api->wc_status_str(static_cast<ibv_wc_status>(status)) : nullptr;
@@ -326,6 +364,6 @@ std::string DescribeWcStatus(const VerbsApi* api, int status) {
                 ": ", WcStatusHint(status));
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs
 
-#endif  // MORI_IO_WITH_RDMA
+#endif  // MORI_CORE_WITH_VERBS

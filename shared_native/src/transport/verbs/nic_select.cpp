@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/nic_select.hpp"
+#include "mori/transport/verbs/nic_select.hpp"
 
 #include <arpa/inet.h>
 
@@ -11,7 +11,7 @@
 
 #include "mori/core/error.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 namespace {
 
 std::string DescribeDevices(const std::vector<topology::RdmaDevice>& devices) {
@@ -203,4 +203,4 @@ GidChoice SelectGidIndex(const std::vector<GidEntry>& table, LinkLayer link_laye
           StrCat("GID index ", best->index, " (", why, ", ", FormatGid(best->gid), ")")};
 }
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs

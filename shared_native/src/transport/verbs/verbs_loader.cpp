@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
-#include "rdma/verbs_loader.hpp"
+#include "mori/transport/verbs/verbs_loader.hpp"
 
 #include <dlfcn.h>
 
@@ -11,7 +11,7 @@
 #include "mori/core/logging.hpp"
 #include "mori/core/str.hpp"
 
-namespace mori::io::rdma {
+namespace mori::transport::verbs {
 namespace {
 
 // The order matches the members of VerbsApi after `reg_mr` (see FillApi).
@@ -88,7 +88,7 @@ VerbsLoadReport TryLoadVerbs(const std::string& path) {
   return l.report;
 }
 
-#if MORI_IO_WITH_RDMA
+#if MORI_CORE_WITH_VERBS
 namespace {
 
 template <typename Fn>
@@ -108,7 +108,7 @@ Process LoadProcessWide() {
   p.reason = l.report.reason;
   if (!l.report.ok) {
     if (l.handle != nullptr) ::dlclose(l.handle);
-    MORI_LOG_DEBUG(kIo, "rdma: ", p.reason);
+    MORI_LOG_DEBUG(kCore, "rdma: ", p.reason);
     return p;
   }
   void* h = l.handle;  // stays loaded for the life of the process
@@ -137,7 +137,7 @@ Process LoadProcessWide() {
   Resolve(h, "ibv_destroy_qp", &a.destroy_qp);
   Resolve(h, "ibv_wc_status_str", &a.wc_status_str);
   p.ok = true;
-  MORI_LOG_DEBUG(kIo, "rdma: ", p.reason,
+  MORI_LOG_DEBUG(kCore, "rdma: ", p.reason,
                  l.report.optional.empty() ? "" : " (with ibv_reg_mr_iova2)");
   return p;
 }
@@ -157,4 +157,4 @@ const VerbsApi* Verbs(std::string* reason) {
 }
 #endif
 
-}  // namespace mori::io::rdma
+}  // namespace mori::transport::verbs
