@@ -94,11 +94,18 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
   const char* input = static_cast<const char*>(a.input);
   InterNodeBytes& bytes = combine_bytes_;
   // Return every received row: flat, to its source's slot [me][t]; V1, to the source's
-  // slot when it is on this node, else to the gateway of its node on this node.
+  // slot when it is on this node, else to the gateway of its node on this node. My own
+  // rows are not copied: the reduction reads them from the input (own_row[t]).
+  std::vector<int64_t> own_row(static_cast<size_t>(M), -1);
   for (int64_t i = 0; i < total_recv; ++i) {
     const int s = static_cast<int>(src_pos[i] / M);
     const int64_t t = src_pos[i] % M;
     const char* row = input + i * a.input_row_stride;
+    if (s == me) {
+      own_row[t] = i;
+      bytes.algo_token += hier ? 0 : row_bytes;
+      continue;
+    }
     if (!hier || SameNode(s)) {
       const size_t slot = static_cast<size_t>(me) * M + t;
       Put(s, layout_.comb_tokens + slot * Hc, row, row_bytes, LinkPayload::kToken, bytes);
@@ -209,21 +216,23 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     const uint8_t* ranks = token_ranks + t * W;
     char* out = static_cast<char*>(a.out) + t * row_bytes;
+    // Pe d's row of token t (and its weights): mine from the input, the others' from
+    // the slots they wrote.
+    auto row_of = [&](int i) -> const char* {
+      if (parts[i] == me) return input + own_row[t] * a.input_row_stride;
+      return At<char>(layout_.comb_tokens + (static_cast<size_t>(parts[i]) * M + t) * Hc);
+    };
+    auto weights_of = [&](int i) -> const float* {
+      if (parts[i] == me) return a.weights + own_row[t] * K;
+      return At<float>(layout_.comb_weights + (static_cast<size_t>(parts[i]) * M + t) * K * 4);
+    };
     if (!hier) {
       int np = 0;
       for (int d = 0; d < W; ++d) {
         if (ranks[d]) parts[np++] = d;
       }
-      auto row_of = [&](int i) -> const char* {
-        return At<char>(layout_.comb_tokens + (static_cast<size_t>(parts[i]) * M + t) * Hc);
-      };
       CombineTokenRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), out);
-      if (with_weights) {
-        auto weights_of = [&](int i) -> const float* {
-          return At<float>(layout_.comb_weights + (static_cast<size_t>(parts[i]) * M + t) * K * 4);
-        };
-        CombineTokenWeights(np, weights_of, K, a.out_weights + t * K);
-      }
+      if (with_weights) CombineTokenWeights(np, weights_of, K, a.out_weights + t * K);
       continue;
     }
     int nn = 0;
@@ -240,17 +249,8 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
         for (int l = 0; l < L; ++l) {
           if (ranks[n * L + l]) parts[np++] = n * L + l;
         }
-        auto row_of = [&](int i) -> const char* {
-          return At<char>(layout_.comb_tokens + (static_cast<size_t>(parts[i]) * M + t) * Hc);
-        };
         CombineTokenRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), dst);
-        if (with_weights) {
-          auto weights_of = [&](int i) -> const float* {
-            return At<float>(layout_.comb_weights +
-                             (static_cast<size_t>(parts[i]) * M + t) * K * 4);
-          };
-          CombineTokenWeights(np, weights_of, K, dst_w);
-        }
+        if (with_weights) CombineTokenWeights(np, weights_of, K, dst_w);
       } else {
         const size_t slot = static_cast<size_t>(n) * M + t;
         std::memcpy(dst, At<char>(layout_.partial_tokens + slot * Hc), row_bytes);
