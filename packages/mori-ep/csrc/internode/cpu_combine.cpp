@@ -47,6 +47,7 @@ void InterNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapsho
     order_.Enter(routing != nullptr ? routing->host_epoch : epoch_);
     last_call_dispatch_ = false;
     combine_bytes_ = InterNodeBytes{};
+    combine_link_ops_.clear();
     Vote(++combine_calls_, 0, true);
   }
   throw InvalidArgumentError(reason);
@@ -82,6 +83,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
   order_.Enter(r->host_epoch);
   last_call_dispatch_ = false;
   combine_bytes_ = InterNodeBytes{};
+  combine_link_ops_.clear();
   const uint64_t moved_before = link_->moved_bytes();
   // Combine words carry the combine's own call number (every pe combines the same
   // sequence), so a routing handle's combine after later dispatches still raises them.
