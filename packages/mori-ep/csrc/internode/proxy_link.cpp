@@ -93,9 +93,9 @@ uint64_t ProxyLink::Reserve(uint64_t bytes, uint64_t* start) {
   // ...and commands still reading what this range overwrites (their ranges start less
   // than one ring behind this one's end) must retire first.
   uint64_t need = 0;
-  while (!in_flight_.empty() && in_flight_.front().first + ring_bytes_ < ring_head_) {
-    need = std::max(need, in_flight_.front().second + 1);
-    in_flight_.pop_front();
+  while (!in_flight_.empty() && in_flight_.begin()->first + ring_bytes_ < ring_head_) {
+    need = std::max(need, in_flight_.begin()->second + 1);
+    in_flight_.erase(in_flight_.begin());
   }
   if (need > 0) proxy::WaitRetired(queue_, need);
   return pos;
@@ -115,7 +115,7 @@ void ProxyLink::PushRun(size_t i) {
   runs_.erase(runs_.begin() + static_cast<std::ptrdiff_t>(i));
   const uint64_t idx = proxy::PushWrite(queue_, r.pe, block_offset_ + r.dst,
                                         block_offset_ + ring_offset_ + r.pos, r.used);
-  in_flight_.emplace_back(r.start, idx);
+  in_flight_.emplace(r.start, idx);
 }
 
 void ProxyLink::PushRunsTo(int pe) {

@@ -29,7 +29,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,8 +60,9 @@ class ProxyLink final : public CrossNodeLink {
   uint64_t block_offset_;  // of the op's block in the heap
   size_t ring_offset_, ring_bytes_;
   uint64_t ring_head_ = 0;  // bytes ever reserved (position: ring_head_ % ring_bytes_)
-  // Ring ranges still read by a command: (start in ring_head_'s count, command index).
-  std::deque<std::pair<uint64_t, uint64_t>> in_flight_;
+  // Ring ranges still read by a command: start in ring_head_'s count -> command index.
+  // Ordered by start, not by command: a run opened early may be pushed late.
+  std::map<uint64_t, uint64_t> in_flight_;
   std::map<std::pair<int, size_t>, uint64_t> last_set_;
   // Open runs, oldest first: destination [dst, dst + used) of pe, staged at ring
   // position pos (reserved `room` bytes from ring count `start`).

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """One rank of the CPU inter-node dispatch/combine tests.
-argv: mode seed kind local_size [iters] [nodes]
+argv: mode seed kind local_size [iters] [nodes] [rows]
 
 Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size``
 (nodes "mapped", the default: one heap local group, the proxy's mapped path), or also
@@ -40,15 +40,18 @@ from mori.ep import EpDispatchCombineKernelType, EpDispatchCombineOp
 mode, seed, kind, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 iters = int(sys.argv[5]) if len(sys.argv) > 5 else 8
 nodes = sys.argv[6] if len(sys.argv) > 6 else "mapped"
+# rows "large": DeepSeek-sized rows and more tokens, so that a call's link payload
+# wraps the proxy link's send ring several times (its reuse and ordering under load).
+large = len(sys.argv) > 7 and sys.argv[7] == "large"
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if nodes in ("hosts", "tcp"):
     os.environ["MORI_SHMEM_NODE_ID"] = f"node{rank // local}"
 if nodes == "tcp":
     os.environ["MORI_PROXY_TRANSPORT"] = "tcp"
 dist.init_process_group("gloo", init_method="env://")
-shmem.init(device="cpu", heap_size="64M", timeout_s=60)
+shmem.init(device="cpu", heap_size="512M" if large else "64M", timeout_s=60)
 
-HIDDEN, M, EPR, K = 256, 24, 4, 4
+HIDDEN, M, EPR, K = (7168, 160, 4, 4) if large else (256, 24, 4, 4)
 REF = Routing(world, rank, M, EPR, K)
 print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}), seed {seed}")
 
