@@ -217,22 +217,43 @@ class MoriIoTcp:
             import mori.io  # noqa: F401
         except ImportError:
             return None
-        return cls(ctx)
-
-    def __init__(self, ctx) -> None:
+        try:
+            ok, io = True, cls(ctx)
+        except Exception as e:  # noqa: BLE001 - a missing baseline must not stop the bench
+            print(f"rank {ctx.rank}: mori-io TCP baseline unavailable: {e}", flush=True)
+            ok, io = False, None
+        # Every rank uses it or none does (its set-up and timing are collective).
         import torch.distributed as dist
 
-        from mori.io import BackendType, EngineDesc, IOEngine, IOEngineConfig
+        every = [None] * ctx.world
+        dist.all_gather_object(every, ok)
+        if not all(every):
+            if io is not None:
+                io.close()
+            return None
+        io.connect()
+        return io
+
+    def __init__(self, ctx) -> None:
+        from mori.io import BackendType, IOEngine, IOEngineConfig
 
         self.ctx = ctx
         self.peers = [p for p in range(ctx.world) if ctx.node_of(p) != ctx.node_of(ctx.rank)]
         self.eng = IOEngine(f"ep-bench-{ctx.rank}", IOEngineConfig("127.0.0.1", 0))
         self.eng.create_backend(BackendType.TCP)
+        self.bufs: list = []
+
+    def connect(self) -> None:
+        """Registers every peer's engine. Collective."""
+        import torch.distributed as dist
+
+        from mori.io import EngineDesc
+
+        ctx = self.ctx
         descs = [None] * ctx.world
         dist.all_gather_object(descs, self.eng.get_engine_desc().pack())
         for p in self.peers:
             self.eng.register_remote_engine(EngineDesc.unpack(descs[p]))
-        self.bufs: list = []
 
     def prepare(self, send: dict[int, int], recv: dict[int, int]) -> None:
         """Registered source buffers (one per peer) and destination buffers (one per
