@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +45,12 @@ struct Hello {
 // reaches kFlushBytes or at the end of the proxy's round (Poll).
 constexpr uint64_t kInlinePayload = 4096;
 constexpr size_t kFlushBytes = 256 << 10;
+// The receiver reads up to kInBufBytes at a time; the rest of a payload that is at
+// least kDirectRecv bytes is received straight into its destination.
+constexpr size_t kInBufBytes = 64 << 10;
+constexpr uint64_t kDirectRecv = 4096;
+// Frames a receiver turn applies from one peer before looking at the others.
+constexpr int kFramesPerTurn = 256;
 
 }  // namespace
 
@@ -67,6 +74,8 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
   out_fds_.assign(n, -1);
   in_fds_.assign(n, -1);
   out_buf_.resize(n);
+  in_buf_.resize(n);
+  for (InBuf& b : in_buf_) b.data.resize(kInBufBytes);
   for (int i = 0; i < n; ++i) bye_from_.push_back(std::make_unique<std::atomic<bool>>(false));
   listen_fd_ =
       transport::ListenOn("0.0.0.0", 0, StrCat("the proxy of pe ", heap_->my_pe()), &port_);
@@ -192,6 +201,45 @@ void TcpTransport::Flush(int pe) {
   buf.clear();
 }
 
+void TcpTransport::SendWithPayload(int pe, const char* payload, uint64_t nbytes) {
+  std::vector<char>& buf = out_buf_[pe];
+  iovec iov[2] = {{buf.data(), buf.size()}, {const_cast<char*>(payload), nbytes}};
+  int first = buf.empty() ? 1 : 0;
+  const int fd = out_fds_[pe];
+  while (first < 2) {
+    msghdr msg{};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = 2 - first;
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n > 0) {
+      size_t left = static_cast<size_t>(n);
+      while (first < 2 && left > 0) {
+        if (left >= iov[first].iov_len) {
+          left -= iov[first].iov_len;
+          ++first;
+        } else {
+          iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+          iov[first].iov_len -= left;
+          left = 0;
+        }
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    std::string error;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, options_.timeout_ms) == 1) continue;
+      error = StrCat("no progress sending within ", options_.timeout_ms, " ms");
+    } else {
+      error = StrCat("send failed: ", transport::ErrnoText(errno));
+    }
+    SetError(Lost(pe, "sending to it", error));
+    ThrowError();
+  }
+  buf.clear();
+}
+
 void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
   if (failed_.load(std::memory_order_acquire)) ThrowError();
   std::vector<char>& buf = out_buf_[pe];
@@ -201,8 +249,7 @@ void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64
     const char* d = static_cast<const char*>(payload);
     buf.insert(buf.end(), d, d + nbytes);
   } else if (payload != nullptr && nbytes > 0) {
-    Flush(pe);
-    SendRaw(pe, static_cast<const char*>(payload), nbytes);
+    SendWithPayload(pe, static_cast<const char*>(payload), nbytes);
   }
   if (buf.size() >= kFlushBytes) Flush(pe);
 }
@@ -304,28 +351,71 @@ bool TcpTransport::ApplyOne(int pe) {
   }
 }
 
+ssize_t TcpTransport::Fill(int pe) {
+  InBuf& b = in_buf_[pe];
+  if (b.head == b.tail) {
+    b.head = b.tail = 0;
+  } else if (b.head > 0 && b.data.size() - b.tail < kInBufBytes / 2) {
+    std::memmove(b.data.data(), b.data.data() + b.head, b.tail - b.head);
+    b.tail -= b.head;
+    b.head = 0;
+  }
+  const size_t space = b.data.size() - b.tail;
+  if (space == 0) return 0;
+  for (;;) {
+    ssize_t n = ::recv(in_fds_[pe], b.data.data() + b.tail, space, 0);
+    if (n > 0) {
+      b.tail += static_cast<size_t>(n);
+      return n;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n == 0) errno = 0;
+    return -1;
+  }
+}
+
+bool TcpTransport::Need(int pe, size_t n, std::string* error) {
+  while (Buffered(pe) < n) {
+    const ssize_t got = Fill(pe);
+    if (got > 0) continue;
+    if (got < 0) {
+      *error = errno == 0 ? std::string("the peer closed the connection")
+                          : "receive failed: " + transport::ErrnoText(errno);
+      return false;
+    }
+    pollfd p{in_fds_[pe], POLLIN, 0};
+    if (::poll(&p, 1, options_.timeout_ms) != 1) {
+      *error = StrCat("no answer within ", options_.timeout_ms, " ms");
+      return false;
+    }
+  }
+  return true;
+}
+
+bool TcpTransport::ReadInto(int pe, char* dst, uint64_t n, std::string* error) {
+  InBuf& b = in_buf_[pe];
+  const uint64_t take = std::min<uint64_t>(n, Buffered(pe));
+  std::memcpy(dst, b.data.data() + b.head, take);
+  b.head += take;
+  dst += take;
+  n -= take;
+  if (n == 0) return true;
+  if (n >= kDirectRecv) return transport::RecvAll(in_fds_[pe], dst, n, options_.timeout_ms, error);
+  if (!Need(pe, n, error)) return false;
+  std::memcpy(dst, b.data.data() + b.head, n);
+  b.head += n;
+  return true;
+}
+
 bool TcpTransport::ApplyFrame(int pe) {
+  // Called with at least a frame header buffered (ReceiverLoop).
   const int fd = in_fds_[pe];
+  InBuf& b = in_buf_[pe];
   Frame f{};
   std::string error;
-  // A frame's first byte may not be there yet: peek so that an idle stream is not a
-  // bounded wait, and EOF between frames is recognised.
-  char probe;
-  ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
-  if (n <= 0) {
-    if (bye_from_[pe]->load() || stop_.load()) return false;
-    SetError(Lost(pe, "receiving from it",
-                  n == 0 ? std::string("it closed its stream without a goodbye (did its process "
-                                       "exit or crash?)")
-                         : transport::ErrnoText(errno)));
-    return false;
-  }
-  if (!transport::RecvAll(fd, reinterpret_cast<char*>(&f), sizeof(f), options_.timeout_ms,
-                          &error)) {
-    SetError(Lost(pe, "receiving a frame header", error));
-    return false;
-  }
+  std::memcpy(&f, b.data.data() + b.head, sizeof(f));
+  b.head += sizeof(f);
   if (f.magic != kFrameMagic) {
     SetError(Lost(pe, "receiving", StrCat("bad frame magic ", f.magic)));
     return false;
@@ -339,8 +429,7 @@ bool TcpTransport::ApplyFrame(int pe) {
         return false;
       }
       if (!heap_->cuda()) {
-        if (!transport::RecvAll(fd, heap_->my_base() + f.offset, f.arg, options_.timeout_ms,
-                                &error)) {
+        if (!ReadInto(pe, heap_->my_base() + f.offset, f.arg, &error)) {
           SetError(Lost(pe, "receiving a write's payload", error));
           return false;
         }
@@ -349,7 +438,7 @@ bool TcpTransport::ApplyFrame(int pe) {
         // the buffer takes the next chunk.
         for (uint64_t done = 0; done < f.arg;) {
           const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_lane_->staging_bytes());
-          if (!transport::RecvAll(fd, recv_lane_->staging(), chunk, options_.timeout_ms, &error)) {
+          if (!ReadInto(pe, recv_lane_->staging(), chunk, &error)) {
             SetError(Lost(pe, "receiving a write's payload", error));
             return false;
           }
@@ -407,6 +496,7 @@ void TcpTransport::ReceiverLoop() {
   for (int pe = 0; pe < n; ++pe) open[pe] = in_fds_[pe] >= 0;
   std::vector<pollfd> fds;
   std::vector<int> who;
+  bool backlog = false;  // a peer has whole frames buffered that were not applied yet
   while (!stop_.load() && !failed_.load()) {
     fds.clear();
     who.clear();
@@ -419,25 +509,33 @@ void TcpTransport::ReceiverLoop() {
       }
     }
     if (fds.size() == 1 && shutting_down_.load()) return;
-    int rc = ::poll(fds.data(), fds.size(), 200);
+    int rc = ::poll(fds.data(), fds.size(), backlog ? 0 : 200);
     if (rc < 0) {
       if (errno == EINTR) continue;
       SetError(
           StrCat("proxy of pe ", heap_->my_pe(), ": poll failed: ", transport::ErrnoText(errno)));
       return;
     }
+    backlog = false;
     for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
       const int pe = who[i];
-      // Drain what is there, a bounded number of frames per turn for fairness.
-      for (int k = 0; k < 64 && open[pe]; ++k) {
-        if (!ApplyOne(pe)) {
-          open[pe] = false;
-          break;
-        }
-        pollfd again{in_fds_[pe], POLLIN, 0};
-        if (::poll(&again, 1, 0) != 1) break;
+      if (fds[i].revents == 0 && Buffered(pe) < sizeof(Frame)) continue;
+      // One read of what is there, then every whole frame of it (a bounded number per
+      // turn for fairness; a payload's missing rest is waited for, bounded).
+      const ssize_t got = fds[i].revents != 0 ? Fill(pe) : 0;
+      if (got < 0 && Buffered(pe) < sizeof(Frame)) {
+        open[pe] = false;
+        if (bye_from_[pe]->load() || stop_.load()) continue;
+        SetError(Lost(pe, "receiving from it",
+                      errno == 0 ? std::string("it closed its stream without a goodbye (did its "
+                                               "process exit or crash?)")
+                                 : transport::ErrnoText(errno)));
+        return;
       }
+      for (int k = 0; k < kFramesPerTurn && open[pe] && Buffered(pe) >= sizeof(Frame); ++k) {
+        if (!ApplyOne(pe)) open[pe] = false;
+      }
+      if (open[pe] && Buffered(pe) >= sizeof(Frame)) backlog = true;
       if (failed_.load()) return;
     }
   }

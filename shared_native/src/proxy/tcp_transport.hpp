@@ -53,12 +53,24 @@ class TcpTransport final : public Transport {
   // batches (one send per peer per proxy round) and in posting order.
   void SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes);
   void SendRaw(int pe, const char* data, uint64_t nbytes);
+  // The send buffer and a payload in one sendmsg (the buffer is emptied).
+  void SendWithPayload(int pe, const char* payload, uint64_t nbytes);
   void Flush(int pe);
   void ReceiverLoop();
   // Reads and applies one frame from pe's inbound stream; false when the stream ended
   // or failed (the error is set).
   bool ApplyOne(int pe);
   bool ApplyFrame(int pe);
+  // Inbound bytes are read in large pieces into a per-pe buffer and frames parsed from
+  // it (one recv for many small frames); a large payload's rest is received straight
+  // into its destination. Fill: one non-blocking recv into the buffer's free space
+  // (bytes read, 0 when none is waiting, -1 at EOF or an error: errno kept).
+  ssize_t Fill(int pe);
+  // Waits (bounded) until the buffer holds `n` bytes (n <= its capacity).
+  bool Need(int pe, size_t n, std::string* error);
+  // The next `n` bytes of pe's stream into `dst`: the buffered ones first.
+  bool ReadInto(int pe, char* dst, uint64_t n, std::string* error);
+  size_t Buffered(int pe) const { return in_buf_[pe].tail - in_buf_[pe].head; }
   // CUDA heaps: waits until the writes and adds applied so far are in the heap.
   void SettleInbound();
   void ReadAcks(int pe, std::vector<Completion>* out);
@@ -82,6 +94,11 @@ class TcpTransport final : public Transport {
   std::string error_;
   std::vector<Completion> notices_;         // from the receiver thread
   std::vector<std::vector<char>> out_buf_;  // per pe: frames not sent yet
+  struct InBuf {
+    std::vector<char> data;
+    size_t head = 0, tail = 0;  // unread bytes: [head, tail)
+  };
+  std::vector<InBuf> in_buf_;  // per pe, the receiver thread's only
   // CUDA heaps: the proxy thread stages outgoing payloads through send_lane_, the
   // receiver thread applies incoming writes and adds through recv_lane_ (each its own
   // non-blocking stream and pinned staging buffer: device_lane.hpp).

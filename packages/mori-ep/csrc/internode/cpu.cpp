@@ -93,6 +93,8 @@ void InterNodeCpu::Put(int pe, size_t offset, const void* src, size_t bytes, Lin
     return;
   }
   link_->Write(pe, offset, src, bytes);
+  (&count == &combine_bytes_ ? combine_link_ops_ : dispatch_link_ops_)
+      .push_back(LinkOp{pe, offset, bytes, 0});
   (what == LinkPayload::kToken ? count.link.token : count.link.meta) += bytes;
   ++count.link.writes;
 }
@@ -103,6 +105,8 @@ void InterNodeCpu::PutSignal(int pe, size_t offset, uint64_t value, InterNodeByt
     return;
   }
   link_->Signal(pe, offset, value);
+  (&count == &combine_bytes_ ? combine_link_ops_ : dispatch_link_ops_)
+      .push_back(LinkOp{pe, offset, 0, value});
   count.link.signal += 8;
   ++count.link.signals;
 }
@@ -199,6 +203,7 @@ void InterNodeCpu::RejectDispatch(const std::string& reason) {
   order_.Dispatched(false);
   last_call_dispatch_ = true;
   dispatch_bytes_ = InterNodeBytes{};
+  dispatch_link_ops_.clear();
   std::vector<uint64_t> counts(shape_.world_size, kRejectedCount);
   if (kind_ == InterNodeKind::kHierLL) {
     DispatchLowLatency(epoch, DispatchArgs{}, counts, true);
@@ -439,6 +444,7 @@ int64_t InterNodeCpu::Dispatch(const DispatchArgs& a) {
   order_.Dispatched(false);
   last_call_dispatch_ = true;
   dispatch_bytes_ = InterNodeBytes{};
+  dispatch_link_ops_.clear();
   const uint64_t moved_before = link_->moved_bytes();
 
   if (kind_ == InterNodeKind::kHierLL) {
@@ -478,6 +484,28 @@ int64_t InterNodeCpu::Dispatch(const DispatchArgs& a) {
   dispatch_bytes_.moved = link_->moved_bytes() - moved_before;
   order_.Dispatched(true);
   return total_recv_;
+}
+
+double InterNodeCpu::ReplayLink(bool combine) {
+  const std::vector<LinkOp>& ops = combine ? combine_link_ops_ : dispatch_link_ops_;
+  size_t total = 0;
+  for (const LinkOp& op : ops) total += op.bytes;
+  std::vector<char> src(std::max<size_t>(total, 1), 0x5a);  // pages touched before timing
+  link_->Quiet();
+  shmem::BarrierAll();
+  const auto start = std::chrono::steady_clock::now();
+  size_t at = 0;
+  for (const LinkOp& op : ops) {
+    if (op.bytes == 0) {
+      link_->Signal(op.pe, op.offset, op.value);
+    } else {
+      link_->Write(op.pe, op.offset, src.data() + at, op.bytes);
+      at += op.bytes;
+    }
+  }
+  link_->Quiet();
+  shmem::BarrierAll();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace mori::ep

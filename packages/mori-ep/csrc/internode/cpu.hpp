@@ -67,6 +67,14 @@ class InterNodeCpu {
   uint64_t combined_epoch() const { return order_.combined_epoch(); }
   const InterNodeBytes& dispatch_bytes() const { return dispatch_bytes_; }
   const InterNodeBytes& combine_bytes() const { return combine_bytes_; }
+  // The inter-node leg of the last dispatch (or combine) alone: collective; replays the
+  // writes and signals this pe put on its link in that call (same peers, offsets and
+  // sizes, in the same order; payload from a scratch buffer of their total size, signals
+  // with the values they set, so no word changes), from a heap barrier to Quiet and a
+  // second barrier (everything landed everywhere). Returns its wall-clock seconds. The
+  // op's buffers that the writes reach hold scratch bytes afterwards: call it between a
+  // combine and the next dispatch (a benchmark's tool).
+  double ReplayLink(bool combine);
 
  private:
   template <typename T>
@@ -118,6 +126,14 @@ class InterNodeCpu {
   bool last_call_dispatch_ = false;
   uint64_t combine_calls_ = 0;  // the call number combine's signal words carry
   InterNodeBytes dispatch_bytes_, combine_bytes_;
+  // What Put and PutSignal gave the link in the last dispatch / combine (ReplayLink).
+  struct LinkOp {
+    int pe;
+    size_t offset;
+    size_t bytes;  // 0: a signal of `value`
+    uint64_t value;
+  };
+  std::vector<LinkOp> dispatch_link_ops_, combine_link_ops_;
 };
 
 }  // namespace mori::ep

@@ -194,6 +194,19 @@ destination nodes, this node included; InterNode: x destination pes), physical_t
 (the crossings to other nodes), physical_rows, forwarded_rows (as a gateway), link_*
 (what it put on its inter-node link: token payload, metadata, signal bytes, command
 counts) and moved (what the link's transport reports it moved).)doc")
+      .def(
+          "replay_link",
+          [](InterNodeCpu& self, const std::string& phase) {
+            MORI_CHECK_ARG(phase == "dispatch" || phase == "combine", "phase ", phase,
+                           " is not 'dispatch' or 'combine'");
+            return self.ReplayLink(phase == "combine");
+          },
+          py::arg("phase"), py::call_guard<py::gil_scoped_release>(),
+          R"doc(Collective: the inter-node leg of this pe's last dispatch or combine alone,
+replayed (the same link writes and signals, payload from a scratch buffer, signals
+changing no word) from a heap barrier until everything landed everywhere; returns its
+wall-clock seconds. Leaves scratch bytes in the op's buffers: call it between a combine
+and the next dispatch.)doc")
       .def_property_readonly("link_name", &InterNodeCpu::link_name)
       .def_property_readonly("local_size",
                              [](const InterNodeCpu& s) { return s.nodes().local_size; })

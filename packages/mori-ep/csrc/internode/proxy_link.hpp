@@ -14,7 +14,14 @@
 //
 // A proxy write copies from this pe's heap, so the link stages each payload in a send
 // ring inside the op's block (`ring_offset`, `ring_bytes`): bytes are copied there and
-// a ring range is reused only after the command that read it has retired. Signals are
+// a ring range is reused only after the command that read it has retired. Writes that
+// continue one another at the destination are gathered into runs (a ring segment per
+// run, a few runs open at once: the protocol writes a row's fields to separate arrays)
+// and a run becomes one proxy command when it is full, when a signal or Quiet needs it
+// or when the ring needs its room: fewer, larger commands and TCP frames. A write lands
+// after every earlier write to its pe (runs to a pe are pushed in the order they were
+// opened, and a write extends a run only when no later run to that pe overlaps it), and
+// a signal after every earlier write to its pe. Signals are
 // the protocol's 64-bit "set" words; the proxy adds, so the link adds the difference
 // to the value it last set at that word (each word the link writes has one writer,
 // this pe, and starts at zero).
@@ -22,11 +29,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "internode/link.hpp"
 #include "mori/proxy/proxy.hpp"
@@ -53,9 +60,23 @@ class ProxyLink final : public CrossNodeLink {
   uint64_t block_offset_;  // of the op's block in the heap
   size_t ring_offset_, ring_bytes_;
   uint64_t ring_head_ = 0;  // bytes ever reserved (position: ring_head_ % ring_bytes_)
-  // Ring ranges still read by a command: (start in ring_head_'s count, command index).
-  std::deque<std::pair<uint64_t, uint64_t>> in_flight_;
+  // Ring ranges still read by a command: start in ring_head_'s count -> command index.
+  // Ordered by start, not by command: a run opened early may be pushed late.
+  std::map<uint64_t, uint64_t> in_flight_;
   std::map<std::pair<int, size_t>, uint64_t> last_set_;
+  // Open runs, oldest first: destination [dst, dst + used) of pe, staged at ring
+  // position pos (reserved `room` bytes from ring count `start`).
+  struct Run {
+    int pe;
+    size_t dst;
+    uint64_t start, pos, room, used;
+  };
+  std::vector<Run> runs_;
+  // Reserves `bytes` contiguous ring bytes; returns the ring position.
+  uint64_t Reserve(uint64_t bytes, uint64_t* start);
+  // Pushes open run i, after the older open runs to its pe.
+  void PushRun(size_t i);
+  void PushRunsTo(int pe);  // every open run to pe (pe < 0: every open run)
   std::string name_;
 };
 

@@ -2,7 +2,7 @@
 # Copyright (c) 2026 The mori authors
 """One rank of the inter-node dispatch/combine tests (test_internode.py on host heaps,
 test_internode_gpu.py on CUDA heaps).
-argv: mode seed kind local_size [iters] [nodes] [placement]
+argv: mode seed kind local_size [iters] [nodes] [placement] [rows]
 
 Creates a host heap over gloo; nodes are emulated by ``gpu_per_node = local_size``
 (nodes "mapped", the default: one heap local group, the proxy's mapped path), or also
@@ -44,7 +44,12 @@ from mori.ep import EpDispatchCombineKernelType, EpDispatchCombineOp
 mode, seed, kind, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 iters = int(sys.argv[5]) if len(sys.argv) > 5 else 8
 nodes = sys.argv[6] if len(sys.argv) > 6 else "mapped"
-placement = sys.argv[7] if len(sys.argv) > 7 else "cpu"
+# placement: "cpu" (host heap, the default) or the CUDA heap's placement; rows "large"
+# (host heaps): DeepSeek-sized rows and more tokens, so that a call's link payload wraps
+# the proxy link's send ring several times (its reuse and ordering under load).
+extra = sys.argv[7:]
+large = "large" in extra
+placement = next((a for a in extra if a and a != "large"), "cpu")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if nodes in ("hosts", "tcp"):
     os.environ["MORI_SHMEM_NODE_ID"] = f"node{rank // local}"
@@ -67,9 +72,11 @@ def settled(*results):
 
 
 dist.init_process_group("gloo", init_method="env://")
-shmem.init(device="cpu" if DEV.type == "cpu" else 0, heap_size="64M", timeout_s=60)
+shmem.init(
+    device="cpu" if DEV.type == "cpu" else 0, heap_size="512M" if large else "64M", timeout_s=60
+)
 
-HIDDEN, M, EPR, K = 256, 24, 4, 4
+HIDDEN, M, EPR, K = (7168, 160, 4, 4) if large else (256, 24, 4, 4)
 REF = Routing(world, rank, M, EPR, K)
 print(f"rank {rank}: {kind}, {world // local} nodes x {local} ({nodes}, {placement}), seed {seed}")
 

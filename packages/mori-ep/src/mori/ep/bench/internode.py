@@ -8,15 +8,32 @@ Nodes: ``--gpu-per-node L`` puts rank ``r`` on node ``r // L``
 another node goes through the op's proxy; ``--proxy-transport tcp`` (the default)
 forces the proxy's TCP transport (``MORI_PROXY_TRANSPORT``).
 
-The raw figure: a plain TCP stream (one loopback connection per pair of ranks on
-different nodes, set up once, ``TCP_NODELAY``) between the same processes, moving the
-same bytes the op put on its inter-node link in the phase (``link_token + link_meta +
-link_signal`` of ``op._mode.bytes(phase)``), each rank's bytes split evenly over the
-ranks of the other nodes, every rank sending and receiving at once (a sender and a
-receiver thread per peer). Timed like the op on CPU (barrier, wall clock, median of
-``--iters``); the ratio ``raw us / op us`` is the share of the raw stream's rate that
-the op's inter-node leg reaches, the op's whole call (count exchange, local copies,
-the proxy) against the bare transport.
+The raw figures, between the same processes, moving the same bytes the op put on its
+inter-node link in the phase (``link_token + link_meta + link_signal`` of
+``op._mode.bytes(phase)``), each rank's bytes split evenly over the ranks of the other
+nodes, every rank sending and receiving at once, timed like the op on CPU (barrier,
+wall clock, median of ``--iters``):
+
+- ``raw``: a plain TCP stream (one loopback connection per pair of ranks on different
+  nodes, set up once, ``TCP_NODELAY``; a sender and a receiver thread per peer) from a
+  source buffer of the share's size into a destination buffer of that size, as the op
+  reads its rows from the input and lands them in its receive buffers.
+- ``raw_block``: the same stream sending one 1 MiB block over and over and receiving
+  into one 1 MiB buffer (the bench's first raw figure): both stay in the CPU's caches,
+  so on a machine with little memory bandwidth it is faster than any transfer whose
+  bytes come from and go to memory; kept for comparison.
+- ``mori_io``: mori-io's TCP batch (``IOEngine.batch_write`` over its TCP backend, one
+  batch per peer from a registered source buffer into the peer's registered
+  destination buffer, waiting for every status), when mori-io is installed; timed with
+  transfers of the op's token row size (``mori_io_row``) and with one transfer per
+  peer (``mori_io_one``); ``mori_io`` is the faster of the two.
+
+``op / raw`` = raw us / op us: the share of the raw rate that the op reaches with the
+whole call counted (count exchange, local copies, the reduction, the proxy) against
+the bare transport. ``leg``: the op's inter-node leg alone (``link_leg_us``: the link
+commands of the call replayed through the same link: the proxy's staging copy, its
+commands and thread, the TCP transport), ``leg / x`` = x us / leg us: the share of the
+baseline's rate the leg reaches, which is what "the proxy costs <= 20 %" measures.
 """
 
 from __future__ import annotations
@@ -75,9 +92,17 @@ class RawMesh:
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.block = bytes(CHUNK)
         self.sink = bytearray(CHUNK)
+        self.src: dict[int, bytearray] = {}
+        self.dst: dict[int, bytearray] = {}
 
-    def exchange(self, send: dict[int, int], recv: dict[int, int]) -> None:
-        """Send ``send[p]`` bytes to and receive ``recv[p]`` bytes from every peer at once."""
+    def buffers(self, send: dict[int, int], recv: dict[int, int]) -> None:
+        """Source and destination buffers of the shares' sizes, pages touched."""
+        self.src = {p: bytearray(b"\x5a" * n) for p, n in send.items()}
+        self.dst = {p: bytearray(b"\x00" * n) for p, n in recv.items()}
+
+    def exchange(self, send: dict[int, int], recv: dict[int, int], block: bool = False) -> None:
+        """Send ``send[p]`` bytes to and receive ``recv[p]`` bytes from every peer at once:
+        from/into the buffers of ``buffers`` (``block``: one 1 MiB block and sink)."""
         errors: list[BaseException] = []
 
         def run(fn, *a):
@@ -86,9 +111,9 @@ class RawMesh:
             except BaseException as e:  # re-raised below, on the calling thread
                 errors.append(e)
 
-        threads = [threading.Thread(target=run, args=(self._send, p, n))
+        threads = [threading.Thread(target=run, args=(self._send, p, n, block))
                    for p, n in send.items() if n]  # fmt: skip
-        threads += [threading.Thread(target=run, args=(self._recv, p, n))
+        threads += [threading.Thread(target=run, args=(self._recv, p, n, block))
                     for p, n in recv.items() if n]  # fmt: skip
         for t in threads:
             t.start()
@@ -97,20 +122,26 @@ class RawMesh:
         if errors:
             raise errors[0]
 
-    def _send(self, peer: int, n: int) -> None:
+    def _send(self, peer: int, n: int, block: bool) -> None:
+        if not block:
+            self.conns[peer].sendall(memoryview(self.src[peer])[:n])
+            return
         view = memoryview(self.block)
         while n:
             k = min(n, CHUNK)
             self.conns[peer].sendall(view[:k])
             n -= k
 
-    def _recv(self, peer: int, n: int) -> None:
-        view = memoryview(bytearray(min(n, CHUNK)))
+    def _recv(self, peer: int, n: int, block: bool) -> None:
+        view = memoryview(self.dst[peer] if not block else bytearray(min(n, CHUNK)))
+        at = 0
         while n:
-            got = self.conns[peer].recv_into(view[: min(n, len(view))])
+            k = min(n, len(view) - at)
+            got = self.conns[peer].recv_into(view[at : at + k])
             if not got:
                 raise RuntimeError(f"bench: raw stream from rank {peer} closed early")
             n -= got
+            at = 0 if block else at + got
 
     def close(self) -> None:
         for c in self.conns.values():
@@ -118,10 +149,9 @@ class RawMesh:
         self.conns.clear()
 
 
-def raw_stream_us(ctx, mesh: RawMesh, nbytes: int, iters: int) -> float:
-    """Median wall-clock us of one exchange in which every rank streams its ``nbytes``
-    (split evenly over its peers on other nodes) while receiving the others' shares.
-    Collective."""
+def shares(ctx, nbytes: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Every rank's ``nbytes`` split evenly over its peers on other nodes: (what this
+    rank sends to each peer, what it receives from each). Collective."""
     import torch.distributed as dist
 
     every = [None] * ctx.world
@@ -134,16 +164,148 @@ def raw_stream_us(ctx, mesh: RawMesh, nbytes: int, iters: int) -> float:
         q, r = divmod(every[src], len(peers))
         return q + (1 if peers.index(dst) < r else 0)
 
-    send = {p: share(ctx.rank, p) for p in mesh.peers}
-    recv = {p: share(p, ctx.rank) for p in mesh.peers}
+    peers = [p for p in range(ctx.world) if ctx.node_of(p) != ctx.node_of(ctx.rank)]
+    return ({p: share(ctx.rank, p) for p in peers}, {p: share(p, ctx.rank) for p in peers})
+
+
+def timed_us(fn, iters: int) -> float:
+    """Median wall-clock us of ``fn()`` over ``iters`` calls after a warm-up call, each
+    started after a barrier. Collective."""
+    import torch.distributed as dist
+
     times = []
     for i in range(iters + 1):
         dist.barrier()
         t0 = time.perf_counter()
-        mesh.exchange(send, recv)
-        if i:  # the first exchange warms the connections
+        fn()
+        if i:  # the first call warms the connections
             times.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(times)
+
+
+def raw_stream_us(ctx, mesh: RawMesh, nbytes: int, iters: int, block: bool = False) -> float:
+    """Median wall-clock us of one exchange in which every rank streams its ``nbytes``
+    (split evenly over its peers on other nodes) while receiving the others' shares
+    (``block``: the 1 MiB block stream). Collective."""
+    send, recv = shares(ctx, nbytes)
+    if not block:
+        mesh.buffers(send, recv)
+    return timed_us(lambda: mesh.exchange(send, recv, block), iters)
+
+
+def link_leg_us(ctx, op, phase: str, iters: int) -> float | None:
+    """Median wall-clock us of the op's inter-node leg alone: the link writes and
+    signals of its last ``phase`` call replayed (``InterNodeCpu.replay_link``: the
+    proxy's staging, its commands and the TCP transport, from a barrier until
+    everything landed everywhere). Collective; leaves scratch bytes in the op's
+    buffers (the timed calls are done)."""
+    impl = op._mode.impl
+    if not hasattr(impl, "replay_link"):
+        return None
+    times = [impl.replay_link(phase) * 1e6 for _ in range(iters + 1)]
+    return statistics.median(times[1:])
+
+
+class MoriIoTcp:
+    """mori-io's TCP backend between the ranks of different nodes: an IOEngine per rank
+    (collective: engine and memory descriptors are exchanged over torch.distributed).
+    ``MoriIoTcp.create`` returns None where mori-io is not installed."""
+
+    @classmethod
+    def create(cls, ctx):
+        try:
+            import mori.io  # noqa: F401
+        except ImportError:
+            return None
+        try:
+            ok, io = True, cls(ctx)
+        except Exception as e:  # noqa: BLE001 - a missing baseline must not stop the bench
+            print(f"rank {ctx.rank}: mori-io TCP baseline unavailable: {e}", flush=True)
+            ok, io = False, None
+        # Every rank uses it or none does (its set-up and timing are collective).
+        import torch.distributed as dist
+
+        every = [None] * ctx.world
+        dist.all_gather_object(every, ok)
+        if not all(every):
+            if io is not None:
+                io.close()
+            return None
+        io.connect()
+        return io
+
+    def __init__(self, ctx) -> None:
+        from mori.io import BackendType, IOEngine, IOEngineConfig
+
+        self.ctx = ctx
+        self.peers = [p for p in range(ctx.world) if ctx.node_of(p) != ctx.node_of(ctx.rank)]
+        self.eng = IOEngine(f"ep-bench-{ctx.rank}", IOEngineConfig("127.0.0.1", 0))
+        self.eng.create_backend(BackendType.TCP)
+        self.bufs: list = []
+
+    def connect(self) -> None:
+        """Registers every peer's engine. Collective."""
+        import torch.distributed as dist
+
+        from mori.io import EngineDesc
+
+        ctx = self.ctx
+        descs = [None] * ctx.world
+        dist.all_gather_object(descs, self.eng.get_engine_desc().pack())
+        for p in self.peers:
+            self.eng.register_remote_engine(EngineDesc.unpack(descs[p]))
+
+    def prepare(self, send: dict[int, int], recv: dict[int, int]) -> None:
+        """Registered source buffers (one per peer) and destination buffers (one per
+        peer), exchanged with the peers. Collective."""
+        import numpy as np
+        import torch.distributed as dist
+
+        from mori.io import MemoryDesc
+
+        for m in self.bufs:
+            self.eng.deregister_memory(m)
+        self.src = {p: np.full(max(n, 1), 0x5A, np.uint8) for p, n in send.items()}
+        self.dst = {p: np.zeros(max(n, 1), np.uint8) for p, n in recv.items()}
+        self.src_mem = {p: self.eng.register_array(a) for p, a in self.src.items()}
+        dst_mem = {p: self.eng.register_array(a) for p, a in self.dst.items()}
+        self.bufs = list(self.src_mem.values()) + list(dst_mem.values())
+        every = [None] * self.ctx.world
+        dist.all_gather_object(every, {p: m.pack() for p, m in dst_mem.items()})
+        # Where my share lands at each peer: its destination buffer for me.
+        self.remote = {p: MemoryDesc.unpack(every[p][self.ctx.rank]) for p in self.peers}
+        self.send = send
+
+    def exchange(self, row: int) -> None:
+        statuses = []
+        for p, n in self.send.items():
+            if n == 0:
+                continue
+            offsets = list(range(0, n, row))
+            sizes = [min(row, n - o) for o in offsets]
+            uid = self.eng.allocate_transfer_uid()
+            statuses.append(
+                self.eng.batch_write(self.src_mem[p], offsets, self.remote[p], offsets, sizes, uid)
+            )
+        from mori.io import StatusCode
+
+        for st in statuses:
+            for s in st if isinstance(st, list) else [st]:
+                if s.WaitFor(120000) == StatusCode.IN_PROGRESS:
+                    raise TimeoutError("bench: a mori-io TCP batch did not finish within 120 s")
+                if not s.Succeeded():
+                    raise RuntimeError(f"bench: mori-io TCP batch failed: {s.Message()}")
+
+    def us(self, nbytes: int, row: int, iters: int) -> float:
+        send, recv = shares(self.ctx, nbytes)
+        self.prepare(send, recv)
+        return timed_us(lambda: self.exchange(row), iters)
+
+    def close(self) -> None:
+        for m in self.bufs:
+            self.eng.deregister_memory(m)
+        self.bufs = []
+        self.eng.close()
 
 
 def attach(args, ctx, op, rec: dict) -> None:
@@ -154,15 +316,28 @@ def attach(args, ctx, op, rec: dict) -> None:
         b = op._mode.bytes(phase)
         us = rec[f"{phase}_us"]
         link = link_bytes(b)
+        leg_us = link_leg_us(ctx, op, phase, args.iters)
         raw_us = raw_stream_us(ctx, ctx.raw_mesh, link, args.iters)
+        block_us = raw_stream_us(ctx, ctx.raw_mesh, link, args.iters, block=True)
+        io = getattr(ctx, "mori_io", None)
+        row = b["link_token"] // b["physical_rows"] if b["physical_rows"] else CHUNK
+        io_row_us = io.us(link, row, args.iters) if io is not None else None
+        io_one_us = io.us(link, max(link, 1), args.iters) if io is not None else None
         rec.update({
             f"{phase}_bytes": b,
             f"{phase}_algo_gbps": gbps(b["algo_token"], us),
             f"{phase}_physical_gbps": gbps(b["physical_token"], us),
             f"{phase}_link_bytes": link,
             f"{phase}_link_gbps": gbps(link, us),
+            f"{phase}_leg_us": leg_us,
+            f"{phase}_leg_gbps": gbps(link, leg_us) if leg_us else None,
             f"{phase}_raw_us": raw_us,
             f"{phase}_raw_gbps": gbps(link, raw_us),
+            f"{phase}_raw_block_us": block_us,
+            f"{phase}_mori_io_row_us": io_row_us,
+            f"{phase}_mori_io_one_us": io_one_us,
+            # The faster of the two batch shapes: the stricter baseline.
+            f"{phase}_mori_io_us": min(io_row_us, io_one_us) if io is not None else None,
         })  # fmt: skip
     rec["link"] = op._mode.impl.link_name
     rec["gpu_per_node"] = ctx.gpu_per_node
@@ -181,17 +356,26 @@ def table(records) -> tuple[list[list], list[str]] | None:
         for phase in ("dispatch", "combine"):
             us = max(r[f"{phase}_us"] for r in rs)
             raw = max(r[f"{phase}_raw_us"] for r in rs)
+            block = max(r.get(f"{phase}_raw_block_us") or 0 for r in rs)
+            legs = [r.get(f"{phase}_leg_us") for r in rs]
+            leg = max(legs) if all(v is not None for v in legs) else None
+            ios = [r.get(f"{phase}_mori_io_us") for r in rs]
+            io = max(ios) if all(v is not None for v in ios) else None
             algo = max(r[f"{phase}_bytes"]["algo_token"] for r in rs)
             phys = max(r[f"{phase}_bytes"]["physical_token"] for r in rs)
             link = max(r[f"{phase}_link_bytes"] for r in rs)
+            pct = lambda base, t=us: f"{100 * base / t:.0f} %" if t and base else "-"  # noqa: E731
             rows.append([
                 n, dt, impl, phase, us, algo / 1e6, algo / us / 1e3 if us else 0,
                 phys / 1e6, phys / us / 1e3 if us else 0, link / 1e6,
-                link / us / 1e3 if us else 0, raw, link / raw / 1e3 if raw else 0,
-                f"{100 * raw / us:.0f} %" if us else "-",
+                link / us / 1e3 if us else 0, raw, link / raw / 1e3 if raw else 0, pct(raw),
+                io if io is not None else "-", pct(io), block or "-", pct(block),
+                leg if leg is not None else "-", pct(raw, leg), pct(io, leg),
             ])  # fmt: skip
     headers = [
         "tokens", "dtype", "impl", "phase", "us", "algo MB", "algo GB/s", "phys MB",
         "phys GB/s", "link MB", "link GB/s", "raw us", "raw GB/s", "op / raw",
+        "mori-io us", "op / mori-io", "raw 1MiB us", "op / raw 1MiB", "leg us", "leg / raw",
+        "leg / mori-io",
     ]  # fmt: skip
     return rows, headers

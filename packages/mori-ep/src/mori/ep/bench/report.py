@@ -80,8 +80,11 @@ def report(args, meta, records) -> None:
             "algo = token rows x destination nodes incl. its own (InterNode: x destination "
             "ranks), phys = the crossings to other nodes, link = what the op put on its "
             "inter-node link (rows, metadata, signals); raw = the same link bytes over a plain "
-            "TCP stream between the same processes (mori.ep.bench.internode); op / raw = "
-            "raw us / us"
+            "TCP stream between the same processes, from and into buffers of their size; "
+            "mori-io = mori-io's TCP batch of the same bytes; raw 1MiB = the plain stream "
+            "of one cached 1 MiB block; leg = the op's link commands of the call replayed "
+            "alone (proxy + TCP) (mori.ep.bench.internode); op / x = x us / us, leg / x = "
+            "x us / leg us"
         )
         print(scaffold.table(*inter))
     if meta["peer_copy_gbps"]:

@@ -14,7 +14,7 @@ from mori.core import env
 
 from .baseline import PEER_COPY_BYTES, a2a_bus_bandwidth, peer_copy_gbps
 from .floors import Floors
-from .internode import INTERNODE, RawMesh
+from .internode import INTERNODE, MoriIoTcp, RawMesh
 from .measure import (
     OP_ENV,
     OP_KERNEL_TYPE,
@@ -133,6 +133,7 @@ def worker(args: argparse.Namespace) -> None:
     ctx.gpu_per_node = gpn
     ctx.node_of = lambda r: r // gpn
     ctx.raw_mesh = RawMesh(rank, world, ctx.node_of) if inter and gpn < world else None
+    ctx.mori_io = MoriIoTcp.create(ctx) if ctx.raw_mesh is not None else None
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
     records, overlaps = [], []
     for n in args.tokens:
@@ -193,6 +194,8 @@ def worker(args: argparse.Namespace) -> None:
     barrier()
     if ctx.raw_mesh is not None:
         ctx.raw_mesh.close()
+    if ctx.mori_io is not None:
+        ctx.mori_io.close()
     for op in ops.values():
         op.close()
     ops.clear()
