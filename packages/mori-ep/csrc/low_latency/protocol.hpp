@@ -134,8 +134,9 @@ MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count, uint32_t 
 // The wire format of a call, carried in its flags' tag bits (kRowTagBits): every
 // receiver compares each sender's with its own and fails that call where they differ,
 // so ranks passing different dtypes, layouts or casts never mix rows. Token-major
-// dispatch: its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32);
-// token-major combine: CombineDtypeTag (1, 2, 4), or kLlTagBf16AsFp8 with
+// dispatch: its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32,
+// 15 float4_e2m1fn_x2, kDtypeTagFp4x2); token-major combine: CombineDtypeTag (1, 2, 4,
+// 15), or kLlTagBf16AsFp8 with
 // fp8_direct_cast, kLlTagBf16Fp8Blockwise with fp8_blockwise; expert-major dispatch: LlExpertTag,
 // its rows' dtype (MORI's dispatch_standard_moe takes bf16, fp16, fp32 and e4m3fn) or, cast to e4m3
 // on the sender, the cast and whether its scales are powers of two (round_scale: a receiver packing
@@ -153,7 +154,8 @@ inline constexpr uint32_t kLlTagExpertFp8 = 11;
 inline constexpr uint32_t kLlTagExpertCastRounded = 12;
 inline constexpr uint32_t kLlTagExpertUnknown = 13;  // a dtype code other than 1..4
 inline constexpr uint32_t kLlTagBf16Fp8Blockwise = 14;
-static_assert(kLlTagBf16Fp8Blockwise < (1u << kRowTagBits), "the wire tags fit the tag bits");
+static_assert(kLlTagBf16Fp8Blockwise < kDtypeTagFp4x2 && kDtypeTagFp4x2 < (1u << kRowTagBits),
+              "the wire tags and the dtype codes are distinct and fit the tag bits");
 
 // An expert-major dispatch's wire tag: the rows' dtype code (DtypeTagName), or the
 // fp8 cast of bf16 rows with or without power-of-two scales.

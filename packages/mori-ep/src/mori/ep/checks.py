@@ -16,13 +16,29 @@ import torch
 
 from .config import EpDispatchCombineQuantType
 
-TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
+# torch's packed fp4 (two e2m1 values per byte, the first in the low nibble): a row of
+# hidden_dim elements is hidden_dim bytes, moved bit for bit (MORI's float4_e2m1fn_x2).
+FP4X2 = torch.float4_e2m1fn_x2
+TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32, FP4X2)
 INDEX_DTYPES = (torch.int32, torch.int64)
-# Combine's element types and the native code for each (every implementation).
-COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
-# Token dtype codes posted with dispatch's counts or flags (csrc/protocol.hpp,
-# DtypeTagName): every rank compares every rank's.
-ROW_TAGS = {torch.bfloat16: 1, torch.float8_e4m3fn: 2, torch.float16: 3, torch.float32: 4}
+# Combine's element types and the native code for each (csrc/common/dtype.hpp's
+# CombineDtype); fp4x2 on host heaps only.
+COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2, FP4X2: 3}
+# Token dtype codes posted with dispatch's counts or flags (csrc/common/dtype.hpp,
+# DtypeTagName; fp4x2's is kDtypeTagFp4x2): every rank compares every rank's.
+ROW_TAGS = {
+    torch.bfloat16: 1,
+    torch.float8_e4m3fn: 2,
+    torch.float16: 3,
+    torch.float32: 4,
+    FP4X2: 15,
+}
+# What combine_problem says of quant_type fp4_blockwise (MORI's packed-fp4 blockwise
+# combine): every kernel type refuses it at combine, as MORI's inter-node ones do.
+FP4_BLOCKWISE_REFUSAL = (
+    "combine only supports quant_type none, fp8_direct_cast and fp8_blockwise; "
+    "fp4_blockwise (MORI's packed-fp4 blockwise combine) is not implemented"
+)
 
 
 def describe(x) -> str:
@@ -115,7 +131,7 @@ def dispatch_problem(
         input,
         "input",
         TOKEN_DTYPES,
-        "input dtype {dtype} is not one of bf16, fp8 e4m3, fp16, fp32",
+        "input dtype {dtype} is not one of bf16, fp8 e4m3, fp16, fp32, float4_e2m1fn_x2",
     )
     if problem is not None:
         return problem
@@ -172,8 +188,18 @@ def combine_problem(
         return f"input must be a torch.Tensor, got {describe(input)}"
     if input.device != m.device:
         return f"input is on {input.device}, the op runs on {m.device}"
+    if m.quant == EpDispatchCombineQuantType.Fp4BlockwiseQuant:
+        return FP4_BLOCKWISE_REFUSAL
     if input.dtype not in COMBINE_DTYPE_CODES:
-        return f"combine input dtype {input.dtype} must be bf16, fp32 or fp8 e4m3"
+        return (
+            f"combine input dtype {input.dtype} must be bf16, fp32, fp8 e4m3 or "
+            "float4_e2m1fn_x2 (host heaps)"
+        )
+    if input.dtype == FP4X2 and not m.place.host:
+        return (
+            "a float4_e2m1fn_x2 combine is implemented on host heaps only (CUDA combines "
+            "bf16, fp32 and fp8 e4m3)"
+        )
     if m.quant == EpDispatchCombineQuantType.Fp8DirectCast and input.dtype != torch.bfloat16:
         return f"quant_type fp8_direct_cast combines bf16 input, got {input.dtype}"
     if m.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant and input.dtype != torch.bfloat16:
