@@ -33,6 +33,15 @@ def test_inter_node_kinds_bit_for_bit(kind, world, local):
     _run("bits", kind, world, local, iters=3)
 
 
+@pytest.mark.parametrize(
+    ("kind", "local"), [("IntraNode", 2), ("IntraNodeLL", 2), ("InterNodeV1", 1)]
+)
+def test_half_width_rows_beside_a_wider_combine(kind, local):
+    # MORI's fp4 dispatch + bf16 combine: config hidden_dim = combine columns, fp4 rows of
+    # hidden_dim / 2 bytes; the two fp4 widths on two ranks are named like two dtypes.
+    _run("half", kind, 2, local, iters=3)
+
+
 @pytest.mark.parametrize(("kind", "local"), [("IntraNode", 2), ("AsyncLL", 2), ("InterNodeV1", 1)])
 def test_a_rank_passing_another_dtype_is_named_on_every_rank(kind, local):
     _run("mismatch", kind, 2, local)

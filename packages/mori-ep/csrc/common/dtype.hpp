@@ -20,10 +20,12 @@ namespace mori::ep {
 // its mori_fp4x2_e2m1 type). Host heaps only.
 enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2, kFloat4E2M1x2 = 3 };
 
-// The dtype code of float4_e2m1fn_x2 rows: the one 4-bit row tag that neither the
-// other dtypes (1..4) nor the low-latency wire tags (low_latency/protocol.hpp, 5..14)
-// use.
+// The dtype codes of float4_e2m1fn_x2 rows, beside the other dtypes' (1..4) and the
+// low-latency wire tags (low_latency/protocol.hpp, 5..14): rows of hidden_dim bytes, and
+// rows of hidden_dim / 2 bytes (hidden_dim e2m1 values: MORI's fp4 dispatch beside a
+// combine of hidden_dim columns), so ranks passing the two widths fail like two dtypes.
 inline constexpr uint32_t kDtypeTagFp4x2 = 15;
+inline constexpr uint32_t kDtypeTagFp4x2Half = 16;
 
 // A combine dtype's tag in the combine words (intranode/protocol.hpp) and the
 // low-latency combine flags (DtypeTagName).
@@ -54,6 +56,8 @@ MORI_HOST_DEVICE inline const char* DtypeTagName(uint32_t tag) {
       return "float32";
     case kDtypeTagFp4x2:
       return "float4_e2m1fn_x2";
+    case kDtypeTagFp4x2Half:
+      return "float4_e2m1fn_x2 (rows of hidden_dim / 2 bytes)";
     default:
       return "unknown";
   }

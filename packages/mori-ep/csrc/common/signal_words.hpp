@@ -18,8 +18,8 @@ namespace mori::ep {
 // (kCountFieldBits) under a row tag (the dtype code of the dispatch's token rows,
 // kRowTagBits; 0 where a word carries none), so one 64-bit release store publishes
 // them all and every pe sees every pe's dtype in the exchange it already waits for.
-// 2^40 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
-inline constexpr int kCountBits = 24;
+// 2^39 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
+inline constexpr int kCountBits = 25;
 inline constexpr int kCountFieldBits = 20;
 inline constexpr int kRowTagBits = kCountBits - kCountFieldBits;
 inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountFieldBits) - 1;

@@ -18,6 +18,12 @@ values each (the low nibble first), as in MORI.
   mismatch rank 1 dispatches bf16 rows while the others dispatch fp4, then combines
            bf16 rows while the others combine fp4: every rank fails each call naming
            both dtypes; the op then dispatches and combines fp4 again.
+  half     MORI's fp4 dispatch beside a bf16 combine: the config's hidden_dim is the
+           combine's columns, dispatch takes fp4 rows of hidden_dim / 2 bytes (hidden_dim
+           e2m1 values) and moves them bit for bit; a combine of their values as bf16
+           (exact) gives each token's value times its destination ranks. A rank passing
+           fp4 rows of hidden_dim bytes beside one passing hidden_dim / 2 fails the call
+           on every rank naming both.
   fp4bw    a config with quant_type "fp4_blockwise" is made and dispatches; its
            combine fails on every rank naming the quant types that exist.
 Prints "rank N ok" last.
@@ -227,6 +233,42 @@ def run_mismatch() -> None:
     assert y.dtype == FP4 and tuple(y.shape) == (n, H)
 
 
+def unpack_bf16(b: torch.Tensor) -> torch.Tensor:
+    """uint8 [n, H/2] -> bf16 [n, H]: the e2m1 values, low nibble first (exact)."""
+    return decode(b).reshape(b.size(0), -1).to(torch.bfloat16)
+
+
+def run_half() -> None:
+    cfg = EpDispatchCombineConfig(
+        FP4, rank, world, 2 * H, 0, 4, 2, M, EPR, K, kernel_type=KIND, gpu_per_node=local
+    )
+    op = EpDispatchCombineOp(cfg, timeout_s=30.0)
+    for it in range(iters):
+        n = int(torch.randint(1, M + 1, (1,), generator=gen))
+        x, idx = rand_fp4(n), routing(n)  # [n, H] bytes = [n, 2H] values
+        out, _, _, _, total = dispatch(op, x, None, None, idx)
+        total = int(total.item())
+        assert out.dtype == FP4 and tuple(out.shape[1:]) == (H,), out.shape
+        ax = gather(x, M)
+        got = [op.decode_send_flat_idx(p) for p in op.get_dispatch_src_token_pos().tolist()]
+        ob = out[:total].view(torch.uint8)
+        for i, (s, t) in enumerate(got):
+            assert torch.equal(ob[i], ax[s][t]), (it, i, s, t)
+        y, _ = combine(op, unpack_bf16(ob), None, idx)
+        ranks = [len({int(e) // EPR for e in idx[t] if int(e) >= 0}) for t in range(n)]
+        want = unpack_bf16(x.view(torch.uint8)).float() * torch.tensor(ranks)[:, None]
+        assert y.dtype == torch.bfloat16 and torch.equal(y.float(), want), it
+    n = 3
+    idx = routing(n)
+    x = rand_fp4(n) if rank == 0 else torch.zeros(n, 2 * H, dtype=torch.uint8).view(FP4)
+
+    def two_widths():
+        dispatch(op, x, None, None, idx)
+
+    expect_both(two_widths, "float4_e2m1fn_x2 (rows of hidden_dim / 2 bytes)", "rank")
+    print(f"rank {rank}: {iters} calls of half-width fp4 rows, bit for bit", flush=True)
+
+
 def run_fp4bw() -> None:
     cfg = EpDispatchCombineConfig(
         torch.bfloat16, rank, world, H, 0, 4, 2, M, EPR, K,
@@ -247,7 +289,7 @@ def run_fp4bw() -> None:
         raise AssertionError("an fp4_blockwise combine was not refused")
 
 
-{"bits": run_bits, "mismatch": run_mismatch, "fp4bw": run_fp4bw}[scenario]()
+{"bits": run_bits, "mismatch": run_mismatch, "half": run_half, "fp4bw": run_fp4bw}[scenario]()
 dist.barrier()
 shmem.finalize()  # the inter-node proxies say goodbye before any rank exits
 dist.destroy_process_group()

@@ -33,6 +33,19 @@ ROW_TAGS = {
     torch.float32: 4,
     FP4X2: 15,
 }
+# fp4x2 rows of hidden_dim // 2 bytes (hidden_dim e2m1 values: MORI's fp4 dispatch
+# beside a combine of hidden_dim columns) have their own code: ranks passing the two
+# widths fail like two dtypes.
+FP4X2_HALF_TAG = 16
+
+
+def row_tag(c, x) -> int:
+    """The dtype code of dispatch rows ``x`` (checked by :func:`tokens_problem`)."""
+    if x.dtype == FP4X2 and x.size(1) != c.hidden_dim:
+        return FP4X2_HALF_TAG
+    return ROW_TAGS[x.dtype]
+
+
 # What combine_problem says of quant_type fp4_blockwise (MORI's packed-fp4 blockwise
 # combine): every kernel type refuses it at combine, as MORI's inter-node ones do.
 FP4_BLOCKWISE_REFUSAL = (
@@ -93,7 +106,15 @@ def tokens_problem(m, x, name, dtypes, dtype_problem) -> str | None:
             f"{name} dtype {x.dtype} has {x.element_size()}-byte elements, more than "
             f"max_token_type_size {c.max_token_type_size}"
         )
-    if x.dim() != 2 or x.size(1) != c.hidden_dim:
+    if x.dtype == FP4X2 and c.hidden_dim % 2 == 0:
+        # MORI's fp4 dispatch beside a combine of hidden_dim columns: hidden_dim e2m1
+        # values in hidden_dim // 2 bytes (config.hidden_dim sizes the buffers).
+        if x.dim() != 2 or x.size(1) not in (c.hidden_dim, c.hidden_dim // 2):
+            return (
+                f"{name} must be [num_tokens, {c.hidden_dim}] or, packing hidden_dim e2m1 "
+                f"values, [num_tokens, {c.hidden_dim // 2}]; got shape {tuple(x.shape)}"
+            )
+    elif x.dim() != 2 or x.size(1) != c.hidden_dim:
         return f"{name} must be [num_tokens, {c.hidden_dim}], got shape {tuple(x.shape)}"
     if x.size(0) > c.max_num_inp_token_per_rank:
         return (
