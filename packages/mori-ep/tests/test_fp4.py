@@ -52,3 +52,9 @@ def test_a_rank_passing_another_dtype_is_named_on_every_rank(kind, local):
 )
 def test_fp4_blockwise_config_is_made_and_its_combine_refused(kind, local):
     _run("fp4bw", kind, 2, local)
+
+
+def test_the_cuda_tests_checks_hold_on_a_host_heap():
+    # test_fp4_gpu.py's worker with a host heap: on a GPU it then tests the kernels
+    run_ranks([str(Path(__file__).parent / "workers" / "ep_fp4_gpu_worker.py"), "cpu",
+               str(new_seed())], 2, timeout_s=300)  # fmt: skip
