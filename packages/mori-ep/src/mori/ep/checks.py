@@ -17,13 +17,20 @@ import torch
 from .config import EpDispatchCombineQuantType
 
 # torch's packed fp4 (two e2m1 values per byte, the first in the low nibble): a row of
-# hidden_dim elements is hidden_dim bytes, moved bit for bit (MORI's float4_e2m1fn_x2).
-FP4X2 = torch.float4_e2m1fn_x2
-TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32, FP4X2)
+# hidden_dim elements is hidden_dim bytes, moved bit for bit (MORI's float4_e2m1fn_x2;
+# torch 2.8 and later have it).
+FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
+_FP4 = () if FP4X2 is None else (FP4X2,)
+TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32, *_FP4)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Combine's element types and the native code for each (csrc/common/dtype.hpp's
 # CombineDtype); fp4x2 on host heaps only.
-COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2, FP4X2: 3}
+COMBINE_DTYPE_CODES = {
+    torch.bfloat16: 0,
+    torch.float32: 1,
+    torch.float8_e4m3fn: 2,
+    **{d: 3 for d in _FP4},
+}
 # Token dtype codes posted with dispatch's counts or flags (csrc/common/dtype.hpp,
 # DtypeTagName; fp4x2's is kDtypeTagFp4x2): every rank compares every rank's.
 ROW_TAGS = {
@@ -31,7 +38,7 @@ ROW_TAGS = {
     torch.float8_e4m3fn: 2,
     torch.float16: 3,
     torch.float32: 4,
-    FP4X2: 15,
+    **{d: 15 for d in _FP4},
 }
 # fp4x2 rows of hidden_dim // 2 bytes (hidden_dim e2m1 values: MORI's fp4 dispatch
 # beside a combine of hidden_dim columns) have their own code: ranks passing the two
