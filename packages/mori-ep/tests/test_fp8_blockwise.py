@@ -41,10 +41,12 @@ def test_fp8_blockwise_is_accepted_with_moris_scale_dim(monkeypatch):
         _config(quant_type="fp8_blockwise")
 
 
-def test_fp4_blockwise_stays_refused_naming_what_exists():
-    match = r"implemented: \['none', 'fp8_direct_cast', 'fp8_blockwise'\]"
-    with pytest.raises(mc.NotSupportedError, match=match):
-        _config(quant_type="fp4_blockwise")
+def test_fp4_blockwise_config_is_made_as_moris():
+    # Its combine is refused on every rank (tests/test_fp4.py), as MORI's inter-node
+    # kernel types refuse it; the config itself is made, as MORI's is.
+    c = _config(quant_type="fp4_blockwise")
+    assert c.quant == EpDispatchCombineQuantType.Fp4BlockwiseQuant
+    assert c.combine_scale_dim == 0
 
 
 def test_the_cuda_tests_checks_hold_on_the_cpu_implementation():

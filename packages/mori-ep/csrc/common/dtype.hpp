@@ -14,12 +14,32 @@ namespace mori::ep {
 
 // Element type of combine's input and output. kFloat8E4M3 (e4m3fn) accumulates in
 // fp32 like the others and is rounded once, saturating (common/numeric.hpp).
-enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2 };
+// kFloat4E2M1x2 is torch's float4_e2m1fn_x2: one byte holds two e2m1 values (low
+// nibble first), a row of hidden_dim elements is hidden_dim bytes (2 * hidden_dim
+// values); each value is summed in fp32 and rounded once, saturating (MORI's combine of
+// its mori_fp4x2_e2m1 type). Host heaps only.
+enum class CombineDtype : int { kBFloat16 = 0, kFloat32 = 1, kFloat8E4M3 = 2, kFloat4E2M1x2 = 3 };
+
+// The dtype codes of float4_e2m1fn_x2 rows, beside the other dtypes' (1..4) and the
+// low-latency wire tags (low_latency/protocol.hpp, 5..14): rows of hidden_dim bytes, and
+// rows of hidden_dim / 2 bytes (hidden_dim e2m1 values: MORI's fp4 dispatch beside a
+// combine of hidden_dim columns), so ranks passing the two widths fail like two dtypes.
+inline constexpr uint32_t kDtypeTagFp4x2 = 15;
+inline constexpr uint32_t kDtypeTagFp4x2Half = 16;
 
 // A combine dtype's tag in the combine words (intranode/protocol.hpp) and the
 // low-latency combine flags (DtypeTagName).
 MORI_HOST_DEVICE inline uint32_t CombineDtypeTag(CombineDtype dtype) {
-  return dtype == CombineDtype::kBFloat16 ? 1 : dtype == CombineDtype::kFloat8E4M3 ? 2 : 4;
+  switch (dtype) {
+    case CombineDtype::kBFloat16:
+      return 1;
+    case CombineDtype::kFloat8E4M3:
+      return 2;
+    case CombineDtype::kFloat4E2M1x2:
+      return kDtypeTagFp4x2;
+    default:
+      return 4;
+  }
 }
 
 // The dtype tags of the count and combine words (mori.ep passes a dispatch's token
@@ -34,6 +54,10 @@ MORI_HOST_DEVICE inline const char* DtypeTagName(uint32_t tag) {
       return "float16";
     case 4:
       return "float32";
+    case kDtypeTagFp4x2:
+      return "float4_e2m1fn_x2";
+    case kDtypeTagFp4x2Half:
+      return "float4_e2m1fn_x2 (rows of hidden_dim / 2 bytes)";
     default:
       return "unknown";
   }

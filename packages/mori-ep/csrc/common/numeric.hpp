@@ -76,6 +76,41 @@ MORI_HOST_DEVICE inline uint16_t FloatToBf16Bits(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// fp4 e2m1 (OCP; torch's float4_e2m1fn_x2 holds two per byte, the first value in the
+// low nibble): 1 sign, 2 exponent, 1 mantissa bits; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4,
+// 6; no infinities or NaN. Rounded to nearest, ties to the even code, saturating at
+// +-6 (infinities too; a NaN, which no sum of e2m1 values gives, becomes +-6), as
+// MORI's float-to-e2m1 conversion with clipping.
+MORI_HOST_DEVICE inline float Float4E2M1ToFloat(uint8_t nibble) {
+  constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMag[nibble & 0x7u];
+  return (nibble & 0x8u) ? -m : m;
+}
+
+MORI_HOST_DEVICE inline uint8_t FloatToFloat4E2M1(float f) {
+  const uint8_t sign = (FloatBits(f) >> 31) ? 0x8u : 0u;
+  const float a = f < 0 ? -f : f;
+  uint8_t code;
+  if (a <= 0.25f) {
+    code = 0;
+  } else if (a < 0.75f) {
+    code = 1;
+  } else if (a <= 1.25f) {
+    code = 2;
+  } else if (a < 1.75f) {
+    code = 3;
+  } else if (a <= 2.5f) {
+    code = 4;
+  } else if (a < 3.5f) {
+    code = 5;
+  } else if (a <= 5.0f) {
+    code = 6;
+  } else {
+    code = 7;  // (5, inf] and NaN: saturated
+  }
+  return static_cast<uint8_t>(code | sign);
+}
+
 // Bytes of one element of a combine dtype.
 MORI_HOST_DEVICE inline int64_t CombineElementBytes(CombineDtype dtype) {
   return dtype == CombineDtype::kFloat32 ? 4 : (dtype == CombineDtype::kBFloat16 ? 2 : 1);
@@ -107,6 +142,29 @@ MORI_HOST_DEVICE inline bool CopiesSinglePart(int parts, bool fp8_cast) {
   return parts == 1 && !fp8_cast;
 }
 
+// CombineTokenRow of float4_e2m1fn_x2 rows (`hidden` bytes, 2 * hidden values): each
+// value summed in fp32 from kSumStart in part order and rounded once (FloatToFloat4E2M1).
+// Columns go in chunks so each part's row is looked up once per chunk.
+template <typename RowOf>
+inline void CombineTokenRowFp4x2(int parts, RowOf row_of, int64_t hidden, uint8_t* out) {
+  constexpr int64_t kChunk = 256;
+  float lo[kChunk], hi[kChunk];
+  for (int64_t h0 = 0; h0 < hidden; h0 += kChunk) {
+    const int64_t n = hidden - h0 < kChunk ? hidden - h0 : kChunk;
+    for (int64_t j = 0; j < n; ++j) lo[j] = hi[j] = kSumStart;
+    for (int i = 0; i < parts; ++i) {
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(row_of(i)) + h0;
+      for (int64_t j = 0; j < n; ++j) {
+        lo[j] += Float4E2M1ToFloat(row[j] & 0xFu);
+        hi[j] += Float4E2M1ToFloat(row[j] >> 4);
+      }
+    }
+    for (int64_t j = 0; j < n; ++j)
+      out[h0 + j] =
+          static_cast<uint8_t>(FloatToFloat4E2M1(lo[j]) | (FloatToFloat4E2M1(hi[j]) << 4));
+  }
+}
+
 // The host implementations' reduction of one token (intranode/cpu.cpp,
 // low_latency/cpu.cpp; the CUDA kernels follow it): `parts` rows, row_of(i) the i-th
 // in ascending pe order, summed in fp32 in that order and rounded once into `out`
@@ -121,6 +179,10 @@ inline void CombineTokenRow(int parts, RowOf row_of, CombineDtype dtype, bool fp
   }
   if (CopiesSinglePart(parts, fp8_cast)) {
     std::memcpy(out, row_of(0), bytes);
+    return;
+  }
+  if (dtype == CombineDtype::kFloat4E2M1x2) {
+    CombineTokenRowFp4x2(parts, row_of, hidden, static_cast<uint8_t*>(out));
     return;
   }
   for (int64_t h = 0; h < hidden; ++h) acc[h] = kSumStart;
@@ -138,6 +200,8 @@ inline void CombineTokenRow(int parts, RowOf row_of, CombineDtype dtype, bool fp
         break;
       case CombineDtype::kFloat32:
         static_cast<float*>(out)[h] = acc[h];
+        break;
+      case CombineDtype::kFloat4E2M1x2:  // CombineTokenRowFp4x2
         break;
     }
   }

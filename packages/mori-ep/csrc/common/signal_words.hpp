@@ -18,8 +18,8 @@ namespace mori::ep {
 // (kCountFieldBits) under a row tag (the dtype code of the dispatch's token rows,
 // kRowTagBits; 0 where a word carries none), so one 64-bit release store publishes
 // them all and every pe sees every pe's dtype in the exchange it already waits for.
-// 2^40 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
-inline constexpr int kCountBits = 24;
+// 2^39 epochs outlast any process; the count field bounds max_num_inp_token_per_rank.
+inline constexpr int kCountBits = 25;
 inline constexpr int kCountFieldBits = 20;
 inline constexpr int kRowTagBits = kCountBits - kCountFieldBits;
 inline constexpr uint64_t kCountMask = (uint64_t{1} << kCountFieldBits) - 1;
@@ -48,18 +48,18 @@ MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(e
 // comb_vote): (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
 // being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise; 0 in a
 // rejection), so every pe sees every returning pe's dtype with the words it waits for
-// anyway. Waits compare
-// with CombineFloor(epoch).
-inline constexpr int kCombineEpochShift = 4;
+// anyway (4 tag bits: every row tag fits). Waits compare with CombineFloor(epoch).
+inline constexpr int kCombineEpochShift = 5;
+inline constexpr uint32_t kCombineTagMask = (1u << (kCombineEpochShift - 1)) - 1;
 MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool rejected) {
-  return (epoch << kCombineEpochShift) | (static_cast<uint64_t>(tag & 7u) << 1) |
+  return (epoch << kCombineEpochShift) | (static_cast<uint64_t>(tag & kCombineTagMask) << 1) |
          (rejected ? 1u : 0u);
 }
 MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
   return epoch << kCombineEpochShift;
 }
 MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
-  return static_cast<uint32_t>(word >> 1) & 7u;
+  return static_cast<uint32_t>(word >> 1) & kCombineTagMask;
 }
 // The combine tag of bf16 rows sent under fp8_blockwise (a code DtypeTagName does not
 // use), and the name of any combine tag.

@@ -157,8 +157,8 @@ shape and stream are ignored on the host).)doc")
              int block_num, int warp_per_block, uintptr_t stream,
              const std::optional<std::vector<uint64_t>>& routing, int fp8_block_scale_dim) {
             (void)block_num, (void)warp_per_block, (void)stream;
-            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
-                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
+            MORI_CHECK_ARG(dtype >= 0 && dtype <= 3, "combine dtype code ", dtype,
+                           " is not 0 (bf16), 1 (fp32), 2 (fp8 e4m3fn) or 3 (float4_e2m1fn_x2)");
             const auto r = ToRouting(routing);
             self.Combine(CombineArgs{P<const void>(input), input_row_stride, input_rows,
                                      static_cast<CombineDtype>(dtype), P<const float>(weights),

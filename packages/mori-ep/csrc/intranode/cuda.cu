@@ -221,10 +221,7 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   const RoutingSnapshot last = LastRouting();
   const RoutingSnapshot* r = order_.Pick(a.routing, last);
   if (r == nullptr) order_.ThrowNotCombinable(a.routing, epoch_);
-  const int64_t elem = a.dtype == CombineDtype::kBFloat16     ? 2
-                       : a.dtype == CombineDtype::kFloat8E4M3 ? 1
-                                                              : 4;
-  const int64_t row_bytes = shape_.hidden_dim * elem;
+  const int64_t row_bytes = shape_.hidden_dim * CombineElementBytes(a.dtype);
   if (row_bytes > shape_.combine_row_bytes) {
     RejectCombine(StrCat("combine rows of ", row_bytes, " bytes exceed the combine buffer's ",
                          shape_.combine_row_bytes, " (hidden_dim * max(max_token_type_size, 2))"),
@@ -232,6 +229,12 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   }
   if (a.fp8_cast && a.dtype != CombineDtype::kBFloat16) {
     RejectCombine("fp8_direct_cast combines bf16 input only", stream, a.routing);
+  }
+  if (a.dtype == CombineDtype::kFloat4E2M1x2) {
+    RejectCombine(
+        "a float4_e2m1fn_x2 combine is implemented on host heaps only (CUDA combines "
+        "bf16, fp32 and fp8 e4m3)",
+        stream, a.routing);
   }
   // fp8_blockwise: bf16 rows cross as fp8 blocks with fp32 scales (IntraNodeCpu's
   // checks, in its order).

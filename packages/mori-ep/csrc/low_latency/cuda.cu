@@ -269,6 +269,12 @@ void LowLatencyCuda::CombineSend(const LlCombineArgs& a, const int32_t* total_re
     RejectCombine("a combine pre-reduced per rank needs an expert-major dispatch before it",
                   stream);
   }
+  if (a.dtype == CombineDtype::kFloat4E2M1x2) {
+    RejectCombine(
+        "a float4_e2m1fn_x2 combine is implemented on host heaps only (CUDA combines "
+        "bf16, fp32 and fp8 e4m3)",
+        stream);
+  }
   // fp8_blockwise (token-major bf16 rows): LowLatencyCpu::CombineSend's checks.
   const int S = a.fp8_block_scale_dim;
   if (S > 0 && a.dtype != CombineDtype::kBFloat16) {

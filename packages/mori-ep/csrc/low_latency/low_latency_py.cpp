@@ -152,8 +152,8 @@ goes to ``total_recv`` (int32 [1]).)doc")
              uintptr_t weights, uintptr_t src_pos, uintptr_t total_recv, uintptr_t out,
              uintptr_t out_weights, bool fp8_cast, bool fuse, int block_num, int warp_per_block,
              uintptr_t stream, int fp8_block_scale_dim) {
-            MORI_CHECK_ARG(dtype >= 0 && dtype <= 2, "combine dtype code ", dtype,
-                           " is not 0 (bf16), 1 (fp32) or 2 (fp8 e4m3fn)");
+            MORI_CHECK_ARG(dtype >= 0 && dtype <= 3, "combine dtype code ", dtype,
+                           " is not 0 (bf16), 1 (fp32), 2 (fp8 e4m3fn) or 3 (float4_e2m1fn_x2)");
             LlCombineArgs a{LlLayout::kTokenMajor,
                             P<const void>(input),
                             input_row_stride,

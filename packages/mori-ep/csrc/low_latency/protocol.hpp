@@ -143,15 +143,16 @@ MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count, uint32_t 
 // The wire format of a call, carried in its flags' tag bits (kRowTagBits): every
 // receiver compares each sender's with its own and fails that call where they differ,
 // so ranks passing different dtypes, layouts or casts never mix rows. Token-major
-// dispatch: its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32);
-// token-major combine: CombineDtypeTag (1, 2, 4), or kLlTagBf16AsFp8 with
-// fp8_direct_cast, kLlTagBf16Fp8Blockwise with fp8_blockwise; expert-major dispatch: LlExpertTag,
-// its rows' dtype (MORI's dispatch_standard_moe takes bf16, fp16, fp32 and e4m3fn) or, cast to e4m3
-// on the sender, the cast and whether its scales are powers of two (round_scale: a receiver packing
-// ue8m0 exponents reads only the exponent of each scale, so it must never get another rank's
-// unrounded ones); expert-major combine: kLlTagExpertBf16, or kLlTagExpertPartial pre-reduced per
-// rank. What stays on the receiver (use_ue8m0's packing of the fp32 scales it received, src_info's
-// stride) is not on the wire.
+// dispatch: its rows' dtype code (DtypeTagName: 1 bf16, 2 e4m3fn, 3 fp16, 4 fp32,
+// 15 / 16 float4_e2m1fn_x2 of hidden_dim / hidden_dim / 2 bytes); token-major combine:
+// CombineDtypeTag (1, 2, 4, 15), or kLlTagBf16AsFp8 with fp8_direct_cast, kLlTagBf16Fp8Blockwise
+// with fp8_blockwise; expert-major dispatch: LlExpertTag, its rows' dtype (MORI's
+// dispatch_standard_moe takes bf16, fp16, fp32 and e4m3fn) or, cast to e4m3 on the sender, the cast
+// and whether its scales are powers of two (round_scale: a receiver packing ue8m0 exponents reads
+// only the exponent of each scale, so it must never get another rank's unrounded ones);
+// expert-major combine: kLlTagExpertBf16, or kLlTagExpertPartial pre-reduced per rank. What stays
+// on the receiver (use_ue8m0's packing of the fp32 scales it received, src_info's stride) is not on
+// the wire.
 inline constexpr uint32_t kLlTagExpertBf16 = 5;
 inline constexpr uint32_t kLlTagExpertCast = 6;
 inline constexpr uint32_t kLlTagBf16AsFp8 = 7;
@@ -162,7 +163,8 @@ inline constexpr uint32_t kLlTagExpertFp8 = 11;
 inline constexpr uint32_t kLlTagExpertCastRounded = 12;
 inline constexpr uint32_t kLlTagExpertUnknown = 13;  // a dtype code other than 1..4
 inline constexpr uint32_t kLlTagBf16Fp8Blockwise = 14;
-static_assert(kLlTagBf16Fp8Blockwise < (1u << kRowTagBits), "the wire tags fit the tag bits");
+static_assert(kLlTagBf16Fp8Blockwise < kDtypeTagFp4x2 && kDtypeTagFp4x2Half < (1u << kRowTagBits),
+              "the wire tags and the dtype codes are distinct and fit the tag bits");
 
 // An expert-major dispatch's wire tag: the rows' dtype code (DtypeTagName), or the
 // fp8 cast of bf16 rows with or without power-of-two scales.

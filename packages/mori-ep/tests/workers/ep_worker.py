@@ -226,7 +226,7 @@ def run_errors() -> None:
     out, out_w, _, _, total = op.dispatch(x, w, None, idx)
     total = int(total.item())
     combine_rejected(
-        "combine input dtype torch.float16 must be bf16, fp32 or fp8 e4m3",
+        "combine input dtype torch.float16 must be bf16, fp32, fp8 e4m3 or float4_e2m1fn_x2",
         (out[:total].half(), None, None),
     )
     # Passes the type checks, then torch cannot inspect it (a CSR tensor has no

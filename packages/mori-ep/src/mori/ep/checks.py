@@ -16,13 +16,49 @@ import torch
 
 from .config import EpDispatchCombineQuantType
 
-TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
+# torch's packed fp4 (two e2m1 values per byte, the first in the low nibble): a row of
+# hidden_dim elements is hidden_dim bytes, moved bit for bit (MORI's float4_e2m1fn_x2;
+# torch 2.8 and later have it).
+FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
+_FP4 = () if FP4X2 is None else (FP4X2,)
+TOKEN_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32, *_FP4)
 INDEX_DTYPES = (torch.int32, torch.int64)
-# Combine's element types and the native code for each (every implementation).
-COMBINE_DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1, torch.float8_e4m3fn: 2}
-# Token dtype codes posted with dispatch's counts or flags (csrc/protocol.hpp,
-# DtypeTagName): every rank compares every rank's.
-ROW_TAGS = {torch.bfloat16: 1, torch.float8_e4m3fn: 2, torch.float16: 3, torch.float32: 4}
+# Combine's element types and the native code for each (csrc/common/dtype.hpp's
+# CombineDtype); fp4x2 on host heaps only.
+COMBINE_DTYPE_CODES = {
+    torch.bfloat16: 0,
+    torch.float32: 1,
+    torch.float8_e4m3fn: 2,
+    **{d: 3 for d in _FP4},
+}
+# Token dtype codes posted with dispatch's counts or flags (csrc/common/dtype.hpp,
+# DtypeTagName; fp4x2's is kDtypeTagFp4x2): every rank compares every rank's.
+ROW_TAGS = {
+    torch.bfloat16: 1,
+    torch.float8_e4m3fn: 2,
+    torch.float16: 3,
+    torch.float32: 4,
+    **{d: 15 for d in _FP4},
+}
+# fp4x2 rows of hidden_dim // 2 bytes (hidden_dim e2m1 values: MORI's fp4 dispatch
+# beside a combine of hidden_dim columns) have their own code: ranks passing the two
+# widths fail like two dtypes.
+FP4X2_HALF_TAG = 16
+
+
+def row_tag(c, x) -> int:
+    """The dtype code of dispatch rows ``x`` (checked by :func:`tokens_problem`)."""
+    if x.dtype == FP4X2 and x.size(1) != c.hidden_dim:
+        return FP4X2_HALF_TAG
+    return ROW_TAGS[x.dtype]
+
+
+# What combine_problem says of quant_type fp4_blockwise (MORI's packed-fp4 blockwise
+# combine): every kernel type refuses it at combine, as MORI's inter-node ones do.
+FP4_BLOCKWISE_REFUSAL = (
+    "combine only supports quant_type none, fp8_direct_cast and fp8_blockwise; "
+    "fp4_blockwise (MORI's packed-fp4 blockwise combine) is not implemented"
+)
 
 
 def describe(x) -> str:
@@ -77,7 +113,15 @@ def tokens_problem(m, x, name, dtypes, dtype_problem) -> str | None:
             f"{name} dtype {x.dtype} has {x.element_size()}-byte elements, more than "
             f"max_token_type_size {c.max_token_type_size}"
         )
-    if x.dim() != 2 or x.size(1) != c.hidden_dim:
+    if x.dtype == FP4X2 and c.hidden_dim % 2 == 0:
+        # MORI's fp4 dispatch beside a combine of hidden_dim columns: hidden_dim e2m1
+        # values in hidden_dim // 2 bytes (config.hidden_dim sizes the buffers).
+        if x.dim() != 2 or x.size(1) not in (c.hidden_dim, c.hidden_dim // 2):
+            return (
+                f"{name} must be [num_tokens, {c.hidden_dim}] or, packing hidden_dim e2m1 "
+                f"values, [num_tokens, {c.hidden_dim // 2}]; got shape {tuple(x.shape)}"
+            )
+    elif x.dim() != 2 or x.size(1) != c.hidden_dim:
         return f"{name} must be [num_tokens, {c.hidden_dim}], got shape {tuple(x.shape)}"
     if x.size(0) > c.max_num_inp_token_per_rank:
         return (
@@ -115,7 +159,7 @@ def dispatch_problem(
         input,
         "input",
         TOKEN_DTYPES,
-        "input dtype {dtype} is not one of bf16, fp8 e4m3, fp16, fp32",
+        "input dtype {dtype} is not one of bf16, fp8 e4m3, fp16, fp32, float4_e2m1fn_x2",
     )
     if problem is not None:
         return problem
@@ -172,8 +216,18 @@ def combine_problem(
         return f"input must be a torch.Tensor, got {describe(input)}"
     if input.device != m.device:
         return f"input is on {input.device}, the op runs on {m.device}"
+    if m.quant == EpDispatchCombineQuantType.Fp4BlockwiseQuant:
+        return FP4_BLOCKWISE_REFUSAL
     if input.dtype not in COMBINE_DTYPE_CODES:
-        return f"combine input dtype {input.dtype} must be bf16, fp32 or fp8 e4m3"
+        return (
+            f"combine input dtype {input.dtype} must be bf16, fp32, fp8 e4m3 or "
+            "float4_e2m1fn_x2 (host heaps)"
+        )
+    if input.dtype == FP4X2 and not m.place.host:
+        return (
+            "a float4_e2m1fn_x2 combine is implemented on host heaps only (CUDA combines "
+            "bf16, fp32 and fp8 e4m3)"
+        )
     if m.quant == EpDispatchCombineQuantType.Fp8DirectCast and input.dtype != torch.bfloat16:
         return f"quant_type fp8_direct_cast combines bf16 input, got {input.dtype}"
     if m.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant and input.dtype != torch.bfloat16:

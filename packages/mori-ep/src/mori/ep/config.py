@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mori.core import InvalidArgumentError, NotSupportedError, env, shmem
+from mori.core import InvalidArgumentError, env, shmem
 
 from ._C import EpDispatchCombineConfig as RawConfig
 from ._C import ep_max_tokens_per_rank, heap_all_gather_i64
@@ -40,7 +40,8 @@ class EpDispatchCombineKernelType(enum.IntEnum):
 class EpDispatchCombineQuantType(enum.IntEnum):
     """How combine quantises what it sends (MORI's names and values). ``None_``,
     ``Fp8DirectCast`` and ``Fp8BlockwiseQuant`` are implemented (host heaps and CUDA);
-    ``Fp4BlockwiseQuant`` raises NotSupportedError."""
+    a config with ``Fp4BlockwiseQuant`` is made (as MORI's, whose inter-node tests build
+    one), and its combine fails on every rank naming the quant types that exist."""
 
     None_ = 0
     Fp8DirectCast = 1
@@ -57,11 +58,6 @@ _QUANT_NAMES = {
     "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
     "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant,
 }
-_IMPLEMENTED_QUANT = (
-    EpDispatchCombineQuantType.None_,
-    EpDispatchCombineQuantType.Fp8DirectCast,
-    EpDispatchCombineQuantType.Fp8BlockwiseQuant,
-)
 # Scale blocks per row of the fp8_blockwise combine: MORI's MORI_FP8_COMBINE_SCALE_DIM
 # and its default (7168 columns / 56 = blocks of 128).
 _SCALE_DIM_ENV = "MORI_FP8_COMBINE_SCALE_DIM"
@@ -79,9 +75,6 @@ def _quant_type(value) -> EpDispatchCombineQuantType:
             f"quant_type {value!r} is not one of {sorted(_QUANT_NAMES)} "
             "(or an EpDispatchCombineQuantType)"
         )
-    if q not in _IMPLEMENTED_QUANT:
-        names = [k for k, v in _QUANT_NAMES.items() if v in _IMPLEMENTED_QUANT]
-        raise NotSupportedError(f"quant_type {q.name} is not implemented (implemented: {names})")
     return q
 
 
@@ -92,8 +85,10 @@ class EpDispatchCombineConfig:
 
     Args:
         data_type: the dtype dispatch tokens usually have (MORI keeps it for
-            compatibility; dispatch accepts any of bf16, fp8 e4m3, fp16, fp32 whose
-            size fits ``max_token_type_size``, whatever this says).
+            compatibility; dispatch accepts any of bf16, fp8 e4m3, fp16, fp32 and
+            packed fp4 ``float4_e2m1fn_x2`` whose size fits ``max_token_type_size``,
+            whatever this says; for fp4, ``hidden_dim`` counts bytes, two values each,
+            as in MORI).
         rank, world_size: this rank and the number of EP ranks (= shmem pes).
         hidden_dim: columns of a token row.
         scale_dim: scale columns per token (fp8: ``hidden_dim // 128``), 0 for none.
@@ -135,8 +130,9 @@ class EpDispatchCombineConfig:
             ``"fp8_blockwise"`` (MORI's: each bf16 row sent as fp8 e4m3 in
             :attr:`combine_scale_dim` blocks of ``ceil(hidden_dim / combine_scale_dim)``
             columns with one fp32 scale each, dequantized and summed in fp32, bf16
-            output; README "Semantics"); ``"fp4_blockwise"`` raises
-            NotSupportedError.
+            output; README "Semantics"); ``"fp4_blockwise"`` makes a config whose
+            combine is refused on every rank (InvalidArgumentError naming the quant
+            types that exist; dispatch works as under ``"none"``).
         device: ``"cpu"``, ``"cuda"`` or None (follow the shmem heap: a host heap
             selects the CPU implementation). Keyword-only, mori's addition.
     """

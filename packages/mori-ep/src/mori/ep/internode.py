@@ -169,11 +169,15 @@ class InterNodeMode(IntraNodeMode):
 
     def combine(self, input, weights, indices, block_num, rdma_block_num, warp_per_block,
                 use_external_inp_buf, routing):  # fmt: skip
-        if self.quant == EpDispatchCombineQuantType.Fp8BlockwiseQuant:
+        if self.quant in (
+            EpDispatchCombineQuantType.Fp8BlockwiseQuant,
+            EpDispatchCombineQuantType.Fp4BlockwiseQuant,
+        ):
             # MORI: blockwise combine has no inter-node kernel; refused by every rank.
             self.impl_or_raise().reject_combine(
                 f"{self.config.kernel_type.name} combine only supports quant_type none and "
-                "fp8_direct_cast (fp8_blockwise: IntraNode, IntraNodeLL, AsyncLL)",
+                "fp8_direct_cast (fp8_blockwise: IntraNode, IntraNodeLL, AsyncLL; "
+                "fp4_blockwise: not implemented)",
                 0,
             )
         return super().combine(input, weights, indices, block_num, rdma_block_num,

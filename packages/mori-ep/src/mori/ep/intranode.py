@@ -93,7 +93,7 @@ class IntraNodeMode(Mode):
             masks = 0 if routing is None else _routing.rank_masks(self, routing).data_ptr()
             args = (
                 input.data_ptr(),
-                c.hidden_dim * input.element_size(),
+                input.size(1) * input.element_size(),
                 weights.data_ptr(),
                 scales.data_ptr() if c.scale_dim > 0 else 0,
                 indices.data_ptr(),
@@ -103,7 +103,7 @@ class IntraNodeMode(Mode):
             # Fail the call on every rank, as a check would, instead of leaving the
             # peers waiting for this rank's counts.
             impl.reject_dispatch(f"dispatch inputs could not be prepared: {e}", self.place.stream())
-        tag = checks.ROW_TAGS[input.dtype]
+        tag = checks.row_tag(c, input)
         with self.fails_on_timeout():
             impl.dispatch(*args, *self.launch(block_num, warp_per_block), masks, tag)
         if call_local_expert_count:

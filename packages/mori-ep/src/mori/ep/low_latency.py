@@ -193,11 +193,11 @@ class LowLatencyMode(Mode):
             # The rows' dtype travels in the flags: ranks passing different ones fail
             # the call on every rank (InvalidArgumentError on CPU, a trap on CUDA).
             self.impl.dispatch_send(
-                _TOKEN_MAJOR, input.data_ptr(), c.hidden_dim * input.element_size(),
+                _TOKEN_MAJOR, input.data_ptr(), input.size(1) * input.element_size(),
                 weights.data_ptr(), scales.data_ptr() if c.scale_dim > 0 else 0,
                 indices.data_ptr(), n, False, False,
                 *self._send_launch(self.fused, block_num, warp_per_block),
-                dtype_tag=checks.ROW_TAGS[input.dtype],
+                dtype_tag=checks.row_tag(c, input),
             )  # fmt: skip
         self._pending_dispatch = dict(
             layout=_TOKEN_MAJOR, block_num=block_num, warp_per_block=warp_per_block,

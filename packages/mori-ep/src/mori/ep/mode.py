@@ -122,7 +122,7 @@ class Mode:
 
     def dispatch_outputs(self, input, scales):
         """dispatch's ``(out, out_weights, out_scales, out_indices)`` views."""
-        row_bytes = self.config.hidden_dim * input.element_size()
+        row_bytes = input.size(1) * input.element_size()
         out = self.recv_tokens[:, :row_bytes].view(input.dtype)
         out_scales = self.recv_scales.view(scales.dtype) if self.config.scale_dim > 0 else None
         return out, self.recv_weights, out_scales, self.recv_indices

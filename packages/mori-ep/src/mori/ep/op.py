@@ -179,7 +179,9 @@ class EpDispatchCombineOp:
 
         Args:
             input: ``[num_tokens, hidden_dim]`` bf16, fp8 e4m3 (``torch.float8_e4m3fn``),
-                fp16 or fp32 with element size <= ``max_token_type_size``;
+                fp16, fp32 or packed fp4 (``torch.float4_e2m1fn_x2``: ``hidden_dim``
+                bytes of two e2m1 values each, moved bit for bit; scales, if any, in
+                ``scales`` as for fp8) with element size <= ``max_token_type_size``;
                 ``num_tokens`` may be 0. Every rank must pass the same dtype (compared
                 in the count exchange: a difference fails the call on every rank).
             weights: fp32 ``[num_tokens, num_experts_per_token]`` (router weights), or
@@ -283,7 +285,9 @@ class EpDispatchCombineOp:
         """Return every received row to its source token and sum per token.
 
         Args:
-            input: bf16, fp32 or fp8 e4m3 ``[rows, hidden_dim]``,
+            input: bf16, fp32, fp8 e4m3 or (host heaps) packed fp4
+                (``torch.float4_e2m1fn_x2``: each e2m1 value summed in fp32 and rounded
+                to nearest even, saturating at +-6, as MORI's combine) ``[rows, hidden_dim]``,
                 rows in the order of the last dispatch's output (``total_recv <= rows
                 <= capacity``; the dispatch output itself, the experts' outputs, or
                 :meth:`get_registered_combine_input_buffer` qualify). Row-contiguous.
