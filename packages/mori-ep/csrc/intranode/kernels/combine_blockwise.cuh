@@ -21,6 +21,8 @@
 // block not a whole number of such words, rows not 16-byte aligned) go block by block,
 // a lane per column. Included by combine_rows.cuh only; internal linkage.
 
+#include <type_traits>
+
 #include "common/fp8_blockwise.cuh"
 #include "intranode/kernels/device.cuh"
 
@@ -183,71 +185,82 @@ __device__ __forceinline__ void ReduceBlockwiseWords(const CombineParams& p, int
   }
   const char* row0 = At<char>(c, c.layout.comb_tokens) + t * p.combine_row_bytes;
   const int64_t pe_stride = c.max_tokens * p.combine_row_bytes;
+  // The sums, in two copies: with the quantize's products (some block of the warp's
+  // item scaled) and without (the common case), so that neither carries the other's
+  // instructions (predicated off, they would still be issued).
+  auto sums = [&](auto scaled_tag) {
+    constexpr bool kScaled = decltype(scaled_tag)::value;
 #pragma unroll
-  for (int k0 = 0; k0 < kU; k0 += kC) {
-    const int64_t w0 = ws + k0 * 32;
-    if (w0 - lane >= nwords) break;  // the warp's words are past the row
-    float acc[kC][8];
+    for (int k0 = 0; k0 < kU; k0 += kC) {
+      const int64_t w0 = ws + k0 * 32;
+      if (w0 - lane >= nwords) break;  // the warp's words are past the row
+      float acc[kC][8];
 #pragma unroll
-    for (int k = 0; k < kC; ++k) {
+      for (int k = 0; k < kC; ++k) {
 #pragma unroll
-      for (int v = 0; v < 8; ++v) acc[k][v] = kSumStart;
-    }
-#pragma unroll
-    for (int d0 = 0; d0 < kW; d0 += 2) {
-      if (d0 >= W) break;
-      uint2 q[2][kC];
-      float sc[2][kC];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int d = d0 + j;
-        const bool peer = d < W && d != me && ((mask >> d) & 1u);
-        const char* row = row0 + d * pe_stride;
-        const float* scales = reinterpret_cast<const float*>(row + p.scales_offset);
-#pragma unroll
-        for (int k = 0; k < kC; ++k) {
-          const int64_t w = w0 + k * 32;
-          q[j][k] = make_uint2(0, 0);
-          sc[j][k] = 1.0f;
-          if (peer && w < nwords) {
-            q[j][k] = __ldcg(reinterpret_cast<const uint2*>(row) + w);
-            sc[j][k] = __ldcg(scales + (w >> lsh));
-          }
-        }
+        for (int v = 0; v < 8; ++v) acc[k][v] = kSumStart;
       }
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int d = d0 + j;
-        if (d < W && ((mask >> d) & 1u)) {
+      for (int d0 = 0; d0 < kW; d0 += 2) {
+        if (d0 >= W) break;
+        uint2 q[2][kC];
+        float sc[2][kC];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int d = d0 + j;
+          const bool peer = d < W && d != me && ((mask >> d) & 1u);
+          const char* row = row0 + d * pe_stride;
+          const float* scales = reinterpret_cast<const float*>(row + p.scales_offset);
 #pragma unroll
           for (int k = 0; k < kC; ++k) {
-            float x[8];
-            if (d == me) {
-              const int u = k0 + k;
-              const Fp8BlockScale s =
-                  Fp8BlockScaleOf(static_cast<uint16_t>(own_m[u / 2] >> (16 * (u % 2))));
-              OwnWordFp8Values(raw[u], scaled, s.inv, x);
-              AccumulateParts(acc[k], x, s.scale, d == first);
-            } else {
-              Fp8WordValues(q[j][k], x);
-              AccumulateParts(acc[k], x, sc[j][k], d == first);
+            const int64_t w = w0 + k * 32;
+            q[j][k] = make_uint2(0, 0);
+            sc[j][k] = 1.0f;
+            if (peer && w < nwords) {
+              q[j][k] = __ldcg(reinterpret_cast<const uint2*>(row) + w);
+              sc[j][k] = __ldcg(scales + (w >> lsh));
+            }
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int d = d0 + j;
+          if (d < W && ((mask >> d) & 1u)) {
+#pragma unroll
+            for (int k = 0; k < kC; ++k) {
+              float x[8];
+              if (d == me) {
+                const int u = k0 + k;
+                const Fp8BlockScale s =
+                    Fp8BlockScaleOf(static_cast<uint16_t>(own_m[u / 2] >> (16 * (u % 2))));
+                OwnWordFp8Values(raw[u], kScaled, s.inv, x);
+                AccumulateParts(acc[k], x, s.scale, d == first);
+              } else {
+                Fp8WordValues(q[j][k], x);
+                AccumulateParts(acc[k], x, sc[j][k], d == first);
+              }
             }
           }
         }
       }
-    }
 #pragma unroll
-    for (int k = 0; k < kC; ++k) {
-      const int64_t w = w0 + k * 32;
-      if (w < nwords) {
-        uint32_t o[4];
+      for (int k = 0; k < kC; ++k) {
+        const int64_t w = w0 + k * 32;
+        if (w < nwords) {
+          uint32_t o[4];
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          o[v] = SumsToBf16x2(acc[k][2 * v], acc[k][2 * v + 1]);
+          for (int v = 0; v < 4; ++v) {
+            o[v] = SumsToBf16x2(acc[k][2 * v], acc[k][2 * v + 1]);
+          }
+          out[w] = make_uint4(o[0], o[1], o[2], o[3]);
         }
-        out[w] = make_uint4(o[0], o[1], o[2], o[3]);
       }
     }
+  };
+  if (scaled) {
+    sums(std::true_type{});
+  } else {
+    sums(std::false_type{});
   }
 }
 
