@@ -81,7 +81,8 @@ LowLatencyCpu::LowLatencyCpu(const EpShape& shape, void* block, std::chrono::mil
 void LowLatencyCpu::PostDispatchFlags(uint64_t call, const uint64_t* counts, uint32_t tag) {
   const int W = shape_.world_size, me = shape_.rank;
   uint64_t* flags = At<uint64_t>(layout_.disp_flag) + (call & 1) * W * kLlFlagLanes;
-  for (int d = 0; d < W; ++d) hs::SignalSet(ctx_, &flags[me * kLlFlagLanes], LlWord(call, counts[d], tag), d);
+  for (int d = 0; d < W; ++d)
+    hs::SignalSet(ctx_, &flags[me * kLlFlagLanes], LlWord(call, counts[d], tag), d);
 }
 
 void LowLatencyCpu::RejectDispatch(const std::string& reason) {
@@ -538,8 +539,9 @@ void LowLatencyCpu::CombineRecv() {
   int rejected_by = -1, other_from = -1;
   uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
-    const uint64_t w = WaitPeerWord(&flags[d * kLlFlagLanes], LlWord(call, 0), timeout_, shape_.rank, d,
-                                    {"low-latency combine", call, "combine flag", kCountBits});
+    const uint64_t w =
+        WaitPeerWord(&flags[d * kLlFlagLanes], LlWord(call, 0), timeout_, shape_.rank, d,
+                     {"low-latency combine", call, "combine flag", kCountBits});
     if (CountOf(w) == kLlRejected) {
       if (rejected_by < 0) rejected_by = d;
     } else if (RowTagOf(w) != mine && other_from < 0) {

@@ -33,7 +33,7 @@ __device__ __forceinline__ uint32_t LoadVolatile32(const volatile uint32_t* p) {
 
 // Not inlined, scalars only, so that the waits keep their registers.
 static __device__ __noinline__ void TrapQueue(const QueueView& q, const char* what, uint64_t index,
-                                       uint64_t seen) {
+                                              uint64_t seen) {
   const uint32_t health = LoadVolatile32(&q.control->health);
   printf(
       "mori.proxy queue %d of pe %d: %s (command %llu, counter at %llu, timeout %llu ms); "

@@ -210,10 +210,10 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
   __syncthreads();
   for (int i = threadIdx.x; i < p.world * lanes; i += blockDim.x) {
     const int s = i / lanes, lane = i % lanes;
-    const uint64_t w = WaitPeerWord(&flags[s * kLlFlagLanes + lane], LlWord(call, 0), p.timeout_ns,
-                                    p.me, s,
-                                    dispatch ? "low-latency dispatch" : "low-latency combine", call,
-                                    dispatch ? "dispatch flag" : "combine flag", kCountBits);
+    const uint64_t w =
+        WaitPeerWord(&flags[s * kLlFlagLanes + lane], LlWord(call, 0), p.timeout_ns, p.me, s,
+                     dispatch ? "low-latency dispatch" : "low-latency combine", call,
+                     dispatch ? "dispatch flag" : "combine flag", kCountBits);
     const bool rej = CountOf(w) == kLlRejected;
     if (lane == 0) counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
     if (rej) atomicCAS(rejected_by, -1, s);
