@@ -227,6 +227,27 @@ struct DispatchShared {
   int over;                            // V1LL: the first pe past its slots, -1: none
 };
 
+// The end of a dispatch: every thread's stores released, this pe's done word posted to
+// every pe, every pe's awaited (a pe leaves once every pe has written, and forwarded,
+// every row of the call); then the proxy's queue drained (the staging may be rewritten
+// by the next call) and the call's counters stored.
+__device__ void FinishDispatch(const Params& p, DispatchShared& sh) {
+  const int tid = threadIdx.x, W = p.world_size, me = p.rank;
+  __threadfence_system();
+  __syncthreads();
+  if (tid < W) PostSignal(p, tid, p.l.dispatch_done + static_cast<size_t>(me) * 8, p.call, sh.cnt);
+  if (tid < W) {
+    WaitWord(p, p.l.dispatch_done + static_cast<size_t>(tid) * 8, p.call, tid, "dispatch",
+             "rows written", 0);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    pdev::Quiet(p.queue);
+    StoreCounters(p, 0, sh.cnt);
+  }
+}
+
+
 // Routing (RouteTokens): token_ranks, each token's row index among my rows to d in
 // dest_row, my counts to each pe. True when this pe rejects the call (a host rejection,
 // or a bad expert id / routing mask: sh.bad).

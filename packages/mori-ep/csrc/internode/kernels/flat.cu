@@ -77,18 +77,7 @@ __global__ void FlatDispatchKernel(const Params p) {
   }
 
   // Done words: a pe leaves once every pe has written every row of the call.
-  __threadfence_system();
-  __syncthreads();
-  if (tid < W) PostSignal(p, tid, p.l.dispatch_done + static_cast<size_t>(me) * 8, p.call, sh.cnt);
-  if (tid < W) {
-    WaitWord(p, p.l.dispatch_done + static_cast<size_t>(tid) * 8, p.call, tid, "dispatch",
-             "rows written", 0);
-  }
-  __syncthreads();
-  if (tid == 0) {
-    pdev::Quiet(p.queue);  // the staging may be rewritten by the next call
-    StoreCounters(p, 0, sh.cnt);
-  }
+  FinishDispatch(p, sh);
 }
 
 // ------------------------------------------------------------------- combine
