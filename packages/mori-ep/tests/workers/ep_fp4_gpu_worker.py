@@ -18,6 +18,7 @@ Prints "rank N ok" last; any failed check raises.
 import sys
 
 import torch
+import torch.distributed as dist
 
 import mori.core as mc
 from mori.core import shmem
@@ -132,4 +133,7 @@ for kind in ("IntraNode", "IntraNodeLL", "AsyncLL"):
         op.close()
 
 shmem.finalize()
+# The gloo group too: left to interpreter exit, its teardown can abort a rank whose
+# peer has already gone ("terminate called without an active exception").
+dist.destroy_process_group()
 print(f"rank {rank} ok", flush=True)
