@@ -247,7 +247,6 @@ __device__ void FinishDispatch(const Params& p, DispatchShared& sh) {
   }
 }
 
-
 // Routing (RouteTokens): token_ranks, each token's row index among my rows to d in
 // dest_row, my counts to each pe. True when this pe rejects the call (a host rejection,
 // or a bad expert id / routing mask: sh.bad).
