@@ -18,6 +18,21 @@
 
 namespace mori::ep {
 
+// A dispatch's argument checks (every mode, host and CUDA): the token count within the
+// op's maximum, the rows within hidden_dim * max_token_type_size. `reject(reason)`
+// does not return (the mode's RejectDispatch: every pe fails the call).
+template <typename Reject>
+void CheckDispatchArgs(const EpShape& s, const DispatchArgs& a, Reject&& reject) {
+  if (a.num_tokens < 0 || a.num_tokens > s.max_tokens) {
+    reject(
+        StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", s.max_tokens));
+  }
+  if (a.token_row_bytes > s.hidden_bytes) {
+    reject(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
+                  "max_token_type_size = ", s.hidden_bytes, " bytes"));
+  }
+}
+
 // A dispatch's first pass on the host, before anything moves: the argument checks,
 // then every token's destination pes (a replay takes the routing handle's sets as
 // given; otherwise the pes of its valid experts, each id checked), as 0/1 in
@@ -29,14 +44,7 @@ void RouteTokens(const EpShape& s, const DispatchArgs& a, uint8_t* token_ranks, 
                  Reject&& reject) {
   const int W = s.world_size, K = s.top_k;
   const int num_experts = s.num_experts_per_rank * W;
-  if (a.num_tokens < 0 || a.num_tokens > s.max_tokens) {
-    reject(
-        StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", s.max_tokens));
-  }
-  if (a.token_row_bytes > s.hidden_bytes) {
-    reject(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
-                  "max_token_type_size = ", s.hidden_bytes, " bytes"));
-  }
+  CheckDispatchArgs(s, a, reject);
   std::memset(token_ranks, 0, static_cast<size_t>(a.num_tokens) * W);
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     uint8_t* ranks = token_ranks + t * W;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/call_checks.hpp"
 #include "common/numeric.hpp"
 #include "internode/kernel_params.hpp"
 #include "mori/core/cuda_runtime.hpp"
@@ -144,16 +145,7 @@ static internode::Params BaseParams(char* block, const shmem::DeviceContext& ctx
 }
 
 void InterNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_t stream) {
-  const int64_t M = shape_.max_tokens;
-  if (a.num_tokens < 0 || a.num_tokens > M) {
-    RejectDispatch(StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", M),
-                   stream);
-  }
-  if (a.token_row_bytes > shape_.hidden_bytes) {
-    RejectDispatch(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
-                          "max_token_type_size = ", shape_.hidden_bytes, " bytes"),
-                   stream);
-  }
+  CheckDispatchArgs(shape_, a, [&](const std::string& why) { RejectDispatch(why, stream); });
   mori::cuda::ScopedDevice guard(device_);
   internode::Params p =
       BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/call_checks.hpp"
 #include "common/launch_api.hpp"
 #include "common/numeric.hpp"
 #include "intranode/kernels/params.hpp"
@@ -142,15 +143,7 @@ LaunchShape IntraNodeCuda::Resolve(LaunchShape launch, bool dispatch, int wire) 
 
 void IntraNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_t stream) {
   const int64_t M = shape_.max_tokens;
-  if (a.num_tokens < 0 || a.num_tokens > M) {
-    RejectDispatch(StrCat("num_tokens ", a.num_tokens, " exceeds max_num_inp_token_per_rank ", M),
-                   stream);
-  }
-  if (a.token_row_bytes > shape_.hidden_bytes) {
-    RejectDispatch(StrCat("token rows of ", a.token_row_bytes, " bytes exceed hidden_dim * ",
-                          "max_token_type_size = ", shape_.hidden_bytes, " bytes"),
-                   stream);
-  }
+  CheckDispatchArgs(shape_, a, [&](const std::string& why) { RejectDispatch(why, stream); });
   mori::cuda::ScopedDevice guard(device_);
   launch = Resolve(launch, true, 0);
   DispatchParams p{};
