@@ -206,43 +206,94 @@ def test_bench_combine_quant_rows(tmp_path):
             assert fp8["combine_us"] > 0
 
 
-def test_bench_internode_kinds_on_emulated_nodes(tmp_path):
-    """The inter-node kernel types, 2 emulated nodes of one rank (MORI_SHMEM_NODE_ID), the
-    proxy forced to TCP: every kind's byte counts add up across the ranks (each
-    crossing lands one row: no forwarding with one rank per node), what the link
-    reports it moved is what the op wrote on it, and the raw TCP stream of the same bytes is
-    timed beside it; the all_to_all baseline's combine output equals mori's."""
+INTER_KINDS = ("InterNode", "InterNodeV1", "InterNodeV1LL")
+
+
+def _internode_bench(tmp_path, device, world, local, extra=(), timeout_s=120):
+    """Rank 0's output and the JSON of the bench over the inter-node kinds, ``world``
+    ranks as nodes of ``local``, the proxy forced to TCP, tiny sizes."""
     out = tmp_path / "bench.json"
-    kinds = ("InterNode", "InterNodeV1", "InterNodeV1LL")
     cmd = [
-        sys.executable, "-m", "mori.ep.bench", "--device", "cpu", "--world-size", "2",
-        "--gpu-per-node", "1", "--max-tokens", "16", "--tokens", "16", "--hidden-dim", "256",
-        "--num-experts-per-token", "4", "--num-experts-per-rank", "4", "--dtype", "bf16",
+        sys.executable, "-m", "mori.ep.bench", "--device", device, "--world-size", str(world),
+        "--gpu-per-node", str(local), "--max-tokens", "16", "--tokens", "16", "--hidden-dim",
+        "256", "--num-experts-per-token", "4", "--num-experts-per-rank", "4", "--dtype", "bf16",
         "--iters", "2", "--reps", "2", "--no-floors", "--json", str(out),
-        "--kernel-type", ",".join(kinds),
+        "--kernel-type", ",".join(INTER_KINDS), *extra,
     ]  # fmt: skip
-    stdout = launch_local(cmd, 2, timeout_s=120, env=NO_MULTICAST_ENV)[0].output
-    print(stdout[-4000:])
-    assert "inter-node kernel types, 1 rank(s) per emulated node, proxy transport tcp" in stdout
-    assert "baseline combine output matches mori's: yes" in stdout
+    stdout = launch_local(cmd, world, timeout_s=timeout_s, env=NO_MULTICAST_ENV)[0].output
+    print(stdout[-5000:])
+    assert f"inter-node kernel types, {local} rank(s) per emulated node, proxy transport tcp" in (
+        stdout
+    )
     assert "token-major kernel types' combine outputs identical: yes" in stdout
     data = json.loads(out.read_text())
-    assert data["meta"]["gpu_per_node"] == 1 and data["meta"]["proxy_transport"] == "tcp"
+    assert data["meta"]["gpu_per_node"] == local and data["meta"]["proxy_transport"] == "tcp"
+    return stdout, data
+
+
+def _check_internode_records(data, world, cuda):
+    """Every rank's row of every kind: what the link reports it moved is what the op
+    wrote on it, physical <= algo, and the call, the raw streams (on CUDA staged through
+    pinned memory) and the copy floor of the same bytes timed; on 2 nodes of one rank
+    every crossing lands one row, so the physical bytes add up to the rows received
+    from the other rank. Returns the records by kind and rank."""
     recs = data["records"]
     row = 256 * 2
-    for kt in kinds:
+    by_kind = {}
+    for kt in INTER_KINDS:
         rs = {r["rank"]: r for r in recs if r.get("kernel_type") == kt}
-        assert set(rs) == {0, 1}, (kt, recs)
+        assert set(rs) == set(range(world)), (kt, recs)
+        by_kind[kt] = rs
         cross = sum(r["recv_rows"] - r["local_rows"] for r in rs.values())
         assert cross > 0, rs
         for phase in ("dispatch", "combine"):
             b = {rank: r[f"{phase}_bytes"] for rank, r in rs.items()}
-            assert sum(x["physical_token"] for x in b.values()) == cross * row, (kt, phase, b)
+            if world == 2:
+                assert sum(x["physical_token"] for x in b.values()) == cross * row, (kt, phase, b)
             for rank, r in rs.items():
                 x = b[rank]
-                assert x["link_token"] == x["physical_token"] <= x["algo_token"], (kt, x)
+                assert x["physical_token"] <= x["algo_token"], (kt, x)
+                if world == 2:
+                    assert x["link_token"] == x["physical_token"], (kt, x)
                 # moved: the transport's write bytes (the signals are atomic adds).
-                assert x["moved"] == x["link_token"] + x["link_meta"], (kt, x)
+                assert x["moved"] == x["link_token"] + x["link_meta"], (kt, phase, rank, x)
                 assert r[f"{phase}_link_bytes"] == x["moved"] + x["link_signal"], (kt, x)
-                assert r[f"{phase}_raw_us"] > 0 and r[f"{phase}_us"] > 0
-                assert r["link"] == "proxy (tcp)"
+                assert r[f"{phase}_us"] > 0 and r[f"{phase}_copy_us"] > 0
+                assert r[f"{phase}_raw_us"] > 0 and r[f"{phase}_raw_host_us"] > 0
+                kern = r[f"{phase}_kernel_us"]
+                assert (kern > 0) if cuda else (kern is None), (kt, phase, kern)
+                assert r["raw_staged"] == cuda
+                assert r["link"].startswith("proxy (") and "tcp" in r["link"], r["link"]
+    return by_kind
+
+
+def test_bench_internode_kinds_on_emulated_nodes(tmp_path):
+    """The inter-node kernel types on host heaps, 2 emulated nodes of one rank
+    (MORI_SHMEM_NODE_ID), the proxy forced to TCP: the byte counts, the raw TCP stream
+    and the copy floor of the same bytes (_check_internode_records); the all_to_all
+    baseline's combine output equals mori's."""
+    stdout, data = _internode_bench(tmp_path, "cpu", 2, 1)
+    assert "baseline combine output matches mori's: yes" in stdout
+    assert data["meta"]["shared_gpu"] is False
+    for rs in _check_internode_records(data, 2, cuda=False).values():
+        for r in rs.values():
+            assert r["link"] == "proxy (tcp)"
+            assert r["dispatch_raw_host_us"] == r["dispatch_raw_us"]  # one figure on CPU
+
+
+# On CUDA: the kernels pushing into the proxy's queues, 2 processes as 2 nodes x 1 and
+# 4 as 2 x 2, every rank on GPU 0 when there are fewer GPUs than ranks (then no
+# all_to_all baseline: NCCL cannot put two ranks on one GPU, and the output says what
+# the figures measure).
+@pytest.mark.parametrize(("world", "local"), [(2, 1), (4, 2)])
+def test_bench_internode_kinds_on_cuda(world, local, cuda_gpus, tmp_path):
+    extra = ("--block-num", "4", "--op-timeout-s", "30")
+    stdout, data = _internode_bench(tmp_path, "cuda", world, local, extra, timeout_s=300)
+    shared = cuda_gpus < world
+    assert data["meta"]["shared_gpu"] is shared
+    assert ("not a NIC" in stdout) == shared
+    assert ("all_to_all_single reference" in stdout) == (not shared)
+    by_kind = _check_internode_records(data, world, cuda=True)
+    for rs in by_kind.values():
+        for r in rs.values():
+            assert r["mori_io_memory"] in (None, "gpu", "host"), r["mori_io_memory"]

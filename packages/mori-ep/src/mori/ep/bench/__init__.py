@@ -42,11 +42,19 @@ them; mori.ep.bench.floors): an empty kernel's graph replay, one device copy of 
 call's bytes, and the same call written in plain torch on this GPU, each as GPU time
 per call, with mori's kernel time as a multiple of them.
 
-Inter-node kernel types (InterNode, InterNodeV1, InterNodeV1LL; host heaps only, so
-``--device cpu``): ``--gpu-per-node L`` makes emulated nodes of L ranks and forces the
-proxy to TCP (``--proxy-transport``); a further table gives per phase the algo,
-physical and link bytes (``op._mode.bytes``) and GB/s beside a raw TCP stream of the
-same bytes between the same processes (mori.ep.bench.internode).
+Inter-node kernel types (InterNode, InterNodeV1, InterNodeV1LL; host heaps, or CUDA
+heaps where the build has the kernels): ``--gpu-per-node L`` makes emulated nodes of L
+ranks and forces the proxy to TCP (``--proxy-transport``); a further table gives per
+phase the time, the algo, physical and link bytes and the bytes the proxy moved
+(``op._mode.bytes``) with their GB/s, beside a raw TCP stream of the same bytes between
+the same processes (on CUDA staged through pinned host memory, as the proxy stages),
+mori-io's TCP batch of them and one copy of them in this rank's memory (the floor)
+(mori.ep.bench.internode). On CUDA these calls run eagerly, each followed by a stream
+synchronisation (they are not capturable, and nothing may hold the CUDA context while
+their kernels wait for the proxy). Processes sharing one GPU (``--world-size`` above
+the GPUs; every rank on GPU ``local rank % GPUs``) measure the proxy's overhead and the
+kernels' correctness, not a NIC, and run no all_to_all baseline (NCCL cannot put two
+ranks on one GPU); with a GPU per process the NCCL baseline runs as for IntraNode.
 
 Without a GPU (or with ``--device cpu``) the CPU implementation runs on a host heap,
 the baseline is all_to_all_single over gloo, and times are wall-clock medians of
@@ -153,6 +161,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     scaffold.add_output_args(p, plot_help="PNG of bandwidth vs tokens per rank (needs matplotlib)")
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument(
+        "--op-timeout-s", type=float, default=120.0,
+        help="the ops' timeout_s: every wait of a call is bounded by it (a lost peer, a "
+        "stuck proxy: an error naming it)",
+    )  # fmt: skip
+    p.add_argument(
         "--kernel-type", type=_kernel_list, default=["IntraNode"],
         help="comma-separated: IntraNode, IntraNodeLL, AsyncLL (MORI's token-major calls; "
         "AsyncLL as send + recv; AsyncLL-ce: its dispatch's rows moved by the copy engines, "
@@ -161,7 +174,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "so), standard-moe-rows (the same with one row per (token, expert) sent back: "
         "MORI_EP_LL_PRE_REDUCE=0), deepep-ll (low_latency_dispatch/combine "
         "on an IntraNodeLL op; fp8 = the cast inside dispatch), InterNode, InterNodeV1, "
-        "InterNodeV1LL (host heaps; with --gpu-per-node)",
+        "InterNodeV1LL (with --gpu-per-node; on CUDA eager, synchronized calls)",
     )  # fmt: skip
     p.add_argument(
         "--combine-quant", type=_quant_list, default=["none"],

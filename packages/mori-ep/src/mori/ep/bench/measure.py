@@ -14,7 +14,16 @@ from mori.core import env
 
 from . import internode
 from .baseline import a2a_combine, a2a_dispatch
-from .timing import captured, captured_pair, gemm_for, graph_times, median_us, time_pairs
+from .timing import (
+    captured,
+    captured_pair,
+    eager_times,
+    gemm_for,
+    graph_times,
+    median_us,
+    settled,
+    time_pairs,
+)
 
 KERNEL_TYPES = (
     "IntraNode", "IntraNodeLL", "AsyncLL", "AsyncLL-ce", "standard-moe", "standard-moe-rows",
@@ -242,9 +251,23 @@ def measure_token_major(
     rank, world, epr, k, hidden, m = ctx.rank, ctx.world, ctx.epr, ctx.k, ctx.hidden, ctx.m
     cuda, device, timer, scale_dim = ctx.cuda, ctx.device, ctx.timer, ctx.scale_dim
     records = []
-    # Eager pass: routing counts, and the combine input (rows as bf16).
+    inter = kt in internode.INTERNODE
+    # Eager pass: routing counts, and the combine input (rows as bf16). Each call is
+    # waited for before its results are read (the inter-node kernels' constraint:
+    # timing.settled); an inter-node op's byte counts are read after every rank's
+    # call finished (everything it put on the link has landed).
     async_ll = kt in ("AsyncLL", "AsyncLL-ce")
-    out, out_w, _, _, total_t = op.dispatch(x, w, s, idx)
+    phase_bytes = {}
+
+    def eager(fn, phase):
+        if not inter:
+            return fn()
+        result = settled(ctx, fn)()
+        ctx.barrier()
+        phase_bytes[phase] = op._mode.bytes(phase)
+        return result
+
+    out, out_w, _, _, total_t = eager(lambda: op.dispatch(x, w, s, idx), "dispatch")
     if async_ll:
         op.dispatch_recv()
     total = int(total_t.item())
@@ -254,7 +277,7 @@ def measure_token_major(
     y = torch.zeros(op.config.max_num_out_tokens, hidden, dtype=torch.bfloat16, device=device)
     y[:total] = out[:total].to(torch.bfloat16)
     yw = out_w.clone()
-    mori_out, _ = op.combine(y, yw, None)
+    mori_out, _ = eager(lambda: op.combine(y, yw, None), "combine")
     if async_ll:
         op.combine_recv()
     mori_out = mori_out.clone()
@@ -267,6 +290,10 @@ def measure_token_major(
         "combine": total * comb_row,
         "combine_cross": (total - local_rows) * comb_row,
     }
+    # The combine outputs compared bit for bit: InterNodeV1 and V1LL round one partial
+    # per node first (README, "Combine's sum"), the others sum every row at once.
+    ref_key = (n, dt, quant) + (("node partials",) if kt in ("InterNodeV1", "InterNodeV1LL")
+                                 else ())  # fmt: skip
     for blocks in args.block_num if cuda else [0]:
 
         def d_fn(b=blocks):
@@ -279,16 +306,18 @@ def measure_token_major(
             if async_ll:
                 op.combine_recv()
 
-        d_us, c_us, kernel_us = graph_times(args, ctx, d_fn, c_fn)
+        # The inter-node kernels take their call numbers from the host: not capturable.
+        times = eager_times if inter else graph_times
+        d_us, c_us, kernel_us = times(args, ctx, d_fn, c_fn)
         name = impl_name(kt, quant)
         print_timeline(ctx, op, f"{name}, {n} tokens {dt} {blocks} blocks")
         rec = record(name, n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
         rec["dispatch_kernel_us"], rec["combine_kernel_us"] = kernel_us
         ctx.floors.attach(rec, case, vol, "token")
-        if kt in internode.INTERNODE:
-            internode.attach(args, ctx, op, rec)
+        if inter:
+            internode.attach(args, ctx, op, rec, phase_bytes)
         rec["matches_intranode"] = bool(
-            torch.equal(mori_out, ctx.reference.setdefault((n, dt, quant), mori_out))
+            torch.equal(mori_out, ctx.reference.setdefault(ref_key, mori_out))
         )
         rec.update(kernel_type=kt, combine_quant=quant, combine_sent_bytes=vol["combine"],
                    combine_sent_cross_bytes=vol["combine_cross"])  # fmt: skip
@@ -301,8 +330,8 @@ def measure_token_major(
                 float((mori_out.float() - bf16.float()).abs().max()) / top
             )
         records.append(rec)
-    if args.no_baseline or not baseline:
-        return records
+    if args.no_baseline or not baseline or ctx.a2a_group is None and cuda:
+        return records  # (no GPU baseline where ranks share a GPU: worker.py)
     state = {}
 
     def b_dispatch():

@@ -77,15 +77,30 @@ def report(args, meta, records) -> None:
         print(
             f"inter-node kernel types, {meta['gpu_per_node']} rank(s) per emulated node, proxy "
             f"transport {meta['proxy_transport'] or 'none (one node)'}; slowest rank per column: "
-            "algo = token rows x destination nodes incl. its own (InterNode: x destination "
+            + ("us = CUDA events around each eager call (each followed by a stream "
+               "synchronisation; host launch included), kern us = the kernels' GPU time "
+               "(profiler); " if cuda else "us = wall clock per call; ")
+            + "algo = token rows x destination nodes incl. its own (InterNode: x destination "
             "ranks), phys = the crossings to other nodes, link = what the op put on its "
-            "inter-node link (rows, metadata, signals); raw = the same link bytes over a plain "
-            "TCP stream between the same processes, from and into buffers of their size; "
-            "mori-io = mori-io's TCP batch of the same bytes; raw 1MiB = the plain stream "
+            "inter-node link (rows, metadata, signals), moved = what the proxy reports it "
+            "moved (link without the signals); raw = the same link bytes over a plain "
+            "TCP stream between the same processes, from and into buffers of their size"
+            + (", GPU buffers staged through pinned 1 MiB chunks as the proxy stages" if cuda
+               else "")
+            + "; mori-io = mori-io's TCP batch of the same bytes; raw 1MiB = the plain stream "
             "of one cached 1 MiB block; leg = the op's link commands of the call replayed "
-            "alone (proxy + TCP) (mori.ep.bench.internode); op / x = x us / us, leg / x = "
-            "x us / leg us"
-        )
+            "alone (proxy + TCP; host heaps only); copy = one copy of the link bytes in this "
+            "rank's memory (" + ("device copy_, GPU time" if cuda else "host") + ", the "
+            "floor) (mori.ep.bench.internode); op / x = x us / us, leg / x = x us / leg us"
+        )  # fmt: skip
+        if meta.get("shared_gpu"):
+            print(
+                f"NOTE: {meta['world_size']} processes share {meta['gpus']} GPU(s): their kernels "
+                "time-slice it and their proxies move bytes through its memory and loopback "
+                "TCP, so these figures measure the proxy's overhead and the kernels' "
+                "correctness, not a NIC; no all_to_all baseline (NCCL cannot put two ranks on "
+                "one GPU)"
+            )
         print(scaffold.table(*inter))
     if meta["peer_copy_gbps"]:
         print(
@@ -93,6 +108,8 @@ def report(args, meta, records) -> None:
             f"{PEER_COPY_BYTES >> 20} MiB): {meta['peer_copy_gbps']:.1f} GB/s"
         )
     a2a = meta.get("a2a_reference")
+    if meta.get("shared_gpu") and not args.no_baseline:
+        print("no all_to_all baseline: ranks share a GPU (NCCL cannot put two ranks on one GPU)")
     if a2a:
         print(
             f"all_to_all_single reference ({a2a['backend']}, {a2a['bytes'] >> 20} MiB per rank, "

@@ -110,6 +110,41 @@ def graph_times(args, ctx, d_fn, c_fn):
     return d_us, c_us, kernel_us
 
 
+def settled(ctx, fn):
+    """``fn`` followed by a synchronisation of the current stream (CUDA; on CPU ``fn``
+    itself). The inter-node kernels wait for the process's proxy thread, which needs
+    the CUDA context: nothing that may hold it (a copy to pageable memory, a first
+    kernel load) may run while they do, so every call is waited for before the next
+    host step."""
+    if not ctx.cuda:
+        return fn
+    import torch
+
+    def call():
+        fn()
+        torch.cuda.current_stream().synchronize()
+
+    return call
+
+
+def eager_times(args, ctx, d_fn, c_fn):
+    """Per-call and kernel times of d_fn / c_fn called eagerly, each call followed by a
+    stream synchronisation (``settled``), for calls that cannot be captured in a CUDA
+    graph: CUDA events around each call (host launch included), median over
+    ``--iters`` trials of ``--reps`` pairs, the first pair of each trial dropped; the
+    kernels' own GPU time from the profiler (``kernel_times``). On CPU: as
+    ``graph_times`` (wall clock)."""
+    if not ctx.cuda:
+        return graph_times(args, ctx, d_fn, c_fn)
+    d_call, c_call = settled(ctx, d_fn), settled(ctx, c_fn)
+    d_call()  # warm-up pair: the op's first calls of this shape
+    c_call()
+    ctx.barrier()
+    d_us, c_us = time_pairs(ctx.timer, d_call, c_call, args.iters, args.reps, ctx.barrier)
+    kernel_us = kernel_times(d_call, c_call, args.reps, ctx.barrier, ctx.timer)
+    return d_us, c_us, kernel_us
+
+
 def median_us(ctx, fn, trials: int, reps: int) -> float:
     """Median time (us) of one call of ``fn`` (a graph replay on CUDA), over ``trials``
     x ``reps`` back-to-back calls after one warm-up call per trial."""

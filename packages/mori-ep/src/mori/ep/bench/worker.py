@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from types import SimpleNamespace
 
 from mori.core import bench as scaffold
@@ -49,13 +50,19 @@ def worker(args: argparse.Namespace) -> None:
     # MORI_EP_INTERNODE_LINK=heap (the op's copies through a heap that maps every rank:
     # the protocol without the proxy, for comparison) keeps one heap local group.
     heap_link = env.get_str("MORI_EP_INTERNODE_LINK", "proxy") == "heap"
-    if inter and gpn < world and not heap_link:
+    split = inter and gpn < world and not heap_link  # nodes reached through the proxy
+    if split:
         os.environ["MORI_SHMEM_NODE_ID"] = f"bench-node-{rank // gpn}"
         os.environ["MORI_PROXY_TRANSPORT"] = args.proxy_transport
     cuda, dev, _ = scaffold.pick_device(args.device, local, _C)
     device = torch.device("cuda", dev) if cuda else torch.device("cpu")
     dist.init_process_group("gloo", init_method="env://")
-    a2a_group = dist.new_group(backend="nccl") if cuda else None
+    # Ranks sharing a GPU (more processes than GPUs, e.g. emulated nodes on one GPU):
+    # NCCL cannot put two ranks on one GPU, so no NCCL baseline runs there.
+    places = [None] * world
+    dist.all_gather_object(places, (socket.gethostname(), dev))
+    shared_gpu = cuda and len(set(places)) < world
+    a2a_group = dist.new_group(backend="nccl") if cuda and not shared_gpu else None
 
     epr = args.num_experts_per_rank or max(1, 256 // world)
     k, hidden, m = args.num_experts_per_token, args.hidden_dim, args.max_tokens
@@ -74,12 +81,15 @@ def worker(args: argparse.Namespace) -> None:
         if kt in INTERNODE:
             kind = int(EpDispatchCombineKernelType[kt])
             heap += sum(_C.internode_buffer_layout(*shape(dt), recv_capacity=world * m, kind=kind,
-                                                   local_size=min(gpn, world))["total_bytes"]
+                                                   local_size=min(gpn, world),
+                                                   device=cuda)["total_bytes"]
                         for dt in args.dtype)  # fmt: skip
             continue
         layout = _C.ep_buffer_layout if kt == "IntraNode" else _C.ll_buffer_layout
         heap += sum(layout(*shape(dt))["total_bytes"] for dt in args.dtype)
-    heap += (PEER_COPY_BYTES if cuda and world > 1 else 0) + (64 << 20)
+    # The peer-copy reference needs rank 1 in rank 0's heap (not on another node).
+    peer_ref = cuda and world > 1 and not split
+    heap += (PEER_COPY_BYTES if peer_ref else 0) + (64 << 20)
     shmem.init(device=dev if cuda else "cpu", heap_size=scaffold.heap_bytes(heap), timeout_s=120)
 
     def barrier():
@@ -108,7 +118,7 @@ def worker(args: argparse.Namespace) -> None:
         saved = os.environ.copy()
         os.environ.update(OP_ENV.get(kt, {}))
         try:
-            ops[kt, cq, dt] = EpDispatchCombineOp(cfg, timeout_s=120)
+            ops[kt, cq, dt] = EpDispatchCombineOp(cfg, timeout_s=args.op_timeout_s)
         finally:
             for v in OP_ENV.get(kt, {}):
                 if v in saved:
@@ -117,21 +127,23 @@ def worker(args: argparse.Namespace) -> None:
                     os.environ.pop(v, None)
 
     peer_copy = None
-    if cuda and world > 1:
+    if peer_ref:
         peer_copy = peer_copy_gbps(rank, device, timer, barrier, max(5, args.iters // 2))
 
     a2a_ref = None
-    if world > 1 and not args.no_baseline:
+    if world > 1 and not args.no_baseline and not shared_gpu:
         a2a_ref = a2a_bus_bandwidth(args, world, device, timer, a2a_group, cuda)
 
     ctx = SimpleNamespace(
         rank=rank, world=world, epr=epr, k=k, hidden=hidden, m=m, cuda=cuda, device=device,
         timer=timer, barrier=barrier, scale_dim=scale_dim, a2a_group=a2a_group,
-        reference={},  # (tokens, dtype, quant) -> the first token-major kind's combine output
+        # (tokens, dtype, quant[, "node partials"]) -> the first such kind's combine output
+        reference={},
     )  # fmt: skip
     ctx.floors = Floors(args, ctx)
     ctx.gpu_per_node = gpn
     ctx.node_of = lambda r: r // gpn
+    ctx.shared_gpu = shared_gpu
     ctx.raw_mesh = RawMesh(rank, world, ctx.node_of) if inter and gpn < world else None
     ctx.mori_io = MoriIoTcp.create(ctx) if ctx.raw_mesh is not None else None
     gen = torch.Generator().manual_seed(args.seed * 7919 + rank)
@@ -166,9 +178,14 @@ def worker(args: argparse.Namespace) -> None:
         meta = {
             "world_size": world,
             "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
-            "timing": "CUDA events over CUDA graph replays (mori), CUDA events eager (a2a)"
+            "timing": (
+                "CUDA events over CUDA graph replays (mori), CUDA events eager (a2a"
+                + ("; the inter-node kinds: eager calls, each synchronized)" if inter else ")")
+            )
             if cuda
             else "wall clock, CPU implementation (checks the bench, not product numbers)",
+            "shared_gpu": shared_gpu,
+            "gpus": len(set(places)) if cuda else 0,
             "hidden_dim": hidden,
             "num_experts_per_token": k,
             "num_experts_per_rank": epr,
