@@ -69,9 +69,11 @@ class InterNodeCuda {
   [[noreturn]] void RejectCombine(const std::string& reason, uintptr_t stream,
                                   const RoutingSnapshot* routing = nullptr);
 
-  // This pe's bytes of its last dispatch or combine (synchronises the device): the
-  // kernel's counts, as InterNodeCpu's; `moved` is what the proxy moved since the
-  // call was enqueued (exact when the caller had synchronised before the call).
+  // This pe's bytes of its last dispatch or combine (synchronises the stream of the
+  // last call enqueued: after graph replays, synchronise the replaying stream first):
+  // the kernel's counts, as InterNodeCpu's; `moved` is what the proxy moved since the
+  // call was enqueued (exact when the caller had synchronised before the call; after
+  // graph replays, since the capture).
   InterNodeBytes Bytes(bool dispatch);
 
   const InterNodeLayout& layout() const { return layout_; }
