@@ -344,6 +344,7 @@ def run_graph(base_seed) -> None:
         for rep in range(1, iters):
             fresh = fill(rep)
             check(f"eager round {rep}", fresh, *step())
+        assert int(op._mode.epoch_tensor()[0]) == op._impl.epoch == 2 * iters
         print(f"rank {rank}: {iters} eager rounds of dispatch, dispatch, combine checked")
         op.close()
         return
@@ -358,6 +359,9 @@ def run_graph(base_seed) -> None:
         graph.replay()
         check(f"graph replay {rep}", fresh, *settled(*result))
     del graph
+    # The kernels counted every replay's dispatches; the host saw the captured ones once.
+    assert int(op._mode.epoch_tensor()[0]) == 2 + 2 * iters, op._mode.epoch_tensor()
+    assert op._impl.epoch == 4, op._impl.epoch
     print(f"rank {rank}: {iters} graph replays of dispatch, dispatch, combine checked")
     op.close()
 
