@@ -49,12 +49,13 @@ def test_routing_handles_on_the_kernels(kind, world, local, cuda_gpus):
     print("\n".join(_run(kind, world, local, "mapped", mode="routing", env=env)))
 
 
-# CUDA graphs: dispatch, dispatch, combine captured once and replayed with fresh inputs
-# (the kernels number their calls on the device; V1LL's second dispatch exchanges the
-# first one's done words, as the device's state tells it), each replay bit for bit
-# against the reference, byte counts included; the proxy thread serves the replays.
-# The expert runs on the GPU inside the graph, so torch's kernels are loaded eagerly
-# (see the routing test above).
+# CUDA graphs: dispatch, dispatch, combine captured once and replayed with fresh inputs,
+# then a dispatch graph and a combine graph replayed as dispatch, dispatch, combine (the
+# kernels number their calls on the device; V1LL's second dispatch exchanges the first
+# one's done words, as the device's state tells it), each replay bit for bit against
+# the reference, byte counts included; the proxy thread serves the replays. The expert
+# runs on the GPU inside the graph, so torch's kernels are loaded eagerly (see the
+# routing test above; the worker also runs them once before the first dispatch).
 @pytest.mark.parametrize("kind", ["InterNodeV1LL", "InterNodeV1", "InterNode"])
 @pytest.mark.parametrize(("world", "local"), [(2, 1), (4, 2)])
 def test_captured_calls_replay_bit_for_bit(kind, world, local, cuda_gpus):

@@ -26,7 +26,9 @@ TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
           V1LL's done-word exchange) with fresh inputs copied into static tensors: every
           call's rows, combine and byte counts equal the reference bit for bit. On a
           CUDA heap: once eagerly, then captured once in a CUDA graph and replayed
-          `iters` times; on a host heap: `iters` eager rounds.
+          `iters` times; then dispatch b and combine b captured in two graphs, replayed
+          `iters` times as dispatch, dispatch, combine. On a host heap the same calls
+          eagerly, `iters` rounds.
 placement: "cpu" (the default, a host heap) or "shared" (a CUDA heap, every rank on
 GPU 0: the kernels; inputs are made on the host as on CPU and moved to the GPU, the
 results compared on the host with the same references; modes random and routing).
@@ -289,7 +291,15 @@ def run_graph(base_seed) -> None:
         out, out_w, _, out_idx, total = op.dispatch(xb, wb, None, ib)
         got_b = keep(out, out_w, out_idx, total)
         cout, cw = op.combine(*experts(out, out_w), ib)
-        return got_a, got_b, cout, cw
+        return {"a": got_a, "b": got_b}, cout, cw
+
+    def split_step():
+        """Batch b dispatched twice, then combined: the calls of the split graphs."""
+        xb, wb, ib = static["b"]
+        op.dispatch(xb, wb, None, ib)
+        out, out_w, _, out_idx, total = op.dispatch(xb, wb, None, ib)
+        got_b = keep(out, out_w, out_idx, total)
+        return {"b": got_b}, *op.combine(*experts(out, out_w), ib)
 
     # The torch kernels and allocations made between the op's launches (while its
     # kernel may wait for the proxy), done once on the op's own views first: on CUDA
@@ -297,8 +307,9 @@ def run_graph(base_seed) -> None:
     out, out_w, _, out_idx = op._mode.dispatch_outputs(static["a"][0], None)
     settled(*keep(out, out_w, out_idx, op._mode.total_recv), *experts(out, out_w))
 
-    def check(tag, fresh, got_a, got_b, cout, cw):
-        for b, got in (("a", got_a), ("b", got_b)):
+    def check(tag, fresh, kept, cout, cw):
+        """The dispatches in `kept` (batch: its outputs) and the combine of batch b."""
+        for b, got in kept.items():
             x, w, idx, rkind = fresh[b]
             out, out_w, out_idx, total, src_pos = (t.cpu() for t in got)
             total = int(total[0])
@@ -344,7 +355,8 @@ def run_graph(base_seed) -> None:
         for rep in range(1, iters):
             fresh = fill(rep)
             check(f"eager round {rep}", fresh, *step())
-        assert int(op._mode.epoch_tensor()[0]) == op._impl.epoch == 2 * iters
+            check(f"eager split round {rep}", fresh, *split_step())
+        assert int(op._mode.epoch_tensor()[0]) == op._impl.epoch == 2 + 4 * (iters - 1)
         print(f"rank {rank}: {iters} eager rounds of dispatch, dispatch, combine checked")
         op.close()
         return
@@ -359,10 +371,30 @@ def run_graph(base_seed) -> None:
         graph.replay()
         check(f"graph replay {rep}", fresh, *settled(*result))
     del graph
+
+    # Dispatch and combine in graphs of their own (as the bench times them), the
+    # dispatch graph replayed twice before the combine's: only the device can tell the
+    # second replay (V1LL) that a dispatch came right before it.
+    dist.barrier()
+    xb, wb, ib = static["b"]
+    graph_d, graph_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph_d):
+        out, out_w, _, out_idx, total = op.dispatch(xb, wb, None, ib)
+        kept = {"b": keep(out, out_w, out_idx, total)}
+    with torch.cuda.graph(graph_c):
+        cout, cw = op.combine(*experts(out, out_w), ib)
+    dist.barrier()
+    for rep in range(iters + 1, 2 * iters + 1):
+        fresh = fill(rep)
+        graph_d.replay()
+        graph_d.replay()
+        graph_c.replay()
+        check(f"split graphs, replay {rep}", fresh, *settled(kept, cout, cw))
+    del graph_d, graph_c
     # The kernels counted every replay's dispatches; the host saw the captured ones once.
-    assert int(op._mode.epoch_tensor()[0]) == 2 + 2 * iters, op._mode.epoch_tensor()
-    assert op._impl.epoch == 4, op._impl.epoch
-    print(f"rank {rank}: {iters} graph replays of dispatch, dispatch, combine checked")
+    assert int(op._mode.epoch_tensor()[0]) == 2 + 4 * iters, op._mode.epoch_tensor()
+    assert op._impl.epoch == 5, op._impl.epoch
+    print(f"rank {rank}: {iters} replays of dispatch, dispatch, combine in one graph and in two")
     op.close()
 
 
