@@ -54,6 +54,15 @@ def test_nodes_as_separate_hosts_over_the_proxy_transports(nodes):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("world", "local"), [(2, 1), (4, 2)])
+def test_a_dispatch_right_after_a_dispatch(kind, world, local):
+    # Dispatch, dispatch, combine with static shapes and fresh inputs (the calls the
+    # CUDA-graph test captures; V1LL's second dispatch first exchanges the first one's
+    # done words): both dispatches, the combine and the byte counts bit for bit.
+    print("\n".join(_summary(_run("graph", kind, world, local, iters=3))))
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_large_rows_wrap_the_send_ring(kind):
     # Rows of 7168 bf16 and 160 tokens per rank over TCP: each call's link payload wraps
     # the proxy link's 1 MiB send ring several times while runs of every field to two
@@ -140,12 +149,15 @@ def test_the_op_needs_a_heap_first():
 def test_the_kernels_layout_extends_the_host_layout(kind):
     # The CUDA kernels' block (device=True) adds private staging regions after the host
     # implementation's; every region mori.ep reads sits at the same offset in both.
+    # Among the kernels' regions, `state`: the calls' numbers the kernels keep (8 words,
+    # what mori.ep's routing handles read as the dispatch epoch on CUDA).
     from mori.ep._C import internode_buffer_layout
 
     shape = (4, 1, 24, 4, 256, 2, 8, 4)
     host = internode_buffer_layout(*shape, recv_capacity=96, kind=kind, local_size=2)
     dev = internode_buffer_layout(*shape, recv_capacity=96, kind=kind, local_size=2, device=True)
-    assert {k: v for k, v in dev.items() if k != "total_bytes"} == {
-        k: v for k, v in host.items() if k != "total_bytes"
-    }
+    shared = set(host) - {"total_bytes", "state"}
+    assert {k: dev[k] for k in shared} == {k: host[k] for k in shared}
     assert dev["total_bytes"] > host["total_bytes"] > dev["token_ranks"]
+    assert host["total_bytes"] <= dev["state"] and dev["state"] % 256 == 0
+    assert dev["state"] + 64 <= dev["total_bytes"]

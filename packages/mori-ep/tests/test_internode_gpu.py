@@ -5,7 +5,8 @@ processes sharing GPU 0, nodes emulated by gpu_per_node (the proxy's mapped path
 IPC copies) or as separate hosts (MORI_SHMEM_NODE_ID, the proxy's TCP path staged
 through pinned memory): the worker and reference of test_internode.py, bit for bit
 (dispatch rows and metadata, combine sums, every rank's byte counts). Skipped without a
-CUDA GPU or a mori build without CUDA."""
+CUDA GPU or a mori build without CUDA. Also: dispatch and combine captured in a CUDA graph
+and replayed with fresh inputs (every kind, InterNodeV1LL over TCP too)."""
 
 from pathlib import Path
 
@@ -46,3 +47,22 @@ def test_internode_kernels_match_the_reference_bit_for_bit(kind, world, local, n
 def test_routing_handles_on_the_kernels(kind, world, local, cuda_gpus):
     env = {"CUDA_MODULE_LOADING": "EAGER"}
     print("\n".join(_run(kind, world, local, "mapped", mode="routing", env=env)))
+
+
+# CUDA graphs: dispatch, dispatch, combine captured once and replayed with fresh inputs,
+# then a dispatch graph and a combine graph replayed as dispatch, dispatch, combine (the
+# kernels number their calls on the device; V1LL's second dispatch exchanges the first
+# one's done words, as the device's state tells it), each replay bit for bit against
+# the reference, byte counts included; the proxy thread serves the replays. The expert
+# runs on the GPU inside the graph, so torch's kernels are loaded eagerly (see the
+# routing test above; the worker also runs them once before the first dispatch).
+@pytest.mark.parametrize("kind", ["InterNodeV1LL", "InterNodeV1", "InterNode"])
+@pytest.mark.parametrize(("world", "local"), [(2, 1), (4, 2)])
+def test_captured_calls_replay_bit_for_bit(kind, world, local, cuda_gpus):
+    env = {"CUDA_MODULE_LOADING": "EAGER"}
+    print("\n".join(_run(kind, world, local, "mapped", iters=6, mode="graph", env=env)))
+
+
+def test_captured_low_latency_calls_replay_over_tcp(cuda_gpus):
+    env = {"CUDA_MODULE_LOADING": "EAGER"}
+    print("\n".join(_run("InterNodeV1LL", 2, 1, "tcp", iters=4, mode="graph", env=env)))

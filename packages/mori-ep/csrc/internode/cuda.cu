@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Copyright (c) 2026 The mori authors
 //
-// InterNodeCuda: the host side of the inter-node kernels (internode/kernels.cu): the
-// process's proxy for kernel producers, the call checks the host can make, the call
-// numbers, the launches. Nothing here synchronises with the device on the hot path.
+// InterNodeCuda: the host side of the inter-node kernels (internode/kernels/): the
+// process's proxy for kernel producers, the call checks the host can make, its own
+// count of the calls (for its checks: the kernels number the calls themselves), the
+// launches. Nothing here synchronises with the device on the hot path.
 #include "internode/cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -149,8 +150,6 @@ void InterNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   mori::cuda::ScopedDevice guard(device_);
   internode::Params p =
       BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
-  p.call = epoch_ + 1;
-  p.finish_previous = kind_ == InterNodeKind::kHierLL && last_call_dispatch_;
   p.tokens = static_cast<const char*>(a.tokens);
   p.token_row_bytes = a.token_row_bytes;
   p.weights = a.weights;
@@ -170,7 +169,6 @@ void InterNodeCuda::Dispatch(const DispatchArgs& a, LaunchShape launch, uintptr_
   }
   ++epoch_;
   num_tokens_ = a.num_tokens;
-  last_call_dispatch_ = true;
   order_.Dispatched(true);
 }
 
@@ -179,17 +177,14 @@ void InterNodeCuda::RejectDispatch(const std::string& reason, uintptr_t stream) 
     mori::cuda::ScopedDevice guard(device_);
     internode::Params p =
         BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
-    p.call = epoch_ + 1;
     p.reject = true;
     if (kind_ == InterNodeKind::kHierLL) {  // the rejection words, then forwarding
-      p.finish_previous = last_call_dispatch_;
       internode::LaunchHierLowLatencyDispatch(p, 64, stream);
     } else {  // the count exchange only: the same in the flat and V1 kernels
       internode::LaunchFlatDispatch(p, 64, stream);
     }
   }
   ++epoch_;
-  last_call_dispatch_ = true;
   order_.Dispatched(false);
   throw InvalidArgumentError(reason);
 }
@@ -205,12 +200,11 @@ RoutingSnapshot InterNodeCuda::LastRouting() const {
                          num_tokens_};
 }
 
-void InterNodeCuda::LaunchCombine(const CombineArgs* a, const RoutingSnapshot* r, uint64_t call,
+void InterNodeCuda::LaunchCombine(const CombineArgs* a, const RoutingSnapshot* r,
                                   LaunchShape launch, uintptr_t stream) {
   mori::cuda::ScopedDevice guard(device_);
   internode::Params p =
       BaseParams(block_, ctx_, layout_, nodes_, queue_, kind_, shape_, timeout_ns_);
-  p.call = call;
   if (a == nullptr) {
     p.reject = true;  // the vote only: the same in both kernels
     internode::LaunchFlatCombine(p, 64, stream);
@@ -261,8 +255,7 @@ void InterNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   // total_recv is on the device: an input shorter than it is a kernel trap (mori.ep
   // checks it on the host first).
   order_.Enter(r->host_epoch);
-  last_call_dispatch_ = false;
-  LaunchCombine(&a, r, ++combine_calls_, launch, stream);
+  LaunchCombine(&a, r, launch, stream);
 }
 
 void InterNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
@@ -270,8 +263,7 @@ void InterNodeCuda::RejectCombine(const std::string& reason, uintptr_t stream,
   const RoutingSnapshot last = LastRouting();
   if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
     order_.Enter(r->host_epoch);
-    last_call_dispatch_ = false;
-    LaunchCombine(nullptr, r, ++combine_calls_, LaunchShape{1, 2}, stream);
+    LaunchCombine(nullptr, r, LaunchShape{1, 2}, stream);
   }
   throw InvalidArgumentError(reason);
 }

@@ -93,6 +93,7 @@ every pe), in pe order. What the config check uses when some pes are on other ho
         d["recv_src_pos"] = l.recv_src_pos;
         d["total_recv"] = l.total_recv;
         d["token_ranks"] = l.token_ranks;
+        d["state"] = l.state;  // the CUDA kernels' call numbers (size 0 without `device`)
         d["total_bytes"] = l.total_bytes;
         return d;
       },

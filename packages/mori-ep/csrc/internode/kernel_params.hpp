@@ -32,6 +32,18 @@ inline constexpr int kCounterStride = 16;  // u64 per call kind in the region
 // The widest world the kernels take (destination sets are 32-bit masks).
 inline constexpr int kMaxInterNodeWorld = 32;
 
+// The calls' numbers, in the layout's `state` region (zeroed with the block): every
+// kernel reads its call's number here and advances it (BeginCall in
+// kernels/common.cuh), so the numbers need nothing from the host and a CUDA graph's
+// replays take new ones. The host keeps its own count for its checks only
+// (internode/cuda.hpp).
+struct DeviceState {
+  uint64_t dispatch_calls;  // dispatches run (rejections included): the dispatch epoch
+  uint64_t combine_calls;   // combines run (rejections included)
+  uint64_t last_dispatch;   // 1: the last call was a dispatch (V1LL: finish_previous)
+};
+static_assert(sizeof(DeviceState) <= 64, "the layout's state region holds 8 words");
+
 struct Params {
   // This pe's block and its byte offset in the heap (the proxy's commands take heap
   // offsets: block_offset + a region's offset).
@@ -46,10 +58,12 @@ struct Params {
   int64_t max_tokens, hidden_bytes, scale_bytes, combine_row_bytes, recv_capacity;
   int top_k, num_experts_per_rank;
   uint64_t timeout_ns;
-  uint64_t call;  // the dispatch's epoch, or the combine's call number
-  bool reject;    // only post this pe's rejection (RejectDispatch / RejectCombine)
-  // V1LL: a dispatch right after a dispatch first exchanges the previous call's done
-  // words (InterNodeCpu::FinishDispatchEpoch).
+  bool reject;  // only post this pe's rejection (RejectDispatch / RejectCombine)
+  // Set by the kernel at entry from DeviceState (BeginCall), never by the host: the
+  // dispatch's epoch or the combine's call number; V1LL: whether a dispatch follows a
+  // dispatch and so first exchanges the previous call's done words
+  // (InterNodeCpu::FinishDispatchEpoch).
+  uint64_t call;
   bool finish_previous;
 
   // dispatch

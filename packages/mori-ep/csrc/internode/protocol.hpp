@@ -5,7 +5,7 @@
 // The inter-node dispatch/combine protocols (MORI's InterNode, InterNodeV1 and
 // InterNodeV1LL kernel types) over mori's symmetric heap: the node map, the buffer
 // layout and the signal words, shared by the CPU implementation (internode/cpu.cpp)
-// and the CUDA kernels when they come. No Python, no torch. The mori-ep README
+// and the CUDA kernels (internode/kernels/). No Python, no torch. The mori-ep README
 // ("Inter-node") walks through each protocol; tests/workers/ep_internode_reference.py
 // is the same protocol in Python, with its byte accounting.
 //
@@ -55,7 +55,12 @@
 // combine starts with a vote: each pe posts CombineWord(epoch, dtype tag, rejected) to
 // every pe and waits for all, so a rejection or a dtype mismatch fails the call on every
 // pe before any row moves, and a pe's combine buffers are written only after it has
-// entered the call (it has reduced the previous combine).
+// entered the call (it has reduced the previous combine). Who counts the calls: the
+// host implementation on the host; the CUDA kernels in the block's `state` (every
+// kernel reads its call number there and advances it), so that a dispatch and combine
+// captured in a CUDA graph take new numbers on every replay. V1LL's dispatch has no
+// done words of its own: a dispatch right after a dispatch first exchanges the
+// previous one's (combines start with their vote), which `state` also tells.
 //
 // One symmetric block per op, identical on every pe (offsets in bytes, 256-aligned).
 // C = receive capacity, P = C / W (receive rows per source pe), H = hidden bytes, Hc =
@@ -102,7 +107,10 @@
 //     t's local-rank mask on node n), node_row i32 [M][N] (its slot among this pe's
 //     tokens staged at node n's gateway, -1: none), pstage_tokens u8 [N][M][Hc] and
 //     pstage_weights f32 [N][M][K] (the partials a gateway sends back); counters u64
-//     [2][16]: the byte counts of the last dispatch and combine; last_set u64
+//     [2][16]: the byte counts of the last dispatch and combine; state u64 [8]: the
+//     calls' numbers (internode/kernel_params.hpp's DeviceState: dispatches and
+//     combines run, whether the last call was a dispatch), read and advanced by the
+//     kernels, so that CUDA-graph replays advance them; last_set u64
 //     [W][stage_mark / 8]: the value this pe last set at each signal word of each pe
 //     through the proxy (the proxy adds, so a "set" is an add of the difference, as
 //     ProxyLink does on the host)
@@ -153,7 +161,7 @@ struct InterNodeLayout {
   size_t total_recv, token_ranks, send_ring, send_ring_bytes;
   size_t dstage_tokens, dstage_weights, dstage_scales, dstage_indices, dstage_src_pos;
   size_t cstage_tokens, cstage_weights, dest_row, dstage_mask, node_row, pstage_tokens,
-      pstage_weights, counters, last_set;
+      pstage_weights, counters, state, last_set;
   size_t total_bytes;
 };
 
@@ -222,6 +230,7 @@ inline InterNodeLayout MakeInterNodeLayout(const EpShape& s, const NodeMap& nm, 
   l.pstage_tokens = region.Take(N * Mh * Hc);
   l.pstage_weights = region.Take(N * Mh * K * 4);
   l.counters = region.Take(device ? 2 * 16 * 8 : 0);
+  l.state = region.Take(device ? 8 * 8 : 0);
   l.last_set = region.Take(device ? W * l.stage_mark : 0);
   l.total_bytes = region.end;
   return l;

@@ -22,6 +22,13 @@ TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
   death   the last node's ranks exit after a dispatch (os._exit): every surviving rank's
           combine raises MoriTimeoutError (or, when the proxy's TCP connection drops
           first, TransportError) naming a rank of that node, its node and the stage.
+  graph   dispatch a, dispatch b, expert, combine b (a dispatch right after a dispatch:
+          V1LL's done-word exchange) with fresh inputs copied into static tensors: every
+          call's rows, combine and byte counts equal the reference bit for bit. On a
+          CUDA heap: once eagerly, then captured once in a CUDA graph and replayed
+          `iters` times; then dispatch b and combine b captured in two graphs, replayed
+          `iters` times as dispatch, dispatch, combine. On a host heap the same calls
+          eagerly, `iters` rounds.
 placement: "cpu" (the default, a host heap) or "shared" (a CUDA heap, every rank on
 GPU 0: the kernels; inputs are made on the host as on CPU and moved to the GPU, the
 results compared on the host with the same references; modes random and routing).
@@ -238,6 +245,159 @@ def run_routing(base_seed) -> None:
     op.close()
 
 
+def run_graph(base_seed) -> None:
+    """Mode graph (see the module docstring). Shapes are static in a graph: each rank
+    sends a fixed number of tokens per batch; the routing and payload change."""
+    op = make_op(torch.bfloat16)
+    sizes = {"a": M if rank == 0 else M // 2 + 3, "b": M // 3 + rank}
+    static = {
+        b: (
+            torch.zeros(n, HIDDEN, dtype=torch.bfloat16, device=DEV),
+            torch.zeros(n, K, device=DEV),
+            torch.full((n, K), -1, dtype=torch.int32, device=DEV),
+        )
+        for b, n in sizes.items()
+    }
+    kinds = ["random", "one_rank", "round_robin", "dup", "one_expert"]
+
+    def fill(rep):
+        """Fresh inputs of both batches, copied into the static tensors (host copies
+        kept for the reference)."""
+        fresh = {}
+        for i, (b, n) in enumerate(sizes.items()):
+            gen = torch.Generator().manual_seed(base_seed * 1009 + rep * 31 + i * 7 + rank)
+            rkind = kinds[(rep + i) % len(kinds)]
+            x = torch.randn(n, HIDDEN, generator=gen).to(torch.bfloat16)
+            w = torch.rand(n, K, generator=gen)
+            idx = REF.routing(rkind, n, gen, rep)
+            for dst, src in zip(static[b], (x, w, idx), strict=True):
+                dst.copy_(src)
+            fresh[b] = (x, w, idx, rkind)
+        return fresh
+
+    def keep(out, out_w, out_idx, total):
+        """A dispatch's outputs, kept (the next dispatch rewrites the receive buffers)."""
+        return [t.clone() for t in (out, out_w, out_idx, total, op._mode.recv_src_pos)]
+
+    def experts(out, out_w):
+        """Every receive row through the expert (rows past total_recv are not combined)."""
+        return expert(out, None, rank), out_w * factor(rank)
+
+    def step():
+        xa, wa, ia = static["a"]
+        out, out_w, _, out_idx, total = op.dispatch(xa, wa, None, ia)
+        got_a = keep(out, out_w, out_idx, total)
+        xb, wb, ib = static["b"]
+        out, out_w, _, out_idx, total = op.dispatch(xb, wb, None, ib)
+        got_b = keep(out, out_w, out_idx, total)
+        cout, cw = op.combine(*experts(out, out_w), ib)
+        return {"a": got_a, "b": got_b}, cout, cw
+
+    def split_step():
+        """Batch b dispatched twice, then combined: the calls of the split graphs."""
+        xb, wb, ib = static["b"]
+        op.dispatch(xb, wb, None, ib)
+        out, out_w, _, out_idx, total = op.dispatch(xb, wb, None, ib)
+        got_b = keep(out, out_w, out_idx, total)
+        return {"b": got_b}, *op.combine(*experts(out, out_w), ib)
+
+    # The torch kernels and allocations made between the op's launches (while its
+    # kernel may wait for the proxy), done once on the op's own views first: on CUDA
+    # none is then a first launch that loads a module under CUDA's lazy loading.
+    out, out_w, _, out_idx = op._mode.dispatch_outputs(static["a"][0], None)
+    settled(*keep(out, out_w, out_idx, op._mode.total_recv), *experts(out, out_w))
+
+    def check(tag, fresh, kept, cout, cw):
+        """The dispatches in `kept` (batch: its outputs) and the combine of batch b."""
+        for b, got in kept.items():
+            x, w, idx, rkind = fresh[b]
+            out, out_w, out_idx, total, src_pos = (t.cpu() for t in got)
+            total = int(total[0])
+            _, ax, aw, _, ai = gather_inputs(sizes[b], x, w, None, idx)
+            ref = InterNodeReference(kind, world, local, EPR, K, ai)
+            rows = ref.rows_at(rank)
+            where = f"{tag}, dispatch {b} ({rkind})"
+            assert total == len(rows), f"{where}: total_recv {total}, expected {len(rows)}"
+            want_pos = torch.tensor([s * M + t for s, t in rows], dtype=torch.int32)
+            assert torch.equal(src_pos[:total], want_pos), f"{where}: src pos"
+            if rows:
+                sel = [ax[s][t] for s, t in rows], [aw[s][t] for s, t in rows]
+                assert torch.equal(
+                    out[:total].view(torch.int16), torch.stack(sel[0]).view(torch.int16)
+                ), where
+                assert torch.equal(
+                    out_w[:total].view(torch.int32), torch.stack(sel[1]).view(torch.int32)
+                ), where
+                assert torch.equal(out_idx[:total], torch.stack([ai[s][t] for s, t in rows])), where
+            if b == "a":
+                continue
+            got = op._mode.bytes("dispatch")  # the last dispatch: b
+            for key, v in ref.dispatch_bytes(rank, HIDDEN * 2, 0).items():
+                assert got[key] == v, f"{where}: dispatch {key} {got[key]}, expected {v}"
+            cout, cw = cout.cpu(), cw.cpu()
+            for t in range(sizes[b]):
+                want_row, want_w = ref.combine(
+                    rank, t, lambda d, t=t, x=x: expert(x[t : t + 1], None, d)[0],
+                    lambda d, t=t, w=w: w[t] * factor(d), torch.bfloat16, False, HIDDEN,
+                )  # fmt: skip
+                assert torch.equal(cout[t].view(torch.int16), want_row.view(torch.int16)), (
+                    f"{tag}: combine of token {t} differs from the reference order"
+                )
+                assert torch.equal(cw[t].view(torch.int32), want_w.view(torch.int32)), (tag, t)
+            got = op._mode.bytes("combine")
+            for key, v in ref.combine_bytes(rank, HIDDEN * 2, True).items():
+                assert got[key] == v, f"{tag}: combine {key} {got[key]}, expected {v}"
+
+    fresh = fill(0)
+    result = settled(*step())  # eager first (and torch's lazy set-up) before the capture
+    check("eager", fresh, *result)
+    if DEV.type == "cpu":
+        for rep in range(1, iters):
+            fresh = fill(rep)
+            check(f"eager round {rep}", fresh, *step())
+            check(f"eager split round {rep}", fresh, *split_step())
+        assert int(op._mode.epoch_tensor()[0]) == op._impl.epoch == 2 + 4 * (iters - 1)
+        print(f"rank {rank}: {iters} eager rounds of dispatch, dispatch, combine checked")
+        op.close()
+        return
+    dist.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = step()
+    # Every rank's capture has ended before any replay pushes to its peers.
+    dist.barrier()
+    for rep in range(1, iters + 1):
+        fresh = fill(rep)
+        graph.replay()
+        check(f"graph replay {rep}", fresh, *settled(*result))
+    del graph
+
+    # Dispatch and combine in graphs of their own (as the bench times them), the
+    # dispatch graph replayed twice before the combine's: only the device can tell the
+    # second replay (V1LL) that a dispatch came right before it.
+    dist.barrier()
+    xb, wb, ib = static["b"]
+    graph_d, graph_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph_d):
+        out, out_w, _, out_idx, total = op.dispatch(xb, wb, None, ib)
+        kept = {"b": keep(out, out_w, out_idx, total)}
+    with torch.cuda.graph(graph_c):
+        cout, cw = op.combine(*experts(out, out_w), ib)
+    dist.barrier()
+    for rep in range(iters + 1, 2 * iters + 1):
+        fresh = fill(rep)
+        graph_d.replay()
+        graph_d.replay()
+        graph_c.replay()
+        check(f"split graphs, replay {rep}", fresh, *settled(kept, cout, cw))
+    del graph_d, graph_c
+    # The kernels counted every replay's dispatches; the host saw the captured ones once.
+    assert int(op._mode.epoch_tensor()[0]) == 2 + 4 * iters, op._mode.epoch_tensor()
+    assert op._impl.epoch == 5, op._impl.epoch
+    print(f"rank {rank}: {iters} replays of dispatch, dispatch, combine in one graph and in two")
+    op.close()
+
+
 def run_errors() -> None:
     op = make_op(torch.bfloat16)
     bad = world - 1
@@ -310,6 +470,8 @@ elif mode == "errors":
     run_errors()
 elif mode == "death":
     run_death()
+elif mode == "graph":
+    run_graph(seed)
 else:
     raise SystemExit(f"unknown mode {mode}")
 

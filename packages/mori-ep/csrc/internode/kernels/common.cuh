@@ -146,6 +146,28 @@ __device__ void PushRemote(const Params& p, int pe, size_t dst, size_t src, uint
   atomicAdd(&cnt[kLinkWrites], 1ull);
 }
 
+// A kernel's first step: its call's number from the block's DeviceState, read by
+// every thread before thread 0 advances it (one block per launch, the op's launches
+// in stream order: the next kernel reads it advanced). A graph's replays so take new
+// numbers, and V1LL's dispatch learns whether a dispatch came right before it.
+__device__ void BeginCall(Params& p, bool dispatch) {
+  DeviceState* st = reinterpret_cast<DeviceState*>(p.block + p.l.state);
+  const uint64_t call = (dispatch ? st->dispatch_calls : st->combine_calls) + 1;
+  const bool after_dispatch = st->last_dispatch != 0;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (dispatch) {
+      st->dispatch_calls = call;
+    } else {
+      st->combine_calls = call;
+    }
+    st->last_dispatch = dispatch ? 1 : 0;
+  }
+  p.call = call;
+  p.finish_previous =
+      dispatch && p.kind == static_cast<int>(InterNodeKind::kHierLL) && after_dispatch;
+}
+
 __device__ void StoreCounters(const Params& p, int which, const unsigned long long* cnt) {
   uint64_t* out = reinterpret_cast<uint64_t*>(p.block + p.l.counters) + which * kCounterStride;
   for (int i = 0; i < kCounters; ++i) out[i] = cnt[i];

@@ -13,7 +13,8 @@ namespace {
 
 // ------------------------------------------------------------------ dispatch
 
-__global__ void FlatDispatchKernel(const Params p) {
+__global__ void FlatDispatchKernel(Params p) {
+  BeginCall(p, /*dispatch=*/true);
   __shared__ DispatchShared sh;
   if (!RouteAndExchange(p, sh)) return;
   const int tid = threadIdx.x, nthreads = blockDim.x;
@@ -82,7 +83,8 @@ __global__ void FlatDispatchKernel(const Params p) {
 
 // ------------------------------------------------------------------- combine
 
-__global__ void FlatCombineKernel(const Params p) {
+__global__ void FlatCombineKernel(Params p) {
+  BeginCall(p, /*dispatch=*/false);
   __shared__ CombineShared sh;
   if (!CombineEntry(p, sh)) return;
   unsigned long long* cnt = sh.cnt;

@@ -155,7 +155,8 @@ __device__ void LowLatencyFinish(const Params& p, DispatchShared& sh, bool rejec
 }
 
 template <bool kLL>
-__global__ void HierDispatchKernel(const Params p) {
+__global__ void HierDispatchKernel(Params p) {
+  BeginCall(p, /*dispatch=*/true);
   __shared__ DispatchShared sh;
   __shared__ int64_t staged[kMaxInterNodeWorld];      // my tokens staged at node n's gateway
   __shared__ uint64_t fwd_words[kMaxInterNodeWorld];  // node n's staging word, as its gateway
@@ -372,7 +373,8 @@ __global__ void HierDispatchKernel(const Params p) {
 
 // ------------------------------------------------------------------- combine
 
-__global__ void HierCombineKernel(const Params p) {
+__global__ void HierCombineKernel(Params p) {
+  BeginCall(p, /*dispatch=*/false);
   __shared__ CombineShared sh;
   if (!CombineEntry(p, sh)) return;
   unsigned long long* cnt = sh.cnt;

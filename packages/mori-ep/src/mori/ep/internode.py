@@ -18,6 +18,16 @@ heap every kind runs as kernels (``InterNodeCuda``: this node's ranks by load/st
 other nodes through the proxy's queues, pushed by the kernel). On CUDA, synchronize the
 stream before copying results to pageable host memory (``tensor.cpu()``): such a copy
 holds the CUDA context while the kernel waits for the proxy, which needs it.
+
+CUDA graphs (every kind): the kernels number their calls in the op's block and never
+wait for the host, so dispatch and combine can be captured and replayed, each replay a
+new call on every rank with the proxy thread serving it as it serves eager calls. The
+host's checks (a combine needs a dispatch before it, a routing handle's order) run when
+a call is captured, not per replay; ``bytes()`` reports the last replay's counts, its
+``moved`` everything the proxy moved since the capture. Every rank must capture the same
+calls and replay the graph as many times; finish the capture on every rank before any
+rank replays (a barrier: a replay waits for its peers' calls, and its traffic may reach
+a peer's proxy while that peer still captures).
 """
 
 from __future__ import annotations
@@ -131,8 +141,13 @@ class InterNodeMode(IntraNodeMode):
             raise
 
     def epoch_tensor(self) -> torch.Tensor:
-        # The host's counter on either heap (the kernels take the calls' numbers from it).
-        return torch.tensor([self.impl.epoch], dtype=torch.int64, device=self.device)
+        """The last dispatch's epoch as an int64 ``[1]`` tensor, for routing handles: on
+        CUDA the kernels' own count in the block (DeviceState.dispatch_calls, advanced on
+        the device: no host copy, so a handle can be made inside a CUDA-graph capture),
+        on the host the implementation's counter."""
+        if self.place.host:
+            return torch.tensor([self.impl.epoch], dtype=torch.int64)
+        return self.region("state", 8).view(torch.int64)
 
     def dispatch(self, input, weights, scales, indices, block_num, rdma_block_num,
                  warp_per_block, call_local_expert_count, routing, return_routing):  # fmt: skip
