@@ -50,8 +50,8 @@ phase the time, the algo, physical and link bytes and the bytes the proxy moved
 the same processes (on CUDA staged through pinned host memory, as the proxy stages),
 mori-io's TCP batch of them and one copy of them in this rank's memory (the floor)
 (mori.ep.bench.internode). On CUDA these calls run eagerly, each followed by a stream
-synchronisation (they are not capturable, and nothing may hold the CUDA context while
-their kernels wait for the proxy). Processes sharing one GPU (``--world-size`` above
+synchronisation (nothing may hold the CUDA context while their kernels wait for the
+proxy; their graph replays are checked in the tests, not timed here). Processes sharing one GPU (``--world-size`` above
 the GPUs; every rank on GPU ``local rank % GPUs``) measure the proxy's overhead and the
 kernels' correctness, not a NIC, and run no all_to_all baseline (NCCL cannot put two
 ranks on one GPU); with a GPU per process the NCCL baseline runs as for IntraNode.

@@ -38,8 +38,9 @@ wall clock, median of ``--iters``):
   CUDA ``Floors.copy_us``, a device-to-device ``copy_`` in a graph, GPU time; on CPU the
   fastest of a few wall-clock copies): the floor of moving them.
 
-On CUDA the calls run eagerly (their call numbers come from the host: not capturable),
-each followed by a stream synchronisation (``timing.eager_times``): ``us`` are CUDA
+On CUDA the calls run eagerly (graph replays of them are checked in
+test_internode_gpu.py; the bench times each call on its own, so nothing holds the CUDA
+context while the kernels wait for the proxy), each followed by a stream synchronisation (``timing.eager_times``): ``us`` are CUDA
 events around each call, ``kern us`` the kernels' GPU time (profiler). Processes that
 share one GPU time-slice it and their proxies move bytes between them through its
 memory or loopback TCP: those figures measure the proxy's overhead and the kernels'

@@ -306,7 +306,7 @@ def measure_token_major(
             if async_ll:
                 op.combine_recv()
 
-        # The inter-node kernels take their call numbers from the host: not capturable.
+        # The inter-node calls are timed eagerly, each synchronised (bench/internode.py).
         times = eager_times if inter else graph_times
         d_us, c_us, kernel_us = times(args, ctx, d_fn, c_fn)
         name = impl_name(kt, quant)
