@@ -33,6 +33,16 @@ namespace {
 
 namespace dev = mori::shmem::device;
 namespace pdev = mori::proxy::device;
+
+// The most threads one block of `kernel` takes, in whole warps: its registers decide
+// (the V1LL dispatch uses ~240 per thread, so 8 warps), while a caller may ask for up
+// to 32 warps. Each launch function keeps the value of its kernel in a static.
+template <typename Kernel>
+int MostThreads(Kernel kernel) {
+  cudaFuncAttributes attr;
+  MORI_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return attr.maxThreadsPerBlock / 32 * 32;
+}
 using mori::shmem::device::detail::CopyBytes;
 
 __device__ __forceinline__ const char* KindName(int kind) {

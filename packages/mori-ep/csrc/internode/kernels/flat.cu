@@ -5,6 +5,8 @@
 // InterNodeCpu (internode/cpu.cpp, cpu_combine.cpp) in the same order, so the rows land
 // at the same places and combine sums in the same order, bit for bit. One block per
 // call (kernels/common.cuh: how pes of this node and of other nodes are reached).
+#include <algorithm>
+
 #include "internode/kernels/common.cuh"
 
 namespace mori::ep::internode {
@@ -188,12 +190,14 @@ __global__ void FlatCombineKernel(Params p) {
 }  // namespace
 
 void LaunchFlatDispatch(const Params& p, int threads, uintptr_t stream) {
-  FlatDispatchKernel<<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  static const int most = MostThreads(FlatDispatchKernel);
+  FlatDispatchKernel<<<1, std::min(threads, most), 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
 void LaunchFlatCombine(const Params& p, int threads, uintptr_t stream) {
-  FlatCombineKernel<<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  static const int most = MostThreads(FlatCombineKernel);
+  FlatCombineKernel<<<1, std::min(threads, most), 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 

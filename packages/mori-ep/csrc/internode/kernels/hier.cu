@@ -9,6 +9,8 @@
 // tokens to this node's gateway for their source, which sums them into one partial per
 // (token, node) and sends it back once. One block per call (kernels/common.cuh: how pes
 // of this node and of other nodes are reached).
+#include <algorithm>
+
 #include "internode/kernels/common.cuh"
 
 namespace mori::ep::internode {
@@ -588,17 +590,22 @@ __global__ void HierCombineKernel(Params p) {
 }  // namespace
 
 void LaunchHierDispatch(const Params& p, int threads, uintptr_t stream) {
-  HierDispatchKernel<false><<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  static const int most = MostThreads(HierDispatchKernel<false>);
+  HierDispatchKernel<false>
+      <<<1, std::min(threads, most), 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
 void LaunchHierLowLatencyDispatch(const Params& p, int threads, uintptr_t stream) {
-  HierDispatchKernel<true><<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  static const int most = MostThreads(HierDispatchKernel<true>);
+  HierDispatchKernel<true>
+      <<<1, std::min(threads, most), 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
 void LaunchHierCombine(const Params& p, int threads, uintptr_t stream) {
-  HierCombineKernel<<<1, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  static const int most = MostThreads(HierCombineKernel);
+  HierCombineKernel<<<1, std::min(threads, most), 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   MORI_CUDA_CHECK(cudaGetLastError());
 }
 
