@@ -54,12 +54,25 @@ __device__ __forceinline__ uint32_t GroupMax(uint32_t m, int lanes) {
 }
 
 // GroupMax of the largest |value| of two words at once (one shuffle per step for
-// both): the bf16 bits of a's in `ma`, b's in `mb`.
-__device__ __forceinline__ void GroupMaxAbs2(const uint4& a, const uint4& b, int lanes,
-                                             uint32_t& ma, uint32_t& mb) {
+// both): the bf16 bits of a's in the low 16 bits, b's in the high 16 bits. (A warp
+// reduction, redux.sync, under each lane group's own member mask compiles on sm_90 to
+// one collective pass per group: no cheaper for groups of 16 lanes.)
+__device__ __forceinline__ uint32_t GroupMaxAbsPair(const uint4& a, const uint4& b, int lanes) {
   const uint32_t x = MaxAbsBits2(a), y = MaxAbsBits2(b);
   uint32_t m = MaxU16x2(__byte_perm(x, y, 0x5410), __byte_perm(x, y, 0x7632));
-  for (int o = 1; o < lanes; o <<= 1) m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  // Unrolled (no loop counter per step); `lanes` is the warp's, so every lane skips the
+  // same steps.
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    if (o < lanes) m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  }
+  return m;
+}
+
+// GroupMaxAbsPair's two maxima apart: a's in `ma`, b's in `mb`.
+__device__ __forceinline__ void GroupMaxAbs2(const uint4& a, const uint4& b, int lanes,
+                                             uint32_t& ma, uint32_t& mb) {
+  const uint32_t m = GroupMaxAbsPair(a, b, lanes);
   ma = m & 0xFFFFu;
   mb = m >> 16;
 }
@@ -118,16 +131,25 @@ __device__ __forceinline__ uint2 QuantizeWord(const uint4& v, const Fp8BlockScal
   return make_uint2(o0, o1);
 }
 
-// Adds the 8 fp8 values of `q` (value j in byte j), each times `scale`, to acc[0..8):
-// Fp8BlockDequantize and AddRn, one fp32 rounding each.
-__device__ __forceinline__ void AccumulateFp8Word(float* acc, const uint2& q, float scale) {
+// The 8 fp8 values of `q` (value j in byte j) as fp32, exactly.
+__device__ __forceinline__ void Fp8WordValues(const uint2& q, float* x) {
   const uint32_t w[2] = {q.x, q.y};
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float lo, hi;
-    CvtE4m3x2ToFloat(w[j / 2] >> (16 * (j % 2)), lo, hi);
-    acc[2 * j] = AddRn(acc[2 * j], MulRn(lo, scale));
-    acc[2 * j + 1] = AddRn(acc[2 * j + 1], MulRn(hi, scale));
+  for (int j = 0; j < 4; ++j) CvtE4m3x2ToFloat(w[j / 2] >> (16 * (j % 2)), x[2 * j], x[2 * j + 1]);
+}
+
+// Adds a part's 8 values times `scale` to acc (AddRn(acc, MulRn(x, scale)), one fp32
+// rounding each). For the first part acc is kSumStart (-0.0), where that sum is the
+// product itself: one fused multiply-add with -0.0 rounds once, exactly as the product
+// (x * scale + -0.0 is x * scale for every x, zeros included), so it is used there.
+__device__ __forceinline__ void AccumulateParts(float* acc, const float* x, float scale,
+                                                bool first) {
+  if (first) {
+#pragma unroll
+    for (int v = 0; v < 8; ++v) acc[v] = __fmaf_rn(x[v], scale, kSumStart);
+  } else {
+#pragma unroll
+    for (int v = 0; v < 8; ++v) acc[v] = AddRn(acc[v], MulRn(x[v], scale));
   }
 }
 

@@ -334,6 +334,83 @@ __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t
   }
 }
 
+// ReduceTokenRange under fp8_blockwise with vector rows, software-pipelined: while a
+// warp quantizes, dequantizes and sums item k, item k + 1's own-part loads are in
+// flight (issued before item k's arithmetic) and item k + 2's own-part lookups (whether
+// the token came to me, its row) too, so the warp's memory traffic does not stop for
+// its arithmetic. The other pes' parts are looked up with item k (after its group's
+// wait they are loaded anyway). Items, waits and sums are ReduceTokenRange's (one
+// item's words: kU a lane).
+template <int kU>
+__device__ void ReduceBlockwiseTokenRange(const CombineParams& p, uint64_t epoch, int64_t t_lo,
+                                          int64_t t_hi, int nseg_red, unsigned long long* next,
+                                          bool first_item) {
+  const Common& c = p.c;
+  const int W = c.world, me = c.me;
+  const unsigned lane = threadIdx.x & 31;
+  const int64_t red_items = (t_hi - t_lo) * nseg_red;
+  auto claim = [&]() {
+    unsigned long long item = 0;
+    if (lane == 0) item = atomicAdd(next, 1ull);
+    return static_cast<int64_t>(__shfl_sync(kFull, item, 0));
+  };
+  // A claimed item's own-part lookups, issued now and read an item later.
+  uint8_t l_own = 0;
+  int64_t l_row = 0;
+  auto lookup = [&](int64_t item) {
+    const int64_t t = t_lo + item / nseg_red;
+    l_own = __ldcg(p.token_ranks + t * W + me);
+    l_row = __ldcg(p.token_self_row + t);
+  };
+  auto resolve = [&]() { return BlockwiseToken{static_cast<uint32_t>(l_own != 0) << me, l_row}; };
+  int64_t cur = claim();
+  if (cur >= red_items) return;
+  lookup(cur);
+  BlockwiseToken tok = resolve();  // my own part only (its bit of the mask)
+  OwnWords<kU> raw;
+  LoadOwnWords<kU>(p, tok, static_cast<int>(cur % nseg_red), lane, raw);
+  int64_t nxt = claim();
+  if (nxt < red_items) lookup(nxt);
+  int64_t waited = -1;
+  for (;;) {
+    // Item k + 1: its own loads; item k + 2: its lookups.
+    BlockwiseToken tok_next{0, 0};
+    OwnWords<kU> raw_next;
+    int64_t after = red_items;
+    if (nxt < red_items) {
+      tok_next = resolve();
+      LoadOwnWords<kU>(p, tok_next, static_cast<int>(nxt % nseg_red), lane, raw_next);
+      after = claim();
+      if (after < red_items) lookup(after);
+    }
+    // Item k: the other pes' parts, its group's words, its sums.
+    const int64_t t = t_lo + cur / nseg_red;
+    const int seg = static_cast<int>(cur % nseg_red);
+    uint32_t mask = tok.mask;
+    const uint8_t* ranks = p.token_ranks + t * W;
+#pragma unroll
+    for (int d = 0; d < kW; ++d) {
+      if (d >= W) break;
+      if (d != me) mask |= static_cast<uint32_t>(ranks[d] != 0) << d;
+    }
+    const int64_t g = t / kGroupTokens;
+    if (g != waited) {
+      WaitGroupWords(c, epoch, g, lane);
+      waited = g;
+      if (first_item) Stamp(p.stamps, 2, lane == 0);
+      first_item = false;
+    }
+    ReduceBlockwiseWords<kU>(p, t, seg, lane, mask, raw);
+    if (seg == 0 && p.out_weights != nullptr) ReduceWeights(p, t, lane);
+    if (nxt >= red_items) break;
+    cur = nxt;
+    nxt = after;
+    tok = tok_next;
+#pragma unroll
+    for (int k = 0; k < kU + kU % 2; ++k) raw[k] = raw_next[k];
+  }
+}
+
 // The streaming path (the default with many rows per block). Block b owns a range of
 // token groups, the same on every pe with the same grid, so block b of each pe
 // returns what block b of the other reduces. Its first p.return_warps warps return
@@ -347,7 +424,10 @@ __device__ void ReduceTokenRange(const CombineParams& p, uint64_t epoch, int64_t
 // are the other paths'.
 template <int kThreads, int kWire>
 __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
-  constexpr int kU = kReduceItemWords<kThreads, kWire>;
+  // fp8_blockwise in the 512-thread build: the pipelined reduce (ReduceBlockwiseTokenRange)
+  // with the bf16 build's item words, its next item's loads in flight.
+  constexpr bool kPipelined = kWire == kWireBlockwise && kThreads <= kNarrowThreads;
+  constexpr int kU = kPipelined ? kReduceWords<kThreads> : kReduceItemWords<kThreads, kWire>;
   constexpr int kSeg = kSegWords<kThreads>;
   const Common& c = p.c;
   const int W = c.world, me = c.me;
@@ -436,8 +516,18 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
   }
 
   // Reduce: (token, segment) items of range 1's tokens, in order, from s_next.
-  ReduceTokenRange<kU, kWire>(p, epoch, std::min(n, r1lo * kGroupTokens),
-                              std::min(n, r1hi * kGroupTokens), nseg_red, &s_next, warp == R);
+  if constexpr (kPipelined) {
+    if (p.vec) {
+      ReduceBlockwiseTokenRange<kU>(p, epoch, std::min(n, r1lo * kGroupTokens),
+                                    std::min(n, r1hi * kGroupTokens), nseg_red, &s_next, warp == R);
+    } else {
+      ReduceTokenRange<kU, kWire>(p, epoch, std::min(n, r1lo * kGroupTokens),
+                                  std::min(n, r1hi * kGroupTokens), nseg_red, &s_next, warp == R);
+    }
+  } else {
+    ReduceTokenRange<kU, kWire>(p, epoch, std::min(n, r1lo * kGroupTokens),
+                                std::min(n, r1hi * kGroupTokens), nseg_red, &s_next, warp == R);
+  }
   if (p.stamps != nullptr) {
     __syncthreads();
     Stamp(p.stamps, 3);

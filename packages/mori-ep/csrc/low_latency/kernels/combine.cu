@@ -206,7 +206,7 @@ __device__ __forceinline__ void CombineSendBlockwise(const LlParams& p, int64_t 
           if (w < nwords) {
             const Fp8BlockScale sc = Fp8BlockScaleOf(static_cast<uint16_t>(m[k - k0]));
             dst8[w] = QuantizeWord(v[k], sc);
-            if ((lane & (L - 1)) == 0) scales[w / L] = sc.scale;
+            if ((lane & (L - 1)) == 0) scales[w >> (__ffs(L) - 1)] = sc.scale;  // L: a power of two
           }
         }
       }
@@ -503,9 +503,14 @@ __device__ __forceinline__ void ReduceBlockwiseWordItems(const LlParams& p, cons
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = parts[j] ? kSumStart : 0.0f;
+    const int first = __ffs(parts[j]) - 1;  // its sum from -0.0 is one fused step
 #pragma unroll
     for (int d = 0; d < kMaxCudaWorldSize; ++d) {
-      if (parts[j] >> d & 1u) AccumulateFp8Word(acc, q[j][d], sc[j][d]);
+      if (parts[j] >> d & 1u) {
+        float x[8];
+        Fp8WordValues(q[j][d], x);
+        AccumulateParts(acc, x, sc[j][d], d == first);
+      }
     }
     uint32_t o[4];
 #pragma unroll
