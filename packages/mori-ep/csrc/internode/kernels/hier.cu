@@ -116,6 +116,10 @@ __device__ void LowLatencyFinish(const Params& p, DispatchShared& sh, bool rejec
         other_tag_pe = s, other_tag = RowTagOf(w);
       }
     }
+    // A call every pe fails: this pe's commands still in the proxy's queue (its staging
+    // word to a rejecting gateway, which waits for it before its own trap) land before
+    // the trap ends this context and with it the proxy's copies into it.
+    if (rejected_by >= 0 || other_tag_pe >= 0) pdev::Quiet(p.queue);
     if (rejected_by >= 0) {
       MORI_INTERNODE_TRAP(p, "dispatch",
                           "dispatch rejected by rank %d (its inputs failed validation; see its "
