@@ -121,8 +121,9 @@ def settled(ctx, fn):
     import torch
 
     def call():
-        fn()
+        result = fn()
         torch.cuda.current_stream().synchronize()
+        return result
 
     return call
 
