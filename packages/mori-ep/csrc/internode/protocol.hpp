@@ -52,9 +52,10 @@
 // so waits are ">= floor" comparisons on words nobody zeroes. Flat and V1 dispatch end
 // with a done word from every pe (over the link for other nodes): a pe leaves a dispatch
 // only when every pe has read its count words and every row to it has landed. Every
-// combine starts with a vote: each pe posts CombineWord(epoch, dtype tag, rejected) to
-// every pe and waits for all, so a rejection or a dtype mismatch fails the call on every
-// pe before any row moves, and a pe's combine buffers are written only after it has
+// combine starts with a vote: each pe posts CombineWord(epoch, dtype tag, rejected,
+// weights) to every pe and waits for all, so a rejection, a dtype mismatch or ranks that
+// differ in combining weights (a gateway forms partial weights only when its own call
+// has them) fail the call on every pe before any row moves, and a pe's combine buffers are written only after it has
 // entered the call (it has reduced the previous combine). Who counts the calls: the
 // host implementation on the host; the CUDA kernels in the block's `state` (every
 // kernel reads its call number there and advances it), so that a dispatch and combine
