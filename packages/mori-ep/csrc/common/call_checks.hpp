@@ -146,8 +146,8 @@ struct CombineVote {
                  " (every rank must pass the same dtype); outputs not written");
     }
     if (other_weights >= 0) {
-      MORI_THROW(InvalidArgumentError, "combine weights differ between ranks: rank ",
-                 other_weights, " passes ", CombineWeightsName(!weights), ", this rank passes ",
+      MORI_THROW(InvalidArgumentError, "combine weights differ between ranks: rank ", other_weights,
+                 " passes ", CombineWeightsName(!weights), ", this rank passes ",
                  CombineWeightsName(weights),
                  " (every rank must pass weights, or every rank None); outputs not written");
     }
