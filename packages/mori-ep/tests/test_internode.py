@@ -4,8 +4,8 @@
 processes, nodes emulated on one host (tests/workers/ep_internode_worker.py): every
 result and every rank's byte count equal to tests/workers/ep_internode_reference.py's
 bit for bit, over the proxy's mapped, CMA and TCP paths; rejected inputs fail every
-rank; a node that dies is named on every surviving rank; a full command queue
-back-pressures without losing a command."""
+rank, as do ranks combining with and without weights; a node that dies is named on
+every surviving rank; a full command queue back-pressures without losing a command."""
 
 from pathlib import Path
 
@@ -101,6 +101,15 @@ def test_routing_handles_combine_in_order_and_replay(kind, world, local):
 )
 def test_rejected_inputs_fail_every_rank(kind, world, local):
     _run("errors", kind, world, local)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("world", "local"), [(2, 1), (4, 2)])
+def test_ranks_combining_with_and_without_weights_fail_every_rank(kind, world, local):
+    # One rank passes combine weights, the others None (and the reverse): a gateway
+    # builds the partial weights only when its own call has weights, so the call fails
+    # on every rank naming the other rank and what it passes; then it works again.
+    _run("weights", kind, world, local)
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,13 @@ def test_a_node_absent_from_combine_is_named(kind, cuda_gpus):
     assert o0.startswith("CUDA error"), o0
     want = f"{kind} combine (call 1) on rank 0 (node 0): rank 1 (node 1) did not arrive (combine"
     assert want in out0, out0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ranks_combining_with_and_without_weights_trap_on_both_ranks(kind, cuda_gpus):
+    # Rank 0 combines with weights, rank 1 with None: the entry vote traps on both.
+    (o0, out0), (o1, out1) = _outcomes("weights_differ", kind)
+    assert o0.startswith("CUDA error") and o1.startswith("CUDA error"), (o0, o1)
+    want = "combine weights differ between ranks: rank {} passes {}, this rank passes {}"
+    assert want.format(1, "None", "weights") in out0, out0
+    assert want.format(0, "weights", "None") in out1, out1

@@ -107,14 +107,19 @@ void CheckCountExchange(int rejected_by, const uint64_t* words, int W, BeforeThr
 }
 
 // The combine words (CombineWord) a pe reads from every pe in a combine: the first
-// pe that rejected its inputs, the first that passes another dtype than `tag`.
+// pe that rejected its inputs, the first that passes another dtype than `tag`, the first
+// whose weights bit differs from `weights` (the inter-node kinds; the intra-node ones
+// post 0 on every pe).
 struct CombineVote {
   uint32_t tag;
+  bool weights;
   int rejected_by = -1;
   int other = -1;
   uint32_t other_tag = 0;
+  int other_weights = -1;
 
-  explicit CombineVote(uint32_t my_tag) : tag(my_tag) {}
+  explicit CombineVote(uint32_t my_tag, bool my_weights = false)
+      : tag(my_tag), weights(my_weights) {}
 
   void Add(int pe, uint64_t word) {
     if ((word & 1) && rejected_by < 0) rejected_by = pe;
@@ -122,11 +127,14 @@ struct CombineVote {
       other = pe;
       other_tag = CombineTagOf(word);
     }
+    if (!(word & 1) && CombineWeightsOf(word) != weights && other_weights < 0) {
+      other_weights = pe;
+    }
   }
 
-  // InvalidArgumentError when a pe rejected or passes another dtype. Every pe with a
-  // peer of another dtype finds one (if any two differ, each pe differs from some
-  // pe), so every pe fails the call.
+  // InvalidArgumentError when a pe rejected, passes another dtype or differs in
+  // weights. Every pe with a peer of another dtype (weights) finds one (if any two
+  // differ, each pe differs from some pe), so every pe fails the call.
   void ThrowIfFailed() const {
     if (rejected_by >= 0) {
       MORI_THROW(InvalidArgumentError, "combine rejected by rank ", rejected_by,
@@ -136,6 +144,12 @@ struct CombineVote {
       MORI_THROW(InvalidArgumentError, "combine input dtype differs between ranks: rank ", other,
                  " passes ", CombineTagName(other_tag), ", this rank ", CombineTagName(tag),
                  " (every rank must pass the same dtype); outputs not written");
+    }
+    if (other_weights >= 0) {
+      MORI_THROW(InvalidArgumentError, "combine weights differ between ranks: rank ", other_weights,
+                 " passes ", CombineWeightsName(!weights), ", this rank passes ",
+                 CombineWeightsName(weights),
+                 " (every rank must pass weights, or every rank None); outputs not written");
     }
   }
 };

@@ -45,15 +45,19 @@ MORI_HOST_DEVICE inline uint64_t EpochOf(uint64_t word) { return word >> kCountB
 MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(epoch, 0); }
 
 // Combine words (intranode/protocol.hpp's combine_done, internode/protocol.hpp's
-// comb_vote): (epoch << kCombineEpochShift) | (tag << 1) | rejected, the tag
-// being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise; 0 in a
-// rejection), so every pe sees every returning pe's dtype with the words it waits for
-// anyway (4 tag bits: every row tag fits). Waits compare with CombineFloor(epoch).
-inline constexpr int kCombineEpochShift = 5;
-inline constexpr uint32_t kCombineTagMask = (1u << (kCombineEpochShift - 1)) - 1;
-MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool rejected) {
-  return (epoch << kCombineEpochShift) | (static_cast<uint64_t>(tag & kCombineTagMask) << 1) |
-         (rejected ? 1u : 0u);
+// comb_vote): (epoch << kCombineEpochShift) | (weights << 5) | (tag << 1) | rejected,
+// the tag being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise;
+// 0 in a rejection), so every pe sees every returning pe's dtype with the words it waits
+// for anyway (4 tag bits: every combine tag fits); `weights`: the call combines weights
+// (out_weights set; the inter-node kinds post it, the intra-node ones 0). Waits compare
+// with CombineFloor(epoch).
+inline constexpr int kCombineEpochShift = 6;
+inline constexpr uint32_t kCombineTagMask = (1u << 4) - 1;
+inline constexpr uint64_t kCombineWeightsBit = uint64_t{1} << 5;
+MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool rejected,
+                                             bool weights = false) {
+  return (epoch << kCombineEpochShift) | (weights ? kCombineWeightsBit : 0) |
+         (static_cast<uint64_t>(tag & kCombineTagMask) << 1) | (rejected ? 1u : 0u);
 }
 MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
   return epoch << kCombineEpochShift;
@@ -61,6 +65,14 @@ MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
 MORI_HOST_DEVICE inline uint32_t CombineTagOf(uint64_t word) {
   return static_cast<uint32_t>(word >> 1) & kCombineTagMask;
 }
+MORI_HOST_DEVICE inline bool CombineWeightsOf(uint64_t word) {
+  return (word & kCombineWeightsBit) != 0;
+}
+// How the messages name a combine word's weights bit (Python's argument: a tensor or None).
+MORI_HOST_DEVICE inline const char* CombineWeightsName(bool weights) {
+  return weights ? "weights" : "None";
+}
+
 // The combine tag of bf16 rows sent under fp8_blockwise (a code DtypeTagName does not
 // use), and the name of any combine tag.
 inline constexpr uint32_t kCombineTagFp8Blockwise = 5;

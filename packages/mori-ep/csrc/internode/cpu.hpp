@@ -103,8 +103,9 @@ class InterNodeCpu {
   // As a gateway: forwards the rows staged by the pe with my local index on every
   // other node (V1: to their final rows; V1LL: to the fixed slots) and posts flags.
   void ForwardStaged(uint64_t epoch, const std::vector<std::vector<int64_t>>* base);
-  // The combine vote: throws on a rejection or a dtype mismatch (not when `rejected`).
-  void Vote(uint64_t epoch, uint32_t tag, bool rejected);
+  // The combine vote: throws on a rejection, a dtype or a weights mismatch (not when
+  // `rejected`).
+  void Vote(uint64_t epoch, uint32_t tag, bool weights, bool rejected);
   RoutingSnapshot LastRouting() const;
 
   EpShape shape_;

@@ -57,11 +57,11 @@ void ReduceRow(int parts, RowOf row_of, CombineDtype dtype, bool fp8_cast, int64
 
 }  // namespace
 
-void InterNodeCpu::Vote(uint64_t epoch, uint32_t tag, bool rejected) {
+void InterNodeCpu::Vote(uint64_t epoch, uint32_t tag, bool weights, bool rejected) {
   const int W = shape_.world_size, me = shape_.rank;
-  const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected);
+  const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected, weights && !rejected);
   for (int d = 0; d < W; ++d) PutSignal(d, layout_.comb_vote + me * 8, mine, combine_bytes_);
-  CombineVote vote(tag);
+  CombineVote vote(tag, weights);
   for (int d = 0; d < W; ++d) {
     vote.Add(d, Wait(layout_.comb_vote + d * 8, CombineFloor(epoch), d,
                      {"combine", epoch, "combine entry", kCombineEpochShift}));
@@ -87,7 +87,7 @@ void InterNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapsho
     last_call_dispatch_ = false;
     combine_bytes_ = InterNodeBytes{};
     combine_link_ops_.clear();
-    Vote(++combine_calls_, 0, true);
+    Vote(++combine_calls_, 0, false, true);
   }
   throw InvalidArgumentError(reason);
 }
@@ -127,9 +127,11 @@ void InterNodeCpu::Combine(const CombineArgs& a) {
   // Combine words carry the combine's own call number (every pe combines the same
   // sequence), so a routing handle's combine after later dispatches still raises them.
   const uint64_t epoch = ++combine_calls_;
-  Vote(epoch, CombineDtypeTag(a.dtype), false);
-
+  // Whether this pe combines weights is in its vote: a gateway forms partial weights
+  // only for its own call's, so ranks that differ fail here, before any row moves.
   const bool with_weights = a.out_weights != nullptr;
+  Vote(epoch, CombineDtypeTag(a.dtype), with_weights, false);
+
   const bool hier = kind_ != InterNodeKind::kFlat;
   const int32_t* src_pos = r->src_pos;
   const char* input = static_cast<const char*>(a.input);

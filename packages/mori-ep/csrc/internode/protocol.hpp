@@ -52,15 +52,17 @@
 // so waits are ">= floor" comparisons on words nobody zeroes. Flat and V1 dispatch end
 // with a done word from every pe (over the link for other nodes): a pe leaves a dispatch
 // only when every pe has read its count words and every row to it has landed. Every
-// combine starts with a vote: each pe posts CombineWord(epoch, dtype tag, rejected) to
-// every pe and waits for all, so a rejection or a dtype mismatch fails the call on every
-// pe before any row moves, and a pe's combine buffers are written only after it has
-// entered the call (it has reduced the previous combine). Who counts the calls: the
-// host implementation on the host; the CUDA kernels in the block's `state` (every
-// kernel reads its call number there and advances it), so that a dispatch and combine
-// captured in a CUDA graph take new numbers on every replay. V1LL's dispatch has no
-// done words of its own: a dispatch right after a dispatch first exchanges the
-// previous one's (combines start with their vote), which `state` also tells.
+// combine starts with a vote: each pe posts CombineWord(epoch, dtype tag, rejected,
+// weights) to every pe and waits for all, so a rejection, a dtype mismatch or ranks that
+// differ in combining weights (a gateway forms partial weights only when its own call
+// has them) fail the call on every pe before any row moves, and a pe's combine buffers
+// are written only after it has entered the call (it has reduced the previous combine).
+// Who counts the calls: the host implementation on the host; the CUDA kernels in the
+// block's `state` (every kernel reads its call number there and advances it), so that a
+// dispatch and combine captured in a CUDA graph take new numbers on every replay. V1LL's
+// dispatch has no done words of its own: a dispatch right after a dispatch first
+// exchanges the previous one's (combines start with their vote), which `state` also
+// tells.
 //
 // One symmetric block per op, identical on every pe (offsets in bytes, 256-aligned).
 // C = receive capacity, P = C / W (receive rows per source pe), H = hidden bytes, Hc =

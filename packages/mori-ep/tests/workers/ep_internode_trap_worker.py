@@ -10,6 +10,9 @@ case: bad_expert      rank 0 passes expert id E (out of range) at token 3 slot 2
                       timeout naming rank 1, its node and the stage
       combine_absent  both dispatch, rank 1 then stays away: rank 0's combine traps
                       naming rank 1, its node and the stage (combine entry)
+      weights_differ  both dispatch, rank 0 combines with weights, rank 1 with None: both
+                      kernels trap at the combine's entry vote naming the other rank
+                      and what each passes
 Prints "rank N outcome: <what happened>" then "rank N ok" (mori.core.testing.trap_case).
 """
 
@@ -53,13 +56,16 @@ dist.barrier()
 
 
 def call() -> None:
-    out, _, _, _, total = op.dispatch(x, w, None, idx)
+    out, out_w, _, _, total = op.dispatch(x, w, None, idx)
     torch.cuda.synchronize()
     if case == "combine_absent":
         if rank == 1:
             time.sleep(8.0)
             trap_report(rank, "stayed away")
         op.combine(out[: int(total.item())], None, idx)
+    if case == "weights_differ":
+        rows = out[: int(total.item())]
+        op.combine(rows, out_w[: rows.size(0)] if rank == 0 else None, idx)
 
 
 trap_case(rank, case, call, completed="dispatch completed")

@@ -19,6 +19,10 @@ TCP path; "tcp": TCP forced with MORI_PROXY_TRANSPORT).
           one replayed with a new payload and combined again: bit for bit.
   errors  one rank passes a bad expert id (dispatch) or a short combine input: every
           rank fails the call, then the op works again.
+  weights one rank combines with weights and the others without (and the reverse): every
+          rank fails the call naming a rank that passes the other and what each passes;
+          then combines with weights on every rank, and with None on every rank, equal
+          the first call's bit for bit.
   death   the last node's ranks exit after a dispatch (os._exit): every surviving rank's
           combine raises MoriTimeoutError (or, when the proxy's TCP connection drops
           first, TransportError) naming a rank of that node, its node and the stage.
@@ -429,6 +433,43 @@ def run_errors() -> None:
     op.close()
 
 
+def run_weights() -> None:
+    op = make_op(torch.bfloat16)
+    bad = world - 1
+    n = 5
+    torch.manual_seed(seed + rank)
+    x = torch.randn(n, HIDDEN).to(torch.bfloat16)
+    w = torch.rand(n, K)
+    idx = torch.randint(0, EPR * world, (n, K), dtype=torch.int32)
+
+    def dispatched(with_w: bool):
+        out, out_w, _, _, total = op.dispatch(x, w, None, idx)
+        total = int(total.item())
+        return out[:total].clone(), (out_w[:total].clone() if with_w else None), idx
+
+    def combined(with_w: bool):
+        cout, cw = op.combine(*dispatched(with_w))
+        return cout.clone(), (cw.clone() if cw is not None else None)
+
+    want, want_w = combined(True)
+    want_none, none_w = combined(False)
+    assert none_w is None and torch.equal(want_none.view(torch.int16), want.view(torch.int16))
+    for bad_has_weights in (False, True):
+        mine = bad_has_weights if rank == bad else not bad_has_weights
+        other = 0 if rank == bad else bad
+        said = {True: "weights", False: "None"}
+        expect(mc.InvalidArgumentError,
+               f"combine weights differ between ranks: rank {other} passes {said[not mine]}, "
+               f"this rank passes {said[mine]}", op.combine, *dispatched(mine))  # fmt: skip
+        got, got_w = combined(True)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+        assert torch.equal(got_w, want_w)
+        got, got_w = combined(False)
+        assert got_w is None and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    print(f"rank {rank}: combines with and without weights on disagreeing ranks failed every rank")
+    op.close()
+
+
 def run_death() -> None:
     op = make_op(torch.bfloat16, timeout_s=4.0)
     dead_node = world // local - 1
@@ -468,6 +509,8 @@ elif mode == "routing":
     run_routing(seed)
 elif mode == "errors":
     run_errors()
+elif mode == "weights":
+    run_weights()
 elif mode == "death":
     run_death()
 elif mode == "graph":

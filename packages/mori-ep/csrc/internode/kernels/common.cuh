@@ -460,8 +460,10 @@ struct CombineShared {
 };
 
 // The entry vote (InterNodeCpu::Vote): this pe's combine word to every pe, then every
-// pe's; a rejection or a dtype difference traps on every pe before any row moves, as
-// does a combine input shorter than total_recv. False: a host rejection was posted.
+// pe's; a rejection, a dtype difference or a weights difference (one pe combines
+// weights, another not: a gateway forms partial weights only for its own call's) traps
+// on every pe before any row moves, as does a combine input shorter than total_recv.
+// False: a host rejection was posted.
 __device__ bool CombineEntry(const Params& p, CombineShared& sh) {
   const int tid = threadIdx.x;
   const int W = p.world_size, me = p.rank;
@@ -470,10 +472,12 @@ __device__ bool CombineEntry(const Params& p, CombineShared& sh) {
   if (tid < kCounters) cnt[tid] = 0;
   __syncthreads();
 
-  // The entry vote: every pe's combine word (rejection, dtype) before any row moves.
+  // The entry vote: every pe's combine word (rejection, dtype, weights) before any row
+  // moves.
+  const bool weights = !p.reject && p.out_weights != nullptr;
   if (tid < W) {
     PostSignal(p, tid, p.l.comb_vote + static_cast<size_t>(me) * 8,
-               CombineWord(p.call, p.reject ? 0 : p.combine_tag, p.reject), cnt);
+               CombineWord(p.call, p.reject ? 0 : p.combine_tag, p.reject, weights), cnt);
   }
   __syncthreads();
   if (p.reject) {
@@ -504,6 +508,15 @@ __device__ bool CombineEntry(const Params& p, CombineShared& sh) {
                             "rank %s (every rank must pass the same dtype); outputs not written",
                             d, CombineTagName(CombineTagOf(votes[d])),
                             CombineTagName(p.combine_tag));
+      }
+    }
+    for (int d = 0; d < W; ++d) {
+      if (CombineWeightsOf(votes[d]) != weights) {
+        MORI_INTERNODE_TRAP(p, "combine",
+                            "combine weights differ between ranks: rank %d passes %s, this rank "
+                            "passes %s (every rank must pass weights, or every rank None); "
+                            "outputs not written",
+                            d, CombineWeightsName(!weights), CombineWeightsName(weights));
       }
     }
   }
