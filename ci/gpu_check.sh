@@ -12,18 +12,24 @@
 # the packages whose sources changed since this machine installed them (none, on a warm
 # machine that ran an earlier part of the same tree), so consecutive calls go:
 #
-#   ci/gpu_check.sh build core io      # build, topology, mori-core and mori-io tests
-#                                      # (398 s on a fresh 1 x H200: build 165, core 141, io 90)
-#   ci/gpu_check.sh ep                 # mori-ep tests (the longest part, ~400 s)
-#   ci/gpu_check.sh ccl integration bench   # mori-ccl tests (~220 s), tests_integration, benches
+#   ci/gpu_check.sh build core io ccl integration
+#                                      # build (177 s on a fresh 1 x H200 for all four),
+#                                      # topology, then mori-core (63 s), mori-io (41 s),
+#                                      # mori-ccl (90 s) and tests_integration (16 s):
+#                                      # 388 s in all with three xdist workers per file
+#   ci/gpu_check.sh ep                 # mori-ep's GPU test files (test_*_gpu.py; the
+#                                      # inter-node ones start 2-4 processes on the GPU
+#                                      # and take 40-70 s each)
+#   ci/gpu_check.sh ep-cpu bench       # mori-ep's other tests (its CPU implementation in
+#                                      # the CUDA build), then the benchmarks
 #
-# Every package's tests in one pytest with two xdist workers took 454 s on 1 x H200 after
-# a build (MORI_GPU_CHECK_TESTS="-n 2 packages tests_integration" ci/gpu_check.sh tests).
-#
+# Test files run one pytest each with MORI_GPU_CHECK_WORKERS xdist workers (default 3;
+# more made the trap tests' timing bounds and the 4-process inter-node tests flaky when
+# they shared one GPU).
 #   ci/gpu_check.sh all                # every part in one call (a machine with more time)
 #   MORI_GPU_CHECK_TESTS="packages/mori-ep/tests/test_low_latency_gpu.py -k graph" ci/gpu_check.sh tests
 #
-# Parts: build, core, io, ep, ccl, integration, tests (the paths in MORI_GPU_CHECK_TESTS),
+# Parts: build, core, io, ep, ep-cpu, ccl, integration, tests (the paths in MORI_GPU_CHECK_TESTS),
 # bench (the commands in MORI_GPU_CHECK_BENCH, default below), all. No part: all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,16 +49,17 @@ if [ -x /usr/bin/g++ ]; then
 fi
 PY="${PYTHON:-python3}"
 PACKAGES="${MORI_GPU_CHECK_PACKAGES:-mori-core mori-io mori-ep mori-ccl}"
+WORKERS="${MORI_GPU_CHECK_WORKERS:-3}"
 
 parts=("$@")
 [ "${#parts[@]}" -eq 0 ] && parts=(all)
 for p in "${parts[@]}"; do
   case "$p" in
-    build | core | io | ep | ccl | integration | tests | bench | all) ;;
-    *) echo "gpu_check: unknown part '$p' (build core io ep ccl integration tests bench all)"; exit 2 ;;
+    build | core | io | ep | ep-cpu | ccl | integration | tests | bench | all) ;;
+    *) echo "gpu_check: unknown part '$p' (build core io ep ep-cpu ccl integration tests bench all)"; exit 2 ;;
   esac
 done
-[ "${parts[*]}" = all ] && parts=(build core io ep ccl integration bench)
+[ "${parts[*]}" = all ] && parts=(build core io ep ep-cpu ccl integration bench)
 
 status=0
 step() { echo; echo "=== $*"; }
@@ -117,22 +124,32 @@ ensure_built() {
 # not those of every file before it (pytest prints them at the end of its run).
 failed=()
 run_tests() {
-  local opts=() paths=() w path rc t0 takes_value=0
+  local opts=() paths=() groups=() w path rc t0 takes_value=0 together=0
   # Words starting with "-" are options for every run; -n, -k, -m and -p take the next
-  # word as their value ("-n 2 packages/mori-ep/tests": two xdist workers).
+  # word as their value ("-n 2 packages/mori-ep/tests": two xdist workers). --together:
+  # one verbose pytest over every path (its workers share the files; a run cut off at
+  # the device's limit still shows each finished test's PASSED/FAILED line).
   for w in "$@"; do
     if [ "$takes_value" -eq 1 ]; then opts+=("$w"); takes_value=0; continue; fi
     case "$w" in
+      --together) together=1 ;;
       -n | -k | -m | -p) opts+=("$w"); takes_value=1 ;;
       -*) opts+=("$w") ;;
       *) paths+=("$w") ;;
     esac
   done
-  for path in "${paths[@]}"; do
+  if [ "$together" -eq 1 ]; then
+    opts+=(-v)
+    groups=("${paths[*]}")
+  else
+    groups=("${paths[@]}")
+  fi
+  for path in "${groups[@]}"; do
     echo "=== pytest $path" | tee -a "$OUT/pytest.log"
     t0=$SECONDS
+    # shellcheck disable=SC2086  # a group is space-separated paths without spaces
     "$PY" -m pytest -ra --durations=10 --import-mode=importlib -p no:cacheprovider --timeout=600 "${opts[@]}" \
-      "$path" 2>&1 | tee -a "$OUT/pytest.log"
+      $path 2>&1 | tee -a "$OUT/pytest.log"
     rc="${PIPESTATUS[0]}"
     echo "=== $path: rc $rc, $((SECONDS - t0)) s" | tee -a "$OUT/pytest.log"
     # 5: nothing collected (e.g. a directory whose every test is for another machine).
@@ -174,11 +191,17 @@ ensure_built
 for p in "${parts[@]}"; do
   case "$p" in
     build) ;;
-    core) run_tests packages/mori-core/tests ;;
-    io) run_tests packages/mori-io/tests ;;
-    ep) run_tests packages/mori-ep/tests ;;
-    ccl) run_tests packages/mori-ccl/tests ;;
-    integration) run_tests tests_integration ;;
+    core) run_tests -n "$WORKERS" packages/mori-core/tests ;;
+    io) run_tests -n "$WORKERS" packages/mori-io/tests ;;
+    ep) run_tests --together -n "$WORKERS" packages/mori-ep/tests/test_*_gpu.py ;;
+    ep-cpu)
+      cpu_files=()
+      for f in packages/mori-ep/tests/test_*.py; do
+        case "$f" in *_gpu.py) ;; *) cpu_files+=("$f") ;; esac
+      done
+      run_tests --together -n "$WORKERS" "${cpu_files[@]}" ;;
+    ccl) run_tests -n "$WORKERS" packages/mori-ccl/tests ;;
+    integration) run_tests -n "$WORKERS" tests_integration ;;
     tests)
       # shellcheck disable=SC2086
       run_tests ${MORI_GPU_CHECK_TESTS:?MORI_GPU_CHECK_TESTS names the test paths of part tests} ;;
