@@ -198,6 +198,7 @@ def trap_case(
     *,
     completed: str = "call completed",
     absent_s: float = 8.0,
+    stack_dump_s: float = 45.0,
 ) -> NoReturn:
     """Run one case of a device-trap worker on this rank and report how it ended.
 
@@ -206,10 +207,17 @@ def trap_case(
     ``call()`` runs and the device is synchronized; the outcome is "InvalidArgumentError
     after S s: message" (the host refused the input; the rejection it posted for the
     peers is left to reach the GPU first), "CUDA error after S s: first line" (the
-    kernel trapped), or ``completed``."""
+    kernel trapped), or ``completed``. A rank still in the case after ``stack_dump_s``
+    seconds prints every thread's Python stack to stderr (and again each
+    ``stack_dump_s``), so a host that never sees its kernel's trap shows where it waits
+    in the output the test reports."""
+    import faulthandler
+
     import torch
 
     import mori.core as mc
+
+    faulthandler.dump_traceback_later(stack_dump_s, repeat=True)
 
     if (case == "absent_peer" or case.endswith("_absent_peer")) and rank == 1:
         time.sleep(absent_s)
