@@ -193,6 +193,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "MORI_SHMEM_NODE_ID; default: the world, one node); other kernel types need one node",
     )  # fmt: skip
     p.add_argument(
+        "--progress", action="store_true",
+        help="each rank prints each measuring step of a row with its elapsed seconds to "
+        "stderr as it ends (a run cut off by --timeout-s then shows where it was)",
+    )  # fmt: skip
+    p.add_argument(
         "--proxy-transport", choices=("tcp", "auto"), default="tcp",
         help="inter-node kernel types on emulated nodes: the proxy's transport to other "
         "nodes (MORI_PROXY_TRANSPORT; tcp: the same transport as the raw stream beside it)",

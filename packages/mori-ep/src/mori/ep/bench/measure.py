@@ -55,6 +55,22 @@ def combine_row_bytes(op, hidden: int) -> int:
     return hidden * 2 if blocks == 0 else -(-hidden // 4) * 4 + 4 * blocks
 
 
+def progress_printer(rank: int, on: bool):
+    """``--progress``: a ``step(label)`` that prints ``bench: rank R +S.s label`` to
+    stderr (seconds since the worker started measuring), or does nothing."""
+    import sys
+    import time
+
+    t0 = time.monotonic()
+
+    def step(label: str) -> None:
+        if on:
+            print(f"bench: rank {rank} +{time.monotonic() - t0:.1f}s {label}", file=sys.stderr,
+                  flush=True)  # fmt: skip
+
+    return step
+
+
 def print_timeline(ctx, op, label: str) -> None:
     """With MORI_EP_TIMELINE=1 (a measurement aid), rank 0 prints the per-phase stamps
     of the op's last replayed dispatch and combine (CUDA ops only)."""
@@ -267,6 +283,8 @@ def measure_token_major(
         phase_bytes[phase] = op._mode.bytes(phase)
         return result
 
+    row = f"{kt} {n} tokens {dt}"
+    ctx.progress(f"{row}: first dispatch")
     out, out_w, _, _, total_t = eager(lambda: op.dispatch(x, w, s, idx), "dispatch")
     if async_ll:
         op.dispatch_recv()
@@ -277,6 +295,7 @@ def measure_token_major(
     y = torch.zeros(op.config.max_num_out_tokens, hidden, dtype=torch.bfloat16, device=device)
     y[:total] = out[:total].to(torch.bfloat16)
     yw = out_w.clone()
+    ctx.progress(f"{row}: first combine")
     mori_out, _ = eager(lambda: op.combine(y, yw, None), "combine")
     if async_ll:
         op.combine_recv()
@@ -308,7 +327,9 @@ def measure_token_major(
 
         # The inter-node calls are timed eagerly, each synchronised (bench/internode.py).
         times = eager_times if inter else graph_times
+        ctx.progress(f"{row} {blocks} blocks: timing")
         d_us, c_us, kernel_us = times(args, ctx, d_fn, c_fn)
+        ctx.progress(f"{row} {blocks} blocks: timed")
         name = impl_name(kt, quant)
         print_timeline(ctx, op, f"{name}, {n} tokens {dt} {blocks} blocks")
         rec = record(name, n, dt, blocks, rank, total, local_rows, vol, d_us, c_us)
@@ -316,6 +337,7 @@ def measure_token_major(
         ctx.floors.attach(rec, case, vol, "token")
         if inter:
             internode.attach(args, ctx, op, rec, phase_bytes)
+            ctx.progress(f"{row} {blocks} blocks: link baselines measured")
         rec["matches_intranode"] = bool(
             torch.equal(mori_out, ctx.reference.setdefault(ref_key, mori_out))
         )

@@ -25,6 +25,7 @@ from .measure import (
     measure_overlap,
     measure_standard_moe,
     measure_token_major,
+    progress_printer,
 )
 from .report import report
 from .timing import Timer
@@ -140,6 +141,7 @@ def worker(args: argparse.Namespace) -> None:
         # (tokens, dtype, quant[, "node partials"]) -> the first such kind's combine output
         reference={},
     )  # fmt: skip
+    ctx.progress = progress_printer(rank, args.progress)
     ctx.floors = Floors(args, ctx)
     ctx.gpu_per_node = gpn
     ctx.node_of = lambda r: r // gpn
