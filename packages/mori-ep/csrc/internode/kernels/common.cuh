@@ -400,6 +400,7 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
   __syncthreads();
   if (tid == 0) {
     int rejected_by = -1;
+    int64_t rows_to[kMaxInterNodeWorld] = {};  // rows to each pe
     for (int s = 0; s < W; ++s) {
       for (int d = 0; d < W; ++d) {
         const uint64_t w = dev::LoadAcquire(words + static_cast<size_t>(s) * W + d);
@@ -409,8 +410,21 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
                               static_cast<unsigned long long>(p.call));
         }
         if (CountOf(w) == kRejectedCount && rejected_by < 0) rejected_by = s;
+        rows_to[d] += static_cast<int64_t>(CountOf(w));
       }
     }
+    bool over = false;  // a pe over its receive capacity
+    for (int d = 0; d < W; ++d) over = over || rows_to[d] > p.recv_capacity;
+    // A call every pe fails because of every pe's words (a dtype difference, a pe over
+    // its receive capacity): this pe's count words still in the proxy's queue reach the
+    // other pes before the trap ends this context (and soon the process whose thread
+    // runs the proxy), so every pe fails naming the same cause, not a lost peer. Not
+    // for a rejection: the rejecting pe waits for nobody's words (it may be gone).
+    bool every = rejected_by < 0 && over;
+    for (int s = 1; s < W && rejected_by < 0 && !every; ++s) {
+      every = RowTagOf(words[static_cast<size_t>(s) * W]) != RowTagOf(words[0]);
+    }
+    if (every) pdev::Quiet(p.queue);
     if (rejected_by >= 0) {
       MORI_INTERNODE_TRAP(p, "dispatch",
                           "dispatch rejected by rank %d (its inputs failed validation; see its "
@@ -493,6 +507,16 @@ __device__ bool CombineEntry(const Params& p, CombineShared& sh) {
   }
   __syncthreads();
   if (tid == 0) {
+    // A combine every pe fails because of every pe's vote (a dtype or weights
+    // difference, no rejection): this pe's vote still in the proxy's queue reaches the
+    // other pes before the trap (RouteAndExchange says why).
+    bool rejected = false, every = false;
+    for (int d = 0; d < W; ++d) {
+      rejected = rejected || (votes[d] & 1);
+      every =
+          every || CombineTagOf(votes[d]) != p.combine_tag || CombineWeightsOf(votes[d]) != weights;
+    }
+    if (every && !rejected) pdev::Quiet(p.queue);
     for (int d = 0; d < W; ++d) {
       if (votes[d] & 1) {
         MORI_INTERNODE_TRAP(p, "combine",
