@@ -134,3 +134,19 @@ def test_expert_major_ranks_of_different_dtypes_trap_naming_both(cuda_gpus):
     for o in (o0, o1):
         assert o.startswith("CUDA error"), (o0, o1)
         assert seconds_of(o) < 3.0, (o0, o1)
+
+
+@pytest.mark.parametrize(
+    "case", ["combine_weights", "ll_combine_weights", "ll_async_combine_weights"]
+)
+def test_ranks_combining_with_and_without_weights_trap_naming_both(case, cuda_gpus):
+    # Rank 0 combines with weights, rank 1 with None: IntraNode's group words carry a
+    # weights bit, the low-latency flags a weights count; both kernels trap in the CPU
+    # implementation's words (test_rank_agreement.py). No time bound beyond the
+    # launcher's: the words tell this trap from the 3 s timeout's.
+    (o0, out0), (o1, out1) = _outcomes(case, cuda_gpus)
+    want = "combine weights differ between ranks: rank {} passes {}, this rank passes {}"
+    assert want.format(1, "None", "weights") in out0, out0
+    assert want.format(0, "weights", "None") in out1, out1
+    for o in (o0, o1):
+        assert o.startswith("CUDA error"), (o0, o1)

@@ -48,7 +48,8 @@ struct Common {
   int world, me, top_k;
   int64_t max_tokens;  // M
   uint64_t timeout_ns;
-  uint32_t combine_tag = 0;  // combine: the input's dtype in its words (CombineWord)
+  uint32_t combine_tag = 0;      // combine: the input's dtype in its words (CombineWord)
+  bool combine_weights = false;  // combine: out_weights set, its words' weights bit
 };
 
 struct DispatchParams {

@@ -194,20 +194,42 @@ __device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32
   dev::TrapAfterReport();
 }
 
+// A combine flag whose weights count (LlCombineWord) differs from this pe's: the
+// lowest such pe, as LowLatencyCpu::CombineRecv names it, in CombineVote's words;
+// traps as TrapLlTag. Not inlined, scalars only.
+__device__ __noinline__ void TrapLlWeights(int me, int from, bool mine, uint64_t timeout_ns) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    printf(
+        "mori.ep low-latency combine on rank %d: combine weights differ between ranks: rank %d "
+        "passes %s, this rank passes %s (every rank must pass weights, or every rank None); "
+        "outputs not written\n",
+        me, from, CombineWeightsName(!mine), CombineWeightsName(mine));
+    dev::TrapReported();
+  }
+  if (me != 0) {
+    dev::PauseNs(dev::PeerTrapPauseNs(timeout_ns));
+  }
+  dev::TrapAfterReport();
+}
+
 // Waits for the flags of `call` in `flags` (this pe's copy of one half): `lanes` lanes
 // of each of the W sources (kLlFlagLanes where every sending block posts its own, 1 for
 // a copy-engine op), spread over the block's threads; the block gets the counts (lane
 // 0's) and the first rejecting pe (or -1). A flag under another wire tag than `mine`
-// traps naming both.
+// traps naming both; then (a combine: `weights`, this pe's LlCombineWeights) a flag
+// whose weights count differs traps naming the lowest such pe.
 __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t call, int64_t* counts,
-                          int* rejected_by, uint32_t mine, bool dispatch, int lanes) {
-  __shared__ int other_from;
+                          int* rejected_by, uint32_t mine, bool dispatch, int lanes,
+                          bool weights = false) {
+  __shared__ int other_from, other_weights_from;
   __shared__ uint32_t other_tag;
   if (threadIdx.x == 0) {
     *rejected_by = -1;
     other_from = -1;
+    other_weights_from = p.world;
   }
   __syncthreads();
+  const uint64_t weights_count = weights ? kLlCombineWeights : 0;
   for (int i = threadIdx.x; i < p.world * lanes; i += blockDim.x) {
     const int s = i / lanes, lane = i % lanes;
     const uint64_t w =
@@ -218,10 +240,14 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
     if (lane == 0) counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
     if (rej) atomicCAS(rejected_by, -1, s);
     if (!rej && RowTagOf(w) != mine && atomicCAS(&other_from, -1, s) == -1) other_tag = RowTagOf(w);
+    if (!dispatch && !rej && CountOf(w) != weights_count) atomicMin(&other_weights_from, s);
   }
   __syncthreads();
   if (*rejected_by < 0 && other_from >= 0) {
     TrapLlTag(p.me, other_from, other_tag, mine, p.timeout_ns, dispatch);
+  }
+  if (*rejected_by < 0 && other_weights_from < p.world) {
+    TrapLlWeights(p.me, other_weights_from, weights, p.timeout_ns);
   }
 }
 
