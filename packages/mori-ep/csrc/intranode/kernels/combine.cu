@@ -91,9 +91,10 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
 // when it combines them, so the one asking for them would read an earlier call's; in
 // CombineVote::ThrowIfFailed's words). Every pe with such a peer finds one: the first
 // detecting thread prints the difference, pe 0 traps at once, the others after the
-// pause. Not inlined, one call site, and given scalars only, so that the wait loops
-// keep their registers (a `const Common&` would put the kernel parameters in local
-// memory).
+// pause. Not inlined: its caller CheckCombineWord is inlined into every wait site, and
+// one out-of-line copy keeps the printf out of each; given scalars only, so that the
+// wait loops keep their registers (a `const Common&` would put the kernel parameters
+// in local memory).
 __device__ __noinline__ void TrapCombineWordDiffers(int me, int from, uint32_t theirs,
                                                     uint32_t mine, bool weights,
                                                     uint64_t timeout_ns) {
