@@ -59,6 +59,9 @@ MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool 
   return (epoch << kCombineEpochShift) | (weights ? kCombineWeightsBit : 0) |
          (static_cast<uint64_t>(tag & kCombineTagMask) << 1) | (rejected ? 1u : 0u);
 }
+// A combine word's bits below its epoch (rejected, tag, weights): one compare of them
+// with the caller's own tells a word that agrees.
+inline constexpr uint32_t kCombineLowMask = (1u << kCombineEpochShift) - 1;
 MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
   return epoch << kCombineEpochShift;
 }

@@ -39,7 +39,7 @@ namespace {
 // This pe's combine word of a call that it did not reject: its input's dtype and
 // whether it combines weights (IntraNodeCpu::FinishCombine's word).
 __device__ __forceinline__ uint64_t MyCombineWord(const Common& c, uint64_t epoch) {
-  return CombineWord(epoch, c.combine_tag, false, c.combine_weights);
+  return (epoch << kCombineEpochShift) | c.combine_bits;
 }
 
 // Posts `word` as combine_done[me][g] to every pe, for every group (rejections).
@@ -91,13 +91,15 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
 // when it combines them, so the one asking for them would read an earlier call's; in
 // CombineVote::ThrowIfFailed's words). Every pe with such a peer finds one: the first
 // detecting thread prints the difference, pe 0 traps at once, the others after the
-// pause. Not inlined: its caller CheckCombineWord is inlined into every wait site, and
-// one out-of-line copy keeps the printf out of each; given scalars only, so that the
-// wait loops keep their registers (a `const Common&` would put the kernel parameters
-// in local memory).
-__device__ __noinline__ void TrapCombineWordDiffers(int me, int from, uint32_t theirs,
-                                                    uint32_t mine, bool weights,
-                                                    uint64_t timeout_ns) {
+// pause. `theirs` and `mine`: the two words' bits below the epoch (kCombineLowMask).
+// Not inlined: its caller CheckCombineWord is inlined into every wait site, and one
+// out-of-line copy keeps the printf out of each; given scalars only, so that the wait
+// loops keep their registers (a `const Common&` would put the kernel parameters in
+// local memory).
+__device__ __noinline__ void TrapCombineWordDiffers(int me, int from, uint32_t theirs_bits,
+                                                    uint32_t mine_bits, uint64_t timeout_ns) {
+  const uint32_t theirs = CombineTagOf(theirs_bits), mine = CombineTagOf(mine_bits);
+  const bool weights = CombineWeightsOf(mine_bits);
   if (FirstTrapReport()) {
     if (theirs != mine) {
       printf(
@@ -132,8 +134,9 @@ __device__ __forceinline__ uint64_t WaitCombineWord(const Common& c, const uint6
 // them traps on it before it reduces.
 __device__ __forceinline__ void CheckCombineWord(const Common& c, uint64_t epoch, int d,
                                                  uint64_t v) {
-  if (v & 1u) TrapRejectedBy(c, d, "combine");
-  if (CombineTagOf(v) != c.combine_tag || CombineWeightsOf(v) != c.combine_weights) {
+  const uint32_t bits = static_cast<uint32_t>(v) & kCombineLowMask;
+  if (bits != c.combine_bits) {  // one compare: a rejection, another dtype or weights bit
+    if (bits & 1u) TrapRejectedBy(c, d, "combine");
     const int64_t G = CombineGroups(c.max_tokens);
     uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
     const uint64_t mine = MyCombineWord(c, epoch);
@@ -142,8 +145,7 @@ __device__ __forceinline__ void CheckCombineWord(const Common& c, uint64_t epoch
       for (int64_t g = 0; g < G; ++g) dev::SignalSet(c.ctx, &done[c.me * G + g], mine, pe);
     }
     __threadfence_system();
-    TrapCombineWordDiffers(c.me, d, CombineTagOf(v), c.combine_tag, c.combine_weights,
-                           c.timeout_ns);
+    TrapCombineWordDiffers(c.me, d, bits, c.combine_bits, c.timeout_ns);
   }
 }
 
