@@ -134,3 +134,34 @@ def test_expert_major_ranks_of_different_dtypes_trap_naming_both(cuda_gpus):
     for o in (o0, o1):
         assert o.startswith("CUDA error"), (o0, o1)
         assert seconds_of(o) < 3.0, (o0, o1)
+
+
+# IntraNode's three combine paths each check the group words (16 tokens x 2 ranks over
+# 16 blocks takes the one-pass path by default); the environment forces each one, as in
+# test_routing_handles_gpu.py.
+COMBINE_PATHS = {
+    "onepass": {"MORI_EP_COMBINE_ONEPASS_ROWS": "1000000"},
+    "stream": {"MORI_EP_COMBINE_ONEPASS_ROWS": "0"},
+    "tiled": {"MORI_EP_COMBINE_ONEPASS_ROWS": "0", "MORI_EP_COMBINE_STREAM": "0"},
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "env"),
+    [
+        pytest.param("combine_weights", e, id=f"combine_weights-{p}")
+        for p, e in COMBINE_PATHS.items()
+    ]
+    + [pytest.param(c, None, id=c) for c in ("ll_combine_weights", "ll_async_combine_weights")],
+)
+def test_ranks_combining_with_and_without_weights_trap_naming_both(case, env, cuda_gpus):
+    # Rank 0 combines with weights, rank 1 with None: IntraNode's group words carry a
+    # weights bit, the low-latency flags a weights count; both kernels trap in the CPU
+    # implementation's words (test_rank_agreement.py). No time bound beyond the
+    # launcher's: the words tell this trap from the 3 s timeout's.
+    (o0, out0), (o1, out1) = _outcomes(case, cuda_gpus, env)
+    want = "combine weights differ between ranks: rank {} passes {}, this rank passes {}"
+    assert want.format(1, "None", "weights") in out0, out0
+    assert want.format(0, "weights", "None") in out1, out1
+    for o in (o0, o1):
+        assert o.startswith("CUDA error"), (o0, o1)

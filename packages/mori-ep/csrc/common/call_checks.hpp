@@ -106,10 +106,19 @@ void CheckCountExchange(int rejected_by, const uint64_t* words, int W, BeforeThr
   CheckRowTagsAgree(words, W, before_throw);
 }
 
+// A combine in which pe `other` combines weights and this pe not, or the reverse
+// (`weights`: this pe's): a pe returns weights only when it combines them, so a pe that
+// asked for them would read an earlier call's. The words of every mode (CombineVote,
+// the low-latency flags; the CUDA traps print them too).
+[[noreturn]] inline void ThrowCombineWeightsDiffer(int other, bool weights) {
+  MORI_THROW(InvalidArgumentError, "combine weights differ between ranks: rank ", other, " passes ",
+             CombineWeightsName(!weights), ", this rank passes ", CombineWeightsName(weights),
+             " (every rank must pass weights, or every rank None); outputs not written");
+}
+
 // The combine words (CombineWord) a pe reads from every pe in a combine: the first
 // pe that rejected its inputs, the first that passes another dtype than `tag`, the first
-// whose weights bit differs from `weights` (the inter-node kinds; the intra-node ones
-// post 0 on every pe).
+// whose weights bit differs from `weights`.
 struct CombineVote {
   uint32_t tag;
   bool weights;
@@ -118,8 +127,7 @@ struct CombineVote {
   uint32_t other_tag = 0;
   int other_weights = -1;
 
-  explicit CombineVote(uint32_t my_tag, bool my_weights = false)
-      : tag(my_tag), weights(my_weights) {}
+  CombineVote(uint32_t my_tag, bool my_weights) : tag(my_tag), weights(my_weights) {}
 
   void Add(int pe, uint64_t word) {
     if ((word & 1) && rejected_by < 0) rejected_by = pe;
@@ -145,12 +153,7 @@ struct CombineVote {
                  " passes ", CombineTagName(other_tag), ", this rank ", CombineTagName(tag),
                  " (every rank must pass the same dtype); outputs not written");
     }
-    if (other_weights >= 0) {
-      MORI_THROW(InvalidArgumentError, "combine weights differ between ranks: rank ", other_weights,
-                 " passes ", CombineWeightsName(!weights), ", this rank passes ",
-                 CombineWeightsName(weights),
-                 " (every rank must pass weights, or every rank None); outputs not written");
-    }
+    if (other_weights >= 0) ThrowCombineWeightsDiffer(other_weights, weights);
   }
 };
 

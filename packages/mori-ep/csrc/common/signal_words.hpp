@@ -49,7 +49,7 @@ MORI_HOST_DEVICE inline uint64_t EpochFloor(uint64_t epoch) { return CountWord(e
 // the tag being the combine input's dtype (DtypeTagName's codes, kCombineTagFp8Blockwise;
 // 0 in a rejection), so every pe sees every returning pe's dtype with the words it waits
 // for anyway (4 tag bits: every combine tag fits); `weights`: the call combines weights
-// (out_weights set; the inter-node kinds post it, the intra-node ones 0). Waits compare
+// (out_weights set), so ranks that differ fail the call (CombineVote). Waits compare
 // with CombineFloor(epoch).
 inline constexpr int kCombineEpochShift = 6;
 inline constexpr uint32_t kCombineTagMask = (1u << 4) - 1;
@@ -59,6 +59,9 @@ MORI_HOST_DEVICE inline uint64_t CombineWord(uint64_t epoch, uint32_t tag, bool 
   return (epoch << kCombineEpochShift) | (weights ? kCombineWeightsBit : 0) |
          (static_cast<uint64_t>(tag & kCombineTagMask) << 1) | (rejected ? 1u : 0u);
 }
+// A combine word's bits below its epoch (rejected, tag, weights): one compare of them
+// with the caller's own tells a word that agrees.
+inline constexpr uint32_t kCombineLowMask = (1u << kCombineEpochShift) - 1;
 MORI_HOST_DEVICE inline uint64_t CombineFloor(uint64_t epoch) {
   return epoch << kCombineEpochShift;
 }

@@ -190,16 +190,18 @@ RoutingSnapshot IntraNodeCpu::LastRouting() const {
                          num_tokens_};
 }
 
-void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag) {
+void IntraNodeCpu::FinishCombine(uint64_t epoch, bool rejected, uint32_t tag, bool weights) {
   const int W = shape_.world_size, me = shape_.rank;
   const int64_t G = CombineGroups(shape_.max_tokens);
   uint64_t* done = At<uint64_t>(layout_.combine_done);
-  // Every group's word, as the CUDA kernels post them group by group.
-  const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected);
+  // Every group's word, as the CUDA kernels post them group by group. The weights bit:
+  // a pe returns weights only when it combines them, so a pe that asks for them beside
+  // one that does not would reduce an earlier call's; both fail here instead.
+  const uint64_t mine = CombineWord(epoch, rejected ? 0 : tag, rejected, weights && !rejected);
   for (int s = 0; s < W; ++s) {
     for (int64_t g = 0; g < G; ++g) hs::SignalSet(ctx_, &done[me * G + g], mine, s);
   }
-  CombineVote vote(tag);
+  CombineVote vote(tag, weights);
   for (int d = 0; d < W; ++d) {
     for (int64_t g = 0; g < G; ++g) {
       vote.Add(d, WaitPeerWord(&done[d * G + g], CombineFloor(epoch), timeout_, me, d,
@@ -213,7 +215,7 @@ void IntraNodeCpu::RejectCombine(const std::string& reason, const RoutingSnapsho
   const RoutingSnapshot last = LastRouting();
   if (const RoutingSnapshot* r = order_.Pick(routing, last)) {
     if (order_.Enter(r->host_epoch)) shmem::BarrierAll();
-    FinishCombine(r->host_epoch, true, 0);
+    FinishCombine(r->host_epoch, true, 0, false);
   }
   throw InvalidArgumentError(reason);
 }
@@ -280,7 +282,8 @@ void IntraNodeCpu::Combine(const CombineArgs& a) {
     hs::PutNbi(ctx_, comb_tokens + slot * Hc, row, wire_bytes, s);
     if (with_weights) hs::PutNbi(ctx_, comb_weights + slot * K, a.weights + i * K, K * 4, s);
   }
-  FinishCombine(epoch, false, S > 0 ? kCombineTagFp8Blockwise : CombineDtypeTag(a.dtype));
+  FinishCombine(epoch, false, S > 0 ? kCombineTagFp8Blockwise : CombineDtypeTag(a.dtype),
+                with_weights);
 
   // Reduce: for each of my tokens, the rows of the pes it went to, in ascending pe
   // order, accumulated in fp32 and rounded once.

@@ -63,9 +63,10 @@ class IntraNodeCpu {
   // Signals dispatch_done to every pe and waits for every pe's, also in a rejected
   // epoch: that is what lets the next epoch's count words overwrite this one's.
   void FinishDispatchEpoch(uint64_t epoch);
-  // Posts this pe's combine words (its input's dtype `tag`, or a rejection) and waits
-  // for every pe's; a rejection, or a peer's other dtype, throws InvalidArgumentError.
-  void FinishCombine(uint64_t epoch, bool rejected, uint32_t tag);
+  // Posts this pe's combine words (its input's dtype `tag` and whether it combines
+  // `weights`, or a rejection) and waits for every pe's; a rejection, a peer's other
+  // dtype or other weights bit throws InvalidArgumentError.
+  void FinishCombine(uint64_t epoch, bool rejected, uint32_t tag, bool weights);
   // The last dispatch's routing: the block's regions (CombineOrder picks it or a
   // snapshot).
   RoutingSnapshot LastRouting() const;

@@ -250,7 +250,9 @@ void IntraNodeCuda::Combine(const CombineArgs& a, LaunchShape launch, uintptr_t 
   CombineParams p{};
   p.c = Common{ctx_,        block_,       layout_,           shape_.world_size,
                shape_.rank, shape_.top_k, shape_.max_tokens, timeout_ns_};
-  p.c.combine_tag = S > 0 ? kCombineTagFp8Blockwise : CombineDtypeTag(a.dtype);
+  p.c.combine_bits = static_cast<uint32_t>(
+      CombineWord(0, S > 0 ? kCombineTagFp8Blockwise : CombineDtypeTag(a.dtype), false,
+                  a.out_weights != nullptr));
   p.hidden = shape_.hidden_dim;
   p.combine_row_bytes = shape_.combine_row_bytes;
   p.row_bytes = row_bytes;

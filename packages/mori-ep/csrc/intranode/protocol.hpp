@@ -20,9 +20,11 @@
 //                                 kCountFieldBits) | count(s -> d),
 //                                 written by pe s into every pe (its routing row)
 //     dispatch_done  u64 [W]      entry s = epoch once pe s has written all its rows here
-//     combine_done   u64 [W][G]   entry [d][g] = CombineWord(epoch, dtype, rejected) once pe d has
-//                                 returned here every row of this pe's tokens in group g
-//                                 (G = ceil(M / kCombineGroupTokens) token groups)
+//     combine_done   u64 [W][G]   entry [d][g] = CombineWord(epoch, dtype, rejected, weights)
+//                                 once pe d has returned here every row of this pe's tokens
+//                                 in group g (G = ceil(M / kCombineGroupTokens) token
+//                                 groups); weights: pe d's call combines weights (it
+//                                 returned its rows' weights too; pes that differ fail)
 //   private to the pe, zeroed with the signals (the CUDA kernels' state; unused on CPU)
 //     state          EpDeviceState
 //   dispatch receive buffers (written by peers; rows [0, total_recv) valid)

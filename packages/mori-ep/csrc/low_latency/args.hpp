@@ -89,6 +89,14 @@ MORI_HOST_DEVICE inline uint32_t LlDispatchTag(const LlDispatchArgs& a) {
   return a.dtype_tag;
 }
 
+// Whether a combine exchanges weights (its flags' LlCombineWord): token-major with
+// out_weights set (MORI's combine with weights; its input weights then go out with
+// the rows). Expert-major combines weight their rows at the source or on the experts'
+// pe from the dispatch's weights, and exchange none.
+MORI_HOST_DEVICE inline bool LlCombineWeights(const LlCombineArgs& a) {
+  return a.layout == LlLayout::kTokenMajor && a.out_weights != nullptr;
+}
+
 MORI_HOST_DEVICE inline uint32_t LlCombineTag(const LlCombineArgs& a) {
   if (a.layout == LlLayout::kExpertMajor)
     return a.pre_reduce ? kLlTagExpertPartial : kLlTagExpertBf16;

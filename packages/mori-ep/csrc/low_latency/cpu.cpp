@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/call_checks.hpp"
 #include "common/host_block.hpp"
 #include "common/numeric.hpp"
 #include "low_latency/options.hpp"
@@ -361,17 +362,17 @@ int64_t LowLatencyCpu::DispatchRecv(const LlRecvArgs& o) {
   return rows;
 }
 
-void LowLatencyCpu::PostCombineFlags(uint64_t call, bool rejected, uint32_t tag) {
+void LowLatencyCpu::PostCombineFlags(uint64_t call, bool rejected, uint32_t tag, bool weights) {
   const int W = shape_.world_size, me = shape_.rank;
   uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W * kLlFlagLanes;
-  const uint64_t word = LlWord(call, rejected ? kLlRejected : 0, tag);
+  const uint64_t word = rejected ? LlWord(call, kLlRejected) : LlCombineWord(call, tag, weights);
   for (int s = 0; s < W; ++s) hs::SignalSet(ctx_, &flags[me * kLlFlagLanes], word, s);
 }
 
 void LowLatencyCpu::RejectCombine(const std::string& reason) {
   const uint64_t call = ++combine_calls_;
   combine_recv_pending_ = false;
-  PostCombineFlags(call, true, 0);
+  PostCombineFlags(call, true, 0, false);
   const int W = shape_.world_size;
   const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + (call & 1) * W * kLlFlagLanes;
   for (int d = 0; d < W; ++d) {
@@ -519,7 +520,7 @@ void LowLatencyCpu::CombineSend(const LlCombineArgs& a) {
   } else {
     CombineSendExpertMajor(a, half);
   }
-  PostCombineFlags(call, false, LlCombineTag(a));
+  PostCombineFlags(call, false, LlCombineTag(a), LlCombineWeights(a));
   combine_recv_pending_ = true;
 }
 
@@ -536,7 +537,8 @@ void LowLatencyCpu::CombineRecv() {
   const size_t half = call & 1;
   const uint64_t* flags = At<uint64_t>(layout_.comb_flag) + half * W * kLlFlagLanes;
   const uint32_t mine = LlCombineTag(a);
-  int rejected_by = -1, other_from = -1;
+  const bool weights = LlCombineWeights(a);
+  int rejected_by = -1, other_from = -1, other_weights_from = -1;
   uint32_t other_tag = 0;
   for (int d = 0; d < W; ++d) {
     const uint64_t w =
@@ -544,9 +546,14 @@ void LowLatencyCpu::CombineRecv() {
                      {"low-latency combine", call, "combine flag", kCountBits});
     if (CountOf(w) == kLlRejected) {
       if (rejected_by < 0) rejected_by = d;
-    } else if (RowTagOf(w) != mine && other_from < 0) {
+      continue;
+    }
+    if (RowTagOf(w) != mine && other_from < 0) {
       other_from = d;
       other_tag = RowTagOf(w);
+    }
+    if (CountOf(w) != (weights ? kLlCombineWeights : 0) && other_weights_from < 0) {
+      other_weights_from = d;
     }
   }
   if (rejected_by >= 0) {
@@ -558,6 +565,7 @@ void LowLatencyCpu::CombineRecv() {
                LlTagName(other_tag), " rows, this rank ", LlTagName(mine),
                " (every rank must pass the same dtype and layout); outputs not written");
   }
+  if (other_weights_from >= 0) ThrowCombineWeightsDiffer(other_weights_from, weights);
   const char* comb_tokens = At<char>(layout_.comb_tokens) + half * layout_.half_comb_tokens;
   const float* comb_weights = reinterpret_cast<const float*>(At<char>(layout_.comb_weights) +
                                                              half * layout_.half_comb_weights);

@@ -59,7 +59,7 @@ class LowLatencyCpu {
   // Rejects the call (RejectDispatch) after writing the over-the-cap note into every
   // pe: this pe routes `count` tokens to pe `dest`, more than the receive slots.
   [[noreturn]] void RejectOverCap(int dest, int64_t count);
-  void PostCombineFlags(uint64_t call, bool rejected, uint32_t tag);
+  void PostCombineFlags(uint64_t call, bool rejected, uint32_t tag, bool weights);
   void CombineSendTokenMajor(const LlCombineArgs& a, int half);
   void CombineSendExpertMajor(const LlCombineArgs& a, int half);
   void CombineSendPartials(int half);

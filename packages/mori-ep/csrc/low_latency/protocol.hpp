@@ -72,9 +72,10 @@
 //     function of the routing alone. Expert ids must be distinct within a token.
 //
 // Combine returns rows into the source's combine area (two halves by the combine
-// counter) and posts comb_flag[d] = Word(call, 0):
+// counter) and posts comb_flag[d] = LlCombineWord(call, tag, weights):
 //   * token-major: pe d writes its row for source token t into slot [d][t] (and its
-//     weights); the source sums, per token, the rows of the pes it went to in
+//     weights, when its call combines weights: the flag says so, and pes that differ
+//     fail the call); the source sums, per token, the rows of the pes it went to in
 //     ascending pe order (fp32, one rounding): the intra-node combine's numbers;
 //   * expert-major: the row of (token t, slot k) goes to slot [t][k]; the source
 //     computes sum over k ascending of w[t][k] * y[t][k] (fp32 products and sums, one
@@ -138,6 +139,15 @@ inline constexpr uint64_t kLlRejected = kRejectedCount;
 // A flag: the call number, the count and the call's wire tag (below).
 MORI_HOST_DEVICE inline uint64_t LlWord(uint64_t call, uint64_t count, uint32_t tag = 0) {
   return CountWord(call, count, tag);
+}
+
+// A combine flag carries no count: its count field says whether the sender combines
+// weights (kLlCombineWeights: a token-major combine with weights, whose rows went out
+// with their weights; 0: none went out), or kLlRejected. A receiver whose own call
+// differs fails it (one that asked for weights would read an earlier call's).
+inline constexpr uint64_t kLlCombineWeights = 1;
+MORI_HOST_DEVICE inline uint64_t LlCombineWord(uint64_t call, uint32_t tag, bool weights) {
+  return LlWord(call, weights ? kLlCombineWeights : 0, tag);
 }
 
 // The wire format of a call, carried in its flags' tag bits (kRowTagBits): every

@@ -25,6 +25,12 @@
           then both ranks), or of another op: the call fails on every rank, the stale
           rank naming the handle's dispatch and the latest one; the latest handle then
           combines correctly (DeepEP's receive hook and zero-copy variants alike)
+  weights KIND (IntraNode, IntraNodeLL or AsyncLL; world 2 or 4): the last rank combines
+          with weights and the others with None, then the reverse: every rank fails that
+          call naming a rank that passes the other and what each passes (a rank sends
+          weights only when it combines them, so a receiver asking for them would read
+          an earlier call's); then every rank with weights, and every rank with None,
+          combine to the reference bit for bit
 Prints "rank N ok" last.
 """
 
@@ -39,7 +45,7 @@ from mori.core import shmem
 from mori.core.launch import expect_raises as expect
 from mori.ep import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
 
-scenario, seed = sys.argv[1], int(sys.argv[2])
+scenario, seed = sys.argv[1], int(sys.argv[-1])
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dist.init_process_group("gloo", init_method="env://")
 shmem.init(device="cpu", heap_size="64M", timeout_s=60)
@@ -288,8 +294,64 @@ def run_stale() -> None:
         run_stale_kind(kind)
 
 
+def run_weights(kind_name: str) -> None:
+    kind = EpDispatchCombineKernelType[kind_name]
+    split = kind == EpDispatchCombineKernelType.AsyncLL
+    op = EpDispatchCombineOp(
+        EpDispatchCombineConfig(torch.bfloat16, rank, world, 128, 0, 4, 2, M, EPR, K,
+                                kernel_type=kind)
+    )  # fmt: skip
+    n = int(torch.randint(1, M + 1, (1,), generator=gen))
+    x = torch.randn(n, 128, generator=gen).to(torch.bfloat16)
+    w = torch.rand(n, K, generator=gen)
+    idx = torch.stack([torch.randperm(EPR * world, generator=gen)[:K] for _ in range(n)])
+    idx = idx.to(torch.int32)
+    # Each rank a token went to returns its row and its weights unchanged: with K = 2,
+    # one or two parts, whose fp32 sums (from -0.0) are exact.
+    parts = torch.tensor([len(set((r // EPR).tolist())) for r in idx]).view(n, 1)
+    want = (x.float() * parts).to(torch.bfloat16)
+    want_w = w * parts
+
+    def dispatched(with_w: bool):
+        out, out_w, _, _, total = op.dispatch(x, w, None, idx)
+        if split:
+            op.dispatch_recv()
+        total = int(total.item())
+        return out[:total].clone(), (out_w[:total].clone() if with_w else None), idx
+
+    def combine(y, y_w, indices):
+        out, out_w = op.combine(y, y_w, indices)
+        if split:
+            op.combine_recv()
+        return out.clone(), (out_w.clone() if out_w is not None else None)
+
+    def check(with_w: bool) -> None:
+        got, got_w = combine(*dispatched(with_w))
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{kind_name} rows"
+        if with_w:
+            assert torch.equal(got_w, want_w), f"{kind_name} combined weights"
+        else:
+            assert got_w is None
+
+    check(True)
+    check(False)
+    bad = world - 1
+    said = {True: "weights", False: "None"}
+    for bad_has_weights in (False, True):
+        mine = bad_has_weights if rank == bad else not bad_has_weights
+        other = 0 if rank == bad else bad
+        msg = (f"combine weights differ between ranks: rank {other} passes {said[not mine]}, "
+               f"this rank passes {said[mine]}")  # fmt: skip
+        expect(mc.InvalidArgumentError, msg, combine, *dispatched(mine))
+        check(True)
+        check(False)
+    print(f"rank {rank}: {kind_name} combines with and without weights failed every rank")
+    op.close()
+
+
 {"config": run_config, "dtype": run_dtype, "combine": run_combine, "ll": run_ll,
- "expert": run_expert, "stale": run_stale}[scenario]()  # fmt: skip
+ "expert": run_expert, "stale": run_stale,
+ "weights": lambda: run_weights(sys.argv[2])}[scenario]()  # fmt: skip
 dist.barrier()
 print(f"rank {rank} ok", flush=True)
 dist.destroy_process_group()

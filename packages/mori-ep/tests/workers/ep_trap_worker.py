@@ -22,6 +22,10 @@ case: bad_expert   rank 0 passes expert id E (out of range) at token 3 slot 2: i
                    kernels print both dtypes (the group words' tags) and trap
       ll_dtype, ll_combine_dtype  the same with kernel type IntraNodeLL (the flags'
                    wire tags): both receive halves print both and trap
+      combine_weights, ll_combine_weights, ll_async_combine_weights  both dispatch,
+                   rank 0 combines with weights, rank 1 with None (IntraNode: the group
+                   words' weights bit; IntraNodeLL / AsyncLL: the combine flags' weights
+                   count): both kernels print the other rank and what each passes, and trap
       ll_over_cap, ll_async_over_cap  kernel type IntraNodeLL / AsyncLL with
                    max_total_recv_tokens 8 (4 receive slots per source rank): rank 1
                    routes 5 tokens to rank 0 (rank 0 sends 3 there): both kernels print
@@ -98,10 +102,15 @@ def call() -> None:
         op.low_latency_combine(recv, idx, w, handle)
         torch.cuda.synchronize()
         return
-    out, _, _, _, total = op.dispatch(x, w, None, idx)
+    out, out_w, _, _, total = op.dispatch(x, w, None, idx)
     if cfg.kernel_type == EpDispatchCombineKernelType.AsyncLL:
         op.dispatch_recv()
     torch.cuda.synchronize()
+    if case.endswith("combine_weights"):
+        y = out[: int(total.item())]
+        op.combine(y, out_w[: y.size(0)] if rank == 0 else None, idx)
+        if cfg.kernel_type == EpDispatchCombineKernelType.AsyncLL:
+            op.combine_recv()
     if case in ("combine_dtype", "ll_combine_dtype"):
         y = out[: int(total.item())]
         op.combine(y.float() if rank == 1 else y, None, idx)

@@ -36,6 +36,12 @@ namespace mori::ep::intranode {
 
 namespace {
 
+// This pe's combine word of a call that it did not reject: its input's dtype and
+// whether it combines weights (IntraNodeCpu::FinishCombine's word).
+__device__ __forceinline__ uint64_t MyCombineWord(const Common& c, uint64_t epoch) {
+  return (epoch << kCombineEpochShift) | c.combine_bits;
+}
+
 // Posts `word` as combine_done[me][g] to every pe, for every group (rejections).
 __device__ void PostCombineWords(const Common& c, uint64_t word, unsigned tid, unsigned nthreads) {
   const int64_t G = CombineGroups(c.max_tokens);
@@ -75,24 +81,38 @@ __device__ __forceinline__ void PostTileWords(const Common& c, uint64_t* done, u
   for (int64_t i = tid; i < (g1 - g0) * c.world; i += nthreads) {
     const int pe = static_cast<int>(i % c.world);
     if (pe != c.me) {
-      dev::SignalSet(c.ctx, &done[c.me * G + g0 + i / c.world],
-                     CombineWord(epoch, c.combine_tag, false), pe);
+      dev::SignalSet(c.ctx, &done[c.me * G + g0 + i / c.world], MyCombineWord(c, epoch), pe);
     }
   }
 }
 
-// A peer's combine word of another dtype than this pe's input (every pe with such a
-// peer finds one): the first detecting thread prints both, pe 0 traps at once, the
-// others after the pause. Not inlined, and given scalars only, so that the wait loops
-// keep their registers (a `const Common&` would put the kernel parameters in local
-// memory).
-__device__ __noinline__ void TrapCombineTag(int me, int from, uint32_t theirs, uint32_t mine,
-                                            uint64_t timeout_ns) {
+// A peer's combine word of another dtype than this pe's input, or (same dtype) of
+// another weights bit (one rank passes weights, another None: a pe returns weights only
+// when it combines them, so the one asking for them would read an earlier call's; in
+// CombineVote::ThrowIfFailed's words). Every pe with such a peer finds one: the first
+// detecting thread prints the difference, pe 0 traps at once, the others after the
+// pause. `theirs` and `mine`: the two words' bits below the epoch (kCombineLowMask).
+// Not inlined: its caller CheckCombineWord is inlined into every wait site, and one
+// out-of-line copy keeps the printf out of each; given scalars only, so that the wait
+// loops keep their registers (a `const Common&` would put the kernel parameters in
+// local memory).
+__device__ __noinline__ void TrapCombineWordDiffers(int me, int from, uint32_t theirs_bits,
+                                                    uint32_t mine_bits, uint64_t timeout_ns) {
+  const uint32_t theirs = CombineTagOf(theirs_bits), mine = CombineTagOf(mine_bits);
+  const bool weights = CombineWeightsOf(mine_bits);
   if (FirstTrapReport()) {
-    printf(
-        "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
-        "pass the same dtype)\n",
-        me, from, CombineTagName(theirs), CombineTagName(mine));
+    if (theirs != mine) {
+      printf(
+          "mori.ep combine on rank %d: rank %d passes %s input, this rank %s (every rank must "
+          "pass the same dtype)\n",
+          me, from, CombineTagName(theirs), CombineTagName(mine));
+    } else {
+      printf(
+          "mori.ep combine on rank %d: combine weights differ between ranks: rank %d passes "
+          "%s, this rank passes %s (every rank must pass weights, or every rank None); "
+          "outputs not written\n",
+          me, from, CombineWeightsName(!weights), CombineWeightsName(weights));
+    }
     dev::TrapReported();
   }
   if (me != 0) PauseBeforePeerTrap(timeout_ns);
@@ -107,24 +127,25 @@ __device__ __forceinline__ uint64_t WaitCombineWord(const Common& c, const uint6
                       "combine rows", kCombineEpochShift);
 }
 
-// Traps when pe d's combine word `v` carries a rejection or another dtype. Before a
-// dtype trap this pe posts its words of every group (under its own tag) to every
-// other pe, so that no peer waits for a group this pe had not reached and times out
-// instead of naming the dtypes; a peer that reads them traps on the tag before it
-// reduces.
+// Traps when pe d's combine word `v` carries a rejection, another dtype or another
+// weights bit (CombineVote's order). Before a dtype or weights trap this pe posts its
+// words of every group to every other pe, so that no peer waits for a group this pe
+// had not reached and times out instead of naming the difference; a peer that reads
+// them traps on it before it reduces.
 __device__ __forceinline__ void CheckCombineWord(const Common& c, uint64_t epoch, int d,
                                                  uint64_t v) {
-  if (v & 1u) TrapRejectedBy(c, d, "combine");
-  if (CombineTagOf(v) != c.combine_tag) {
+  const uint32_t bits = static_cast<uint32_t>(v) & kCombineLowMask;
+  if (bits != c.combine_bits) {  // one compare: a rejection, another dtype or weights bit
+    if (bits & 1u) TrapRejectedBy(c, d, "combine");
     const int64_t G = CombineGroups(c.max_tokens);
     uint64_t* done = At<uint64_t>(c, c.layout.combine_done);
-    const uint64_t mine = CombineWord(epoch, c.combine_tag, false);
+    const uint64_t mine = MyCombineWord(c, epoch);
     for (int pe = 0; pe < c.world; ++pe) {
       if (pe == c.me) continue;
       for (int64_t g = 0; g < G; ++g) dev::SignalSet(c.ctx, &done[c.me * G + g], mine, pe);
     }
     __threadfence_system();
-    TrapCombineTag(c.me, d, CombineTagOf(v), c.combine_tag, c.timeout_ns);
+    TrapCombineWordDiffers(c.me, d, bits, c.combine_bits, c.timeout_ns);
   }
 }
 
@@ -285,7 +306,7 @@ __device__ void CombineOnePass(const CombineParams& p, uint64_t epoch, int64_t t
     for (int64_t i = tid; i < G * W; i += blockDim.x) {
       const int pe = static_cast<int>(i % W);
       if (pe != me) {
-        dev::SignalSet(c.ctx, &done[me * G + i / W], CombineWord(epoch, c.combine_tag, false), pe);
+        dev::SignalSet(c.ctx, &done[me * G + i / W], MyCombineWord(c, epoch), pe);
       }
     }
   }
@@ -505,8 +526,7 @@ __device__ void CombineStream(const CombineParams& p, uint64_t epoch) {
           for (int64_t i = lane; i < (g1 - g0) * W; i += 32) {
             const int pe = static_cast<int>(i % W);
             if (pe != me) {
-              dev::SignalSet(c.ctx, &done[me * G + g0 + i / W],
-                             CombineWord(epoch, c.combine_tag, false), pe);
+              dev::SignalSet(c.ctx, &done[me * G + g0 + i / W], MyCombineWord(c, epoch), pe);
             }
           }
         }

@@ -48,7 +48,9 @@ struct Common {
   int world, me, top_k;
   int64_t max_tokens;  // M
   uint64_t timeout_ns;
-  uint32_t combine_tag = 0;  // combine: the input's dtype in its words (CombineWord)
+  // combine: its words' bits below the epoch (CombineWord(0, the input's dtype tag, not
+  // rejected, out_weights set)), computed on the host.
+  uint32_t combine_bits = 0;
 };
 
 struct DispatchParams {

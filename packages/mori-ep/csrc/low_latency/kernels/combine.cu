@@ -341,7 +341,7 @@ __device__ void CombineSend(const LlParams& p, uint64_t call) {
   Stamp(stamps, 2);
   uint64_t* flags =
       reinterpret_cast<uint64_t*>(c.Local(p.layout.comb_flag)) + LlFlagIndex(half, W, 0);
-  const uint64_t word = LlWord(call, 0, LlCombineTag(p.c));
+  const uint64_t word = LlCombineWord(call, LlCombineTag(p.c), LlCombineWeights(p.c));
   if constexpr (!ce) {
     // Every block announces its own rows into its flag lanes, released after them.
     dev::Quiet();
@@ -536,7 +536,8 @@ __device__ void CombineRecv(const LlParams& p, uint64_t call) {
   Stamp(stamps, 0);
   const uint64_t* flags =
       reinterpret_cast<const uint64_t*>(c.Local(p.layout.comb_flag)) + LlFlagIndex(half, W, 0);
-  WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false, ce ? 1 : kLlFlagLanes);
+  WaitFlags(p, flags, call, counts, &rejected_by, LlCombineTag(p.c), false, ce ? 1 : kLlFlagLanes,
+            LlCombineWeights(p.c));
   // A fused launch's counter (CombineSend left it): every block posted its lanes, so
   // every block read the counter before this store.
   if (!ce && (p.phases & kLlCombineSend) && blockIdx.x == 0 && threadIdx.x == 0) {

@@ -43,7 +43,7 @@ struct Ctx {
 };
 
 // A dispatch rejected by pe `from` over the receive cap (its note): every pe prints
-// the same pes and counts. Not inlined, scalars only (as TrapLlTag).
+// the same pes and counts. Not inlined, scalars only (as TrapLlFlagDiffers).
 __device__ __noinline__ void ReportOverCap(int me, int from, uint64_t count, uint64_t dest,
                                            int64_t slots) {
   printf(
@@ -57,7 +57,7 @@ __device__ __noinline__ void ReportOverCap(int me, int from, uint64_t count, uin
 
 // What a pe rejected by pe `from` prints: the over-the-cap note `notes[from]` when it
 // carries `call` (notes is null for combine), else that `from` refused its inputs. Not
-// inlined, scalars only, so that the receive keeps its registers (as TrapLlTag).
+// inlined, scalars only, so that the receive keeps its registers (as TrapLlFlagDiffers).
 __device__ __noinline__ void ReportRejected(int me, int from, const char* what,
                                             const LlOverNote* notes, uint64_t call, int64_t slots) {
   const LlOverNote note = notes != nullptr ? notes[from] : LlOverNote{0, 0};
@@ -174,18 +174,31 @@ __device__ __forceinline__ void CopyChunk(char* dst, const char* src, int64_t by
   }
 }
 
-// A sender's flag of another wire tag than this pe's (LlTagName): the first block's
-// first thread to see one prints both, pe 0 traps at once, the others after the
-// pause (as TrapRejected). Every pe with such a peer finds one: the tags differ
-// pairwise. Not inlined, scalars only, so the wait keeps its registers.
-__device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32_t mine,
-                                       uint64_t timeout_ns, bool dispatch) {
+// A sender's flag of another wire tag than this pe's (LlTagName; `tag_from`, `theirs`),
+// else (a combine) one of another weights count (LlCombineWord; `weights_from`, the
+// lowest such pe, as LowLatencyCpu::CombineRecv names it, in CombineVote's words):
+// the first block's first thread prints both, pe 0 traps at once, the others after
+// the pause (as TrapRejected). `mine`: this pe's flag bits below the call (its tag
+// and weights count). Every pe with such a peer finds one: the tags (counts) differ
+// pairwise. Not inlined, one call site, scalars only, so the wait keeps its registers.
+__device__ __noinline__ void TrapLlFlagDiffers(int me, int tag_from, uint32_t theirs,
+                                               int weights_from, uint32_t mine, uint64_t timeout_ns,
+                                               bool dispatch) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    printf(
-        "mori.ep low-latency %s on rank %d: rank %d sends %s %s, this rank %s (every rank must "
-        "pass the same dtype and layout)\n",
-        dispatch ? "dispatch" : "combine", me, from, LlTagName(theirs),
-        dispatch ? "tokens" : "rows", LlTagName(mine));
+    if (tag_from >= 0) {
+      printf(
+          "mori.ep low-latency %s on rank %d: rank %d sends %s %s, this rank %s (every rank "
+          "must pass the same dtype and layout)\n",
+          dispatch ? "dispatch" : "combine", me, tag_from, LlTagName(theirs),
+          dispatch ? "tokens" : "rows", LlTagName(RowTagOf(mine)));
+    } else {
+      const bool weights = CountOf(mine) != 0;
+      printf(
+          "mori.ep low-latency combine on rank %d: combine weights differ between ranks: rank "
+          "%d passes %s, this rank passes %s (every rank must pass weights, or every rank "
+          "None); outputs not written\n",
+          me, weights_from, CombineWeightsName(!weights), CombineWeightsName(weights));
+    }
     dev::TrapReported();
   }
   if (me != 0) {
@@ -198,16 +211,23 @@ __device__ __noinline__ void TrapLlTag(int me, int from, uint32_t theirs, uint32
 // of each of the W sources (kLlFlagLanes where every sending block posts its own, 1 for
 // a copy-engine op), spread over the block's threads; the block gets the counts (lane
 // 0's) and the first rejecting pe (or -1). A flag under another wire tag than `mine`
-// traps naming both.
+// traps naming both; then (a combine: `weights`, this pe's LlCombineWeights) a flag
+// whose weights count differs traps naming the lowest such pe.
 __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t call, int64_t* counts,
-                          int* rejected_by, uint32_t mine, bool dispatch, int lanes) {
-  __shared__ int other_from;
+                          int* rejected_by, uint32_t mine, bool dispatch, int lanes,
+                          bool weights = false) {
+  __shared__ int other_from, other_weights_from;
   __shared__ uint32_t other_tag;
   if (threadIdx.x == 0) {
     *rejected_by = -1;
     other_from = -1;
+    other_weights_from = p.world;
   }
   __syncthreads();
+  // A combine flag that agrees with this pe's call has exactly this pe's bits below the
+  // call (tag and weights count): one compare passes it.
+  const uint64_t expect = LlCombineWord(0, mine, weights);
+  constexpr uint64_t kLow = (uint64_t{1} << kCountBits) - 1;
   for (int i = threadIdx.x; i < p.world * lanes; i += blockDim.x) {
     const int s = i / lanes, lane = i % lanes;
     const uint64_t w =
@@ -216,12 +236,15 @@ __device__ void WaitFlags(const LlParams& p, const uint64_t* flags, uint64_t cal
                      dispatch ? "dispatch flag" : "combine flag", kCountBits);
     const bool rej = CountOf(w) == kLlRejected;
     if (lane == 0) counts[s] = rej ? 0 : static_cast<int64_t>(CountOf(w));
+    if (!dispatch && (w & kLow) == expect) continue;
     if (rej) atomicCAS(rejected_by, -1, s);
     if (!rej && RowTagOf(w) != mine && atomicCAS(&other_from, -1, s) == -1) other_tag = RowTagOf(w);
+    if (!dispatch && !rej && CountOf(w) != CountOf(expect)) atomicMin(&other_weights_from, s);
   }
   __syncthreads();
-  if (*rejected_by < 0 && other_from >= 0) {
-    TrapLlTag(p.me, other_from, other_tag, mine, p.timeout_ns, dispatch);
+  if (*rejected_by < 0 && (other_from >= 0 || other_weights_from < p.world)) {
+    TrapLlFlagDiffers(p.me, other_from, other_tag, other_weights_from,
+                      static_cast<uint32_t>(expect), p.timeout_ns, dispatch);
   }
 }
 
