@@ -50,6 +50,9 @@ using internal::PeerInfo;
 // The notify value of the barrier Close() runs (user barriers count 1, 2, ...).
 constexpr uint64_t kCloseNotify = uint64_t{1} << 63;
 constexpr int kPopBatch = 32;
+// CUDA heaps: a round's writes share one wait for their staging copies (the TCP
+// sender's and the mapped lane's), so a round pops more of a queue.
+constexpr int kPopBatchStaged = 256;
 
 std::string HostIdentity() {
   char host[256] = {};
@@ -106,6 +109,7 @@ struct Proxy::Impl {
     uint32_t op = 0;
     uint64_t pending_acks = 0;
     uint64_t epoch = 0;
+    uint64_t served = 0;         // writes and adds posted up to here: retired after Poll
     std::vector<uint8_t> dirty;  // per pe: posted to since this queue's last quiet
   };
   std::vector<QueueState> qstate;
@@ -219,7 +223,8 @@ struct Proxy::Impl {
     }
     bool progress = false;
     Command c;
-    for (int k = 0; k < kPopBatch && queue.TryPop(&c); ++k) {
+    const int batch = heap.cuda() ? kPopBatchStaged : kPopBatch;
+    for (int k = 0; k < batch && queue.TryPop(&c); ++k) {
       progress = true;
       const uint64_t index = queue.popped() - 1;
       commands.fetch_add(1, std::memory_order_relaxed);
@@ -236,12 +241,12 @@ struct Proxy::Impl {
             route[c.pe]->PostAtomicAdd(c.pe, c.signal_offset, c.value);
           }
           st.dirty[c.pe] = 1;
-          queue.Retire(index + 1);
+          st.served = index + 1;
           break;
         case Op::kAtomicAdd:
           route[c.pe]->PostAtomicAdd(c.pe, c.signal_offset, c.value);
           st.dirty[c.pe] = 1;
-          queue.Retire(index + 1);
+          st.served = index + 1;
           break;
         case Op::kQuiet:
           st.pending_acks = 0;
@@ -282,6 +287,16 @@ struct Proxy::Impl {
     }
   }
 
+  // A write's source may be reused once the transports' Poll of its round returned
+  // (transport.hpp): the writes and adds served this round retire now. A quiet or
+  // barrier retires later, past them (the order of Retire calls stays increasing).
+  void RetireServed() {
+    for (size_t q = 0; q < queues.size(); ++q) {
+      QueueState& st = qstate[q];
+      if (st.served > queues[q]->retired()) queues[q]->Retire(st.served);
+    }
+  }
+
   bool Idle() const {
     for (const auto& st : qstate)
       if (st.blocked) return false;
@@ -297,6 +312,7 @@ struct Proxy::Impl {
         for (int q = 0; q < static_cast<int>(queues.size()); ++q) progress |= Serve(q);
         done.clear();
         for (Transport* t : transports) t->Poll(&done);
+        RetireServed();
         for (const Completion& c : done) Handle(c);
         progress |= !done.empty();
         if (close_requested.load(std::memory_order_acquire) && !progress && Idle()) {

@@ -27,9 +27,9 @@ MappedTransport::MappedTransport(const HeapAccess* heap, TcpTransport* control)
 void MappedTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
   if (nbytes == 0) return;
   if (lane_) {
-    // The write retires when PostWrite returns (its source may be reused): wait for it.
+    // Enqueued on the lane, waited for once per proxy round (Poll), before the source
+    // may be reused; an add behind it runs after it on the same stream.
     lane_->Copy(bases_[pe] + dst_offset, heap_->my_base() + src_offset, nbytes);
-    lane_->Sync();
   } else {
     std::memmove(bases_[pe] + dst_offset, heap_->my_base() + src_offset, nbytes);
   }
@@ -57,6 +57,8 @@ void MappedTransport::PostNotify(int pe, uint64_t value) {
 }
 
 void MappedTransport::Poll(std::vector<Completion>* out) {
+  // The round's copies completed: their sources may be reused (transport.hpp).
+  if (lane_) lane_->Sync();
   out->insert(out->end(), acks_.begin(), acks_.end());
   acks_.clear();
 }
