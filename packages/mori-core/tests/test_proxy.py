@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """The proxy among real processes on emulated nodes (CPU; runs in CI): write+signal
-ordering with random payloads checked bit for bit, concurrent atomic adds, a pe dying
-mid-stream. Each runs over the automatic paths (mapped within a node, CMA or TCP
-across) and with TCP forced across nodes."""
+ordering with random payloads checked bit for bit, runs of contiguous writes, concurrent
+atomic adds, a pe dying mid-stream. Each runs over the automatic paths (mapped within a
+node, CMA or TCP across) and with TCP forced across nodes."""
 
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from mori.core import proxy, shmem
 from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "proxy_worker.py")
+SCATTER_WORKER = str(Path(__file__).parent / "workers" / "proxy_scatter_worker.py")
 
 
 def _run(mode, world, transport, per_node, *extra, timeout_s=240):
@@ -29,6 +30,18 @@ LAYOUTS = [(2, 1), (4, 2)]
 @pytest.mark.parametrize(("world", "per_node"), LAYOUTS)
 def test_write_then_signal_ordering_bit_for_bit(world, per_node, transport):
     _run("order", world, transport, per_node, "60")
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+@pytest.mark.parametrize(("world", "per_node"), LAYOUTS)
+def test_runs_of_contiguous_writes_land_bit_for_bit(world, per_node, transport):
+    _run("pieces", world, transport, per_node, "12")
+
+
+@pytest.mark.parametrize("per_node", [1, 2], ids=["two-nodes-tcp", "one-node-mapped"])
+def test_a_scatter_of_writes_lands_bit_for_bit(per_node):
+    # The same worker runs on a CUDA heap in test_proxy_gpu.py (the staging paths).
+    run_ranks([SCATTER_WORKER, str(new_seed()), str(per_node), "cpu"], 2, timeout_s=240, who="pe")
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])

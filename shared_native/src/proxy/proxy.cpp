@@ -203,12 +203,31 @@ struct Proxy::Impl {
           c.op != static_cast<uint32_t>(Op::kQuiet) && c.op != static_cast<uint32_t>(Op::kBarrier);
       if (to_pe) queue.SetPostingPe(c.pe);
     }
+    PostingGuard(CommandQueue& q, int pe) : queue(q), exceptions(std::uncaught_exceptions()) {
+      queue.SetPostingPe(pe);
+    }
     ~PostingGuard() {
       if (std::uncaught_exceptions() == exceptions) queue.SetPostingPe(-1);
     }
     CommandQueue& queue;
     int exceptions;
   };
+
+  // Consecutive writes of a queue to one other pe, each source and destination range
+  // continuing the previous one's, are posted as one write: the same bytes land in
+  // the same order relative to every other command (nothing else comes between), and
+  // the ranges of two pes' heaps cannot overlap. One transfer instead of several.
+  struct Coalesced {
+    int pe = -1;
+    uint64_t dst = 0, src = 0, nbytes = 0;
+  };
+
+  void PostCoalesced(CommandQueue& queue, Coalesced* w) {
+    if (w->pe < 0) return;
+    PostingGuard posting(queue, w->pe);
+    route[w->pe]->PostWrite(w->pe, w->dst, w->src, w->nbytes);
+    w->pe = -1;
+  }
 
   // Pops and posts a batch from queue q; true when anything happened.
   bool Serve(int q) {
@@ -223,17 +242,27 @@ struct Proxy::Impl {
     }
     bool progress = false;
     Command c;
+    Coalesced w;
     const int batch = heap.cuda() ? kPopBatchStaged : kPopBatch;
     for (int k = 0; k < batch && queue.TryPop(&c); ++k) {
       progress = true;
       const uint64_t index = queue.popped() - 1;
       commands.fetch_add(1, std::memory_order_relaxed);
       Validate(q, index, c);
+      const bool write =
+          c.op == static_cast<uint32_t>(Op::kWrite) || c.op == static_cast<uint32_t>(Op::kWriteAdd);
+      if (write && c.pe == w.pe && c.pe != heap.my_pe() && c.dst_offset == w.dst + w.nbytes &&
+          c.src_offset == w.src + w.nbytes) {
+        w.nbytes += c.nbytes;
+      } else {
+        PostCoalesced(queue, &w);  // before anything else is posted
+        if (write) w = Coalesced{c.pe, c.dst_offset, c.src_offset, c.nbytes};
+      }
+      if (c.op == static_cast<uint32_t>(Op::kWriteAdd)) PostCoalesced(queue, &w);  // before its add
       PostingGuard posting(queue, c);
       switch (static_cast<Op>(c.op)) {
         case Op::kWrite:
         case Op::kWriteAdd:
-          route[c.pe]->PostWrite(c.pe, c.dst_offset, c.src_offset, c.nbytes);
           bytes_to_pe[c.pe].fetch_add(c.nbytes, std::memory_order_relaxed);
           bytes_by_path[static_cast<int>(paths[c.pe])].fetch_add(c.nbytes,
                                                                  std::memory_order_relaxed);
@@ -273,6 +302,7 @@ struct Proxy::Impl {
           break;
       }
     }
+    PostCoalesced(queue, &w);
     return progress;
   }
 

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "mori/core/error.hpp"

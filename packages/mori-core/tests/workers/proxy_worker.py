@@ -126,6 +126,48 @@ if mode == "order":
     st = p.stats()
     print(f"pe {me}: {rounds} rounds x {len(peers)} peers, {checked} bytes checked, {st}")
 
+elif mode == "pieces":
+    # Every pe sends every other pe a buffer as a run of writes whose source and
+    # destination ranges each continue the previous one's (random sizes, empty ones
+    # too), then a signal; the receiver checks it bit for bit. The proxy posts such a
+    # run as fewer, larger writes: the same bytes must land.
+    B = 160 * 1024
+    inbox = shmem.malloc(n * B)  # [src]
+    outbox = shmem.malloc(n * B)  # [dst]
+    sig = shmem.malloc(8 * n, 8)  # [src] rounds arrived
+    ctypes.memset(sig, 0, 8 * n)
+    shmem.barrier_all()
+    off = px.heap_offset
+    peers = [pe for pe in range(n) if pe != me]
+    writes = 0
+    for r in range(1, rounds + 1):
+        for dst in peers:
+            q = dst % 2
+            ctypes.memmove(outbox + dst * B, payload(me, dst, r, B), B)
+            cut = random.Random(f"cut/{seed}/{me}/{dst}/{r}")
+            at = 0
+            while at < B:
+                size = min(B - at, cut.choice([0, 1, 3, 8, 64, 4095, 4096, 4097, 20000]))
+                p.write(dst, off(inbox + me * B) + at, off(outbox + dst * B) + at, size, queue=q)
+                at += size
+                writes += 1
+            p.atomic_add(dst, off(sig + 8 * me), 1, queue=q)
+        for src in peers:
+            wait_ge(sig + 8 * src, r, f"round {r} from pe {src}")
+            got = ctypes.string_at(inbox + src * B, B)
+            want = payload(src, me, r, B)
+            if got != want:
+                bad = next(i for i in range(B) if got[i] != want[i])
+                raise AssertionError(
+                    f"pe {me}: round {r} from pe {src} ({p.path_to(src)}): first difference "
+                    f"at byte {bad} of {B}"
+                )
+        # Every pe checked this round before the next one rewrites the boxes.
+        p.quiet(0)
+        p.quiet(1)
+        p.barrier(0)
+    print(f"pe {me}: {rounds} rounds x {len(peers)} peers of {B} bytes in {writes} writes")
+
 elif mode == "atomic":
     # Every pe adds random values to one word on every pe (itself included) from both
     # queues at once; mapped pes add through the mapping while remote ones arrive
