@@ -111,6 +111,7 @@ void DeviceLane::Sync() {
     MORI_CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
   });
   pending_ = false;
+  waits_.fetch_add(1, std::memory_order_relaxed);
 }
 
 #else  // !MORI_CORE_WITH_CUDA

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <fstream>
@@ -109,7 +110,8 @@ struct Proxy::Impl {
     uint32_t op = 0;
     uint64_t pending_acks = 0;
     uint64_t epoch = 0;
-    uint64_t served = 0;         // writes and adds posted up to here: retired after Poll
+    uint64_t served = 0;         // the commands below it were posted (Posted)
+    uint64_t retired = 0;        // what this thread last published as retired
     std::vector<uint8_t> dirty;  // per pe: posted to since this queue's last quiet
   };
   std::vector<QueueState> qstate;
@@ -220,13 +222,35 @@ struct Proxy::Impl {
   struct Coalesced {
     int pe = -1;
     uint64_t dst = 0, src = 0, nbytes = 0;
+    uint64_t upto = 0;  // the commands below this index are in it (or posted before)
   };
 
-  void PostCoalesced(CommandQueue& queue, Coalesced* w) {
+  void PostCoalesced(int q, Coalesced* w) {
     if (w->pe < 0) return;
-    PostingGuard posting(queue, w->pe);
-    route[w->pe]->PostWrite(w->pe, w->dst, w->src, w->nbytes);
+    {
+      PostingGuard posting(*queues[q], w->pe);
+      route[w->pe]->PostWrite(w->pe, w->dst, w->src, w->nbytes);
+    }
     w->pe = -1;
+    Posted(q, w->upto);
+  }
+
+  // The commands of queue q below `upto` were posted. A write's source may be reused
+  // once the transports' Poll of its round returned (transport.hpp): on a CUDA heap
+  // they retire then (RetireServed; the staging copies are waited for in Poll); on a
+  // host heap every transport has read the source when PostWrite returns: at once.
+  void Posted(int q, uint64_t upto) {
+    QueueState& st = qstate[q];
+    st.served = std::max(st.served, upto);
+    if (!heap.cuda()) Retire(q, st.served);
+  }
+  void RetireServed(int q) { Retire(q, qstate[q].served); }
+  // Retire calls stay increasing (a quiet or barrier retires past the commands before it).
+  void Retire(int q, uint64_t upto) {
+    QueueState& st = qstate[q];
+    if (upto <= st.retired) return;
+    st.retired = upto;
+    queues[q]->Retire(upto);
   }
 
   // Pops and posts a batch from queue q; true when anything happened.
@@ -238,7 +262,7 @@ struct Proxy::Impl {
           st.op == static_cast<uint32_t>(Op::kQuiet) ? st.pending_acks == 0 : Arrived(st.epoch);
       if (!done) return false;
       st.blocked = false;
-      queue.Retire(st.index + 1);
+      Retire(q, st.index + 1);
     }
     bool progress = false;
     Command c;
@@ -255,10 +279,11 @@ struct Proxy::Impl {
           c.src_offset == w.src + w.nbytes) {
         w.nbytes += c.nbytes;
       } else {
-        PostCoalesced(queue, &w);  // before anything else is posted
-        if (write) w = Coalesced{c.pe, c.dst_offset, c.src_offset, c.nbytes};
+        PostCoalesced(q, &w);  // before anything else is posted
+        if (write) w = Coalesced{c.pe, c.dst_offset, c.src_offset, c.nbytes, index};
       }
-      if (c.op == static_cast<uint32_t>(Op::kWriteAdd)) PostCoalesced(queue, &w);  // before its add
+      if (c.op == static_cast<uint32_t>(Op::kWrite)) w.upto = index + 1;
+      if (c.op == static_cast<uint32_t>(Op::kWriteAdd)) PostCoalesced(q, &w);  // before its add
       PostingGuard posting(queue, c);
       switch (static_cast<Op>(c.op)) {
         case Op::kWrite:
@@ -268,14 +293,14 @@ struct Proxy::Impl {
                                                                  std::memory_order_relaxed);
           if (c.op == static_cast<uint32_t>(Op::kWriteAdd)) {
             route[c.pe]->PostAtomicAdd(c.pe, c.signal_offset, c.value);
+            Posted(q, index + 1);
           }
           st.dirty[c.pe] = 1;
-          st.served = index + 1;
           break;
         case Op::kAtomicAdd:
           route[c.pe]->PostAtomicAdd(c.pe, c.signal_offset, c.value);
           st.dirty[c.pe] = 1;
-          st.served = index + 1;
+          Posted(q, index + 1);
           break;
         case Op::kQuiet:
           st.pending_acks = 0;
@@ -302,7 +327,7 @@ struct Proxy::Impl {
           break;
       }
     }
-    PostCoalesced(queue, &w);
+    PostCoalesced(q, &w);
     return progress;
   }
 
@@ -314,16 +339,6 @@ struct Proxy::Impl {
       fence_queue.erase(it);
     } else {
       ++notifies[c.value];
-    }
-  }
-
-  // A write's source may be reused once the transports' Poll of its round returned
-  // (transport.hpp): the writes and adds served this round retire now. A quiet or
-  // barrier retires later, past them (the order of Retire calls stays increasing).
-  void RetireServed() {
-    for (size_t q = 0; q < queues.size(); ++q) {
-      QueueState& st = qstate[q];
-      if (st.served > queues[q]->retired()) queues[q]->Retire(st.served);
     }
   }
 
@@ -342,7 +357,9 @@ struct Proxy::Impl {
         for (int q = 0; q < static_cast<int>(queues.size()); ++q) progress |= Serve(q);
         done.clear();
         for (Transport* t : transports) t->Poll(&done);
-        RetireServed();
+        if (heap.cuda()) {
+          for (int q = 0; q < static_cast<int>(queues.size()); ++q) RetireServed(q);
+        }
         for (const Completion& c : done) Handle(c);
         progress |= !done.empty();
         if (close_requested.load(std::memory_order_acquire) && !progress && Idle()) {
@@ -592,6 +609,7 @@ ProxyStats Proxy::Stats() const {
   st.commands = impl_->commands.load();
   for (auto& b : impl_->bytes_to_pe) st.bytes_to_pe.push_back(b.load());
   for (auto& b : impl_->bytes_by_path) st.bytes_by_path.push_back(b.load());
+  st.lane_waits = impl_->tcp->LaneWaits() + impl_->mapped->LaneWaits();
   return st;
 }
 

@@ -43,6 +43,7 @@ class MappedTransport final : public Transport {
   void Settle() {
     if (lane_) lane_->Sync();
   }
+  uint64_t LaneWaits() const { return lane_ ? lane_->waits() : 0; }
 
  private:
   const HeapAccess* heap_;

@@ -47,6 +47,10 @@ class TcpTransport final : public Transport {
   void PostNotify(int pe, uint64_t value) override;
   void Poll(std::vector<Completion>* out) override;
   void Shutdown() override;
+  // CUDA heaps: how often the sender's and the receiver's lanes were waited for.
+  uint64_t LaneWaits() const {
+    return (send_lane_ ? send_lane_->waits() : 0) + (recv_lane_ ? recv_lane_->waits() : 0);
+  }
 
  private:
   struct Frame;

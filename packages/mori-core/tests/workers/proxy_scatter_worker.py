@@ -104,8 +104,13 @@ def check(first_groups, dst, sig):
 
 check(groups // 2, dst, sig)
 check(groups, dst, sig)
-print(f"pe {me}: {len(theirs)} pieces from pe {source} over {want_path} bit for bit", flush=True)
 p.quiet(0)
+st = p.stats()
+print(
+    f"pe {me}: {len(theirs)} pieces from pe {source} over {want_path} bit for bit; sent "
+    f"{len(mine)} writes, {st['lane_waits']} waits of this proxy's CUDA streams",
+    flush=True,
+)
 shmem.barrier_all()
 p.close()
 del src, dst, sig
