@@ -38,8 +38,25 @@ def test_runs_of_contiguous_writes_land_bit_for_bit(world, per_node, transport):
     _run("pieces", world, transport, per_node, "12")
 
 
+# Only source and destination both continuing may merge two writes.
+@pytest.mark.parametrize("variant", ["src-shuffled", "dst-shuffled"])
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_runs_continuing_on_one_side_only_land_bit_for_bit(variant, transport):
+    _run(f"pieces-{variant}", 4, transport, 2, "6")
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_a_retired_writes_source_may_be_overwritten(transport):
+    _run("pieces-retired", 4, transport, 2, "2")
+
+
+def test_chained_writes_to_oneself_apply_one_by_one():
+    _run("selfchain", 2, "auto", 2, "200")
+
+
 @pytest.mark.parametrize("per_node", [1, 2], ids=["two-nodes-tcp", "one-node-mapped"])
 def test_a_scatter_of_writes_lands_bit_for_bit(per_node):
+    pytest.importorskip("torch")
     # The same worker runs on a CUDA heap in test_proxy_gpu.py (the staging paths).
     run_ranks([SCATTER_WORKER, str(new_seed()), str(per_node), "cpu"], 2, timeout_s=240, who="pe")
 

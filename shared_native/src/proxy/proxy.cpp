@@ -51,8 +51,8 @@ using internal::PeerInfo;
 // The notify value of the barrier Close() runs (user barriers count 1, 2, ...).
 constexpr uint64_t kCloseNotify = uint64_t{1} << 63;
 constexpr int kPopBatch = 32;
-// CUDA heaps: a round's writes share one wait for their staging copies (the TCP
-// sender's and the mapped lane's), so a round pops more of a queue.
+// CUDA heaps: a round's writes share one wait for their copies (the TCP sender's
+// staging copies and the mapped copies, on one stream), so a round pops more of a queue.
 constexpr int kPopBatchStaged = 256;
 
 std::string HostIdentity() {
@@ -609,7 +609,7 @@ ProxyStats Proxy::Stats() const {
   st.commands = impl_->commands.load();
   for (auto& b : impl_->bytes_to_pe) st.bytes_to_pe.push_back(b.load());
   for (auto& b : impl_->bytes_by_path) st.bytes_by_path.push_back(b.load());
-  st.lane_waits = impl_->tcp->LaneWaits() + impl_->mapped->LaneWaits();
+  st.lane_waits = impl_->tcp->LaneWaits();
   return st;
 }
 

@@ -7,9 +7,11 @@
 // contract holds across the two.
 //   MappedTransport: the pe's heap is mapped here (shmem's local group): copies and
 //     real atomics through the mapping; fences complete at once. CUDA heaps: through
-//     the transport's DeviceLane (its own non-blocking stream, device_lane.hpp):
-//     writes and the adds behind them are enqueued in posting order, waited for once
-//     per proxy round (Poll) and by every fence, notify and barrier (Settle).
+//     the proxy thread's DeviceLane, shared with the TCP sender (one non-blocking
+//     stream, device_lane.hpp): writes, the adds behind them and the TCP sender's
+//     staging copies run in posting order; a round with a copy is waited for once in
+//     Poll (adds alone retire without a wait), and every fence, notify and barrier
+//     (Settle) waits.
 //   Host heaps complete a write before PostWrite returns.
 //   CmaTransport: another local group on this host (emulated nodes), host heaps:
 //     writes with process_vm_writev into the peer's heap; adds, fences and notifies
@@ -43,14 +45,13 @@ class MappedTransport final : public Transport {
   void Settle() {
     if (lane_) lane_->Sync();
   }
-  uint64_t LaneWaits() const { return lane_ ? lane_->waits() : 0; }
 
  private:
   const HeapAccess* heap_;
   TcpTransport* control_;
   std::vector<char*> bases_;  // per pe: its heap mapped here, or nullptr
   std::vector<Completion> acks_;
-  std::unique_ptr<DeviceLane> lane_;  // CUDA heaps
+  DeviceLane* lane_ = nullptr;  // CUDA heaps: control_->sender_lane()
 };
 
 class CmaTransport final : public Transport {

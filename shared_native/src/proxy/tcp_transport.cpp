@@ -21,6 +21,10 @@
 namespace mori::proxy::internal {
 namespace {
 
+// Staging regions start at multiples of this (whole cache lines for the copies).
+constexpr size_t kStagingAlign = 64;
+size_t AlignUp(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
+
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kFrameMagic = 0x5852506d;  // "mPRX"
@@ -67,7 +71,7 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
   if (heap_->cuda()) {
     // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
     send_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
-                                              StrCat(heap_->Self(), " tcp sender"));
+                                              StrCat(heap_->Self(), " stream (tcp sender, mapped)"));
     recv_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
                                               StrCat(heap_->Self(), " tcp receiver"));
   }
@@ -210,7 +214,7 @@ void TcpTransport::Flush(int pe) {
   try {
     send_lane_->Sync();
   } catch (const CudaError& e) {
-    MORI_THROW(CudaError, "staging the writes to ", heap_->PeName(pe), ": ", e.what());
+    MORI_THROW(CudaError, "staging this round's writes (tcp and mapped): ", e.what());
   }
   iov_.clear();
   size_t from = 0;
@@ -309,7 +313,7 @@ void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
     send_lane_->Copy(send_lane_->staging() + send_used_, heap_->my_base() + src_offset, nbytes);
     staged_[pe].push_back(StagedPiece{out_buf_[pe].size(), send_used_, nbytes});
     ++staged_count_;
-    send_used_ += nbytes;
+    send_used_ = std::min(cap, AlignUp(send_used_ + nbytes));  // each region 64-byte aligned
     return;
   }
   // Larger than the staging buffer (empty now): chunk by chunk, each waited for.
@@ -511,19 +515,24 @@ bool TcpTransport::ApplyFrame(int pe) {
           }
           return true;
         }
-        if (f.arg > cap - recv_used_) SettleInbound();
-        // About to wait for the payload on the socket: what is ready lands meanwhile.
-        if (Buffered(pe) < f.arg) IssueInbound();
+        // The heap range right after the pending copy's, staged right after it, with the
+        // payload already here (no wait on the socket): one copy.
+        const bool merge = pending_.len > 0 && pending_.dst + pending_.len == dst &&
+                           pending_.at + pending_.len == recv_used_ &&
+                           f.arg <= cap - recv_used_ && Buffered(pe) >= f.arg;
+        if (!merge) {
+          // The pending copy lands meanwhile; a new copy's region starts 64-byte aligned.
+          IssueInbound();
+          recv_used_ = std::min(cap, AlignUp(recv_used_));
+          if (f.arg > cap - recv_used_) SettleInbound();
+        }
         if (!ReadInto(pe, recv_lane_->staging() + recv_used_, f.arg, &error)) {
           SetError(Lost(pe, "receiving a write's payload", error));
           return false;
         }
-        // The heap range right after the pending copy's, staged right after it: one copy.
-        if (pending_.len > 0 && pending_.dst + pending_.len == dst &&
-            pending_.at + pending_.len == recv_used_) {
+        if (merge) {
           pending_.len += f.arg;
         } else {
-          IssueInbound();
           pending_ = PendingCopy{dst, recv_used_, f.arg};
         }
         recv_used_ += f.arg;

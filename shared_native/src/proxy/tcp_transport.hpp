@@ -47,7 +47,11 @@ class TcpTransport final : public Transport {
   void PostNotify(int pe, uint64_t value) override;
   void Poll(std::vector<Completion>* out) override;
   void Shutdown() override;
-  // CUDA heaps: how often the sender's and the receiver's lanes were waited for.
+  // CUDA heaps: the proxy thread's lane (the sender's), which MappedTransport shares:
+  // one stream, so a mapped write and a later staged write reading its range run in
+  // posting order, and one wait per round covers both; nullptr on host heaps.
+  DeviceLane* sender_lane() const { return send_lane_.get(); }
+  // CUDA heaps: how often the proxy thread's and the receiver's lanes were waited for.
   uint64_t LaneWaits() const {
     return (send_lane_ ? send_lane_->waits() : 0) + (recv_lane_ ? recv_lane_->waits() : 0);
   }
