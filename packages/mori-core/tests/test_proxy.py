@@ -47,18 +47,20 @@ def test_runs_continuing_on_one_side_only_land_bit_for_bit(variant, transport):
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_a_retired_writes_source_may_be_overwritten(transport):
-    _run("pieces-retired", 4, transport, 2, "2")
+    _run("pieces-retired", 4, transport, 2, "4")
 
 
 def test_chained_writes_to_oneself_apply_one_by_one():
     _run("selfchain", 2, "auto", 2, "200")
 
 
+@pytest.mark.parametrize("layout", ["scatter", "runs"])
 @pytest.mark.parametrize("per_node", [1, 2], ids=["two-nodes-tcp", "one-node-mapped"])
-def test_a_scatter_of_writes_lands_bit_for_bit(per_node):
+def test_a_scatter_of_writes_lands_bit_for_bit(per_node, layout):
     pytest.importorskip("torch")
     # The same worker runs on a CUDA heap in test_proxy_gpu.py (the staging paths).
-    run_ranks([SCATTER_WORKER, str(new_seed()), str(per_node), "cpu"], 2, timeout_s=240, who="pe")
+    argv = [SCATTER_WORKER, str(new_seed()), str(per_node), "cpu", layout]
+    run_ranks(argv, 2, timeout_s=240, who="pe")
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])

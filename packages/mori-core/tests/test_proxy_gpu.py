@@ -24,10 +24,14 @@ def test_kernel_pushes_write_add_and_adds(per_node):
     run_ranks([WORKER, str(new_seed()), str(per_node)], 2, timeout_s=300, who="pe")
 
 
+# runs: runs of 257..600 writes that continue on both sides or on one side only, so a
+# run crosses the proxy's rounds and the TCP receiver merges consecutive copies.
+@pytest.mark.parametrize("layout", ["scatter", "runs"])
 @pytest.mark.parametrize("per_node", [1, 2], ids=["two-nodes-tcp", "one-node-mapped"])
-def test_a_scatter_of_writes_through_the_staging_lands_bit_for_bit(per_node):
+def test_a_scatter_of_writes_through_the_staging_lands_bit_for_bit(per_node, layout):
     require_cuda()
-    run_ranks([SCATTER_WORKER, str(new_seed()), str(per_node), "cuda"], 2, timeout_s=300, who="pe")
+    argv = [SCATTER_WORKER, str(new_seed()), str(per_node), "cuda", layout]
+    run_ranks(argv, 2, timeout_s=300, who="pe")
 
 
 def test_a_dead_peer_traps_the_pushing_kernel_naming_it():

@@ -70,8 +70,9 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
     : heap_(heap), options_(options) {
   if (heap_->cuda()) {
     // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
-    send_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
-                                              StrCat(heap_->Self(), " stream (tcp sender, mapped)"));
+    send_lane_ =
+        std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
+                                     StrCat(heap_->Self(), " stream (tcp sender, mapped)"));
     recv_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
                                               StrCat(heap_->Self(), " tcp receiver"));
   }
@@ -518,8 +519,8 @@ bool TcpTransport::ApplyFrame(int pe) {
         // The heap range right after the pending copy's, staged right after it, with the
         // payload already here (no wait on the socket): one copy.
         const bool merge = pending_.len > 0 && pending_.dst + pending_.len == dst &&
-                           pending_.at + pending_.len == recv_used_ &&
-                           f.arg <= cap - recv_used_ && Buffered(pe) >= f.arg;
+                           pending_.at + pending_.len == recv_used_ && f.arg <= cap - recv_used_ &&
+                           Buffered(pe) >= f.arg;
         if (!merge) {
           // The pending copy lands meanwhile; a new copy's region starts 64-byte aligned.
           IssueInbound();

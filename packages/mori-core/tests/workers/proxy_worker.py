@@ -166,10 +166,10 @@ elif mode.startswith("pieces"):
             seq.append(at)
             at += size
         if mode == "pieces-src-shuffled":
-            return list(zip(sizes, placed, seq))
+            return list(zip(sizes, placed, seq, strict=True))
         if mode == "pieces-dst-shuffled":
-            return list(zip(sizes, seq, placed))
-        return list(zip(sizes, seq, seq))
+            return list(zip(sizes, seq, placed, strict=True))
+        return list(zip(sizes, seq, seq, strict=True))
 
     writes = 0
     for r in range(1, rounds + 1):
@@ -182,7 +182,9 @@ elif mode.startswith("pieces"):
                 idx = p.write(dst, off(inbox + me * B) + d_at, off(row) + s_at, size, queue=q)
                 if mode == "pieces-retired" and size > 0:
                     p.wait_retired(idx + 1, queue=q)
-                    ctypes.memmove(row + s_at, bytes(b ^ 0xFF for b in data[s_at : s_at + size]), size)
+                    ctypes.memmove(
+                        row + s_at, bytes(b ^ 0xFF for b in data[s_at : s_at + size]), size
+                    )
                 writes += 1
             p.atomic_add(dst, off(sig + 8 * me), 1, queue=q)
         for src in peers:
@@ -233,7 +235,9 @@ elif mode == "selfchain":
     got = ctypes.string_at(buf, S)
     if got != bytes(model):
         bad = next(i for i in range(S) if got[i] != model[i])
-        raise AssertionError(f"pe {me}: {writes} chained writes to itself: first difference at byte {bad}")
+        raise AssertionError(
+            f"pe {me}: {writes} chained writes to itself: first difference at byte {bad}"
+        )
     print(f"pe {me}: {rounds} runs, {writes} chained writes to itself as applied one by one")
 
 elif mode == "atomic":
