@@ -162,6 +162,7 @@ retire stands beside). CUDA builds only.)doc");
                by_path[px::PathName(static_cast<px::Path>(i))] = s.bytes_by_path[i];
              }
              d["bytes_by_path"] = by_path;
+             d["lane_waits"] = s.lane_waits;
              return d;
            })
       .def("close", &px::Proxy::Close, py::call_guard<py::gil_scoped_release>())

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Copyright (c) 2026 The mori authors
 """The proxy among real processes on emulated nodes (CPU; runs in CI): write+signal
-ordering with random payloads checked bit for bit, concurrent atomic adds, a pe dying
-mid-stream. Each runs over the automatic paths (mapped within a node, CMA or TCP
-across) and with TCP forced across nodes."""
+ordering with random payloads checked bit for bit, runs of contiguous writes, concurrent
+atomic adds, a pe dying mid-stream. Each runs over the automatic paths (mapped within a
+node, CMA or TCP across) and with TCP forced across nodes."""
 
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from mori.core import proxy, shmem
 from mori.core.testing import new_seed, run_ranks
 
 WORKER = str(Path(__file__).parent / "workers" / "proxy_worker.py")
+SCATTER_WORKER = str(Path(__file__).parent / "workers" / "proxy_scatter_worker.py")
 
 
 def _run(mode, world, transport, per_node, *extra, timeout_s=240):
@@ -29,6 +30,37 @@ LAYOUTS = [(2, 1), (4, 2)]
 @pytest.mark.parametrize(("world", "per_node"), LAYOUTS)
 def test_write_then_signal_ordering_bit_for_bit(world, per_node, transport):
     _run("order", world, transport, per_node, "60")
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+@pytest.mark.parametrize(("world", "per_node"), LAYOUTS)
+def test_runs_of_contiguous_writes_land_bit_for_bit(world, per_node, transport):
+    _run("pieces", world, transport, per_node, "12")
+
+
+# Only source and destination both continuing may merge two writes.
+@pytest.mark.parametrize("variant", ["src-shuffled", "dst-shuffled"])
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_runs_continuing_on_one_side_only_land_bit_for_bit(variant, transport):
+    _run(f"pieces-{variant}", 4, transport, 2, "6")
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_a_retired_writes_source_may_be_overwritten(transport):
+    _run("pieces-retired", 4, transport, 2, "4")
+
+
+def test_chained_writes_to_oneself_apply_one_by_one():
+    _run("selfchain", 2, "auto", 2, "200")
+
+
+@pytest.mark.parametrize("layout", ["scatter", "runs"])
+@pytest.mark.parametrize("per_node", [1, 2], ids=["two-nodes-tcp", "one-node-mapped"])
+def test_a_scatter_of_writes_lands_bit_for_bit(per_node, layout):
+    pytest.importorskip("torch")
+    # The same worker runs on a CUDA heap in test_proxy_gpu.py (the staging paths).
+    argv = [SCATTER_WORKER, str(new_seed()), str(per_node), "cpu", layout]
+    run_ranks(argv, 2, timeout_s=240, who="pe")
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])

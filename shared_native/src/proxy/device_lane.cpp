@@ -94,6 +94,7 @@ void DeviceLane::Copy(void* dst, const void* src, size_t nbytes) {
     MORI_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, AsStream(stream_)));
   });
   pending_ = true;
+  copied_ = true;
 }
 
 void DeviceLane::Add(uint64_t* word, uint64_t value) {
@@ -111,6 +112,8 @@ void DeviceLane::Sync() {
     MORI_CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
   });
   pending_ = false;
+  copied_ = false;
+  waits_.fetch_add(1, std::memory_order_relaxed);
 }
 
 #else  // !MORI_CORE_WITH_CUDA

@@ -16,6 +16,7 @@
 // legacy default stream, cudaMemcpy/cudaMemset, cudaDeviceSynchronize, allocations,
 // or mori::shmem's host ops from a proxy thread.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -44,6 +45,10 @@ class DeviceLane {
   void Sync();
   // Whether anything was enqueued since the last Sync.
   bool pending() const { return pending_; }
+  // Whether a copy was enqueued since the last Sync (adds alone need no wait to retire).
+  bool copied() const { return copied_; }
+  // Syncs that waited (something was pending); read from any thread.
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
 
  private:
   void Release() noexcept;
@@ -55,6 +60,8 @@ class DeviceLane {
   size_t staging_bytes_ = 0;
   uint64_t* scratch_ = nullptr;  // device word the warm-up launch adds 0 to
   bool pending_ = false;
+  bool copied_ = false;
+  std::atomic<uint64_t> waits_{0};
 };
 
 }  // namespace mori::proxy::internal

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <fstream>
@@ -50,6 +51,9 @@ using internal::PeerInfo;
 // The notify value of the barrier Close() runs (user barriers count 1, 2, ...).
 constexpr uint64_t kCloseNotify = uint64_t{1} << 63;
 constexpr int kPopBatch = 32;
+// CUDA heaps: a round's writes share one wait for their copies (the TCP sender's
+// staging copies and the mapped copies, on one stream), so a round pops more of a queue.
+constexpr int kPopBatchStaged = 256;
 
 std::string HostIdentity() {
   char host[256] = {};
@@ -106,6 +110,8 @@ struct Proxy::Impl {
     uint32_t op = 0;
     uint64_t pending_acks = 0;
     uint64_t epoch = 0;
+    uint64_t served = 0;         // the commands below it were posted (Posted)
+    uint64_t retired = 0;        // what this thread last published as retired
     std::vector<uint8_t> dirty;  // per pe: posted to since this queue's last quiet
   };
   std::vector<QueueState> qstate;
@@ -199,12 +205,53 @@ struct Proxy::Impl {
           c.op != static_cast<uint32_t>(Op::kQuiet) && c.op != static_cast<uint32_t>(Op::kBarrier);
       if (to_pe) queue.SetPostingPe(c.pe);
     }
+    PostingGuard(CommandQueue& q, int pe) : queue(q), exceptions(std::uncaught_exceptions()) {
+      queue.SetPostingPe(pe);
+    }
     ~PostingGuard() {
       if (std::uncaught_exceptions() == exceptions) queue.SetPostingPe(-1);
     }
     CommandQueue& queue;
     int exceptions;
   };
+
+  // Consecutive writes of a queue to one other pe, each source and destination range
+  // continuing the previous one's, are posted as one write: the same bytes land in
+  // the same order relative to every other command (nothing else comes between), and
+  // the ranges of two pes' heaps cannot overlap. One transfer instead of several.
+  struct Coalesced {
+    int pe = -1;
+    uint64_t dst = 0, src = 0, nbytes = 0;
+    uint64_t upto = 0;  // the commands below this index are in it (or posted before)
+  };
+
+  void PostCoalesced(int q, Coalesced* w) {
+    if (w->pe < 0) return;
+    {
+      PostingGuard posting(*queues[q], w->pe);
+      route[w->pe]->PostWrite(w->pe, w->dst, w->src, w->nbytes);
+    }
+    w->pe = -1;
+    Posted(q, w->upto);
+  }
+
+  // The commands of queue q below `upto` were posted. A write's source may be reused
+  // once the transports' Poll of its round returned (transport.hpp): on a CUDA heap
+  // they retire then (RetireServed; the staging copies are waited for in Poll); on a
+  // host heap every transport has read the source when PostWrite returns: at once.
+  void Posted(int q, uint64_t upto) {
+    QueueState& st = qstate[q];
+    st.served = std::max(st.served, upto);
+    if (!heap.cuda()) Retire(q, st.served);
+  }
+  void RetireServed(int q) { Retire(q, qstate[q].served); }
+  // Retire calls stay increasing (a quiet or barrier retires past the commands before it).
+  void Retire(int q, uint64_t upto) {
+    QueueState& st = qstate[q];
+    if (upto <= st.retired) return;
+    st.retired = upto;
+    queues[q]->Retire(upto);
+  }
 
   // Pops and posts a batch from queue q; true when anything happened.
   bool Serve(int q) {
@@ -215,33 +262,45 @@ struct Proxy::Impl {
           st.op == static_cast<uint32_t>(Op::kQuiet) ? st.pending_acks == 0 : Arrived(st.epoch);
       if (!done) return false;
       st.blocked = false;
-      queue.Retire(st.index + 1);
+      Retire(q, st.index + 1);
     }
     bool progress = false;
     Command c;
-    for (int k = 0; k < kPopBatch && queue.TryPop(&c); ++k) {
+    Coalesced w;
+    const int batch = heap.cuda() ? kPopBatchStaged : kPopBatch;
+    for (int k = 0; k < batch && queue.TryPop(&c); ++k) {
       progress = true;
       const uint64_t index = queue.popped() - 1;
       commands.fetch_add(1, std::memory_order_relaxed);
       Validate(q, index, c);
+      const bool write =
+          c.op == static_cast<uint32_t>(Op::kWrite) || c.op == static_cast<uint32_t>(Op::kWriteAdd);
+      if (write && c.pe == w.pe && c.pe != heap.my_pe() && c.dst_offset == w.dst + w.nbytes &&
+          c.src_offset == w.src + w.nbytes) {
+        w.nbytes += c.nbytes;
+      } else {
+        PostCoalesced(q, &w);  // before anything else is posted
+        if (write) w = Coalesced{c.pe, c.dst_offset, c.src_offset, c.nbytes, index};
+      }
+      if (c.op == static_cast<uint32_t>(Op::kWrite)) w.upto = index + 1;
+      if (c.op == static_cast<uint32_t>(Op::kWriteAdd)) PostCoalesced(q, &w);  // before its add
       PostingGuard posting(queue, c);
       switch (static_cast<Op>(c.op)) {
         case Op::kWrite:
         case Op::kWriteAdd:
-          route[c.pe]->PostWrite(c.pe, c.dst_offset, c.src_offset, c.nbytes);
           bytes_to_pe[c.pe].fetch_add(c.nbytes, std::memory_order_relaxed);
           bytes_by_path[static_cast<int>(paths[c.pe])].fetch_add(c.nbytes,
                                                                  std::memory_order_relaxed);
           if (c.op == static_cast<uint32_t>(Op::kWriteAdd)) {
             route[c.pe]->PostAtomicAdd(c.pe, c.signal_offset, c.value);
+            Posted(q, index + 1);
           }
           st.dirty[c.pe] = 1;
-          queue.Retire(index + 1);
           break;
         case Op::kAtomicAdd:
           route[c.pe]->PostAtomicAdd(c.pe, c.signal_offset, c.value);
           st.dirty[c.pe] = 1;
-          queue.Retire(index + 1);
+          Posted(q, index + 1);
           break;
         case Op::kQuiet:
           st.pending_acks = 0;
@@ -268,6 +327,7 @@ struct Proxy::Impl {
           break;
       }
     }
+    PostCoalesced(q, &w);
     return progress;
   }
 
@@ -297,6 +357,9 @@ struct Proxy::Impl {
         for (int q = 0; q < static_cast<int>(queues.size()); ++q) progress |= Serve(q);
         done.clear();
         for (Transport* t : transports) t->Poll(&done);
+        if (heap.cuda()) {
+          for (int q = 0; q < static_cast<int>(queues.size()); ++q) RetireServed(q);
+        }
         for (const Completion& c : done) Handle(c);
         progress |= !done.empty();
         if (close_requested.load(std::memory_order_acquire) && !progress && Idle()) {
@@ -546,6 +609,7 @@ ProxyStats Proxy::Stats() const {
   st.commands = impl_->commands.load();
   for (auto& b : impl_->bytes_to_pe) st.bytes_to_pe.push_back(b.load());
   for (auto& b : impl_->bytes_by_path) st.bytes_by_path.push_back(b.load());
+  st.lane_waits = impl_->tcp->LaneWaits();
   return st;
 }
 

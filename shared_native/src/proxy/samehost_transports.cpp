@@ -18,18 +18,17 @@ MappedTransport::MappedTransport(const HeapAccess* heap, TcpTransport* control)
   for (int pe = 0; pe < heap_->n_pes(); ++pe) {
     bases_[pe] = static_cast<char*>(shmem::Ptr(heap_->my_base(), pe));
   }
-  if (heap_->cuda()) {
-    // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
-    lane_ = std::make_unique<DeviceLane>(heap_->device(), 0, StrCat(heap_->Self(), " mapped"));
-  }
+  // CUDA heaps: the TCP sender's lane (both are used by the proxy thread only).
+  lane_ = control_->sender_lane();
 }
 
 void MappedTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) {
   if (nbytes == 0) return;
   if (lane_) {
-    // The write retires when PostWrite returns (its source may be reused): wait for it.
+    // Enqueued on the lane, waited for once per proxy round (Poll), before the source
+    // may be reused; an add behind it, and a TCP write staged from its range, run
+    // after it on the same stream.
     lane_->Copy(bases_[pe] + dst_offset, heap_->my_base() + src_offset, nbytes);
-    lane_->Sync();
   } else {
     std::memmove(bases_[pe] + dst_offset, heap_->my_base() + src_offset, nbytes);
   }
@@ -57,6 +56,10 @@ void MappedTransport::PostNotify(int pe, uint64_t value) {
 }
 
 void MappedTransport::Poll(std::vector<Completion>* out) {
+  // The round's copies completed: their sources may be reused (transport.hpp). Adds
+  // alone need no wait (a fence, notify or barrier waits for them); the TCP sender's
+  // Flush may have waited already.
+  if (lane_ && lane_->copied()) lane_->Sync();
   out->insert(out->end(), acks_.begin(), acks_.end());
   acks_.clear();
 }

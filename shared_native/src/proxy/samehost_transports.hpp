@@ -2,14 +2,17 @@
 // Copyright (c) 2026 The mori authors
 #pragma once
 
-// The proxy's same-host transports. Both complete a write before PostWrite returns,
-// so anything posted after it over the pair's TCP stream (adds, fences, notifies)
-// takes effect after the write landed: the ordering contract holds across the two.
+// The proxy's same-host transports. A write has landed before anything posted after
+// it over the pair's TCP stream (adds, fences, notifies) takes effect, so the ordering
+// contract holds across the two.
 //   MappedTransport: the pe's heap is mapped here (shmem's local group): copies and
 //     real atomics through the mapping; fences complete at once. CUDA heaps: through
-//     the transport's DeviceLane (its own non-blocking stream, device_lane.hpp):
-//     writes wait for their copy, adds are enqueued behind them and waited for by
-//     the next fence or notify.
+//     the proxy thread's DeviceLane, shared with the TCP sender (one non-blocking
+//     stream, device_lane.hpp): writes, the adds behind them and the TCP sender's
+//     staging copies run in posting order; a round with a copy is waited for once in
+//     Poll (adds alone retire without a wait), and every fence, notify and barrier
+//     (Settle) waits.
+//   Host heaps complete a write before PostWrite returns.
 //   CmaTransport: another local group on this host (emulated nodes), host heaps:
 //     writes with process_vm_writev into the peer's heap; adds, fences and notifies
 //     over the TCP stream, applied by the peer's receiver as real atomics.
@@ -48,7 +51,7 @@ class MappedTransport final : public Transport {
   TcpTransport* control_;
   std::vector<char*> bases_;  // per pe: its heap mapped here, or nullptr
   std::vector<Completion> acks_;
-  std::unique_ptr<DeviceLane> lane_;  // CUDA heaps
+  DeviceLane* lane_ = nullptr;  // CUDA heaps: control_->sender_lane()
 };
 
 class CmaTransport final : public Transport {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "mori/core/error.hpp"
@@ -19,6 +20,10 @@
 
 namespace mori::proxy::internal {
 namespace {
+
+// Staging regions start at multiples of this (whole cache lines for the copies).
+constexpr size_t kStagingAlign = 64;
+size_t AlignUp(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
 
 using Clock = std::chrono::steady_clock;
 
@@ -65,8 +70,9 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
     : heap_(heap), options_(options) {
   if (heap_->cuda()) {
     // Made here, on the thread that builds the proxy: see the rule in device_lane.cpp.
-    send_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
-                                              StrCat(heap_->Self(), " tcp sender"));
+    send_lane_ =
+        std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
+                                     StrCat(heap_->Self(), " stream (tcp sender, mapped)"));
     recv_lane_ = std::make_unique<DeviceLane>(heap_->device(), options_.staging_bytes,
                                               StrCat(heap_->Self(), " tcp receiver"));
   }
@@ -74,6 +80,7 @@ TcpTransport::TcpTransport(const HeapAccess* heap, const TcpOptions& options)
   out_fds_.assign(n, -1);
   in_fds_.assign(n, -1);
   out_buf_.resize(n);
+  staged_.resize(n);
   in_buf_.resize(n);
   for (InBuf& b : in_buf_) b.data.resize(kInBufBytes);
   for (int i = 0; i < n; ++i) bye_from_.push_back(std::make_unique<std::atomic<bool>>(false));
@@ -196,24 +203,61 @@ void TcpTransport::SendRaw(int pe, const char* data, uint64_t nbytes) {
 
 void TcpTransport::Flush(int pe) {
   std::vector<char>& buf = out_buf_[pe];
-  if (buf.empty()) return;
-  SendRaw(pe, buf.data(), buf.size());
+  std::vector<StagedPiece>& pieces = staged_[pe];
+  if (pieces.empty()) {
+    if (buf.empty()) return;
+    SendRaw(pe, buf.data(), buf.size());
+    buf.clear();
+    return;
+  }
+  // The staged payloads are sent only once their copies completed: one wait for every
+  // copy enqueued so far (the lane's stream runs them in order).
+  try {
+    send_lane_->Sync();
+  } catch (const CudaError& e) {
+    MORI_THROW(CudaError, "staging this round's writes (tcp and mapped): ", e.what());
+  }
+  iov_.clear();
+  size_t from = 0;
+  for (const StagedPiece& p : pieces) {
+    if (p.buf_end > from) iov_.push_back(iovec{buf.data() + from, p.buf_end - from});
+    iov_.push_back(iovec{send_lane_->staging() + p.at, p.len});
+    from = p.buf_end;
+  }
+  if (buf.size() > from) iov_.push_back(iovec{buf.data() + from, buf.size() - from});
+  SendVec(pe, iov_.data(), iov_.size());
   buf.clear();
+  staged_count_ -= pieces.size();
+  pieces.clear();
+  if (staged_count_ == 0) send_used_ = 0;
+}
+
+void TcpTransport::FlushAll() {
+  for (int pe = 0; pe < heap_->n_pes(); ++pe) {
+    if (out_fds_[pe] >= 0) Flush(pe);
+  }
 }
 
 void TcpTransport::SendWithPayload(int pe, const char* payload, uint64_t nbytes) {
   std::vector<char>& buf = out_buf_[pe];
   iovec iov[2] = {{buf.data(), buf.size()}, {const_cast<char*>(payload), nbytes}};
-  int first = buf.empty() ? 1 : 0;
+  SendVec(pe, iov, 2);
+  buf.clear();
+}
+
+void TcpTransport::SendVec(int pe, iovec* iov, size_t count) {
   const int fd = out_fds_[pe];
-  while (first < 2) {
+  size_t first = 0;
+  for (;;) {
+    while (first < count && iov[first].iov_len == 0) ++first;
+    if (first == count) return;
     msghdr msg{};
     msg.msg_iov = iov + first;
-    msg.msg_iovlen = 2 - first;
+    msg.msg_iovlen = std::min<size_t>(count - first, IOV_MAX);
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n > 0) {
       size_t left = static_cast<size_t>(n);
-      while (first < 2 && left > 0) {
+      while (left > 0) {
         if (left >= iov[first].iov_len) {
           left -= iov[first].iov_len;
           ++first;
@@ -237,7 +281,6 @@ void TcpTransport::SendWithPayload(int pe, const char* payload, uint64_t nbytes)
     SetError(Lost(pe, "sending to it", error));
     ThrowError();
   }
-  buf.clear();
 }
 
 void TcpTransport::SendFrame(int pe, const Frame& f, const void* payload, uint64_t nbytes) {
@@ -260,12 +303,24 @@ void TcpTransport::PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, u
     SendFrame(pe, f, heap_->my_base() + src_offset, nbytes);
     return;
   }
-  // CUDA heap: the payload goes through the sender lane's pinned staging buffer,
-  // chunk by chunk (each copy waits on the lane's own stream only).
+  // CUDA heap: the payload is copied into its own region of the sender lane's pinned
+  // staging buffer (enqueued on the lane's stream; not waited for here) and sent
+  // behind this frame by the next Flush of pe, which waits once for all copies so far
+  // (at the latest in Poll, which ends the proxy's round: the source is then free).
+  const size_t cap = send_lane_->staging_bytes();
+  if (nbytes > cap - send_used_) FlushAll();  // the regions are reused: send what they hold
   SendFrame(pe, f, nullptr, 0);
+  if (nbytes <= cap) {
+    send_lane_->Copy(send_lane_->staging() + send_used_, heap_->my_base() + src_offset, nbytes);
+    staged_[pe].push_back(StagedPiece{out_buf_[pe].size(), send_used_, nbytes});
+    ++staged_count_;
+    send_used_ = std::min(cap, AlignUp(send_used_ + nbytes));  // each region 64-byte aligned
+    return;
+  }
+  // Larger than the staging buffer (empty now): chunk by chunk, each waited for.
   Flush(pe);
   for (uint64_t done = 0; done < nbytes;) {
-    const uint64_t chunk = std::min<uint64_t>(nbytes - done, send_lane_->staging_bytes());
+    const uint64_t chunk = std::min<uint64_t>(nbytes - done, cap);
     send_lane_->Copy(send_lane_->staging(), heap_->my_base() + src_offset + done, chunk);
     send_lane_->Sync();
     SendRaw(pe, send_lane_->staging(), chunk);
@@ -318,9 +373,7 @@ void TcpTransport::ReadAcks(int pe, std::vector<Completion>* out) {
 
 void TcpTransport::Poll(std::vector<Completion>* out) {
   if (failed_.load(std::memory_order_acquire)) ThrowError();
-  for (int pe = 0; pe < heap_->n_pes(); ++pe) {
-    if (out_fds_[pe] >= 0) Flush(pe);
-  }
+  FlushAll();
   // Acknowledgements come back on the outbound streams; they are read when fences are
   // outstanding, and now and then otherwise so that a closed stream is noticed.
   if (fences_outstanding_ > 0 || (++polls_ & 1023) == 0) {
@@ -335,8 +388,17 @@ void TcpTransport::Poll(std::vector<Completion>* out) {
   }
 }
 
+void TcpTransport::IssueInbound() {
+  if (pending_.len == 0) return;
+  recv_lane_->Copy(pending_.dst, recv_lane_->staging() + pending_.at, pending_.len);
+  pending_.len = 0;
+}
+
 void TcpTransport::SettleInbound() {
-  if (recv_lane_) recv_lane_->Sync();
+  if (!recv_lane_) return;
+  IssueInbound();
+  recv_lane_->Sync();
+  recv_used_ = 0;
 }
 
 bool TcpTransport::ApplyOne(int pe) {
@@ -434,18 +496,47 @@ bool TcpTransport::ApplyFrame(int pe) {
           return false;
         }
       } else {
-        // Through the receiver lane's pinned staging buffer; the copy completes before
-        // the buffer takes the next chunk.
-        for (uint64_t done = 0; done < f.arg;) {
-          const uint64_t chunk = std::min<uint64_t>(f.arg - done, recv_lane_->staging_bytes());
-          if (!ReadInto(pe, recv_lane_->staging(), chunk, &error)) {
-            SetError(Lost(pe, "receiving a write's payload", error));
-            return false;
+        // Through the receiver lane's pinned staging buffer: each payload into its own
+        // region, copied to the heap on the lane's stream without waiting; the regions
+        // are reused after a SettleInbound (a fence, notify or goodbye, or a full
+        // buffer), which waits for every copy before it.
+        const size_t cap = recv_lane_->staging_bytes();
+        char* dst = heap_->my_base() + f.offset;
+        if (f.arg > cap) {
+          SettleInbound();  // the chunks below use the whole buffer
+          for (uint64_t done = 0; done < f.arg;) {
+            const uint64_t chunk = std::min<uint64_t>(f.arg - done, cap);
+            if (!ReadInto(pe, recv_lane_->staging(), chunk, &error)) {
+              SetError(Lost(pe, "receiving a write's payload", error));
+              return false;
+            }
+            recv_lane_->Copy(dst + done, recv_lane_->staging(), chunk);
+            recv_lane_->Sync();
+            done += chunk;
           }
-          recv_lane_->Copy(heap_->my_base() + f.offset + done, recv_lane_->staging(), chunk);
-          recv_lane_->Sync();
-          done += chunk;
+          return true;
         }
+        // The heap range right after the pending copy's, staged right after it, with the
+        // payload already here (no wait on the socket): one copy.
+        const bool merge = pending_.len > 0 && pending_.dst + pending_.len == dst &&
+                           pending_.at + pending_.len == recv_used_ && f.arg <= cap - recv_used_ &&
+                           Buffered(pe) >= f.arg;
+        if (!merge) {
+          // The pending copy lands meanwhile; a new copy's region starts 64-byte aligned.
+          IssueInbound();
+          recv_used_ = std::min(cap, AlignUp(recv_used_));
+          if (f.arg > cap - recv_used_) SettleInbound();
+        }
+        if (!ReadInto(pe, recv_lane_->staging() + recv_used_, f.arg, &error)) {
+          SetError(Lost(pe, "receiving a write's payload", error));
+          return false;
+        }
+        if (merge) {
+          pending_.len += f.arg;
+        } else {
+          pending_ = PendingCopy{dst, recv_used_, f.arg};
+        }
+        recv_used_ += f.arg;
       }
       return true;
     }
@@ -457,8 +548,12 @@ bool TcpTransport::ApplyFrame(int pe) {
         return false;
       }
       if (recv_lane_) {
-        // Enqueued behind the writes before it; not waited for until a fence, a notify
-        // or a goodbye needs it landed.
+        // Enqueued on the lane's stream behind the copies of the writes before it, so it
+        // needs no wait of the host: a stream runs its work in order, the add kernel
+        // starts only once those copies completed, and its release at system scope then
+        // publishes the new value (whoever sees it sees the writes). Waited for only
+        // when a fence, a notify or a goodbye needs it landed.
+        IssueInbound();
         recv_lane_->Add(reinterpret_cast<uint64_t*>(heap_->my_base() + f.offset), f.arg);
       } else {
         heap_->HostAtomicAdd(f.offset, f.arg);
@@ -534,6 +629,13 @@ void TcpTransport::ReceiverLoop() {
       }
       for (int k = 0; k < kFramesPerTurn && open[pe] && Buffered(pe) >= sizeof(Frame); ++k) {
         if (!ApplyOne(pe)) open[pe] = false;
+      }
+      // The turn's last writes go to the heap now, not at the next frame of pe.
+      try {
+        if (recv_lane_) IssueInbound();
+      } catch (const std::exception& e) {
+        SetError(StrCat(heap_->Self(), ": applying what ", heap_->PeName(pe),
+                        " sent failed: ", e.what()));
       }
       if (open[pe] && Buffered(pe) >= sizeof(Frame)) backlog = true;
       if (failed_.load()) return;

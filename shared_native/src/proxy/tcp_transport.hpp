@@ -6,6 +6,8 @@
 // thread writes frames, the receiver's thread applies them in order and answers
 // fences on the same socket), so everything posted to a pe lands in posting order.
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -45,6 +47,14 @@ class TcpTransport final : public Transport {
   void PostNotify(int pe, uint64_t value) override;
   void Poll(std::vector<Completion>* out) override;
   void Shutdown() override;
+  // CUDA heaps: the proxy thread's lane (the sender's), which MappedTransport shares:
+  // one stream, so a mapped write and a later staged write reading its range run in
+  // posting order, and one wait per round covers both; nullptr on host heaps.
+  DeviceLane* sender_lane() const { return send_lane_.get(); }
+  // CUDA heaps: how often the proxy thread's and the receiver's lanes were waited for.
+  uint64_t LaneWaits() const {
+    return (send_lane_ ? send_lane_->waits() : 0) + (recv_lane_ ? recv_lane_->waits() : 0);
+  }
 
  private:
   struct Frame;
@@ -55,7 +65,12 @@ class TcpTransport final : public Transport {
   void SendRaw(int pe, const char* data, uint64_t nbytes);
   // The send buffer and a payload in one sendmsg (the buffer is emptied).
   void SendWithPayload(int pe, const char* payload, uint64_t nbytes);
+  // Sends the pieces in order (sendmsg, at most IOV_MAX at a time); modifies iov.
+  void SendVec(int pe, iovec* iov, size_t count);
+  // Sends pe's buffer; CUDA heaps: with its staged payloads, after one wait for the
+  // sender lane's copies (a later Flush of another pe in the same round waits no more).
   void Flush(int pe);
+  void FlushAll();
   void ReceiverLoop();
   // Reads and applies one frame from pe's inbound stream; false when the stream ended
   // or failed (the error is set).
@@ -71,8 +86,11 @@ class TcpTransport final : public Transport {
   // The next `n` bytes of pe's stream into `dst`: the buffered ones first.
   bool ReadInto(int pe, char* dst, uint64_t n, std::string* error);
   size_t Buffered(int pe) const { return in_buf_[pe].tail - in_buf_[pe].head; }
-  // CUDA heaps: waits until the writes and adds applied so far are in the heap.
+  // CUDA heaps: waits until the writes and adds applied so far are in the heap (the
+  // receiver's staging buffer is free again).
   void SettleInbound();
+  // CUDA heaps: enqueues the receiver's pending copy (staging -> heap) on its lane.
+  void IssueInbound();
   void ReadAcks(int pe, std::vector<Completion>* out);
   void SetError(const std::string& why);
   [[noreturn]] void ThrowError();
@@ -103,6 +121,26 @@ class TcpTransport final : public Transport {
   // receiver thread applies incoming writes and adds through recv_lane_ (each its own
   // non-blocking stream and pinned staging buffer: device_lane.hpp).
   std::unique_ptr<DeviceLane> send_lane_, recv_lane_;
+  // Sender, CUDA heaps: a write's payload is copied (enqueued, not waited for) into its
+  // own region of the sender's staging buffer and sent with pe's buffer at its Flush:
+  // piece {buf_end, at, len} goes out after out_buf_[pe][0, buf_end) and before the
+  // rest. Regions are handed out from send_used_ and reused only once every piece has
+  // been sent (staged_count_ back at 0).
+  struct StagedPiece {
+    size_t buf_end, at, len;
+  };
+  std::vector<std::vector<StagedPiece>> staged_;  // per pe
+  size_t staged_count_ = 0;
+  size_t send_used_ = 0;
+  std::vector<iovec> iov_;  // Flush's scratch
+  // Receiver, CUDA heaps: payloads are read into successive regions of the receiver's
+  // staging buffer (from recv_used_; reused after SettleInbound) and copied to the heap
+  // asynchronously; consecutive writes contiguous in the heap become one copy (pending_).
+  size_t recv_used_ = 0;
+  struct PendingCopy {
+    char* dst = nullptr;
+    size_t at = 0, len = 0;
+  } pending_;
   uint64_t fences_outstanding_ = 0;
   uint64_t polls_ = 0;
 };

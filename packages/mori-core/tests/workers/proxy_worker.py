@@ -126,6 +126,120 @@ if mode == "order":
     st = p.stats()
     print(f"pe {me}: {rounds} rounds x {len(peers)} peers, {checked} bytes checked, {st}")
 
+elif mode.startswith("pieces"):
+    # Every pe sends every other pe a buffer as a run of writes (random sizes, empty
+    # ones too), then a signal; the receiver checks it bit for bit. The proxy posts
+    # consecutive writes to one pe whose source AND destination ranges both continue
+    # the previous one's as one write; the variants tell a right rule from wrong ones:
+    #   pieces: both ranges continue (merged);
+    #   pieces-src-shuffled: destinations continue, sources are the pieces of the
+    #     outbox in shuffled order (a rule checking only destinations merges wrongly);
+    #   pieces-dst-shuffled: sources continue, destinations shuffled (the other way);
+    #   pieces-retired: both continue, and after each write the producer waits for it
+    #     to retire, then overwrites its source: the old bytes must land.
+    B = 160 * 1024
+    inbox = shmem.malloc(n * B)  # [src]
+    outbox = shmem.malloc(n * B)  # [dst]
+    sig = shmem.malloc(8 * n, 8)  # [src] rounds arrived
+    ctypes.memset(sig, 0, 8 * n)
+    shmem.barrier_all()
+    off = px.heap_offset
+    peers = [pe for pe in range(n) if pe != me]
+
+    def layout(src, dst, r):
+        """[(size, at in src's outbox row, at in dst's inbox row)] in posting order."""
+        cut = random.Random(f"cut/{seed}/{src}/{dst}/{r}")
+        sizes, at = [], 0
+        while at < B:
+            size = min(B - at, cut.choice([0, 1, 3, 8, 64, 4095, 4096, 4097, 20000]))
+            sizes.append(size)
+            at += size
+        order = list(range(len(sizes)))
+        if mode in ("pieces-src-shuffled", "pieces-dst-shuffled"):
+            cut.shuffle(order)
+        # The pieces laid out in `order`: piece i starts at placed[i].
+        placed, at = [0] * len(sizes), 0
+        for i in order:
+            placed[i], at = at, at + sizes[i]
+        seq, at = [], 0
+        for size in sizes:
+            seq.append(at)
+            at += size
+        if mode == "pieces-src-shuffled":
+            return list(zip(sizes, placed, seq, strict=True))
+        if mode == "pieces-dst-shuffled":
+            return list(zip(sizes, seq, placed, strict=True))
+        return list(zip(sizes, seq, seq, strict=True))
+
+    writes = 0
+    for r in range(1, rounds + 1):
+        for dst in peers:
+            q = dst % 2
+            data = payload(me, dst, r, B)
+            row = outbox + dst * B
+            ctypes.memmove(row, data, B)
+            for size, s_at, d_at in layout(me, dst, r):
+                idx = p.write(dst, off(inbox + me * B) + d_at, off(row) + s_at, size, queue=q)
+                if mode == "pieces-retired" and size > 0:
+                    p.wait_retired(idx + 1, queue=q)
+                    ctypes.memmove(
+                        row + s_at, bytes(b ^ 0xFF for b in data[s_at : s_at + size]), size
+                    )
+                writes += 1
+            p.atomic_add(dst, off(sig + 8 * me), 1, queue=q)
+        for src in peers:
+            wait_ge(sig + 8 * src, r, f"round {r} from pe {src}")
+            got = ctypes.string_at(inbox + src * B, B)
+            sent = payload(src, me, r, B)
+            want = bytearray(B)
+            for size, s_at, d_at in layout(src, me, r):
+                want[d_at : d_at + size] = sent[s_at : s_at + size]
+            if got != want:
+                bad = next(i for i in range(B) if got[i] != want[i])
+                raise AssertionError(
+                    f"pe {me}: {mode} round {r} from pe {src} ({p.path_to(src)}): first "
+                    f"difference at byte {bad} of {B}"
+                )
+        # Every pe checked this round before the next one rewrites the boxes.
+        p.quiet(0)
+        p.quiet(1)
+        p.barrier(0)
+    print(f"pe {me}: {mode}: {rounds} rounds x {len(peers)} peers of {B} bytes in {writes} writes")
+
+elif mode == "selfchain":
+    # Writes to this pe itself whose ranges chain: each run shifts consecutive pieces
+    # of a buffer up by `shift` bytes (piece k+1's source and destination continue
+    # piece k's), so a piece's source may be what the piece before it just wrote.
+    # Applied one by one that differs from one memmove of the whole run; the proxy
+    # must not merge such writes. Checked against applying them one by one here.
+    S = 64 * 1024
+    buf = shmem.malloc(S)
+    g = random.Random(f"selfchain/{seed}/{me}")
+    model = bytearray(g.randbytes(S))
+    ctypes.memmove(buf, bytes(model), S)
+    off = px.heap_offset
+    writes = 0
+    for r in range(rounds):
+        shift = g.choice([1, 7, 64, 100, 4096])
+        start = g.randrange(0, S // 2)
+        at = start
+        for _ in range(g.randint(2, 40)):
+            size = g.choice([0, 1, 5, 64, 200, 4096])
+            if at + shift + size > S:
+                break
+            p.write(me, off(buf) + at + shift, off(buf) + at, size, queue=r % 2)
+            model[at + shift : at + shift + size] = model[at : at + size]
+            at += size
+            writes += 1
+        p.quiet(r % 2)  # the next run may read what this one wrote, from the other queue
+    got = ctypes.string_at(buf, S)
+    if got != bytes(model):
+        bad = next(i for i in range(S) if got[i] != model[i])
+        raise AssertionError(
+            f"pe {me}: {writes} chained writes to itself: first difference at byte {bad}"
+        )
+    print(f"pe {me}: {rounds} runs, {writes} chained writes to itself as applied one by one")
+
 elif mode == "atomic":
     # Every pe adds random values to one word on every pe (itself included) from both
     # queues at once; mapped pes add through the mapping while remote ones arrive

@@ -60,6 +60,7 @@ struct ProxyStats {
   uint64_t commands = 0;                // popped, all queues
   std::vector<uint64_t> bytes_to_pe;    // write bytes posted, per destination pe
   std::vector<uint64_t> bytes_by_path;  // per Path
+  uint64_t lane_waits = 0;              // CUDA heaps: waits for the proxy's own streams
 };
 
 // Collective over `bootstrap`, whose ranks must be mori::shmem's pes (shmem

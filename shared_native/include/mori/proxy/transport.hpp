@@ -37,15 +37,17 @@ class MORI_API Transport {
   // "tcp", "cma", "mapped".
   virtual const char* Name() const = 0;
   // Copies nbytes of this pe's heap at src_offset to pe's heap at dst_offset. The
-  // source may be reused once the call returns.
+  // source may be reused once the next Poll returns (a transport may read it until
+  // then, e.g. a CUDA heap's staging copies, waited for once per proxy round).
   virtual void PostWrite(int pe, uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes) = 0;
   // Atomically adds value to the uint64 at offset in pe's heap (release: the writes
   // posted before it are visible to whoever observes the new value).
   virtual void PostAtomicAdd(int pe, uint64_t offset, uint64_t value) = 0;
   virtual void PostFence(int pe, uint64_t token) = 0;
   virtual void PostNotify(int pe, uint64_t value) = 0;
-  // Makes progress and appends what completed. Throws TransportError naming the peer
-  // pe and its node when a connection is lost or a peer sent something invalid.
+  // Makes progress and appends what completed; on return every source posted so far
+  // has been read. Throws TransportError naming the peer pe and its node when a
+  // connection is lost or a peer sent something invalid.
   virtual void Poll(std::vector<Completion>* out) = 0;
   // Orderly end (after the proxies' last barrier): peers closing now are not errors.
   virtual void Shutdown() = 0;

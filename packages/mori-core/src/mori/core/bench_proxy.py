@@ -22,7 +22,10 @@ CMA where the kernel permits it, else TCP; then ``tcp`` forced):
 The loops run in C++ (mori/proxy/bench.hpp). With ``--device cuda`` the heaps are
 CUDA heaps on GPU 0 and a kernel pushes (mori/proxy/queue_device.cuh): commands per
 second of ``--blocks`` blocks pushing into one queue (then a device quiet), and the
-push -> retire latency of one kernel thread; the ranks share GPU 0 (time-sliced), so
+push -> retire latency of one kernel thread, and 64-byte writes pushed the same way
+(commands per second, and writes per wait of the proxy's CUDA streams: the TCP
+sender waits once per proxy round for its staging copies, the mapped path likewise;
+rank 0's waits only); the ranks share GPU 0 (time-sliced), so
 the rank-to-rank figures there are for correctness, the self column is the
 proxy's own cost; beside them, the PCIe round trip of a host-mapped flag between a
 kernel thread and a host thread (the floor of a kernel's push -> retire).
@@ -80,7 +83,7 @@ def _measure(p, me, peer, off_word, off_src, off_dst, args) -> dict:
     return out
 
 
-def _measure_cuda(p, me, peer, off_word, args) -> dict:
+def _measure_cuda(p, me, peer, off_word, off_src, off_dst, args) -> dict:
     import time
 
     import torch
@@ -100,11 +103,20 @@ def _measure_cuda(p, me, peer, off_word, args) -> dict:
                                   lat_buf.data_ptr(), stream)  # fmt: skip
         torch.cuda.synchronize()
         lat = sorted(lat_buf.cpu().tolist())
+        waits = p.stats()["lane_waits"]
+        t0 = time.perf_counter()
+        p._p._device_push("write", pe, off_dst, off_src, 64, 0, 0, per_block, args.blocks, True,
+                          stream)  # fmt: skip
+        torch.cuda.synchronize()
+        write_secs = time.perf_counter() - t0
+        waits = p.stats()["lane_waits"] - waits
         out[name] = {
             "path": p.path_to(pe),
             "commands_per_s": per_block * args.blocks / secs,
             "latency_median_us": statistics.median(lat) / 1000,
             "latency_p99_us": lat[int(0.99 * (len(lat) - 1))] / 1000,
+            "writes64_per_s": per_block * args.blocks / write_secs,
+            "writes64_per_lane_wait": per_block * args.blocks / max(1, waits),
         }
     out["write"] = []
     from mori.core import _C
@@ -188,7 +200,10 @@ def worker(args: argparse.Namespace) -> None:
                         producer="cuda" if cuda else "host")  # fmt: skip
         boot.barrier()
         if rank == 0 and cuda:
-            results[transport] = _measure_cuda(p, 0, 1, proxy.heap_offset(word), args)
+            results[transport] = _measure_cuda(
+                p, 0, 1, proxy.heap_offset(word), proxy.heap_offset(src),
+                proxy.heap_offset(dst), args,
+            )  # fmt: skip
         elif rank == 0:
             results[transport] = _measure(
                 p, 0, 1, proxy.heap_offset(word), proxy.heap_offset(src),
@@ -215,6 +230,13 @@ def worker(args: argparse.Namespace) -> None:
             floatfmt=".2f",
         ))  # fmt: skip
         if cuda:
+            rows = [[t, f"{name} ({r[name]['path']})", r[name]["writes64_per_s"] / 1e6,
+                     r[name]["writes64_per_lane_wait"]]
+                    for t, r in results.items() for name in ("self", "peer")]  # fmt: skip
+            print(scaffold.table(
+                rows, ["transport", "to", "64 B writes M/s", "writes per lane wait"],
+                floatfmt=".2f",
+            ))  # fmt: skip
             r = results["auto"]
             print(
                 f"baseline: host-mapped flag ping-pong (kernel thread <-> host thread) median "

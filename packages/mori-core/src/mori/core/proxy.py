@@ -141,7 +141,9 @@ class Proxy:
         return self._p.node_of(pe)
 
     def stats(self) -> dict:
-        """commands (popped), bytes_to_pe (list), bytes_by_path (dict)."""
+        """commands (popped), bytes_to_pe (list), bytes_by_path (dict), lane_waits
+        (CUDA heaps: how often the proxy's threads waited for their own CUDA streams,
+        i.e. for staging copies and adds; 0 on host heaps)."""
         return self._p.stats()
 
     def close(self) -> None:
