@@ -444,11 +444,12 @@ __device__ bool RouteAndExchange(const Params& p, DispatchShared& sh) {
     }
     int64_t total = 0;
     for (int d = 0; d < W; ++d) {
-      int64_t rows = 0;
-      for (int s = 0; s < W; ++s) {
-        if (s == me) sh.base[d] = rows;
-        rows += static_cast<int64_t>(CountOf(words[static_cast<size_t>(s) * W + d]));
+      const int64_t rows = rows_to[d];
+      int64_t before = 0;  // rows of lower pes to d: where mine start there
+      for (int s = 0; s < me; ++s) {
+        before += static_cast<int64_t>(CountOf(words[static_cast<size_t>(s) * W + d]));
       }
+      sh.base[d] = before;
       if (rows > p.recv_capacity) {
         MORI_INTERNODE_TRAP(p, "dispatch",
                             "dispatch would deliver %lld tokens to rank %d, more than the receive "
