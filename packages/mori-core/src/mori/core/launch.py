@@ -11,6 +11,7 @@ store) and MORI_BOOTSTRAP_PORT (another free port for mori's TCP bootstrap).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -57,6 +58,48 @@ def _format(results: list[WorkerResult]) -> str:
     )
 
 
+def _threads_of(pid: int, gdb_timeout_s: float = 20.0) -> str:
+    """Where each thread of a live process waits, for a worker about to be killed: gdb's
+    native backtraces where gdb exists (a hung CUDA call shows its driver frames),
+    else each thread's name, state, kernel wait channel and system call number."""
+    gdb = shutil.which("gdb")
+    if gdb is not None:
+        try:
+            done = subprocess.run(
+                [gdb, "-q", "-batch", "-p", str(pid), "-ex", "thread apply all bt 16"],
+                capture_output=True,
+                text=True,
+                timeout=gdb_timeout_s,
+            )
+            lines = [ln[:160] for ln in done.stdout.splitlines() if ln.startswith(("Thread", "#"))]
+            if lines:
+                return "\n".join(lines)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    rows = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as e:
+        return f"(threads of pid {pid} unreadable: {e})"
+    for tid in tids:
+        fields = []
+        for name in ("comm", "wchan", "syscall"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                    fields.append(f.read().strip().split(" ")[0] or "-")
+            except OSError:
+                fields.append("?")
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = "?"
+        rows.append(
+            f"thread {tid} {fields[0]}: state {state} wchan {fields[1]} syscall {fields[2]}"
+        )
+    return "\n".join(rows)
+
+
 def launch_local(
     argv: list[str],
     world_size: int,
@@ -71,7 +114,8 @@ def launch_local(
     non-zero (the others get ``grace_s`` seconds to finish, then are killed) or
     when the group is still running after ``timeout_s`` seconds (all are killed;
     ``mori.core.timeouts``' rules: NaN, 0 and negative raise InvalidArgumentError, inf
-    means a year).
+    means a year). A worker killed that way has its threads' native stacks (gdb) or
+    wait channels appended to its output.
     """
     timeout_s = timeouts.seconds(timeout_s, "timeout_s")
     if world_size < 1:
@@ -114,8 +158,11 @@ def launch_local(
             reason = f"timed out after {timeout_s:.0f}s"
             break
         time.sleep(0.02)
-    for p in procs:
+    stacks = {}
+    for rank, p in enumerate(procs):
         if p.poll() is None:
+            if reason:
+                stacks[rank] = _threads_of(p.pid)
             p.kill()
     results = []
     for rank, p in enumerate(procs):
@@ -123,6 +170,8 @@ def launch_local(
         logs[rank].seek(0)
         out = logs[rank].read().decode(errors="replace")
         logs[rank].close()
+        if rank in stacks:
+            out += f"\n(killed; its threads were at:)\n{stacks[rank]}"
         results.append(WorkerResult(rank, p.returncode, out))
     if reason or any(r.returncode != 0 for r in results):
         msg = reason or "worker(s) exited non-zero"
