@@ -28,3 +28,13 @@ def test_failure_and_timeout_are_reported_with_output():
     assert "hello 1" in e.value.results[1].output
     with pytest.raises(WorkersFailed, match="timed out"):
         launch_local([sys.executable, "-c", "import time; time.sleep(60)"], 1, timeout_s=1)
+
+
+def test_a_killed_worker_shows_where_its_threads_waited():
+    code = "import threading,time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)"
+    with pytest.raises(WorkersFailed, match="timed out") as e:
+        launch_local([sys.executable, "-c", code], 1, timeout_s=1)
+    out = e.value.results[0].output
+    assert "(killed; its threads were at:)" in out, out
+    # gdb's backtraces (one "Thread" header per thread) or, without gdb, a row per thread.
+    assert out.count("Thread ") >= 2 or out.count("thread ") >= 2, out
