@@ -18,7 +18,7 @@ KINDS = ["InterNode", "InterNodeV1", "InterNodeV1LL"]
 def _outcomes(case: str, kind: str) -> list[tuple[str, str]]:
     import re
 
-    results = run_ranks([WORKER, case, kind, "shared"], 2, timeout_s=120)
+    results = run_ranks([WORKER, case, kind, "shared"], 2, timeout_s=60)
     out = []
     for r in results:
         m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)

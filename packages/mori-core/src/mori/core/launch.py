@@ -59,9 +59,23 @@ def _format(results: list[WorkerResult]) -> str:
 
 
 def _threads_of(pid: int, gdb_timeout_s: float = 20.0) -> str:
-    """Where each thread of a live process waits, for a worker about to be killed: gdb's
-    native backtraces where gdb exists (a hung CUDA call shows its driver frames),
-    else each thread's name, state, kernel wait channel and system call number."""
+    """Where each thread of a live process waits, for a worker about to be killed:
+    py-spy's Python and native stacks or gdb's native backtraces where either is
+    installed (a hung CUDA call shows its driver frames), else each thread's name,
+    state, kernel wait channel and system call number."""
+    spy = shutil.which("py-spy")
+    if spy is not None:
+        try:
+            done = subprocess.run(
+                [spy, "dump", "--native", "--pid", str(pid)],
+                capture_output=True,
+                text=True,
+                timeout=gdb_timeout_s,
+            )
+            if done.returncode == 0 and done.stdout.strip():
+                return "\n".join(ln[:160] for ln in done.stdout.splitlines()[:400])
+        except (OSError, subprocess.SubprocessError):
+            pass
     gdb = shutil.which("gdb")
     if gdb is not None:
         try:
@@ -114,7 +128,7 @@ def launch_local(
     non-zero (the others get ``grace_s`` seconds to finish, then are killed) or
     when the group is still running after ``timeout_s`` seconds (all are killed;
     ``mori.core.timeouts``' rules: NaN, 0 and negative raise InvalidArgumentError, inf
-    means a year). A worker killed that way has its threads' native stacks (gdb) or
+    means a year). A worker killed that way has its threads' stacks (py-spy or gdb) or
     wait channels appended to its output.
     """
     timeout_s = timeouts.seconds(timeout_s, "timeout_s")
