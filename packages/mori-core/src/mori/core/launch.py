@@ -58,38 +58,17 @@ def _format(results: list[WorkerResult]) -> str:
     )
 
 
-def _threads_of(pid: int, gdb_timeout_s: float = 20.0) -> str:
-    """Where each thread of a live process waits, for a worker about to be killed:
-    py-spy's Python and native stacks or gdb's native backtraces where either is
-    installed (a hung CUDA call shows its driver frames), else each thread's name,
-    state, kernel wait channel and system call number."""
-    spy = shutil.which("py-spy")
-    if spy is not None:
-        try:
-            done = subprocess.run(
-                [spy, "dump", "--native", "--pid", str(pid)],
-                capture_output=True,
-                text=True,
-                timeout=gdb_timeout_s,
-            )
-            if done.returncode == 0 and done.stdout.strip():
-                return "\n".join(ln[:160] for ln in done.stdout.splitlines()[:400])
-        except (OSError, subprocess.SubprocessError):
-            pass
-    gdb = shutil.which("gdb")
-    if gdb is not None:
-        try:
-            done = subprocess.run(
-                [gdb, "-q", "-batch", "-p", str(pid), "-ex", "thread apply all bt 16"],
-                capture_output=True,
-                text=True,
-                timeout=gdb_timeout_s,
-            )
-            lines = [ln[:160] for ln in done.stdout.splitlines() if ln.startswith(("Thread", "#"))]
-            if lines:
-                return "\n".join(lines)
-        except (OSError, subprocess.SubprocessError):
-            pass
+def _stack_dump(argv: list[str], timeout_s: float, keep) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return "\n".join(ln[:160] for ln in done.stdout.splitlines()[:400] if keep(ln))
+
+
+def _thread_rows(pid: int) -> str:
+    """A row per thread: name, state, kernel wait channel, system call number and CPU
+    ticks used (a spinning thread's grow between two dumps)."""
     rows = []
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
@@ -105,13 +84,39 @@ def _threads_of(pid: int, gdb_timeout_s: float = 20.0) -> str:
                 fields.append("?")
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            state = "?"
+                stat = f.read().rsplit(")", 1)[1].split()
+            state, ticks = stat[0], int(stat[11]) + int(stat[12])
+        except (OSError, IndexError, ValueError):
+            state, ticks = "?", -1
         rows.append(
-            f"thread {tid} {fields[0]}: state {state} wchan {fields[1]} syscall {fields[2]}"
+            f"thread {tid} {fields[0]}: state {state} wchan {fields[1]} "
+            f"syscall {fields[2]} cpu ticks {ticks}"
         )
     return "\n".join(rows)
+
+
+def _threads_of(pid: int, tool_timeout_s: float = 20.0) -> str:
+    """Where each thread of a live process waits, for a worker about to be killed:
+    py-spy's Python and native stacks, else gdb's native backtraces, where either is
+    installed (a hung CUDA call shows its driver frames); then a row per thread from
+    /proc (threads without Python, such as a proxy's, included)."""
+    parts = []
+    if shutil.which("py-spy"):
+        parts.append(
+            _stack_dump(
+                ["py-spy", "dump", "--native", "--pid", str(pid)], tool_timeout_s, lambda ln: True
+            )
+        )
+    elif shutil.which("gdb"):
+        parts.append(
+            _stack_dump(
+                ["gdb", "-q", "-batch", "-p", str(pid), "-ex", "thread apply all bt 16"],
+                tool_timeout_s,
+                lambda ln: ln.startswith(("Thread", "#")),
+            )
+        )
+    parts.append(_thread_rows(pid))
+    return "\n".join(part for part in parts if part)
 
 
 def launch_local(
