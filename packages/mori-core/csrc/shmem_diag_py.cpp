@@ -105,6 +105,26 @@ timeout_s > 0 makes each wait trap (with a printed message) after that long.)doc
       py::call_guard<py::gil_scoped_release>(),
       R"doc(One kernel running `iters` device barriers over all pes (BarrierAllBlock)
 on `stream`; collective (every pe launches the same count).)doc");
+
+  m.def("_gpu_globaltimer_ns", &diag::GlobalTimerNs, py::arg("device"),
+        py::call_guard<py::gil_scoped_release>(),
+        R"doc(The GPU's global timer in ns, read by a kernel on `device` (one clock
+for every process on that GPU); synchronizes.)doc");
+
+  m.def(
+      "_trap_probe",
+      [](int device, uint64_t at_ns, double max_wait_s, int tag, int blocks, int threads,
+         uintptr_t stream) {
+        diag::TrapProbeKernel(device, at_ns, OptionalTimeoutNs(max_wait_s, "max_wait_s"), tag,
+                              blocks, threads, stream);
+      },
+      py::arg("device"), py::arg("at_ns"), py::arg("max_wait_s") = 10.0, py::arg("tag") = 0,
+      py::arg("blocks") = 1, py::arg("threads") = 128, py::arg("stream") = 0,
+      py::call_guard<py::gil_scoped_release>(),
+      R"doc(Launches a kernel on `device` (`stream`) that waits until the GPU's global
+timer reaches at_ns (at most max_wait_s), prints "mori trap probe <tag>: trapping at
+..." and traps as mori's kernels do: the launch fails, and the process's CUDA context
+with it. Processes given one at_ns trap at the same moment. Returns at once.)doc");
 }
 
 }  // namespace mori::python

@@ -573,6 +573,10 @@ void SignalStressKernel(const DeviceContext&, const SignalStressArgs&) {
 void BarrierLoopKernel(const DeviceContext&, int, uint64_t, uintptr_t) {
   NoCuda("barrier loop kernel");
 }
+uint64_t GlobalTimerNs(int) { NoCuda("global timer kernel"); }
+void TrapProbeKernel(int, uint64_t, uint64_t, int, int, int, uintptr_t) {
+  NoCuda("trap probe kernel");
+}
 
 }  // namespace diag
 }  // namespace mori::shmem

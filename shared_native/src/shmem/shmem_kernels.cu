@@ -30,6 +30,24 @@ __global__ void SignalAddKernel(uint64_t* addr, uint64_t value) {
   device::AtomicAddRelease(addr, value);
 }
 
+__global__ void GlobalTimerKernel(uint64_t* out) { *out = device::GlobalTimerNs(); }
+
+__global__ void TrapProbe(uint64_t at_ns, uint64_t max_wait_ns, int tag) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    const uint64_t start = device::GlobalTimerNs();
+    uint64_t now = start;
+    while (now < at_ns && now - start < max_wait_ns) {
+      __nanosleep(200);
+      now = device::GlobalTimerNs();
+    }
+    printf("mori trap probe %d: trapping at %llu ns (asked for %llu)\n", tag,
+           static_cast<unsigned long long>(now), static_cast<unsigned long long>(at_ns));
+    device::TrapReported();
+    device::Trap();
+  }
+  device::TrapAfterReport(max_wait_ns + 100000000ull);
+}
+
 size_t RoundUp(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 // Splits [0, len) into `parts` contiguous pieces of a 16-byte multiple (so each
@@ -297,6 +315,30 @@ void BarrierLoopKernel(const DeviceContext& ctx, int iters, uint64_t timeout_ns,
   BarrierKernel<<<1, BarrierThreads(ctx.n_pes), 0, reinterpret_cast<cudaStream_t>(stream)>>>(
       ctx, iters, timeout_ns);
   CheckLaunch("shmem barrier loop kernel");
+}
+
+uint64_t GlobalTimerNs(int device) {
+  internal::ScopedDevice guard(device);
+  uint64_t* out = nullptr;
+  MORI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(uint64_t)));
+  uint64_t ns = 0;
+  GlobalTimerKernel<<<1, 1>>>(out);
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t copied =
+      launched == cudaSuccess ? cudaMemcpy(&ns, out, sizeof(ns), cudaMemcpyDeviceToHost) : launched;
+  (void)cudaFree(out);
+  MORI_CUDA_CHECK(copied);
+  return ns;
+}
+
+void TrapProbeKernel(int device, uint64_t at_ns, uint64_t max_wait_ns, int tag, int blocks,
+                     int threads, uintptr_t stream) {
+  MORI_CHECK_ARG(blocks >= 1 && threads >= 1 && threads <= 1024, "trap probe: blocks ", blocks,
+                 " and threads ", threads, " must be >= 1 (threads <= 1024)");
+  internal::ScopedDevice guard(device);
+  TrapProbe<<<blocks, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(at_ns, max_wait_ns,
+                                                                            tag);
+  CheckLaunch("trap probe kernel");
 }
 
 }  // namespace diag

@@ -65,4 +65,17 @@ MORI_API void SignalStressKernel(const DeviceContext& ctx, const SignalStressArg
 MORI_API void BarrierLoopKernel(const DeviceContext& ctx, int iters, uint64_t timeout_ns,
                                 uintptr_t stream);
 
+// The GPU's global timer (ns; %globaltimer, one clock for every context on the GPU),
+// read by a kernel on `device`. Synchronizes that launch.
+MORI_API uint64_t GlobalTimerNs(int device);
+
+// A kernel of `blocks` x `threads` on `device` that spins until the global timer
+// reaches at_ns (at most max_wait_ns after it starts), then fails its launch the way
+// mori's kernels do: thread 0 of block 0 prints "mori trap probe <tag>: trapping at
+// <ns>" and traps (TrapReported + Trap), every other thread traps after it
+// (TrapAfterReport). Processes that launch it with one at_ns trap at the same moment:
+// the probe of how a host sees simultaneous traps on one GPU. Does not synchronize.
+MORI_API void TrapProbeKernel(int device, uint64_t at_ns, uint64_t max_wait_ns, int tag, int blocks,
+                              int threads, uintptr_t stream);
+
 }  // namespace mori::shmem::diag
