@@ -38,3 +38,27 @@ def test_a_killed_worker_shows_where_its_threads_waited():
     assert "(killed; its threads were at:)" in out, out
     # gdb's backtraces (one "Thread" header per thread) or, without gdb, a row per thread.
     assert out.count("Thread ") >= 2 or out.count("thread ") >= 2, out
+
+
+def test_the_lost_trap_signature_is_matched_and_nothing_else():
+    from mori.core.launch import WorkerResult
+    from mori.core.testing import lost_trap_on_shared_gpu
+
+    hung = 'boom A\nTimeout (0:00:45)!\n  File "x.py", line 1 in synchronize\n'
+    ok = "boom B\nrank 1 outcome: CUDA error after 0.4s: x\nrank 1 ok\n"
+    want = {0: "boom A", 1: "boom B"}
+
+    def err(msg, r0):
+        return WorkersFailed(msg, [r0, WorkerResult(1, 0, ok)])
+
+    assert lost_trap_on_shared_gpu(err("timed out after 60s", WorkerResult(0, -9, hung)), want)
+    # Not that signature: another failure, a missing message, no synchronize, an exit code.
+    assert not lost_trap_on_shared_gpu(err("a worker failed", WorkerResult(0, -9, hung)), want)
+    assert not lost_trap_on_shared_gpu(
+        err("timed out after 60s", WorkerResult(0, -9, hung.replace("boom A", ""))), want
+    )
+    assert not lost_trap_on_shared_gpu(
+        err("timed out after 60s", WorkerResult(0, -9, hung.replace("synchronize", "wait"))), want
+    )
+    assert not lost_trap_on_shared_gpu(err("timed out after 60s", WorkerResult(0, 1, hung)), want)
+    assert not lost_trap_on_shared_gpu(ValueError("timed out"), want)

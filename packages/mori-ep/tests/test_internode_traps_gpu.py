@@ -9,16 +9,30 @@ from pathlib import Path
 
 import pytest
 
-from mori.core.testing import run_ranks, seconds_of
+from mori.core.launch import WorkersFailed
+from mori.core.testing import (
+    SHARED_GPU_LOST_TRAP,
+    lost_trap_on_shared_gpu,
+    run_ranks,
+    seconds_of,
+)
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_internode_trap_worker.py")
 KINDS = ["InterNode", "InterNodeV1", "InterNodeV1LL"]
 
 
-def _outcomes(case: str, kind: str) -> list[tuple[str, str]]:
+def _outcomes(case: str, kind: str, expected=None) -> list[tuple[str, str]]:
+    """[(outcome, output)] per rank. expected: {rank: message} for cases where both
+    ranks trap: a group that hung only because the driver never reported a printed
+    trap to one rank (both ranks share GPU 0) ends the test as xfail naming it."""
     import re
 
-    results = run_ranks([WORKER, case, kind, "shared"], 2, timeout_s=60)
+    try:
+        results = run_ranks([WORKER, case, kind, "shared"], 2, timeout_s=60)
+    except WorkersFailed as e:
+        if expected and lost_trap_on_shared_gpu(e, expected):
+            pytest.xfail(SHARED_GPU_LOST_TRAP)
+        raise
     out = []
     for r in results:
         m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
@@ -29,10 +43,14 @@ def _outcomes(case: str, kind: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bad_expert_id_traps_on_both_ranks_naming_it(kind, cuda_gpus):
-    (o0, out0), (o1, out1) = _outcomes("bad_expert", kind)
+    bad, rejected = (
+        "expert id 8 out of range [-1, 8) at token 3 slot 2",
+        "dispatch rejected by rank 0",
+    )
+    (o0, out0), (o1, out1) = _outcomes("bad_expert", kind, {0: bad, 1: rejected})
     assert o0.startswith("CUDA error") and o1.startswith("CUDA error"), (o0, o1)
-    assert "expert id 8 out of range [-1, 8) at token 3 slot 2" in out0, out0
-    assert "dispatch rejected by rank 0" in out1, out1
+    assert bad in out0, out0
+    assert rejected in out1, out1
 
 
 # The first word rank 0 waits for: the count words (InterNode, V1), the staging word
@@ -66,8 +84,9 @@ def test_a_node_absent_from_combine_is_named(kind, cuda_gpus):
 @pytest.mark.parametrize("kind", KINDS)
 def test_ranks_combining_with_and_without_weights_trap_on_both_ranks(kind, cuda_gpus):
     # Rank 0 combines with weights, rank 1 with None: the entry vote traps on both.
-    (o0, out0), (o1, out1) = _outcomes("weights_differ", kind)
-    assert o0.startswith("CUDA error") and o1.startswith("CUDA error"), (o0, o1)
     want = "combine weights differ between ranks: rank {} passes {}, this rank passes {}"
-    assert want.format(1, "None", "weights") in out0, out0
-    assert want.format(0, "weights", "None") in out1, out1
+    m0, m1 = want.format(1, "None", "weights"), want.format(0, "weights", "None")
+    (o0, out0), (o1, out1) = _outcomes("weights_differ", kind, {0: m0, 1: m1})
+    assert o0.startswith("CUDA error") and o1.startswith("CUDA error"), (o0, o1)
+    assert m0 in out0, out0
+    assert m1 in out1, out1

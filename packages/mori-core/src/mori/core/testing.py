@@ -283,3 +283,35 @@ def parse_stub(path: str | Path) -> tuple[set[str], dict[str, dict]]:
             members.update({n.target.id: None for n in node.body if isinstance(n, ast.AnnAssign)})
             classes[node.name] = members
     return names, classes
+
+
+# Seen on 1 x H200 (driver 580.159.04): when two processes sharing a GPU trap within
+# about half a second of each other, the one that trapped first may never see its
+# launch fail — its cudaDeviceSynchronize spins for good — while the other sees it
+# at once. A bare trap kernel does it (tests/test_trap_gpu.py in mori-core), so it is
+# below mori; trapping again later does not help.
+SHARED_GPU_LOST_TRAP = (
+    "the CUDA driver never reported a trap to a rank whose kernel printed it while "
+    "another process on the same GPU trapped too (known on 1 x H200, driver 580; "
+    "mori-core's test_trap_gpu.py reproduces it with a bare trap kernel)"
+)
+
+
+def lost_trap_on_shared_gpu(err: BaseException, expected: dict[int, str]) -> bool:
+    """Whether ``err`` (from ``run_ranks``/``launch_local``) is the driver's lost trap
+    (SHARED_GPU_LOST_TRAP) and nothing else: the group timed out, every rank printed
+    its ``expected`` message, and each rank still running was in a CUDA synchronize
+    (its faulthandler or py-spy stack says ``synchronize``) after printing it."""
+    results = getattr(err, "results", None)
+    if results is None or "timed out" not in str(err):
+        return False
+    killed = 0
+    for r in results:
+        want = expected.get(r.rank)
+        if want is not None and want not in r.output:
+            return False
+        if r.returncode != 0:
+            killed += 1
+            if r.returncode > 0 or re.search(r"\bsynchronize\b", r.output) is None:
+                return False
+    return killed > 0
