@@ -19,6 +19,7 @@ from mori.core.launch import WorkersFailed
 from mori.core.testing import (
     SHARED_GPU_LOST_TRAP,
     lost_trap_on_shared_gpu,
+    outcome_of,
     require_cuda,
     run_ranks,
     seconds_of,
@@ -32,8 +33,6 @@ TRIALS = 4
 
 @pytest.mark.parametrize("case", ["alone", "together", "together_copies"])
 def test_a_trap_reaches_its_host_within_seconds(case):
-    import re
-
     require_cuda()
     lost = 0
     for trial in range(TRIALS):
@@ -47,9 +46,7 @@ def test_a_trap_reaches_its_host_within_seconds(case):
                 continue
             raise
         for r in results:
-            m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
-            assert m, r.output
-            outcome = m.group(1)
+            outcome = outcome_of(r)
             if case == "alone" and r.rank == 1:
                 assert outcome == "no trap", (trial, outcome)
                 continue

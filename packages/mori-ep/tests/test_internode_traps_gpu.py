@@ -13,6 +13,7 @@ from mori.core.launch import WorkersFailed
 from mori.core.testing import (
     SHARED_GPU_LOST_TRAP,
     lost_trap_on_shared_gpu,
+    outcome_of,
     run_ranks,
     seconds_of,
 )
@@ -25,20 +26,13 @@ def _outcomes(case: str, kind: str, expected=None) -> list[tuple[str, str]]:
     """[(outcome, output)] per rank. expected: {rank: message} for cases where both
     ranks trap: a group that hung only because the driver never reported a printed
     trap to one rank (both ranks share GPU 0) ends the test as xfail naming it."""
-    import re
-
     try:
         results = run_ranks([WORKER, case, kind, "shared"], 2, timeout_s=60)
     except WorkersFailed as e:
         if expected and lost_trap_on_shared_gpu(e, expected):
             pytest.xfail(SHARED_GPU_LOST_TRAP)
         raise
-    out = []
-    for r in results:
-        m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
-        assert m, r.output
-        out.append((m.group(1), r.output))
-    return out
+    return [(outcome_of(r), r.output) for r in results]
 
 
 @pytest.mark.parametrize("kind", KINDS)

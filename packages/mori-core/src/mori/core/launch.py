@@ -58,12 +58,15 @@ def _format(results: list[WorkerResult]) -> str:
     )
 
 
-def _stack_dump(argv: list[str], timeout_s: float, keep) -> str:
+def _stack_dump(argv: list[str], timeout_s: float, keep=None) -> str:
+    """The first 400 lines (kept by ``keep``, where given) of a stack-dumping tool's
+    output, each cut at 160 characters; "" when the tool fails or outlives timeout_s."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.SubprocessError):
         return ""
-    return "\n".join(ln[:160] for ln in done.stdout.splitlines()[:400] if keep(ln))
+    lines = done.stdout.splitlines()[:400]
+    return "\n".join(ln[:160] for ln in lines if keep is None or keep(ln))
 
 
 def _thread_rows(pid: int) -> str:
@@ -102,11 +105,7 @@ def _threads_of(pid: int, tool_timeout_s: float = 20.0) -> str:
     /proc (threads without Python, such as a proxy's, included)."""
     parts = []
     if shutil.which("py-spy"):
-        parts.append(
-            _stack_dump(
-                ["py-spy", "dump", "--native", "--pid", str(pid)], tool_timeout_s, lambda ln: True
-            )
-        )
+        parts.append(_stack_dump(["py-spy", "dump", "--native", "--pid", str(pid)], tool_timeout_s))
     elif shutil.which("gdb"):
         parts.append(
             _stack_dump(

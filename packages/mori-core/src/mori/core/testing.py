@@ -247,12 +247,14 @@ def trap_outcomes(
     the outcome ``trap_report`` printed and the rank's whole output."""
     placement = "per_gpu" if gpus >= 2 else "shared"
     results = run_ranks([worker, case, placement], 2, timeout_s=timeout_s, env=env)
-    out = []
-    for r in results:
-        m = re.search(rf"rank {r.rank} outcome: (.*)\n", r.output)
-        assert m, r.output
-        out.append((m.group(1), r.output))
-    return out
+    return [(outcome_of(r), r.output) for r in results]
+
+
+def outcome_of(result: WorkerResult) -> str:
+    """The outcome a trap worker's rank printed (``trap_report``: "rank N outcome: ...")."""
+    m = re.search(rf"rank {result.rank} outcome: (.*)\n", result.output)
+    assert m, result.output
+    return m.group(1)
 
 
 def seconds_of(outcome: str) -> float:
