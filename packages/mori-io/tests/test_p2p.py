@@ -465,3 +465,43 @@ def test_gpu_memory_over_tcp_is_staged_bit_exact(engine_pair):
     st = a.write(mh, 0, mb, 0, 4096, a.allocate_transfer_uid())  # host -> GPU
     assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
     assert np.array_equal(gb[:4096].cpu().numpy(), host[:4096])
+
+
+@needs_gpu
+def test_staged_copies_do_not_wait_for_the_applications_kernels(engine_pair):
+    """A TCP transfer out of and into GPU memory finishes while a kernel that the
+    application queued on the default stream still runs: the staging copies use a
+    non-blocking stream of their own. On the legacy default stream (plain cudaMemcpy)
+    they waited for that kernel, and a kernel waiting for the transfer's sender (an
+    inter-node EP call) deadlocked against it."""
+    import torch
+
+    seed = random.randrange(1 << 30)
+    print("seed", seed)
+    g = torch.Generator().manual_seed(seed)
+    dev = torch.device("cuda", 0)
+    a, b = engine_pair(BackendType.TCP, mutual=False)  # no P2P: staged through host memory
+    size = (5 << 20) + 17  # two staged parts and a ragged tail
+    ga = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev)
+    gb = torch.zeros(size, dtype=torch.uint8, device=dev)
+    ma, mb = a.register_torch_tensor(ga), b.register_torch_tensor(gb)
+    torch.cuda.synchronize()
+    st = a.write(ma, 0, mb, 0, size, a.allocate_transfer_uid())  # staging buffers exist
+    assert st.WaitFor(30000) != StatusCode.IN_PROGRESS and st.Succeeded(), st.Message()
+    ga.copy_(torch.randint(0, 256, (size,), dtype=torch.uint8, generator=g).to(dev))
+    torch.cuda.synchronize()
+
+    stream = torch.cuda.current_stream()
+    assert stream.cuda_stream == 0, "the kernel must run on the legacy default stream"
+    torch.cuda._sleep(10_000_000_000)  # ~5 s of spinning at the H200's clock
+    t0 = time.monotonic()
+    st = a.write(ma, 0, mb, 0, size, a.allocate_transfer_uid())  # GPU -> host -> GPU
+    code = st.WaitFor(3000)
+    took, kernel_running = time.monotonic() - t0, not stream.query()
+    torch.cuda.synchronize()
+    assert code != StatusCode.IN_PROGRESS, (
+        "the staged transfer waited for the application's kernel on the default stream"
+    )
+    assert st.Succeeded(), st.Message()
+    assert kernel_running, f"the kernel ended before the transfer ({took:.2f} s): lengthen it"
+    assert torch.equal(gb, ga)

@@ -89,14 +89,45 @@ std::shared_ptr<char> Buffer(size_t n) {
   return std::shared_ptr<char>(p, [cap](char* q) { ThePool().Put(q, cap); });
 }
 
-void ToHost(char* dst, const char* src_gpu, size_t n, int device) {
+namespace {
+
+// The calling thread's non-blocking stream on `device` (the current device), created on
+// first use and destroyed when the thread exits. A copy on the legacy default stream
+// (plain cudaMemcpy) would wait for every kernel the application queued on a blocking
+// stream of this context and hold up everything it queues after: a transfer landing in
+// GPU memory then waits for unrelated compute, and deadlocks against a kernel that waits
+// for the transfer's sender.
+cudaStream_t CopyStream(int device) {
+  struct Streams {
+    std::unordered_map<int, cudaStream_t> by_device;
+    ~Streams() {
+      for (auto& entry : by_device) (void)cudaStreamDestroy(entry.second);
+    }
+  };
+  thread_local Streams streams;
+  auto it = streams.by_device.find(device);
+  if (it != streams.by_device.end()) return it->second;
+  cudaStream_t stream = nullptr;
+  MORI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  streams.by_device.emplace(device, stream);
+  return stream;
+}
+
+void Copy(char* dst, const char* src, size_t n, int device, cudaMemcpyKind kind) {
   cuda::ScopedDevice scope(device);
-  MORI_CUDA_CHECK(cudaMemcpy(dst, src_gpu, n, cudaMemcpyDeviceToHost));
+  cudaStream_t stream = CopyStream(device);
+  MORI_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream));
+  MORI_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+void ToHost(char* dst, const char* src_gpu, size_t n, int device) {
+  Copy(dst, src_gpu, n, device, cudaMemcpyDeviceToHost);
 }
 
 void ToDevice(char* dst_gpu, const char* src, size_t n, int device) {
-  cuda::ScopedDevice scope(device);
-  MORI_CUDA_CHECK(cudaMemcpy(dst_gpu, src, n, cudaMemcpyHostToDevice));
+  Copy(dst_gpu, src, n, device, cudaMemcpyHostToDevice);
 }
 
 #else

@@ -26,7 +26,9 @@ std::shared_ptr<char> Buffer(size_t n);
 inline constexpr uint64_t kGpuChunk = 4 << 20;
 inline constexpr uint64_t kMaxStagedPart = 256 << 20;
 
-// Synchronous copies between GPU memory of `device` and host memory; throw CudaError.
+// Synchronous copies between GPU memory of `device` and host memory, on a non-blocking
+// stream of the calling thread (they neither wait for nor delay the application's work
+// on the default stream); throw CudaError.
 void ToHost(char* dst, const char* src_gpu, size_t n, int device);
 void ToDevice(char* dst_gpu, const char* src, size_t n, int device);
 

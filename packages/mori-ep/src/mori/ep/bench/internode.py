@@ -228,7 +228,8 @@ def shares(ctx, nbytes: int) -> tuple[dict[int, int], dict[int, int]]:
 
 def timed_us(fn, iters: int) -> float:
     """Median wall-clock us of ``fn()`` over ``iters`` calls after a warm-up call, each
-    started after a barrier. Collective."""
+    started after a barrier, and a barrier after the last: a rank whose own sends of the
+    last call finished goes on only once every peer's sends into it have too. Collective."""
     import torch.distributed as dist
 
     times = []
@@ -238,6 +239,7 @@ def timed_us(fn, iters: int) -> float:
         fn()
         if i:  # the first call warms the connections
             times.append((time.perf_counter() - t0) * 1e6)
+    dist.barrier()
     return statistics.median(times)
 
 
