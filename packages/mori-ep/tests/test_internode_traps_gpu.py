@@ -9,30 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from mori.core.launch import WorkersFailed
-from mori.core.testing import (
-    SHARED_GPU_LOST_TRAP,
-    lost_trap_on_shared_gpu,
-    outcome_of,
-    run_ranks,
-    seconds_of,
-)
+from mori.core.testing import seconds_of, trap_outcomes
 
 WORKER = str(Path(__file__).parent / "workers" / "ep_internode_trap_worker.py")
 KINDS = ["InterNode", "InterNodeV1", "InterNodeV1LL"]
 
 
 def _outcomes(case: str, kind: str, expected=None) -> list[tuple[str, str]]:
-    """[(outcome, output)] per rank. expected: {rank: message} for cases where both
-    ranks trap: a group that hung only because the driver never reported a printed
-    trap to one rank (both ranks share GPU 0) ends the test as xfail naming it."""
-    try:
-        results = run_ranks([WORKER, case, kind, "shared"], 2, timeout_s=60)
-    except WorkersFailed as e:
-        if expected and lost_trap_on_shared_gpu(e, expected):
-            pytest.xfail(SHARED_GPU_LOST_TRAP)
-        raise
-    return [(outcome_of(r), r.output) for r in results]
+    """[(outcome, output)] per rank, both ranks on GPU 0 (two emulated nodes). expected:
+    {rank: message} for cases where both ranks trap (trap_outcomes: the driver's lost
+    trap ends the test as xfail)."""
+    return trap_outcomes(WORKER, case, 1, timeout_s=60, args=(kind,), expected=expected)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mori.core import timeouts
-from mori.core.launch import NO_MULTICAST_ENV, WorkerResult, launch_local
+from mori.core.launch import NO_MULTICAST_ENV, WorkerResult, WorkersFailed, launch_local
 
 # -- GPU skips ---------------------------------------------------------------------------
 
@@ -241,12 +241,25 @@ def trap_outcomes(
     gpus: int,
     env: dict[str, str] | None = None,
     timeout_s: float = 120.0,
+    *,
+    args: tuple[str, ...] = (),
+    expected: dict[int, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """Run trap worker ``worker`` on ``case`` with 2 ranks (argv: case placement; one
-    GPU per rank where there are 2, else both on GPU 0); [(outcome, output)] per rank:
-    the outcome ``trap_report`` printed and the rank's whole output."""
+    """Run trap worker ``worker`` on ``case`` with 2 ranks (argv: case, ``args``,
+    placement; one GPU per rank where there are 2, else both on GPU 0); [(outcome,
+    output)] per rank: the outcome ``trap_report`` printed and the rank's whole output.
+    ``expected`` ({rank: message}, for cases where both ranks trap): a group that hung
+    only because the driver never reported a printed trap to one rank
+    (``lost_trap_on_shared_gpu``) ends the test as xfail naming it."""
+    import pytest
+
     placement = "per_gpu" if gpus >= 2 else "shared"
-    results = run_ranks([worker, case, placement], 2, timeout_s=timeout_s, env=env)
+    try:
+        results = run_ranks([worker, case, *args, placement], 2, timeout_s=timeout_s, env=env)
+    except WorkersFailed as e:
+        if expected and lost_trap_on_shared_gpu(e, expected):
+            pytest.xfail(SHARED_GPU_LOST_TRAP)
+        raise
     return [(outcome_of(r), r.output) for r in results]
 
 
